@@ -1,0 +1,152 @@
+"""LLVM IR -> PTX (llvmlite's NVPTX target) -> cubin (nvJitLink in-process; ptxas as the
+fallback), with the resource report (registers, spills, shared memory) read from the
+assembler's verbose output. Needs no GPU."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass, field
+
+_lock = threading.Lock()
+_tm_cache: dict[str, object] = {}
+
+
+def _llvm():
+    import llvmlite.binding as llvm
+
+    if not getattr(_llvm, "done", False):
+        try:
+            llvm.initialize()
+        except RuntimeError:
+            pass  # llvmlite >= 0.45 initializes itself
+        llvm.initialize_all_targets()
+        llvm.initialize_all_asmprinters()
+        _llvm.done = True
+    return llvm
+
+
+def ptx_version_feature(arch: str) -> str:
+    return "+ptx80" if arch.startswith("sm_9") else "+ptx78"
+
+
+def llvm_to_ptx(llir: str, arch: str) -> str:
+    llvm = _llvm()
+    with _lock:
+        tm = _tm_cache.get(arch)
+        if tm is None:
+            target = llvm.Target.from_triple("nvptx64-nvidia-cuda")
+            tm = target.create_target_machine(cpu=arch, features=ptx_version_feature(arch),
+                                              opt=3)
+            _tm_cache[arch] = tm
+        mod = llvm.parse_assembly(llir)
+        mod.verify()
+        pto = llvm.create_pipeline_tuning_options(speed_level=3)
+        pb = llvm.create_pass_builder(tm, pto)
+        pm = pb.getModulePassManager()
+        pm.run(mod, pb)
+        return tm.emit_assembly(mod)
+
+
+@dataclass
+class Resources:
+    registers: int = 0
+    spill_stores: int = 0
+    spill_loads: int = 0
+    stack: int = 0
+    shared_static: int = 0
+    log: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def spills(self) -> int:
+        return self.spill_stores + self.spill_loads
+
+
+def parse_ptxas_log(log: str) -> Resources:
+    r = Resources(log=log)
+    m = re.search(r"Used (\d+) registers", log)
+    if m:
+        r.registers = int(m.group(1))
+    m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    if m:
+        r.spill_stores, r.spill_loads = int(m.group(1)), int(m.group(2))
+    m = re.search(r"(\d+) bytes stack frame", log)
+    if m:
+        r.stack = int(m.group(1))
+    m = re.search(r"(\d+) bytes smem", log)
+    if m:
+        r.shared_static = int(m.group(1))
+    return r
+
+
+def nvjitlink_version() -> str:
+    try:
+        from cuda.bindings import nvjitlink
+
+        major, minor = nvjitlink.version()
+        return f"{major}.{minor}"
+    except Exception:
+        return "none"
+
+
+def ptx_to_cubin(ptx: str, arch: str, name: str = "kernel") -> tuple[bytes, Resources]:
+    try:
+        return _nvjitlink(ptx, arch, name)
+    except ImportError:
+        return _ptxas(ptx, arch)
+
+
+def _nvjitlink(ptx: str, arch: str, name: str) -> tuple[bytes, Resources]:
+    from cuda.bindings import nvjitlink
+
+    opts = [f"-arch={arch}", "-O3", "-verbose"]
+    h = nvjitlink.create(len(opts), opts)
+    try:
+        data = ptx.encode()
+        try:
+            nvjitlink.add_data(h, nvjitlink.InputType.PTX, data, len(data), f"{name}.ptx")
+            nvjitlink.complete(h)
+        except nvjitlink.nvJitLinkError as e:
+            n = nvjitlink.get_error_log_size(h)
+            buf = bytearray(n)
+            nvjitlink.get_error_log(h, buf)
+            raise RuntimeError(f"nvJitLink failed: {e}\n{buf.decode(errors='replace')}") from e
+        size = nvjitlink.get_linked_cubin_size(h)
+        cubin = bytearray(size)
+        nvjitlink.get_linked_cubin(h, cubin)
+        n = nvjitlink.get_info_log_size(h)
+        buf = bytearray(n)
+        nvjitlink.get_info_log(h, buf)
+        log = buf.decode(errors="replace").rstrip("\x00")
+    finally:
+        _destroy(nvjitlink, h)
+    return bytes(cubin), parse_ptxas_log(log)
+
+
+def _destroy(nvjitlink, h) -> None:
+    try:
+        nvjitlink.destroy(h)
+    except Exception:
+        pass
+
+
+def _ptxas(ptx: str, arch: str) -> tuple[bytes, Resources]:
+    exe = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
+    if not os.path.exists(exe):
+        raise RuntimeError("neither nvJitLink (pip install nvidia-nvjitlink cuda-bindings) nor "
+                           "ptxas is available to assemble PTX")
+    with tempfile.TemporaryDirectory() as d:
+        src, out = os.path.join(d, "k.ptx"), os.path.join(d, "k.cubin")
+        with open(src, "w") as f:
+            f.write(ptx)
+        p = subprocess.run([exe, f"-arch={arch}", "-O3", "-v", src, "-o", out],
+                           capture_output=True, text=True)
+        if p.returncode:
+            raise RuntimeError(f"ptxas failed:\n{p.stderr}")
+        with open(out, "rb") as f:
+            return f.read(), parse_ptxas_log(p.stderr + p.stdout)

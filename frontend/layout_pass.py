@@ -1,0 +1,201 @@
+"""Layout inference: give every tile value a register layout.
+
+Values that must share a layout (operands and results of elementwise ops, loads and stores,
+loop-carried values) are grouped into classes with union-find. Each class then gets one
+layout, highest rank first:
+  - a class holding a `dot` accumulator gets the mma accumulator layout (an anchor);
+  - a class that is the result of a reduction, or the operand of `expand_dims`, is a slice
+    of its parent's layout (so `x - kit.max(x, 1)[:, None]` needs no data movement);
+  - any other class gets a coalesced blocked layout, 16 bytes per thread along the last dim
+    for the widest element the class loads or stores.
+Where two demands disagree, an explicit `convert_layout` op goes in (through shared memory
+in the backend); `dot` operands are converted to the mma operand layouts the same way. The
+IR printer counts the conversions, so a kernel author sees what they cost.
+"""
+
+from __future__ import annotations
+
+from kitjit.ir import ops as O
+from kitjit.ir.core import Block, Function, Op, Value
+from kitjit.ir.layouts import DotOperand, Layout, Mma, Slice, default_blocked, mma_layout
+
+
+class _UF:
+    def __init__(self):
+        self.parent: dict[int, int] = {}
+
+    def find(self, x: int) -> int:
+        p = self.parent.setdefault(x, x)
+        if p != x:
+            p = self.parent[x] = self.find(p)
+        return p
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+
+def _tiles(vals):
+    return [v for v in vals if not v.type.is_scalar]
+
+
+def infer_layouts(fn: Function) -> Function:
+    num_warps = fn.attrs["num_warps"]
+    uf = _UF()
+    values: dict[int, Value] = {}
+    slice_edges: list[tuple[str, Op]] = []  # ('reduce'|'expand', op)
+    dots: list[Op] = []
+
+    def see(v: Value):
+        if not v.type.is_scalar:
+            values[v.id] = v
+            uf.find(v.id)
+
+    def same(vs):
+        vs = _tiles(vs)
+        for v in vs:
+            see(v)
+        for a, b in zip(vs, vs[1:]):
+            uf.union(a.id, b.id)
+
+    def visit(block: Block):
+        for a in block.args:
+            see(a)
+        for op in block.ops:
+            for v in op.results:
+                see(v)
+            for v in op.operands:
+                see(v)
+            n = op.name
+            if n in O.ELEMENTWISE or n in ("broadcast", "load", "store"):
+                same(op.operands + op.results)
+            elif n == "reduce" and not op.result.type.is_scalar:
+                slice_edges.append(("reduce", op))
+            elif n == "expand_dims":
+                slice_edges.append(("expand", op))
+            elif n == "dot":
+                same([op.operands[2], op.result])
+                dots.append(op)
+            elif n == "for":
+                body = op.regions[0]
+                y = body.ops[-1]
+                for init, arg, yv, res in zip(op.operands[3:], body.args[1:], y.operands,
+                                              op.results):
+                    same([init, arg, yv, res])
+            elif n == "if":
+                yt, ye = op.regions[0].ops[-1], op.regions[1].ops[-1]
+                for a, b, r in zip(yt.operands, ye.operands, op.results):
+                    same([a, b, r])
+            for r in op.regions:
+                visit(r)
+
+    visit(fn.body)
+
+    classes: dict[int, list[Value]] = {}
+    for vid, v in values.items():
+        classes.setdefault(uf.find(vid), []).append(v)
+
+    def cls(v: Value) -> int:
+        return uf.find(v.id)
+
+    # the widest element each class moves through memory decides its vector width
+    elem_bytes: dict[int, int] = {}
+    for vid, v in values.items():
+        if v.dtype.is_ptr():
+            c = uf.find(vid)
+            elem_bytes[c] = max(elem_bytes.get(c, 1), v.dtype.element_ty.itemsize)
+
+    def max_shape(c: int) -> tuple[int, ...]:
+        best = None
+        for v in classes[c]:
+            if best is None or _numel(v.shape) > _numel(best):
+                best = v.shape
+        return best
+
+    layout: dict[int, Layout] = {}
+    for op in dots:
+        c = cls(op.result)
+        layout[c] = mma_layout(max_shape(c), num_warps)
+
+    # children of slice edges, by class: [(parent class, axis, kind)]
+    wants: dict[int, list[tuple[int, int, str]]] = {}
+    for kind, op in slice_edges:
+        if kind == "reduce":
+            child, parent, axis = cls(op.result), cls(op.operands[0]), op.attrs["axis"]
+        else:
+            child, parent, axis = cls(op.operands[0]), cls(op.result), op.attrs["axis"]
+        wants.setdefault(child, []).append((parent, axis, kind))
+    for w in wants.values():
+        w.sort(key=lambda t: t[2] != "reduce")
+
+    for c in sorted(classes, key=lambda c: -len(classes[c][0].shape)):
+        if c in layout:
+            continue
+        for parent, axis, _kind in wants.get(c, []):
+            if parent in layout:
+                layout[c] = Slice(layout[parent], axis)
+                break
+        else:
+            vec = 16 // elem_bytes.get(c, 4)
+            layout[c] = default_blocked(max_shape(c), num_warps, vec)
+
+    for c, vs in classes.items():
+        for v in vs:
+            v.type = v.type.with_layout(layout[c])
+
+    _insert_conversions(fn.body, fn)
+    return fn
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _convert(v: Value, lay: Layout, loc) -> tuple[Op, Value]:
+    out = Value(v.type.with_layout(lay), v.name)
+    op = Op("convert_layout", [v], [out], {}, [], loc)
+    return op, out
+
+
+def _insert_conversions(block: Block, fn: Function) -> None:
+    new_ops: list[Op] = []
+    for op in block.ops:
+        for r in op.regions:
+            _insert_conversions(r, fn)
+        if op.name == "expand_dims":
+            x, r = op.operands[0], op.result
+            want = Slice(r.type.layout, op.attrs["axis"])
+            if x.type.layout != want:
+                cop, y = _convert(x, want, op.loc)
+                new_ops.append(cop)
+                op.operands[0] = y
+            new_ops.append(op)
+        elif op.name == "reduce" and not op.result.type.is_scalar:
+            x, r = op.operands[0], op.result
+            want = Slice(x.type.layout, op.attrs["axis"])
+            new_ops.append(op)
+            if r.type.layout != want:
+                t = Value(r.type.with_layout(want), r.name)
+                op.results = [t]
+                t.owner = op
+                cop = Op("convert_layout", [t], [r], {}, [], op.loc)
+                r.owner = cop
+                new_ops.append(cop)
+        elif op.name == "dot":
+            mma = op.result.type.layout
+            assert isinstance(mma, Mma)
+            for i in (0, 1):
+                want = DotOperand(i, mma)
+                x = op.operands[i]
+                if x.type.layout != want:
+                    cop, y = _convert(x, want, op.loc)
+                    new_ops.append(cop)
+                    op.operands[i] = y
+            new_ops.append(op)
+        else:
+            new_ops.append(op)
+    block.ops = new_ops

@@ -1,0 +1,295 @@
+"""Register layouts: how a tile's elements are spread over the registers, lanes and warps of
+a CTA.
+
+Every layout is lowered to one form, a `LinearLayout`: for a tile of a given (power-of-two)
+shape, each bit of the register index, of the lane id and of the warp id contributes a fixed
+coordinate vector, and a thread's element coordinates are the XOR (here also the sum, as the
+bits never overlap) of the contributions of the bits that are set. A zero vector for a lane
+or warp bit means those threads hold copies (broadcast). This one form lets the backend
+write every rule once - elementwise ops, broadcasts, reductions over lanes and warps,
+conversions through shared memory, mma fragments - by matching coordinates, whatever the
+layout kinds involved (the idea of Triton's linear layouts, kept small).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+Coord = tuple[int, ...]
+
+
+def _log2(n: int) -> int:
+    assert n > 0 and n & (n - 1) == 0, f"{n} is not a power of two"
+    return n.bit_length() - 1
+
+
+def _vec(rank: int, dim: int, val: int) -> Coord:
+    return tuple(val if d == dim else 0 for d in range(rank))
+
+
+@dataclass(frozen=True)
+class LinearLayout:
+    shape: tuple[int, ...]
+    reg: tuple[Coord, ...]
+    lane: tuple[Coord, ...]
+    warp: tuple[Coord, ...]
+
+    @property
+    def nregs(self) -> int:
+        return 1 << len(self.reg)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def reg_coords(self) -> list[Coord]:
+        """The register-index part of the coordinate of every register."""
+        return _reg_coords(self.reg, self.rank)
+
+    def reg_index(self) -> dict[Coord, int]:
+        return {c: i for i, c in enumerate(self.reg_coords())}
+
+    def thread_terms(self, dim: int) -> list[tuple[str, int, int]]:
+        """(('lane'|'warp'), bit, value) for each id bit that moves coordinate `dim`."""
+        terms = [("lane", k, b[dim]) for k, b in enumerate(self.lane) if b[dim]]
+        terms += [("warp", k, b[dim]) for k, b in enumerate(self.warp) if b[dim]]
+        return terms
+
+    def coord_of(self, r: int, lane: int, warp: int) -> Coord:
+        """Host-side evaluation (tests, shared-memory planning)."""
+        c = list(self.reg_coords()[r])
+        for k, b in enumerate(self.lane):
+            if lane >> k & 1:
+                c = [x ^ y for x, y in zip(c, b)]
+        for k, b in enumerate(self.warp):
+            if warp >> k & 1:
+                c = [x ^ y for x, y in zip(c, b)]
+        return tuple(c)
+
+
+@lru_cache(maxsize=None)
+def _reg_coords(reg: tuple[Coord, ...], rank: int) -> list[Coord]:
+    out = [tuple([0] * rank)]
+    for b in reg:
+        out = out + [tuple(x ^ y for x, y in zip(c, b)) for c in out]
+    return out
+
+
+def _finish(shape, reg, lane, warp) -> LinearLayout:
+    z = tuple([0] * len(shape))
+    return LinearLayout(tuple(shape), tuple(r for r in reg if r != z), tuple(lane), tuple(warp))
+
+
+class Layout:
+    """A shape-independent register layout; `to_linear(shape)` makes it concrete."""
+
+    num_warps: int
+
+    def to_linear(self, shape: tuple[int, ...]) -> LinearLayout:
+        return _to_linear(self, tuple(shape))
+
+    def _linear(self, shape: tuple[int, ...]) -> LinearLayout:
+        raise NotImplementedError
+
+
+@lru_cache(maxsize=4096)
+def _to_linear(layout: Layout, shape: tuple[int, ...]) -> LinearLayout:
+    return layout._linear(shape)
+
+
+@dataclass(frozen=True)
+class Blocked(Layout):
+    """Triton's blocked layout: `spt` contiguous elements per thread, `tpw` threads per warp and
+    `wpc` warps per CTA along each dim; `order` lists dims fastest first; tiles larger than
+    spt*tpw*wpc repeat over registers."""
+
+    spt: tuple[int, ...]
+    tpw: tuple[int, ...]
+    wpc: tuple[int, ...]
+    order: tuple[int, ...]
+
+    @property
+    def num_warps(self) -> int:
+        n = 1
+        for w in self.wpc:
+            n *= w
+        return n
+
+    def _linear(self, shape):
+        rank = len(shape)
+        assert rank == len(self.spt)
+
+        def clip(d, v):
+            return _vec(rank, d, v if v < shape[d] else 0)
+
+        reg, lane, warp = [], [], []
+        for d in self.order:
+            reg += [clip(d, 1 << b) for b in range(_log2(self.spt[d]))]
+        for d in self.order:
+            lane += [clip(d, self.spt[d] << b) for b in range(_log2(self.tpw[d]))]
+        for d in self.order:
+            warp += [clip(d, self.spt[d] * self.tpw[d] << b) for b in range(_log2(self.wpc[d]))]
+        for d in self.order:
+            v = self.spt[d] * self.tpw[d] * self.wpc[d]
+            while v < shape[d]:
+                reg.append(_vec(rank, d, v))
+                v <<= 1
+        return _finish(shape, reg, lane, warp)
+
+    def __str__(self):
+        f = ",".join
+        return (f"#blocked<spt=[{f(map(str, self.spt))}] tpw=[{f(map(str, self.tpw))}] "
+                f"wpc=[{f(map(str, self.wpc))}] order=[{f(map(str, self.order))}]>")
+
+
+@dataclass(frozen=True)
+class Slice(Layout):
+    """The layout of a tile that lost dim `dim` of a `parent`-laid-out tile (a reduction's
+    result, or the operand of `x[:, None]`)."""
+
+    parent: Layout
+    dim: int
+
+    @property
+    def num_warps(self) -> int:
+        return self.parent.num_warps
+
+    def _linear(self, shape):
+        pshape = shape[: self.dim] + (1,) + shape[self.dim:]
+        p = self.parent.to_linear(pshape)
+
+        def drop(b):
+            return b[: self.dim] + b[self.dim + 1:]
+
+        return _finish(shape, [drop(b) for b in p.reg], [drop(b) for b in p.lane],
+                       [drop(b) for b in p.warp])
+
+    def __str__(self):
+        return f"#slice<dim={self.dim}, {self.parent}>"
+
+
+@dataclass(frozen=True)
+class Mma(Layout):
+    """The accumulator of `mma.sync.m16n8k16`: `wm` x `wn` warps tile the output, each warp
+    owning 16x8 fragments (lane l holds rows l/4 and l/4+8, columns 2(l%4) and 2(l%4)+1)."""
+
+    wm: int
+    wn: int
+
+    @property
+    def num_warps(self) -> int:
+        return self.wm * self.wn
+
+    def _linear(self, shape):
+        assert len(shape) == 2
+        M, N = shape
+
+        def v(m, n):
+            return (m if m < M else 0, n if n < N else 0)
+
+        reg = [v(0, 1), v(8, 0)]
+        lane = [v(0, 2), v(0, 4), v(1, 0), v(2, 0), v(4, 0)]
+        warp = [v(16 << i, 0) for i in range(_log2(self.wm))]
+        warp += [v(0, 8 << i) for i in range(_log2(self.wn))]
+        n = 8 * self.wn
+        while n < N:
+            reg.append((0, n))
+            n <<= 1
+        m = 16 * self.wm
+        while m < M:
+            reg.append((m, 0))
+            m <<= 1
+        return _finish(shape, reg, lane, warp)
+
+    def __str__(self):
+        return f"#mma<m16n8, warps=[{self.wm},{self.wn}]>"
+
+
+@dataclass(frozen=True)
+class DotOperand(Layout):
+    """The A (`idx` 0, [M,K]) or B (`idx` 1, [K,N]) fragments of `mma.sync.m16n8k16` for 16-bit
+    inputs, matching the accumulator layout `parent`; register pairs pack into 32-bit words
+    in the order the instruction reads them."""
+
+    idx: int
+    parent: Mma
+
+    @property
+    def num_warps(self) -> int:
+        return self.parent.num_warps
+
+    def _linear(self, shape):
+        assert len(shape) == 2
+        R, C = shape
+        wm, wn = self.parent.wm, self.parent.wn
+
+        def v(a, b):
+            return (a if a < R else 0, b if b < C else 0)
+
+        if self.idx == 0:  # [M, K]
+            reg = [v(0, 1), v(8, 0), v(0, 8)]
+            lane = [v(0, 2), v(0, 4), v(1, 0), v(2, 0), v(4, 0)]
+            warp = [v(16 << i, 0) for i in range(_log2(wm))] + [(0, 0)] * _log2(wn)
+            k = 16
+            while k < C:
+                reg.append((0, k))
+                k <<= 1
+            m = 16 * wm
+            while m < R:
+                reg.append((m, 0))
+                m <<= 1
+        else:  # [K, N]
+            reg = [v(1, 0), v(8, 0)]
+            lane = [v(2, 0), v(4, 0), v(0, 1), v(0, 2), v(0, 4)]
+            warp = [(0, 0)] * _log2(wm) + [v(0, 8 << i) for i in range(_log2(wn))]
+            k = 16
+            while k < R:
+                reg.append((k, 0))
+                k <<= 1
+            n = 8 * wn
+            while n < C:
+                reg.append((0, n))
+                n <<= 1
+        return _finish(shape, reg, lane, warp)
+
+    def __str__(self):
+        return f"#dot_op<{'ab'[self.idx]}, {self.parent}>"
+
+
+def default_blocked(shape: tuple[int, ...], num_warps: int, vec: int) -> Blocked:
+    """A coalesced blocked layout for `shape`: `vec` contiguous elements per thread along the
+    last dim (16 bytes of the widest element the kernel moves), lanes then warps filling the
+    fastest dims first."""
+    rank = len(shape)
+    order = tuple(range(rank - 1, -1, -1))
+    spt = [1] * rank
+    tpw = [1] * rank
+    wpc = [1] * rank
+    spt[rank - 1] = max(1, min(vec, shape[rank - 1]))
+    lanes, warps = 32, num_warps
+    for d in order:
+        room = max(1, shape[d] // (spt[d]))
+        t = min(lanes, room)
+        tpw[d] = t
+        lanes //= t
+        room = max(1, room // t)
+        w = min(warps, room)
+        wpc[d] = w
+        warps //= w
+    tpw[order[-1]] *= lanes
+    wpc[order[-1]] *= warps
+    return Blocked(tuple(spt), tuple(tpw), tuple(wpc), order)
+
+
+def mma_layout(shape: tuple[int, int], num_warps: int) -> Mma:
+    """Warps over M first (each warp owns 16 rows), the rest over N."""
+    M, N = shape
+    wm = 1
+    while wm * 2 <= num_warps and 16 * wm * 2 <= M:
+        wm *= 2
+    wn = num_warps // wm
+    while wn > 1 and 8 * wn > N:  # more warps than the tile has: the extra ones hold copies
+        wn //= 2
+        wm *= 2
+    return Mma(wm, num_warps // wm)

@@ -1,0 +1,249 @@
+"""The kitjit language: the names a kernel body uses (`kit.load`, `kit.sum`, ...).
+
+These are markers: the frontend recognises them by identity and builds tile IR; calling one
+from plain Python raises. Names and semantics follow Triton's `triton.language` where Triton
+has the name, so a Triton kernel ports by changing the import.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .ir.types import (
+    DType,
+    PointerDType,
+    bfloat16,
+    float16,
+    float32,
+    float64,
+    int1,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+)
+
+bool_ = int1
+dtype = DType
+pointer_type = PointerDType
+
+
+class constexpr:
+    """Annotation for compile-time parameters (`BLOCK: kit.constexpr`); their values are part
+    of the specialization key and fold at compile time."""
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"constexpr({self.value!r})"
+
+
+class static_range:
+    """`for i in kit.static_range(4)`: unrolled at compile time; `i` is a constant."""
+
+    def __init__(self, start, stop=None, step=1):
+        if stop is None:
+            start, stop = 0, start
+        self.start, self.stop, self.step = start, stop, step
+
+    def __iter__(self):
+        return iter(range(self.start, self.stop, self.step))
+
+
+BUILTINS: dict[str, Any] = {}
+
+
+def builtin(fn):
+    """Mark `fn` as a kitjit builtin: usable only inside @kit.jit functions."""
+    name = fn.__name__
+
+    def outside(*args, **kwargs):
+        raise RuntimeError(f"kit.{name} can only be used inside a @kit.jit function")
+
+    outside.__name__ = name
+    outside.__qualname__ = name
+    outside.__doc__ = fn.__doc__
+    outside.__kit_builtin__ = name
+    BUILTINS[name] = outside
+    return outside
+
+
+@builtin
+def program_id(axis):
+    """The index of this program (CTA) along grid axis 0, 1 or 2."""
+
+
+@builtin
+def num_programs(axis):
+    """The number of programs along grid axis 0, 1 or 2."""
+
+
+@builtin
+def arange(start, end):
+    """[start, start+1, ..., end-1] as an int32 tile; end-start a power of two."""
+
+
+@builtin
+def zeros(shape, dtype):
+    """A tile of zeros."""
+
+
+@builtin
+def full(shape, value, dtype):
+    """A tile filled with `value`."""
+
+
+@builtin
+def load(pointer, mask=None, other=None):
+    """Load a tile through a tile of pointers; masked-off lanes read `other` (0 if None)."""
+
+
+@builtin
+def store(pointer, value, mask=None):
+    """Store a tile through a tile of pointers; masked-off lanes are not written."""
+
+
+@builtin
+def where(condition, x, y):
+    """Elementwise select."""
+
+
+@builtin
+def minimum(x, y):
+    """Elementwise minimum."""
+
+
+@builtin
+def maximum(x, y):
+    """Elementwise maximum."""
+
+
+@builtin
+def exp(x):
+    """e**x (fp32 inputs use the hardware's exp2 with a scale)."""
+
+
+@builtin
+def exp2(x):
+    """2**x."""
+
+
+@builtin
+def log(x):
+    """Natural logarithm."""
+
+
+@builtin
+def log2(x):
+    """Base-2 logarithm."""
+
+
+@builtin
+def sqrt(x):
+    """Square root (correctly rounded)."""
+
+
+@builtin
+def rsqrt(x):
+    """1/sqrt(x) (approximate, like CUDA's rsqrtf)."""
+
+
+@builtin
+def abs(x):
+    """Absolute value."""
+
+
+@builtin
+def sin(x):
+    """Sine (hardware approximation)."""
+
+
+@builtin
+def cos(x):
+    """Cosine (hardware approximation)."""
+
+
+@builtin
+def sigmoid(x):
+    """1 / (1 + exp(-x))."""
+
+
+@builtin
+def floor(x):
+    """Round toward -inf."""
+
+
+@builtin
+def ceil(x):
+    """Round toward +inf."""
+
+
+@builtin
+def sum(x, axis=None, keep_dims=False):
+    """Sum along `axis` (all axes if None). Integers narrower than 32 bits and fp16/bf16
+    accumulate in int32/fp32."""
+
+
+@builtin
+def max(x, axis=None, keep_dims=False):
+    """Maximum along `axis`."""
+
+
+@builtin
+def min(x, axis=None, keep_dims=False):
+    """Minimum along `axis`."""
+
+
+@builtin
+def argmax(x, axis, keep_dims=False):
+    """Index of the maximum along `axis` (the first one on ties)."""
+
+
+@builtin
+def argmin(x, axis, keep_dims=False):
+    """Index of the minimum along `axis` (the first one on ties)."""
+
+
+@builtin
+def dot(a, b, acc=None):
+    """a @ b (+ acc) on tensor cores (mma.sync): fp16/bf16 inputs, fp32 accumulation."""
+
+
+@builtin
+def cdiv(x, div):
+    """Ceiling division."""
+
+
+@builtin
+def cast(x, dtype):
+    """Convert to `dtype` (same as `x.to(dtype)`)."""
+
+
+@builtin
+def expand_dims(x, axis):
+    """Insert a dim of size 1 (same as `x[None, :]` / `x[:, None]`)."""
+
+
+@builtin
+def broadcast_to(x, shape):
+    """Broadcast to `shape`."""
+
+
+@builtin
+def static_assert(cond, msg=""):
+    """A compile-time assertion on constexpr values."""
+
+
+range = range  # noqa: A001 - Triton spells a runtime loop `tl.range`; Python's works as well
+
+__all__ = [
+    "constexpr", "static_range", "range", "builtin", "BUILTINS", "dtype", "pointer_type",
+    "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
+    "uint8", "uint16", "uint32", "uint64", "int1", "bool_",
+    *BUILTINS,
+]
