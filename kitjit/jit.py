@@ -1,16 +1,118 @@
-"""`@kit.jit`: a Python function becomes a kernel that compiles per specialization."""
+"""`@kit.jit`: a Python function becomes a kernel compiled once per specialization.
+
+Launch path (`kernel[grid](*args, **kw)`): bind the arguments (a generated function, so
+binding costs one Python call), build the specialization key from cheap facts (dtypes,
+16-byte alignment, device; ints equal to 1 or divisible by 16), look it up in an in-memory
+dict, fill the kernel's ctypes parameter block and call `cuLaunchKernel`. A miss compiles:
+frontend -> layouts -> LLVM -> PTX -> cubin, through the on-disk cache (`kitjit.cache`).
+Without a CUDA driver, or with KITJIT_INTERPRET=1, the same tile IR runs in the numpy
+interpreter instead.
+"""
 
 from __future__ import annotations
 
+import ast
 import functools
+import hashlib
+import os
+import sys
+import time
+import warnings
+from typing import Any
+
+from . import __version__
+from .ir.types import PointerDType, TileType, dtype_from_name, float32, from_torch, int1
+
+_MAX_GRID = (2 ** 31 - 1, 65535, 65535)
+_notice_shown = False
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def interpret_mode() -> bool:
+    """KITJIT_INTERPRET=1, or no usable CUDA driver (with a one-line notice)."""
+    global _notice_shown
+    if _env_flag("KITJIT_INTERPRET"):
+        return True
+    from .runtime import driver
+
+    if driver.available():
+        return False
+    if not _notice_shown:
+        _notice_shown = True
+        print(f"kitjit: {driver.unavailable_reason()}; running kernels in the CPU interpreter "
+              "(KITJIT_INTERPRET=1 silences this)", file=sys.stderr)
+    return True
+
+
+class CompiledKernel:
+    """One specialization: every stage (`asm['tir' | 'llir' | 'ptx' | 'cubin']`), its
+    metadata, and its loaded function per device."""
+
+    def __init__(self, name: str, asm: dict[str, Any], metadata: dict[str, Any]):
+        self.name = name
+        self.asm = asm
+        self.metadata = metadata
+        self.num_warps = metadata["num_warps"]
+        self.threads = 32 * self.num_warps
+        self.shared = metadata.get("shared", 0)
+        self.arg_kinds: list[str] = metadata["arg_kinds"]  # per runtime param, or "const"
+        self.runtime_index = [i for i, k in enumerate(self.arg_kinds) if k != "const"]
+        self.functions: dict[int, int] = {}
+        self._params = None
+
+    @property
+    def n_regs(self) -> int:
+        return self.metadata.get("registers", 0)
+
+    @property
+    def n_spills(self) -> int:
+        return self.metadata.get("spills", 0)
+
+    def function(self, device: int) -> int:
+        f = self.functions.get(device)
+        if f is None:
+            from .runtime import driver
+
+            _, f = driver.load_function(self.asm["cubin"], self.name, self.shared, device)
+            self.functions[device] = f
+        return f
+
+    def params(self):
+        if self._params is None:
+            from .runtime.driver import ParamBlock
+
+            self._params = ParamBlock([self.arg_kinds[i] for i in self.runtime_index])
+        return self._params
+
+    def __repr__(self) -> str:
+        return (f"<CompiledKernel {self.name} warps={self.num_warps} regs={self.n_regs} "
+                f"spills={self.n_spills} shared={self.shared}>")
 
 
 class JITFunction:
-    def __init__(self, fn):
+    """A `@kit.jit` function. `kernel[grid](...)` launches it; inside another kernel a call
+    inlines it."""
+
+    def __init__(self, fn, *, do_not_specialize: tuple = ()):
         self.fn = fn
         functools.update_wrapper(self, fn)
         self._parsed = None
+        self._dep_hash: str | None = None
+        self.cache: dict[tuple, CompiledKernel] = {}
+        self._ir_cache: dict[tuple, Any] = {}
+        self.do_not_specialize = set(do_not_specialize)
+        import inspect
 
+        sig = inspect.signature(fn)
+        self.params = list(sig.parameters)
+        self.constexprs = [n for n, p in sig.parameters.items() if _is_constexpr(p.annotation)]
+        self.runtime_params = [n for n in self.params if n not in self.constexprs]
+        self._binder = _make_binder(fn.__name__, sig, self.constexprs)
+
+    # -------------------------------------------------------------- source
     @property
     def parsed(self):
         if self._parsed is None:
@@ -19,8 +121,434 @@ class JITFunction:
             self._parsed = ParsedFunction(self.fn)
         return self._parsed
 
+    @property
+    def dep_hash(self) -> str:
+        """Hash of this function's source, the @kit.jit functions it calls and the global
+        constants it reads: what must change for a cached binary to go stale."""
+        if self._dep_hash is None:
+            h = hashlib.sha256(self.parsed.source.encode())
+            for name in sorted(_global_names(self.parsed.node)):
+                v = self.fn.__globals__.get(name, _MISSING)
+                if isinstance(v, JITFunction) and v is not self:
+                    h.update(f"{name}:{v.dep_hash}".encode())
+                elif isinstance(v, (int, float, bool, str)) or v is None:
+                    h.update(f"{name}={v!r}".encode())
+                elif type(v).__name__ == "constexpr":
+                    h.update(f"{name}={v.value!r}".encode())
+            self._dep_hash = h.hexdigest()
+        return self._dep_hash
 
-def jit(fn=None, **options):
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(f"launch kernels with a grid: {self.__name__}[grid](...); "
+                           "calls without one work only inside other @kit.jit functions")
+
+    def __getitem__(self, grid):
+        return functools.partial(self.run, grid=grid)
+
+    def __repr__(self) -> str:
+        return f"JITFunction({self.fn.__module__}:{self.__name__})"
+
+    # -------------------------------------------------------------- launch
+    def run(self, *args, grid, **kwargs):
+        rt_args, consts, num_warps = self._binder(*args, **kwargs)
+        if _env_flag("KITJIT_INTERPRET"):
+            return self._interpret(grid, rt_args, consts, num_warps)
+        key_parts = []
+        device = -1
+        for a in rt_args:
+            if hasattr(a, "data_ptr"):
+                dev = a.get_device()
+                key_parts.append((a.dtype, a.data_ptr() & 15 == 0, dev))
+                if device < 0:
+                    device = dev
+            elif a.__class__ is int:
+                key_parts.append((a == 1, a & 15 == 0, -2 ** 31 <= a < 2 ** 31))
+            else:
+                key_parts.append(a.__class__)
+        key = (tuple(key_parts), consts, num_warps)
+        ck = self.cache.get(key)
+        if ck is None:
+            if interpret_mode():
+                return self._interpret(grid, rt_args, consts, num_warps)
+            ck = self._compile_for_launch(key, rt_args, consts, num_warps, device)
+        if callable(grid):
+            grid = grid(dict(zip(self.constexprs, consts), num_warps=num_warps))
+        g = _grid3(grid, self.__name__)
+        if g[0] * g[1] * g[2] == 0:
+            return ck
+        if device < 0:
+            device = 0
+        block = ck.params()
+        st = block.struct
+        names = block.names
+        for j, i in enumerate(ck.runtime_index):
+            a = rt_args[i]
+            setattr(st, names[j], a.data_ptr() if hasattr(a, "data_ptr") else a)
+        from .runtime import driver
+
+        driver.launch(ck.function(device), g, ck.threads, ck.shared,
+                      _current_stream(device), block.address)
+        return ck
+
+    def _compile_for_launch(self, key, rt_args, consts, num_warps, device) -> CompiledKernel:
+        from .runtime import driver
+
+        _check_launch_args(self, rt_args, gpu=True)
+        if device < 0:
+            device = _torch_current_device()
+        arch = driver.device_arch(device)
+        specs = [_arg_spec(n, a) for n, a in zip(self.runtime_params, rt_args)]
+        ck = self.compile(specs, consts, num_warps, arch,
+                          max_shared=driver.max_shared_memory(device))
+        self.cache[key] = ck
+        return ck
+
+    # -------------------------------------------------------------- compile
+    def _arg_specs_dict(self, specs: list, consts: tuple) -> tuple[dict, dict]:
+        arg_specs: dict[str, Any] = {}
+        divs: dict[str, int] = {}
+        for name, spec in zip(self.runtime_params, specs):
+            if spec[0] == "const":
+                arg_specs[name] = spec
+            else:
+                arg_specs[name] = TileType(dtype_from_name(spec[0]))
+                if spec[1] >= 16:
+                    divs[name] = 16
+        for name, v in zip(self.constexprs, consts):
+            arg_specs[name] = ("const", v)
+        return arg_specs, divs
+
+    def build_ir(self, specs: list, consts: tuple, num_warps: int):
+        """Tile IR with layouts for one specialization (what every later stage reads)."""
+        from kitjit.frontend.codegen import build_kernel_ir
+        from kitjit.frontend.layout_pass import infer_layouts
+
+        arg_specs, divs = self._arg_specs_dict(specs, consts)
+        fn = _guard(self.__name__, "parsing", lambda: build_kernel_ir(self, arg_specs, num_warps))
+        fn.attrs["arg_div"] = divs
+        return _guard(self.__name__, "inferring layouts of", lambda: infer_layouts(fn))
+
+    def cache_key(self, specs: list, consts: tuple, num_warps: int, arch: str) -> str:
+        from kitjit.backend.compiler import nvjitlink_version
+
+        import llvmlite
+
+        text = repr((self.dep_hash, __version__, specs, [_const_repr(c) for c in consts],
+                     num_warps, arch, llvmlite.__version__, nvjitlink_version()))
+        return hashlib.sha256(text.encode()).hexdigest()[:48]
+
+    def compile(self, specs: list, consts: tuple, num_warps: int, arch: str,
+                max_shared: int | None = None) -> CompiledKernel:
+        """Compile (or load from disk) one specialization for `arch`; needs no GPU."""
+        from . import cache as kcache
+
+        key = self.cache_key(specs, consts, num_warps, arch)
+        store = kcache.KernelCache() if kcache.disk_cache_enabled() else None
+        if store is not None:
+            entry = store.get(key)
+            if entry is not None:
+                meta = entry.meta
+                asm = {"cubin": entry.read("kernel.cubin")}
+                ck = CompiledKernel(meta["name"], _LazyAsm(entry, asm), meta)
+                _check_shared(ck, max_shared, self)
+                return ck
+        t0 = time.perf_counter()
+        fn = self.build_ir(specs, consts, num_warps)
+        tir = str(fn)
+        from kitjit.backend.compiler import llvm_to_ptx, ptx_to_cubin
+        from kitjit.backend.lower import Lowering
+
+        lowering = Lowering(fn)
+        llir = _guard(self.__name__, "lowering to LLVM", lambda: str(lowering.lower()))
+        ptx = _guard(self.__name__, "generating PTX for", lambda: llvm_to_ptx(llir, arch))
+        cubin, res = _guard(self.__name__, "assembling",
+                            lambda: ptx_to_cubin(ptx, arch, self.__name__))
+        meta = {
+            "name": fn.name,
+            "source_file": self.parsed.file,
+            "source_line": self.parsed.first_line,
+            "signature": {n: (s[0] if s[0] != "const" else repr(s[1]))
+                          for n, s in zip(self.runtime_params, specs)},
+            "constexprs": {n: _const_repr(v) for n, v in zip(self.constexprs, consts)},
+            "num_warps": num_warps,
+            "arch": arch,
+            "shared": lowering.smem_bytes,
+            "registers": res.registers,
+            "spills": res.spills,
+            "stack": res.stack,
+            "arg_kinds": [_kind(s) for s in specs],
+            "compile_seconds": round(time.perf_counter() - t0, 4),
+            "versions": {"kitjit": __version__},
+        }
+        ck = CompiledKernel(fn.name, {"tir": tir, "llir": llir, "ptx": ptx, "cubin": cubin},
+                            meta)
+        _check_shared(ck, max_shared, self)
+        if res.spills:
+            warnings.warn(f"kernel '{fn.name}' spills {res.spills} bytes of registers to local "
+                          f"memory ({res.registers} registers used); it will be slower. "
+                          "Use smaller blocks or fewer live tiles.", stacklevel=4)
+        if store is not None:
+            store.put(key, {"kernel.tir": tir, "kernel.ll": llir, "kernel.ptx": ptx,
+                            "kernel.cubin": cubin}, meta)
+        return ck
+
+    # -------------------------------------------------------------- interpreter
+    def _interpret(self, grid, rt_args, consts, num_warps):
+        from . import interpreter
+
+        _check_launch_args(self, rt_args, gpu=False)
+        specs = [_arg_spec(n, a) for n, a in zip(self.runtime_params, rt_args)]
+        key = (tuple(map(tuple, specs)), consts, num_warps)
+        fn = self._ir_cache.get(key)
+        if fn is None:
+            fn = self.build_ir(specs, consts, num_warps)
+            self._ir_cache[key] = fn
+        if callable(grid):
+            grid = grid(dict(zip(self.constexprs, consts), num_warps=num_warps))
+        g = _grid3(grid, self.__name__)
+        if g[0] * g[1] * g[2] == 0:
+            return None
+        args = [a for a, s in zip(rt_args, specs) if s[0] != "const"]
+        interpreter.run(fn, g, args)
+        return None
+
+
+class _LazyAsm(dict):
+    """Stages read from the disk entry only when asked for."""
+
+    _FILES = {"tir": "kernel.tir", "llir": "kernel.ll", "ptx": "kernel.ptx"}
+
+    def __init__(self, entry, initial):
+        super().__init__(initial)
+        self.entry = entry
+
+    def __missing__(self, k):
+        if k in self._FILES:
+            v = self.entry.text(self._FILES[k])
+            self[k] = v
+            return v
+        raise KeyError(k)
+
+
+_MISSING = object()
+
+
+def _guard(kernel: str, stage: str, thunk):
+    from kitjit.frontend.errors import CompileError, InternalCompilerError
+
+    try:
+        return thunk()
+    except CompileError:
+        raise
+    except RecursionError as e:
+        raise InternalCompilerError(kernel, stage, e) from e
+    except Exception as e:
+        raise InternalCompilerError(kernel, stage, e) from e
+
+
+def _check_shared(ck: CompiledKernel, max_shared: int | None, jf: JITFunction) -> None:
+    if max_shared is not None and ck.shared > max_shared:
+        from kitjit.frontend.errors import CompileError
+
+        raise CompileError(f"kernel '{ck.name}' needs {ck.shared} bytes of shared memory but "
+                           f"the device allows {max_shared} per block",
+                           hint="use smaller tiles or fewer warps")
+
+
+def _kind(spec) -> str:
+    if spec[0] == "const":
+        return "const"
+    if spec[0].startswith("*"):
+        return "ptr"
+    return spec[0]
+
+
+def _const_repr(v) -> Any:
+    if isinstance(v, (int, float, bool, str)) or v is None:
+        return v
+    return repr(v)
+
+
+def _arg_spec(name: str, a: Any) -> tuple:
+    """The specialization of one run-time argument: (type string, divisibility) or
+    ('const', value) for values folded into the kernel."""
+    if hasattr(a, "data_ptr"):
+        dt = from_torch(a.dtype)
+        return (f"*{dt.name}", 16 if a.data_ptr() % 16 == 0 else 1)
+    if a is None:
+        return ("const", None)
+    if isinstance(a, bool):
+        return ("i1", 1)
+    if isinstance(a, int):
+        if a == 1:
+            return ("const", 1)
+        ty = "i32" if -(2 ** 31) <= a < 2 ** 31 else "i64"
+        return (ty, 16 if a % 16 == 0 else 1)
+    if isinstance(a, float):
+        return ("fp32", 1)
+    raise TypeError(f"argument '{name}': kitjit cannot pass {type(a).__name__} to a kernel "
+                    "(tensors, ints, floats, bools and None can be passed)")
+
+
+def _check_launch_args(jf: JITFunction, rt_args, gpu: bool) -> None:
+    """Every check that must pass before anything runs; raised as TypeError/ValueError."""
+    devices = set()
+    for name, a in zip(jf.runtime_params, rt_args):
+        if hasattr(a, "data_ptr"):
+            if from_torch(a.dtype) is None:
+                raise TypeError(f"argument '{name}' of {jf.__name__}: tensors of dtype "
+                                f"{a.dtype} are not supported")
+            if gpu and a.device.type != "cuda":
+                raise ValueError(f"argument '{name}' of {jf.__name__} is on {a.device}, but "
+                                 "the kernel runs on the GPU: move it with .cuda()")
+            devices.add(str(a.device))
+        else:
+            _arg_spec(name, a)
+    if gpu and len(devices) > 1:
+        raise ValueError(f"{jf.__name__}: tensor arguments are on different devices "
+                         f"({', '.join(sorted(devices))})")
+
+
+def _grid3(grid, name: str) -> tuple[int, int, int]:
+    if isinstance(grid, int):
+        grid = (grid,)
+    try:
+        g = tuple(int(x) for x in grid)
+    except TypeError:
+        raise TypeError(f"{name}: the grid must be a tuple of ints or a function of the "
+                        f"meta-parameters returning one, got {grid!r}") from None
+    if not 1 <= len(g) <= 3:
+        raise ValueError(f"{name}: the grid has {len(g)} dims; it takes 1 to 3")
+    g = g + (1,) * (3 - len(g))
+    for i, (x, m) in enumerate(zip(g, _MAX_GRID)):
+        if x < 0:
+            raise ValueError(f"{name}: grid dim {i} is negative ({x})")
+        if x > m:
+            raise ValueError(f"{name}: grid dim {i} is {x}, over the hardware limit {m}")
+    return g
+
+
+_stream_fn = None
+
+
+def _current_stream(device: int) -> int:
+    global _stream_fn
+    if _stream_fn is None:
+        import torch
+
+        _stream_fn = torch._C._cuda_getCurrentRawStream
+    return _stream_fn(device)
+
+
+def _torch_current_device() -> int:
+    import torch
+
+    return torch.cuda.current_device()
+
+
+def _is_constexpr(annotation) -> bool:
+    from .language import constexpr
+
+    if annotation is constexpr:
+        return True
+    if isinstance(annotation, str):
+        return annotation.split(".")[-1] == "constexpr"
+    return getattr(annotation, "__name__", "") == "constexpr"
+
+
+def _make_binder(name: str, sig, constexprs: list[str]):
+    """A generated function that binds a call's arguments in one Python call:
+    returns (run-time args, constexpr values, num_warps)."""
+    params = []
+    ns: dict[str, Any] = {}
+    for i, (pname, p) in enumerate(sig.parameters.items()):
+        if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY):
+            raise TypeError(f"{name}: kernels take plain parameters (no *args/**kwargs)")
+        if p.default is not p.empty:
+            ns[f"_d{i}"] = p.default
+            params.append(f"{pname}=_d{i}")
+        else:
+            params.append(pname)
+    rt = [n for n in sig.parameters if n not in constexprs]
+    src = (f"def bind({', '.join(params + ['num_warps=4', 'num_stages=None'])}):\n"
+           f"    return ({''.join(n + ', ' for n in rt)}), "
+           f"({''.join(n + ', ' for n in constexprs)}), num_warps\n")
+    exec(src, ns)
+    inner = ns["bind"]
+
+    def bind(*args, **kwargs):
+        try:
+            return inner(*args, **kwargs)
+        except TypeError as e:
+            msg = str(e).replace("bind()", f"{name}()")
+            if "missing" in msg and any(c in msg for c in constexprs):
+                msg += " (constexprs are passed by keyword: kernel[grid](..., BLOCK=1024))"
+            raise TypeError(msg) from None
+
+    return bind
+
+
+def _global_names(node: ast.AST) -> set[str]:
+    out = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+            out.add(n.id)
+        elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name):
+            out.add(n.value.id)
+    return out
+
+
+def jit(fn=None, *, do_not_specialize: tuple = ()):
+    """Decorator: `@kit.jit` or `@kit.jit(do_not_specialize=("n",))`."""
     if fn is None:
-        return lambda f: JITFunction(f)
-    return JITFunction(fn)
+        return lambda f: JITFunction(f, do_not_specialize=do_not_specialize)
+    return JITFunction(fn, do_not_specialize=do_not_specialize)
+
+
+def compile_aot(path: str, kernel_name: str, signature: list[str], constexprs: dict,
+                num_warps: int = 4, arch: str = "sm_90a") -> CompiledKernel:
+    """Compile a kernel from a file for `arch` without a GPU and leave it in the cache.
+
+    `signature`: one entry per run-time parameter, in order, optionally `name:type`; types
+    are '*bf16', 'i32', 'fp32', 'i1', ...; ':16' after a type promises 16-divisibility
+    (alignment for pointers), as Triton writes it.
+    """
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"_kitjit_aot_{abs(hash(path))}", path)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"cannot import {path}")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    jf = getattr(mod, kernel_name, None)
+    if not isinstance(jf, JITFunction):
+        raise ValueError(f"{path} has no @kit.jit function named '{kernel_name}'")
+    if len(signature) != len(jf.runtime_params):
+        raise ValueError(f"{kernel_name} has {len(jf.runtime_params)} run-time parameters "
+                         f"({', '.join(jf.runtime_params)}), the signature gives "
+                         f"{len(signature)}")
+    specs = []
+    for name, entry in zip(jf.runtime_params, signature):
+        parts = entry.strip().split(":")
+        if parts[0] in jf.runtime_params:
+            if parts[0] != name:
+                raise ValueError(f"signature entry '{entry}' is for '{parts[0]}', expected "
+                                 f"'{name}' at that place")
+            parts = parts[1:]
+        if not parts or len(parts) > 2 or (len(parts) == 2 and parts[1] not in ("1", "16")):
+            raise ValueError(f"bad signature entry '{entry}' (write *bf16, i32:16, n:i32)")
+        try:
+            dtype_from_name(parts[0])
+        except KeyError:
+            raise ValueError(f"unknown type '{parts[0]}' for '{name}' (use *bf16, i32, fp32, "
+                             "...)") from None
+        specs.append((parts[0], 16 if len(parts) == 2 and parts[1] == "16" else 1))
+    missing = [c for c in jf.constexprs if c not in constexprs]
+    if missing:
+        raise ValueError(f"missing constexpr values: {', '.join(missing)}")
+    consts = tuple(constexprs[c] for c in jf.constexprs)
+    return jf.compile(specs, consts, num_warps, arch)
+
+
+__all__ = ["jit", "JITFunction", "CompiledKernel", "compile_aot", "interpret_mode",
+           "PointerDType", "float32", "int1"]

@@ -216,7 +216,24 @@ def dot(a, b, acc=None):
 
 @builtin
 def cdiv(x, div):
-    """Ceiling division."""
+    """Ceiling division (also usable on the host: kit.cdiv(n, BLOCK))."""
+
+
+def _host_cdiv(x, div):
+    if isinstance(x, int) and isinstance(div, int):
+        return -(-x // div)
+    raise RuntimeError("kit.cdiv takes ints on the host")
+
+
+_host_cdiv.__kit_builtin__ = "cdiv"
+_host_cdiv.__name__ = "cdiv"
+_host_cdiv.__doc__ = cdiv.__doc__
+cdiv = BUILTINS["cdiv"] = _host_cdiv
+
+
+def next_power_of_2(n: int) -> int:
+    """Host helper: the smallest power of two >= n."""
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
 
 
 @builtin
@@ -242,7 +259,7 @@ def static_assert(cond, msg=""):
 range = range  # noqa: A001 - Triton spells a runtime loop `tl.range`; Python's works as well
 
 __all__ = [
-    "constexpr", "static_range", "range", "builtin", "BUILTINS", "dtype", "pointer_type",
+    "constexpr", "static_range", "range", "next_power_of_2", "builtin", "BUILTINS", "dtype", "pointer_type",
     "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
     "uint8", "uint16", "uint32", "uint64", "int1", "bool_",
     *BUILTINS,

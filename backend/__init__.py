@@ -1,0 +1,1 @@
+"""Tile IR -> LLVM IR (NVVM) -> PTX -> cubin, and the resource report."""

@@ -1,0 +1,1 @@
+"""Python AST -> tile IR: parsing, constexpr folding, inlining, typing, layout inference."""

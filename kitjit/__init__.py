@@ -1,0 +1,40 @@
+"""kitjit: a Python JIT for GPU tile kernels.
+
+`import kitjit as kit`, decorate a function with `@kit.jit`, launch it with
+`kernel[grid](*args, BLOCK=...)`. The language (`kit.load`, `kit.sum`, `kit.dot`, ...) follows
+Triton's names; see README.md.
+"""
+
+__version__ = "0.1.0"
+
+
+def _mount_top_level_packages() -> None:
+    """frontend/ and backend/ sit at the top of the repository and install as
+    kitjit.frontend / kitjit.backend. Imported from a checkout (python run in the repo root,
+    where ./kitjit shadows the installed package), make those names point at the folders."""
+    import importlib.util
+    import os
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for sub in ("frontend", "backend"):
+        name = f"{__name__}.{sub}"
+        if name in sys.modules or importlib.util.find_spec(name) is not None:
+            continue
+        init = os.path.join(root, sub, "__init__.py")
+        if os.path.exists(init):
+            spec = importlib.util.spec_from_file_location(
+                name, init, submodule_search_locations=[os.path.join(root, sub)])
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[name] = mod
+            spec.loader.exec_module(mod)
+
+
+_mount_top_level_packages()
+
+from .language import *  # noqa: E402,F403
+from .language import __all__ as _lang_all  # noqa: E402
+from .jit import CompiledKernel, JITFunction, compile_aot, interpret_mode, jit  # noqa: E402
+
+__all__ = ["jit", "JITFunction", "CompiledKernel", "compile_aot", "interpret_mode",
+           "__version__", *_lang_all]

@@ -1,0 +1,1 @@
+"""Host runtime: the CUDA driver and launching."""

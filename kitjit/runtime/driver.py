@@ -1,0 +1,177 @@
+"""The CUDA driver through ctypes: load cubins, launch kernels.
+
+ctypes straight onto libcuda keeps the launch path to a handful of C calls: the parameter
+block (one ctypes struct per kernel, whose field addresses sit in a `void*[]`) is filled in
+place and `cuLaunchKernel` is called with its address, so a cached launch costs little more
+than the driver's own work. No GPU (no libcuda, or cuInit fails) is reported by
+`available()`, and the JIT falls back to the interpreter.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Any
+
+CUDA_SUCCESS = 0
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
+CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
+CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
+CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
+
+_lock = threading.Lock()
+_lib: Any = None
+_init_error: str | None = None
+
+
+class DriverError(RuntimeError):
+    pass
+
+
+def _load() -> Any:
+    global _lib, _init_error
+    if _lib is not None or _init_error is not None:
+        return _lib
+    with _lock:
+        if _lib is not None or _init_error is not None:
+            return _lib
+        try:
+            lib = ctypes.CDLL("libcuda.so.1")
+        except OSError as e:
+            _init_error = f"no CUDA driver (libcuda.so.1: {e})"
+            return None
+        vp, i, u = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint
+        P = ctypes.POINTER
+        sigs = {
+            "cuInit": [u],
+            "cuDeviceGet": [P(i), i],
+            "cuDeviceGetCount": [P(i)],
+            "cuDeviceGetAttribute": [P(i), i, i],
+            "cuCtxGetCurrent": [P(vp)],
+            "cuCtxSetCurrent": [vp],
+            "cuDevicePrimaryCtxRetain": [P(vp), i],
+            "cuModuleLoadData": [P(vp), ctypes.c_char_p],
+            "cuModuleGetFunction": [P(vp), vp, ctypes.c_char_p],
+            "cuModuleUnload": [vp],
+            "cuFuncSetAttribute": [vp, i, i],
+            "cuFuncGetAttribute": [P(i), i, vp],
+            "cuLaunchKernel": [vp, u, u, u, u, u, u, u, vp, vp, vp],
+            "cuGetErrorString": [i, P(ctypes.c_char_p)],
+            "cuCtxSynchronize": [],
+        }
+        for name, args in sigs.items():
+            f = getattr(lib, name)
+            f.argtypes = args
+            f.restype = i
+        r = lib.cuInit(0)
+        if r != CUDA_SUCCESS:
+            _init_error = f"cuInit failed: {_err(lib, r)}"
+            return None
+        n = ctypes.c_int(0)
+        lib.cuDeviceGetCount(ctypes.byref(n))
+        if n.value == 0:
+            _init_error = "no CUDA device"
+            return None
+        _lib = lib
+        return lib
+
+
+def _err(lib, code: int) -> str:
+    s = ctypes.c_char_p()
+    try:
+        lib.cuGetErrorString(code, ctypes.byref(s))
+    except Exception:
+        return f"CUDA error {code}"
+    return f"{(s.value or b'?').decode()} ({code})"
+
+
+def check(code: int, what: str) -> None:
+    if code != CUDA_SUCCESS:
+        raise DriverError(f"{what}: {_err(_lib, code)}")
+
+
+def available() -> bool:
+    return _load() is not None
+
+
+def unavailable_reason() -> str:
+    _load()
+    return _init_error or ""
+
+
+def ensure_context(device: int) -> None:
+    lib = _load()
+    ctx = ctypes.c_void_p()
+    check(lib.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
+    if not ctx.value:
+        check(lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), device), "cuDevicePrimaryCtxRetain")
+        check(lib.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+
+
+def device_attribute(attr: int, device: int = 0) -> int:
+    lib = _load()
+    v = ctypes.c_int(0)
+    check(lib.cuDeviceGetAttribute(ctypes.byref(v), attr, device), "cuDeviceGetAttribute")
+    return v.value
+
+
+def device_arch(device: int = 0) -> str:
+    major = device_attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device)
+    minor = device_attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device)
+    return f"sm_{major}{minor}{'a' if major >= 9 else ''}"
+
+
+def max_shared_memory(device: int = 0) -> int:
+    return device_attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device)
+
+
+def load_function(cubin: bytes, name: str, shared: int, device: int) -> tuple[int, int]:
+    """(module, function) handles for `name` in `cubin`, loaded into `device`'s context."""
+    lib = _load()
+    ensure_context(device)
+    mod = ctypes.c_void_p()
+    check(lib.cuModuleLoadData(ctypes.byref(mod), cubin), f"loading the cubin of {name}")
+    fn = ctypes.c_void_p()
+    check(lib.cuModuleGetFunction(ctypes.byref(fn), mod, name.encode()),
+          f"cuModuleGetFunction({name})")
+    if shared > 48 * 1024:
+        check(lib.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared),
+              f"raising the shared memory of {name} to {shared} bytes")
+    return mod.value, fn.value
+
+
+_CTYPES = {"ptr": ctypes.c_uint64, "i32": ctypes.c_int32, "i64": ctypes.c_int64,
+           "u32": ctypes.c_uint32, "u64": ctypes.c_uint64, "fp32": ctypes.c_float,
+           "fp64": ctypes.c_double, "i1": ctypes.c_int32}
+
+
+class ParamBlock:
+    """The kernel's parameters as one ctypes struct plus the void* array cuLaunchKernel reads.
+    Not thread-safe by itself: a launch fills it and launches under no lock; kernels launched
+    from several threads at once each get their own block (see `for_thread`)."""
+
+    def __init__(self, kinds: list[str]):
+        self.kinds = kinds
+        fields = [(f"a{i}", _CTYPES[k]) for i, k in enumerate(kinds)]
+        self.struct_t = type("Params", (ctypes.Structure,), {"_fields_": fields})
+        self.struct = self.struct_t()
+        n = max(1, len(kinds))
+        self.ptrs = (ctypes.c_void_p * n)()
+        base = ctypes.addressof(self.struct)
+        for i, (fname, _) in enumerate(fields):
+            self.ptrs[i] = base + getattr(self.struct_t, fname).offset
+        self.address = ctypes.addressof(self.ptrs)
+        self.names = [f for f, _ in fields]
+
+
+def launch(fn: int, grid: tuple[int, int, int], threads: int, shared: int, stream: int,
+           params_address: int) -> None:
+    r = _lib.cuLaunchKernel(fn, grid[0], grid[1], grid[2], threads, 1, 1, shared, stream,
+                            params_address, None)
+    if r:
+        check(r, "cuLaunchKernel")
+
+
+def synchronize() -> None:
+    check(_load().cuCtxSynchronize(), "cuCtxSynchronize")
