@@ -1,0 +1,770 @@
+"""The CPU interpreter: runs tile IR with numpy, one program (CTA) at a time.
+
+It exists so that every kernel can be checked where there is no GPU (CI, laptops) and so
+that users can debug kernels: an out-of-bounds access raises `IndexError` naming the source
+line, the program id and the offending address relative to the nearest tensor argument.
+
+Values live in an environment `Value.id -> numpy value` (arrays for tiles, numpy scalars
+for scalars). A pointer is an int64 byte address; loads and stores find the tensor argument
+whose storage holds it. bf16 has no numpy type, so bf16 values are float32 arrays that are
+kept exactly representable in bf16 (rounded to nearest even whenever one is produced).
+
+Ops are compiled once per `run` into closures over env slots; ops that depend neither on
+the program id nor on memory are evaluated once, before the first program.
+"""
+
+from __future__ import annotations
+
+import linecache
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from kitjit.ir import ops as O
+from kitjit.ir.core import Block, Function, Op
+from kitjit.ir.types import DType, bfloat16, float16
+
+__all__ = ["OutOfBoundsError", "round_bf16", "run"]
+
+Env = dict[int, Any]
+Handler = Callable[[Env], None]
+
+# Ops that read or write memory, depend on the program, or hold regions: never hoisted.
+_NOT_HOISTABLE = frozenset({"load", "store", "program_id", "for", "if", "yield"})
+
+
+# ----------------------------------------------------------------------------- dtypes
+def _np(dt: DType) -> Any:
+    """The numpy dtype a value of `dt` is held in (bf16: float32, pointers: int64)."""
+    return np.dtype(dt.np_dtype)
+
+
+def _mem_np(dt: DType) -> Any:
+    """The numpy dtype of `dt` as laid out in memory."""
+    if dt is bfloat16:
+        return np.dtype(np.uint16)
+    if dt.is_bool():
+        return np.dtype(np.uint8)
+    return np.dtype(dt.np_dtype)
+
+
+def _bf16_bits(x: Any) -> np.ndarray:
+    """float32 -> the uint32 bits of the nearest-even bf16 (low 16 bits zero); NaN stays NaN."""
+    x = np.asarray(x, dtype=np.float32)
+    b = x.view(np.uint32)
+    r = (b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
+    nan = x != x
+    if nan.any():
+        r = np.where(nan, (b | np.uint32(0x00400000)) & np.uint32(0xFFFF0000), r)
+    return r
+
+
+def round_bf16(x: Any) -> np.ndarray:
+    """Round to the nearest bf16 value (ties to even), returned as float32.
+
+    float64 input is first rounded to float32 with round-to-odd, so the result is the
+    correctly rounded bf16 of the float64 value (no double-rounding error)."""
+    x = np.asarray(x)
+    if x.dtype == np.float64 or x.dtype.kind in "iu" and x.dtype.itemsize > 2:
+        x = _f64_to_f32_round_odd(x.astype(np.float64))
+    return _bf16_bits(x).view(np.float32)
+
+
+def _f64_to_f32_round_odd(x: np.ndarray) -> np.ndarray:
+    f = x.astype(np.float32)
+    bits = f.view(np.uint32).copy()
+    fin = np.isfinite(x)
+    back = f.astype(np.float64)
+    # RNE went away from zero: step one ulp back toward zero (truncation), then mark inexact.
+    away = fin & (np.abs(back) > np.abs(x))
+    bits = np.where(away, bits - np.uint32(1), bits)
+    inexact = fin & (back != x)
+    bits = np.where(inexact, bits | np.uint32(1), bits)
+    return bits.view(np.float32)
+
+
+def _fixer(dt: DType) -> Callable[[Any], Any] | None:
+    """How to bring a computed value back into `dt`'s set of values (None: nothing to do)."""
+    if dt is bfloat16:
+        return round_bf16
+    return None
+
+
+def _int_bounds(dt: DType) -> tuple[int, int]:
+    if dt.is_int_unsigned():
+        return 0, 2 ** dt.bits - 1
+    return -(2 ** (dt.bits - 1)), 2 ** (dt.bits - 1) - 1
+
+
+def _scalar_arg(dt: DType, x: Any) -> Any:
+    """A Python number passed for an int/float/bool argument, as a numpy scalar of `dt`."""
+    if dt.is_bool():
+        return np.bool_(bool(x))
+    if dt.is_int():
+        n = int(x) & ((1 << dt.bits) - 1)
+        if dt.is_int_signed() and n >= 1 << (dt.bits - 1):
+            n -= 1 << dt.bits
+        return _np(dt).type(n)
+    if dt is bfloat16:
+        return round_bf16(np.float64(float(x)))[()]
+    return _np(dt).type(float(x))
+
+
+class OutOfBoundsError(IndexError):
+    """A load or store outside every tensor argument, or a misaligned one."""
+
+
+# ----------------------------------------------------------------------------- memory
+class _Buffer:
+    """The whole storage of one or more tensor arguments, as a uint8 numpy array."""
+
+    def __init__(self, u8: np.ndarray, writeback: Callable[[], None] | None = None):
+        self.u8 = u8
+        self.base = int(u8.ctypes.data) if u8.size else 0
+        self.end = self.base + u8.size
+        self.writeback = writeback
+        self.written = False
+        self._views: dict[Any, np.ndarray] = {}
+
+    def view(self, mdt: Any) -> np.ndarray:
+        v = self._views.get(mdt)
+        if v is None:
+            n = self.u8.size - self.u8.size % mdt.itemsize
+            v = self._views[mdt] = self.u8[:n].view(mdt)
+        return v
+
+
+class _ArgInfo:
+    def __init__(self, name: str, start: int, numel: int, itemsize: int, dtype: str):
+        self.name, self.start, self.numel = name, start, numel
+        self.itemsize, self.dtype = itemsize, dtype
+        self.end = start + numel * itemsize
+
+
+class _Memory:
+    """Maps byte addresses to argument buffers; owns the CPU copies of device tensors."""
+
+    def __init__(self, fn: Function, args: list):
+        import torch
+
+        self.bufs: list[_Buffer] = []
+        self.args: list[_ArgInfo] = []
+        self.values: list[Any] = []
+        by_storage: dict[tuple, tuple[_Buffer, int]] = {}
+        for v, a in zip(fn.args, args):
+            dt = v.dtype
+            if not dt.is_ptr():
+                if isinstance(a, torch.Tensor) or hasattr(a, "data_ptr"):
+                    raise TypeError(f"argument '{v.name}' is a {dt} scalar but got a tensor")
+                self.values.append(_scalar_arg(dt, a))
+                continue
+            if not isinstance(a, torch.Tensor):
+                raise TypeError(f"argument '{v.name}' is a pointer ({dt}) and needs a torch "
+                                f"tensor, got {type(a).__name__}")
+            st = a.untyped_storage()
+            key = (str(a.device), st.data_ptr(), st.nbytes())
+            if key not in by_storage:
+                by_storage[key] = (self._buffer(a, st), st.data_ptr())
+            buf, dev_base = by_storage[key]
+            ptr = buf.base + (a.data_ptr() - dev_base)
+            self.values.append(np.int64(ptr))
+            self.args.append(_ArgInfo(v.name or f"arg{len(self.values) - 1}", ptr, a.numel(),
+                                      a.element_size(), str(a.dtype).replace("torch.", "")))
+        self.bufs.sort(key=lambda b: b.base)
+        self.bases = np.array([b.base for b in self.bufs], dtype=np.int64)
+
+    def _buffer(self, t: Any, st: Any) -> _Buffer:
+        import torch
+
+        if t.device.type == "cpu":
+            buf = _Buffer(torch.empty(0, dtype=torch.uint8).set_(st).numpy())
+        else:
+            dev = torch.empty(0, dtype=torch.uint8, device=t.device).set_(st)
+            host = dev.cpu()
+            buf = _Buffer(host.numpy(), lambda: dev.copy_(host))
+        self.bufs.append(buf)
+        return buf
+
+    def write_back(self) -> None:
+        for b in self.bufs:
+            if b.written and b.writeback is not None:
+                b.writeback()
+
+    # -- address resolution
+    def locate(self, addrs: np.ndarray, mdt: Any, what: str, ctx: _Ctx, op: Op,
+               lanes: np.ndarray | None) -> list[tuple[_Buffer, np.ndarray, Any]]:
+        """Element indices into buffers for flat int64 `addrs`: [(buffer, index, sel)].
+
+        `lanes[i]` is the tile lane (flat index) of `addrs[i]`, None when they coincide;
+        it is only read to write error messages."""
+        size = mdt.itemsize
+        lo, hi = int(addrs.min()), int(addrs.max())
+        for b in self.bufs:
+            if b.base <= lo and hi + size <= b.end:
+                return [(b, self._index(b, addrs, size, what, ctx, op, lanes), None)]
+        if not self.bufs:
+            self._oob(addrs, np.ones(addrs.shape, bool), mdt, what, ctx, op, lanes)
+        which = np.searchsorted(self.bases, addrs, side="right") - 1
+        ends = np.array([b.end for b in self.bufs], dtype=np.int64)
+        bad = (which < 0) | (addrs + size > ends[np.maximum(which, 0)])
+        if bad.any():
+            self._oob(addrs, bad, mdt, what, ctx, op, lanes)
+        out = []
+        for k in np.unique(which):
+            sel = which == k
+            b = self.bufs[int(k)]
+            sub = np.flatnonzero(sel) if lanes is None else lanes[sel]
+            out.append((b, self._index(b, addrs[sel], size, what, ctx, op, sub), sel))
+        return out
+
+    def _index(self, b: _Buffer, addrs: np.ndarray, size: int, what: str, ctx: _Ctx, op: Op,
+               lanes: np.ndarray | None) -> np.ndarray:
+        off = addrs - b.base
+        if size == 1:
+            return off
+        rem = off % size
+        if rem.any():
+            i = int(np.flatnonzero(rem)[0])
+            raise OutOfBoundsError(_where(op, ctx, f"misaligned {what}") + "\n  lane "
+                             f"{_lane(ctx, lanes[i])} accesses address {int(addrs[i]):#x}, "
+                             f"which is not a multiple of the element size {size}")
+        return off // size
+
+    def _oob(self, addrs, bad, mdt, what, ctx, op, lanes) -> None:
+        n_bad = int(np.count_nonzero(bad))
+        i = int(np.flatnonzero(bad)[0])
+        a = int(addrs[i])
+        size = mdt.itemsize
+        msg = _where(op, ctx, f"out-of-bounds {what}")
+        msg += (f"\n  {n_bad} of {ctx.lanes_total} lanes {'read' if what == 'load' else 'write'}"
+                f" outside every tensor argument; first: lane "
+                f"{_lane(ctx, i if lanes is None else lanes[i])}")
+        if self.args:
+            near = min(self.args, key=lambda g: 0 if g.start <= a < g.end else
+                       min(abs(a - g.start), abs(a - g.end)))
+            rel = a - near.start
+            el = f"element {rel // size}" if rel % size == 0 else f"byte {rel}"
+            msg += (f" accesses '{near.name}' + {el} (byte offset {rel}), but '{near.name}' "
+                    f"has {near.numel} elements of {near.dtype}")
+            if near.itemsize != size:
+                msg += f" ({near.numel * near.itemsize // size} of {size} bytes)"
+        else:
+            msg += f" accesses address {a:#x} (the kernel has no tensor arguments)"
+        msg += "\n  hint: mask the access, e.g. kit.load(ptr, mask=offs < n)"
+        raise OutOfBoundsError(msg)
+
+    # -- gather / scatter
+    def load(self, addrs: np.ndarray, mdt: Any, ctx: _Ctx, op: Op,
+             lanes: np.ndarray | None) -> np.ndarray:
+        parts = self.locate(addrs, mdt, "load", ctx, op, lanes)
+        if len(parts) == 1:
+            b, idx, _ = parts[0]
+            return b.view(mdt)[idx]
+        out = np.empty(addrs.shape, mdt)
+        for b, idx, sel in parts:
+            out[sel] = b.view(mdt)[idx]
+        return out
+
+    def store(self, addrs: np.ndarray, vals: np.ndarray, mdt: Any, ctx: _Ctx, op: Op,
+              lanes: np.ndarray | None) -> None:
+        for b, idx, sel in self.locate(addrs, mdt, "store", ctx, op, lanes):
+            b.view(mdt)[idx] = vals if sel is None else vals[sel]
+            b.written = True
+
+
+class _Ctx:
+    """What error messages need to know about the running program."""
+
+    def __init__(self, grid: tuple[int, int, int]):
+        self.grid = grid
+        self.pid = (0, 0, 0)
+        self.shape: tuple[int, ...] = ()
+        self.lanes_total = 1
+
+
+def _where(op: Op, ctx: _Ctx, title: str) -> str:
+    """The first lines of a memory error: what, where in the source, which program."""
+    loc = op.loc
+    if loc is None:
+        head = f"{title} (no source location), program {ctx.pid}"
+    else:
+        fn = f" in '{loc.func}'" if loc.func else ""
+        head = f"{title} at {loc}{fn}, program {ctx.pid}"
+        src = linecache.getline(loc.file, loc.line).strip()
+        if src:
+            head += f"\n    {src}"
+    return head
+
+
+def _lane(ctx: _Ctx, flat: Any) -> str:
+    if not ctx.shape:
+        return "(scalar)"
+    return str(tuple(int(i) for i in np.unravel_index(int(flat), ctx.shape)))
+
+
+# ----------------------------------------------------------------------------- op semantics
+def _compute_in_f32(f: Callable, dt: DType) -> Callable:
+    """Float math on fp16/bf16 runs in fp32 and rounds back, as on the GPU."""
+    if dt is float16:
+        return lambda x: f(np.asarray(x, np.float32)).astype(np.float16)
+    if dt is bfloat16:
+        return lambda x: round_bf16(f(x))
+    return f
+
+
+def _rsqrt(x):
+    return np.reciprocal(np.sqrt(x))
+
+
+def _sigmoid(x):
+    one = np.asarray(x).dtype.type(1)
+    return one / (one + np.exp(-x))
+
+
+_FLOAT_UNARY = {"exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2,
+                "sqrt": np.sqrt, "rsqrt": _rsqrt, "sin": np.sin, "cos": np.cos,
+                "sigmoid": _sigmoid, "floor": np.floor, "ceil": np.ceil}
+
+
+def _unary(op: Op) -> Callable:
+    name, dt = op.name, op.operands[0].dtype
+    if name == "neg":
+        return np.negative
+    if name == "not":
+        return np.logical_not
+    if name == "invert":
+        return np.logical_not if dt.is_bool() else np.invert
+    if name == "abs":
+        return np.abs
+    f = _FLOAT_UNARY[name]
+    if not dt.is_floating():
+        raise NotImplementedError(f"interpreter: '{name}' on {dt} (the frontend casts to "
+                                  "float first)")
+    return _compute_in_f32(f, dt)
+
+
+def _int_floordiv(a, b):
+    zero = b == 0
+    bs = np.where(zero, 1, b).astype(np.asarray(b).dtype)
+    if np.asarray(a).dtype.kind == "u":
+        return np.where(zero, 0, np.floor_divide(a, bs)).astype(np.asarray(a).dtype)
+    r = np.fmod(a, bs)
+    # (a - r) is an exact multiple of b; floor division of it is exact, hence truncation.
+    return np.where(zero, 0, np.floor_divide(a - r, bs)).astype(np.asarray(a).dtype)
+
+
+def _int_mod(a, b):
+    zero = b == 0
+    bs = np.where(zero, 1, b).astype(np.asarray(b).dtype)
+    return np.where(zero, 0, np.fmod(a, bs)).astype(np.asarray(a).dtype)
+
+
+def _shifts(dt: DType):
+    bits = dt.bits
+    t = _np(dt).type
+
+    def amount(b):
+        big = (b >= bits) if dt.is_int_unsigned() else ((b < 0) | (b >= bits))
+        return big, np.where(big, 0, b).astype(_np(dt))
+
+    def shl(a, b):
+        big, s = amount(b)
+        return np.where(big, t(0), np.left_shift(a, s)).astype(_np(dt))
+
+    def shr(a, b):  # numpy: arithmetic for signed, logical for unsigned, like the GPU
+        big, s = amount(b)
+        fill = t(0) if dt.is_int_unsigned() else np.where(a < 0, t(-1), t(0))
+        return np.where(big, fill, np.right_shift(a, s)).astype(_np(dt))
+
+    return shl, shr
+
+
+def _binary(op: Op) -> Callable:
+    name, dt = op.name, op.operands[0].dtype
+    if name in ("add", "sub", "mul", "minimum", "maximum", "and", "or", "xor"):
+        f = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "minimum": np.minimum,
+             "maximum": np.maximum, "and": np.bitwise_and, "or": np.bitwise_or,
+             "xor": np.bitwise_xor}[name]
+        return f
+    if name in ("shl", "shr"):
+        if not dt.is_int():
+            raise NotImplementedError(f"interpreter: '{name}' on {dt}")
+        return _shifts(dt)[0 if name == "shl" else 1]
+    if dt.is_floating():
+        if name == "div":
+            return np.true_divide
+        if name == "floordiv":
+            return lambda a, b: np.floor(np.true_divide(a, b))
+        if name == "mod":
+            return np.fmod
+    elif dt.is_int():
+        if name == "floordiv":
+            return _int_floordiv
+        if name == "mod":
+            return _int_mod
+    raise NotImplementedError(f"interpreter: '{name}' on {dt}")
+
+
+_CMP = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+        "eq": np.equal, "ne": np.not_equal}
+
+
+def _cast(op: Op) -> Callable:
+    src, dst = op.operands[0].dtype, op.result.dtype
+    nd = _np(dst)
+    if dst.is_bool():
+        return lambda x: np.not_equal(x, 0)
+    if src.is_bool():
+        if dst is bfloat16:
+            return lambda x: np.asarray(x).astype(np.float32)
+        return lambda x: np.asarray(x).astype(nd)
+    if dst.is_int():
+        if src.is_int():
+            return lambda x: np.asarray(x).astype(nd)  # wraps
+        lo, hi = _int_bounds(dst)
+
+        def f2i(x):  # truncate toward zero, saturate, NaN -> 0 (cvt.rzi)
+            t = np.trunc(np.asarray(x, np.float64))
+            safe = np.where((t >= lo) & (t < float(hi) + 1), t, 0)
+            r = safe.astype(nd)
+            r = np.where(t >= float(hi) + 1, nd.type(hi), r)
+            return np.where(t < lo, nd.type(lo), r).astype(nd)
+        return f2i
+    if dst is bfloat16:
+        return round_bf16
+    # int/float -> fp16/fp32/fp64; bf16 sources are already float32.
+    return lambda x: np.asarray(x).astype(nd)
+
+
+def _reduce(op: Op) -> Callable:
+    kind, axis = op.attrs["kind"], op.attrs["axis"]
+    rdt = _np(op.result.dtype)
+    fix = _fixer(op.result.dtype)
+    if kind == "sum":
+        def f(x):
+            return np.sum(x, axis=axis, dtype=rdt)
+    elif kind in ("max", "min"):
+        g = np.max if kind == "max" else np.min
+
+        def f(x):
+            return g(x, axis=axis).astype(rdt)
+    elif kind in ("argmax", "argmin"):
+        g = np.argmax if kind == "argmax" else np.argmin  # first extreme element
+
+        def f(x):
+            return g(x, axis=axis).astype(rdt)
+    else:
+        raise NotImplementedError(f"interpreter: reduce kind '{kind}'")
+    if fix is not None:
+        return lambda x: fix(f(x))
+    return f
+
+
+def _dot(a, b, acc):
+    return np.matmul(np.asarray(a, np.float32), np.asarray(b, np.float32)) + acc
+
+
+def _pure(op: Op, ctx: _Ctx) -> Callable:
+    """The numpy function of a pure op: operand values -> result value."""
+    name, attrs = op.name, op.attrs
+    if name in O.BINARY:
+        f = _binary(op)
+    elif name in O.UNARY:
+        f = _unary(op)
+    elif name == "cmp":
+        return _CMP[attrs["pred"]]
+    elif name == "cast":
+        return _cast(op)
+    elif name == "select":
+        return np.where
+    elif name == "addptr":
+        size = np.int64(op.result.dtype.element_ty.itemsize)
+        return lambda p, o: p + np.asarray(o).astype(np.int64) * size
+    elif name == "splat":
+        shape, nd = op.result.shape, _np(op.result.dtype)
+        return lambda x: np.full(shape, x, nd)
+    elif name == "broadcast":
+        shape = op.result.shape
+        return lambda x: np.broadcast_to(x, shape)
+    elif name == "expand_dims":
+        axis = attrs["axis"]
+        return lambda x: np.expand_dims(x, axis)
+    elif name == "convert_layout":
+        return lambda x: x
+    elif name == "reduce":
+        return _reduce(op)
+    elif name == "dot":
+        return _dot
+    elif name == "constant":
+        v = _scalar_arg(op.result.dtype, attrs["value"]) if not op.result.dtype.is_floating() \
+            else (round_bf16(np.float64(attrs["value"]))[()] if op.result.dtype is bfloat16
+                  else _np(op.result.dtype).type(attrs["value"]))
+        return lambda: v
+    elif name == "arange":
+        v = np.arange(attrs["start"], attrs["end"], dtype=np.int32)
+        return lambda: v
+    elif name == "num_programs":
+        n = np.int32(ctx.grid[attrs["axis"]])
+        return lambda: n
+    else:
+        raise NotImplementedError(_unknown(op))
+    fix = _fixer(op.result.dtype)
+    if fix is not None and name not in ("minimum", "maximum", "neg", "abs"):
+        return lambda *xs: fix(f(*xs))
+    return f
+
+
+def _unknown(op: Op) -> str:
+    where = f" (at {op.loc})" if op.loc else ""
+    return f"the interpreter does not know the op '{op.name}'{where}"
+
+
+# ----------------------------------------------------------------------------- compiler
+class _Compiler:
+    """Turns blocks into lists of closures `h(env)`; collects hoisted ops separately."""
+
+    def __init__(self, mem: _Memory, ctx: _Ctx):
+        self.mem = mem
+        self.ctx = ctx
+        self.hoisted: list[Handler] = []
+        self.varying: set[int] = set()
+
+    def block(self, block: Block) -> list[Handler]:
+        self.varying.update(a.id for a in block.args)
+        out: list[Handler] = []
+        for op in block.ops:
+            if op.name == "yield":
+                continue
+            h = self.op(op)
+            hoist = op.name not in _NOT_HOISTABLE and \
+                not any(v.id in self.varying for v in op.operands)
+            if hoist:
+                self.hoisted.append(h)
+            else:
+                self.varying.update(r.id for r in op.results)
+                out.append(h)
+        return out
+
+    def op(self, op: Op) -> Handler:
+        name = op.name
+        if name == "load":
+            return self.load(op)
+        if name == "store":
+            return self.store(op)
+        if name == "for":
+            return self.for_(op)
+        if name == "if":
+            return self.if_(op)
+        if name == "program_id":
+            ctx, axis, r = self.ctx, op.attrs["axis"], op.result.id
+
+            def pid(env: Env) -> None:
+                env[r] = np.int32(ctx.pid[axis])
+            return pid
+        f = _pure(op, self.ctx)
+        return _wrap(f, [v.id for v in op.operands], op.result.id)
+
+    def load(self, op: Op) -> Handler:
+        mem, ctx = self.mem, self.ctx
+        dt = op.result.dtype
+        mdt, nd = _mem_np(dt), _np(dt)
+        if dt is bfloat16:
+            def conv(raw):
+                return (raw.astype(np.uint32) << np.uint32(16)).view(np.float32)
+        elif dt.is_bool():
+            def conv(raw):
+                return raw != 0
+        else:
+            def conv(raw):
+                return raw
+        ids = [v.id for v in op.operands]
+        p_id = ids[0]
+        m_id = ids[1] if op.attrs.get("has_mask", len(ids) > 1) else None
+        o_id = ids[2] if op.attrs.get("has_other", len(ids) > 2) else None
+        shape = op.result.shape
+        r = op.result.id
+        n = int(np.prod(shape)) if shape else 1
+
+        def load(env: Env) -> None:
+            addrs = np.asarray(env[p_id]).reshape(-1)
+            mask = None
+            if m_id is not None:
+                mask = np.asarray(env[m_id]).reshape(-1)
+                if mask.all():
+                    mask = None
+            ctx.shape, ctx.lanes_total = shape, n
+            if mask is None:
+                vals = conv(mem.load(addrs, mdt, ctx, op, None))
+                out = vals.reshape(shape)
+            else:
+                if o_id is not None:
+                    out = np.array(np.broadcast_to(env[o_id], shape), dtype=nd).reshape(-1)
+                else:
+                    out = np.zeros(n, nd)
+                if mask.any():
+                    lanes = np.flatnonzero(mask)
+                    out[lanes] = conv(mem.load(addrs[lanes], mdt, ctx, op, lanes))
+                out = out.reshape(shape)
+            env[r] = out if shape else out[()]
+        return load
+
+    def store(self, op: Op) -> Handler:
+        mem, ctx = self.mem, self.ctx
+        dt = op.operands[1].dtype
+        mdt = _mem_np(dt)
+        if dt is bfloat16:
+            def conv(v):
+                return (_bf16_bits(v) >> np.uint32(16)).astype(np.uint16)
+        elif dt.is_bool():
+            def conv(v):
+                return np.asarray(v).astype(np.uint8)
+        else:
+            def conv(v):
+                return np.asarray(v, mdt)
+        ids = [v.id for v in op.operands]
+        p_id, v_id = ids[0], ids[1]
+        m_id = ids[2] if op.attrs.get("has_mask", len(ids) > 2) else None
+        shape = op.operands[0].shape
+        n = int(np.prod(shape)) if shape else 1
+
+        def store(env: Env) -> None:
+            addrs = np.asarray(env[p_id]).reshape(-1)
+            vals = np.broadcast_to(env[v_id], shape).reshape(-1)
+            ctx.shape, ctx.lanes_total = shape, n
+            if m_id is not None:
+                mask = np.asarray(env[m_id]).reshape(-1)
+                if not mask.all():
+                    lanes = np.flatnonzero(mask)
+                    if lanes.size:
+                        mem.store(addrs[lanes], conv(vals[lanes]), mdt, ctx, op, lanes)
+                    return
+            mem.store(addrs, conv(vals), mdt, ctx, op, None)
+        return store
+
+    def for_(self, op: Op) -> Handler:
+        body = op.regions[0]
+        lb_id, ub_id, st_id = (v.id for v in op.operands[:3])
+        init_ids = [v.id for v in op.operands[3:]]
+        iv = body.args[0]
+        iv_id, ivt = iv.id, _np(iv.dtype).type
+        carried = [a.id for a in body.args[1:]]
+        handlers = self.block(body)
+        yields = [v.id for v in body.terminator.operands] if body.terminator else []
+        results = [r.id for r in op.results]
+        loc = op.loc
+        where = f"line {loc.line}" if loc else "?"
+        name = iv.name or "the induction variable"
+
+        def for_(env: Env) -> None:
+            lb, ub, st = int(env[lb_id]), int(env[ub_id]), int(env[st_id])
+            if st == 0:
+                raise ValueError(f"range() step is zero at {loc}")
+            vals = [env[i] for i in init_ids]
+            i = lb
+            try:
+                for i in range(lb, ub, st):
+                    env[iv_id] = ivt(i)
+                    for k, v in zip(carried, vals):
+                        env[k] = v
+                    for h in handlers:
+                        h(env)
+                    vals = [env[y] for y in yields]
+            except OutOfBoundsError as e:  # say which iteration: bugs are often at the edges
+                raise OutOfBoundsError(f"{e.args[0]}\n  in the loop at {where}: {name} = {i} "
+                                       f"(range({lb}, {ub}, {st}))") from None
+            for k, v in zip(results, vals):
+                env[k] = v
+        return for_
+
+    def if_(self, op: Op) -> Handler:
+        c_id = op.operands[0].id
+        branches = []
+        for region in op.regions:
+            hs = self.block(region)
+            ys = [v.id for v in region.terminator.operands] if region.terminator else []
+            branches.append((hs, ys))
+        while len(branches) < 2:
+            branches.append(([], []))
+        (then_h, then_y), (else_h, else_y) = branches
+        results = [r.id for r in op.results]
+
+        def if_(env: Env) -> None:
+            hs, ys = (then_h, then_y) if env[c_id] else (else_h, else_y)
+            for h in hs:
+                h(env)
+            for k, y in zip(results, ys):
+                env[k] = env[y]
+        return if_
+
+
+def _wrap(f: Callable, ids: list[int], r: int) -> Handler:
+    """A closure that applies `f` to env slots `ids` and stores the result at `r`."""
+    if len(ids) == 0:
+        def h0(env: Env) -> None:
+            env[r] = f()
+        return h0
+    if len(ids) == 1:
+        a = ids[0]
+
+        def h1(env: Env) -> None:
+            env[r] = f(env[a])
+        return h1
+    if len(ids) == 2:
+        a, b = ids
+
+        def h2(env: Env) -> None:
+            env[r] = f(env[a], env[b])
+        return h2
+    if len(ids) == 3:
+        a, b, c = ids
+
+        def h3(env: Env) -> None:
+            env[r] = f(env[a], env[b], env[c])
+        return h3
+
+    def hn(env: Env) -> None:
+        env[r] = f(*[env[i] for i in ids])
+    return hn
+
+
+# ----------------------------------------------------------------------------- entry point
+def run(fn: Function, grid: tuple[int, int, int], args: list) -> None:
+    """Run kernel `fn` on the CPU for every program of `grid` (x fastest).
+
+    `args` line up with `fn.args`: torch tensors for pointer arguments (device tensors are
+    copied to the CPU and back), Python numbers for the rest.
+    """
+    if len(args) != len(fn.args):
+        names = ", ".join(v.name or "?" for v in fn.args)
+        raise TypeError(f"kernel '{fn.name}' takes {len(fn.args)} run-time arguments "
+                        f"({names}), got {len(args)}")
+    g = tuple(int(x) for x in grid) + (1,) * (3 - len(grid))
+    if len(g) != 3 or min(g) < 0:
+        raise ValueError(f"grid must have 1 to 3 non-negative sizes, got {grid!r}")
+    mem = _Memory(fn, args)
+    try:
+        with np.errstate(all="ignore"):
+            _execute(fn, (g[0], g[1], g[2]), mem)
+    finally:
+        mem.write_back()
+
+
+def _execute(fn: Function, grid: tuple[int, int, int], mem: _Memory) -> None:
+    ctx = _Ctx(grid)
+    comp = _Compiler(mem, ctx)
+    body = comp.block(fn.body)
+    base: Env = {v.id: x for v, x in zip(fn.args, mem.values)}
+    if grid[0] * grid[1] * grid[2] == 0:
+        return
+    for h in comp.hoisted:
+        h(base)
+    gx, gy, gz = grid
+    for z in range(gz):
+        for y in range(gy):
+            for x in range(gx):
+                ctx.pid = (x, y, z)
+                env = dict(base)
+                for h in body:
+                    h(env)
+
