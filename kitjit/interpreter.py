@@ -98,7 +98,7 @@ def _int_bounds(dt: DType) -> tuple[int, int]:
 
 
 def _scalar_arg(dt: DType, x: Any) -> Any:
-    """A Python number passed for an int/float/bool argument, as a numpy scalar of `dt`."""
+    """A Python number (an argument or a constant) as a numpy scalar of `dt`; ints wrap."""
     if dt.is_bool():
         return np.bool_(bool(x))
     if dt.is_int():
@@ -497,9 +497,7 @@ def _pure(op: Op, ctx: _Ctx) -> Callable:
     elif name == "dot":
         return _dot
     elif name == "constant":
-        v = _scalar_arg(op.result.dtype, attrs["value"]) if not op.result.dtype.is_floating() \
-            else (round_bf16(np.float64(attrs["value"]))[()] if op.result.dtype is bfloat16
-                  else _np(op.result.dtype).type(attrs["value"]))
+        v = _scalar_arg(op.result.dtype, attrs["value"])
         return lambda: v
     elif name == "arange":
         v = np.arange(attrs["start"], attrs["end"], dtype=np.int32)

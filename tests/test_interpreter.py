@@ -714,3 +714,20 @@ def test_speed_a_few_hundred_programs():
     run(fn, (rows, 1, 1), [x, y, n_cols])
     assert time.perf_counter() - t < 2.0
     assert_close(y, torch.softmax(x.double(), dim=1), torch.bfloat16)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_device_tensors_round_trip_and_stay_aliased():
+    n = 1000
+    x = torch.randn(2 * n, device="cuda")
+    y = torch.randn(n, device="cuda")
+    z = torch.full((n + 5,), POISON, device="cuda")
+    launch(add_kernel, (cdiv(n, 256),), x[n:], y, z, n, BLOCK=256)
+    assert torch.equal(z[:n], x[n:] + y) and torch.isnan(z[n:]).all()
+    base = torch.randn(300, device="cuda")
+    w = base.clone()
+    launch(inplace_kernel, (2,), w[100:250], w[100:250], 150, BLOCK=128)
+    ref = base.clone()
+    ref[100:250] *= 2
+    assert torch.equal(w, ref)
