@@ -20,7 +20,8 @@ def softmax_kernel(X, Y, n_cols, BLOCK: kit.constexpr):
 
 
 def num_warps_for(block: int) -> int:
-    return 4 if block <= 2048 else 8 if block <= 8192 else 16
+    # measured on an H200 (benchmarks/NOTES.md): 4 warps up to 4096 columns, 16 at 16384
+    return 4 if block <= 4096 else 8 if block <= 8192 else 16
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:

@@ -110,7 +110,7 @@ class JITFunction:
         self.params = list(sig.parameters)
         self.constexprs = [n for n, p in sig.parameters.items() if _is_constexpr(p.annotation)]
         self.runtime_params = [n for n in self.params if n not in self.constexprs]
-        self._binder = _make_binder(fn.__name__, sig, self.constexprs)
+        self._run = _make_runner(self, sig)
 
     # -------------------------------------------------------------- source
     @property
@@ -150,47 +150,31 @@ class JITFunction:
 
     # -------------------------------------------------------------- launch
     def run(self, *args, grid, **kwargs):
-        rt_args, consts, num_warps = self._binder(*args, **kwargs)
-        if _env_flag("KITJIT_INTERPRET"):
-            return self._interpret(grid, rt_args, consts, num_warps)
-        key_parts = []
-        device = -1
-        for a in rt_args:
-            if hasattr(a, "data_ptr"):
-                dev = a.get_device()
-                key_parts.append((a.dtype, a.data_ptr() & 15 == 0, dev))
-                if device < 0:
-                    device = dev
-            elif a.__class__ is int:
-                key_parts.append((a == 1, a & 15 == 0, -2 ** 31 <= a < 2 ** 31))
-            else:
-                key_parts.append(a.__class__)
-        key = (tuple(key_parts), consts, num_warps)
-        ck = self.cache.get(key)
-        if ck is None:
-            if interpret_mode():
-                return self._interpret(grid, rt_args, consts, num_warps)
-            ck = self._compile_for_launch(key, rt_args, consts, num_warps, device)
-        if callable(grid):
-            grid = grid(dict(zip(self.constexprs, consts), num_warps=num_warps))
-        g = _grid3(grid, self.__name__)
-        if g[0] * g[1] * g[2] == 0:
-            return ck
-        if device < 0:
-            device = 0
-        block = ck.params()
-        st = block.struct
-        names = block.names
-        for j, i in enumerate(ck.runtime_index):
-            a = rt_args[i]
-            setattr(st, names[j], a.data_ptr() if hasattr(a, "data_ptr") else a)
-        from .runtime import driver
+        """Launch on `grid`: the generated fast path (binding, key, cache lookup, launch)."""
+        try:
+            return self._run(*args, grid=grid, **kwargs)
+        except TypeError as e:
+            if "_run()" not in str(e):
+                raise
+            msg = str(e).replace("_run()", f"{self.__name__}()")
+            if "missing" in msg and any(f"'{c}'" in msg for c in self.constexprs):
+                msg += " (constexprs are passed by keyword: kernel[grid](..., BLOCK=1024))"
+            raise TypeError(msg) from None
 
-        driver.launch(ck.function(device), g, ck.threads, ck.shared,
-                      _current_stream(device), block.address)
-        return ck
+    def _miss(self, key, rt_args, consts, num_warps):
+        """A specialization not seen in this process: compile (or interpret) it and return
+        its launcher, a function (grid, *run-time args). KITJIT_INTERPRET is read here."""
+        if interpret_mode():
+            launcher = functools.partial(self._interpret_launch, consts, num_warps)
+        else:
+            device = next((a.get_device() for a in rt_args if hasattr(a, "data_ptr")), -1)
+            ck = self._compile_for_launch(rt_args, consts, num_warps, device)
+            launcher = _make_launcher(self, ck, device if device >= 0 else
+                                      _torch_current_device(), consts)
+        self.cache[key] = launcher
+        return launcher
 
-    def _compile_for_launch(self, key, rt_args, consts, num_warps, device) -> CompiledKernel:
+    def _compile_for_launch(self, rt_args, consts, num_warps, device) -> CompiledKernel:
         from .runtime import driver
 
         _check_launch_args(self, rt_args, gpu=True)
@@ -198,10 +182,8 @@ class JITFunction:
             device = _torch_current_device()
         arch = driver.device_arch(device)
         specs = [_arg_spec(n, a) for n, a in zip(self.runtime_params, rt_args)]
-        ck = self.compile(specs, consts, num_warps, arch,
-                          max_shared=driver.max_shared_memory(device))
-        self.cache[key] = ck
-        return ck
+        return self.compile(specs, consts, num_warps, arch,
+                            max_shared=driver.max_shared_memory(device))
 
     # -------------------------------------------------------------- compile
     def _arg_specs_dict(self, specs: list, consts: tuple) -> tuple[dict, dict]:
@@ -229,9 +211,9 @@ class JITFunction:
         return _guard(self.__name__, "inferring layouts of", lambda: infer_layouts(fn))
 
     def cache_key(self, specs: list, consts: tuple, num_warps: int, arch: str) -> str:
-        from kitjit.backend.compiler import nvjitlink_version
-
         import llvmlite
+
+        from kitjit.backend.compiler import nvjitlink_version
 
         text = repr((self.dep_hash, __version__, specs, [_const_repr(c) for c in consts],
                      num_warps, arch, llvmlite.__version__, nvjitlink_version()))
@@ -293,7 +275,7 @@ class JITFunction:
         return ck
 
     # -------------------------------------------------------------- interpreter
-    def _interpret(self, grid, rt_args, consts, num_warps):
+    def _interpret_launch(self, consts, num_warps, grid, *rt_args):
         from . import interpreter
 
         _check_launch_args(self, rt_args, gpu=False)
@@ -311,6 +293,69 @@ class JITFunction:
         args = [a for a, s in zip(rt_args, specs) if s[0] != "const"]
         interpreter.run(fn, g, args)
         return None
+
+
+def _has_tensor(args) -> bool:
+    return any(hasattr(a, "data_ptr") for a in args)
+
+
+def _key_part(a):
+    """What the specialization depends on, for one run-time argument (kept cheap: this runs
+    on every launch)."""
+    if a.__class__ is int:
+        return (a == 1, a & 15 == 0, -2147483648 <= a <= 2147483647)
+    try:
+        return (a.get_device(), a.dtype, a.data_ptr() & 15 == 0)
+    except AttributeError:
+        return a.__class__
+
+
+_LAUNCH_TEMPLATE = """
+def launch(grid, {args}):
+    if grid.__class__ is tuple and 0 < len(grid) <= 3:
+        g = grid + _ONES[len(grid):]
+    elif callable(grid):
+        g = _grid3(grid(_META), _NAME)
+    else:
+        g = _grid3(grid, _NAME)
+    g0, g1, g2 = g
+    if not (0 < g0 <= 2147483647 and 0 < g1 <= 65535 and 0 < g2 <= 65535):
+        if g0 * g1 * g2 == 0 and _grid3(g, _NAME):
+            return _CK
+        _grid3(g, _NAME)
+{sets}
+    r = _launch(_FN, g0, g1, g2, _THREADS, 1, 1, _SHARED, _stream(_DEV), _ADDR, None)
+    if r:
+        _fail(r)
+    return _CK
+"""
+
+
+def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tuple):
+    """A generated function that fills the kernel's parameter block from the arguments and
+    calls cuLaunchKernel: no loops, no dict lookups on the hot path."""
+    from .runtime import driver
+
+    block = ck.params()
+    names = [f"a{i}" for i in range(len(jf.runtime_params))]
+    sets = []
+    for j, i in enumerate(ck.runtime_index):
+        if ck.arg_kinds[i] == "ptr":
+            sets.append(f"    _ST.{block.names[j]} = {names[i]}.data_ptr()")
+        else:
+            sets.append(f"    _ST.{block.names[j]} = {names[i]}")
+    src = _LAUNCH_TEMPLATE.format(args=", ".join(names) or "*_", sets="\n".join(sets) or "    pass")
+    ns = {
+        "_ONES": (1, 1, 1), "_grid3": _grid3, "_NAME": jf.__name__, "_CK": ck,
+        "_META": dict(zip(jf.constexprs, consts),
+                      num_warps=ck.num_warps),
+        "_ST": block.struct, "_launch": driver.raw_launch(), "_fail": driver.launch_failed,
+        "_FN": ck.function(device),
+        "_THREADS": ck.threads, "_SHARED": ck.shared, "_stream": _stream_getter(),
+        "_DEV": device, "_ADDR": block.address,
+    }
+    exec(src, ns)
+    return ns["launch"]
 
 
 class _LazyAsm(dict):
@@ -428,16 +473,11 @@ def _grid3(grid, name: str) -> tuple[int, int, int]:
     return g
 
 
-_stream_fn = None
+def _stream_getter():
+    """torch's current stream for a device, as a raw handle (a C call, no Stream object)."""
+    import torch
 
-
-def _current_stream(device: int) -> int:
-    global _stream_fn
-    if _stream_fn is None:
-        import torch
-
-        _stream_fn = torch._C._cuda_getCurrentRawStream
-    return _stream_fn(device)
+    return torch._C._cuda_getCurrentRawStream
 
 
 def _torch_current_device() -> int:
@@ -456,36 +496,32 @@ def _is_constexpr(annotation) -> bool:
     return getattr(annotation, "__name__", "") == "constexpr"
 
 
-def _make_binder(name: str, sig, constexprs: list[str]):
-    """A generated function that binds a call's arguments in one Python call:
-    returns (run-time args, constexpr values, num_warps)."""
+def _make_runner(jf: JITFunction, sig):
+    """The generated `_run(<params>, num_warps=4, num_stages=None, *, grid)`: binds the
+    call's arguments, builds the specialization key and launches, in one Python frame."""
     params = []
-    ns: dict[str, Any] = {}
+    ns: dict[str, Any] = {"_key_part": _key_part, "_get": jf.cache.get, "_miss": jf._miss}
     for i, (pname, p) in enumerate(sig.parameters.items()):
         if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY):
-            raise TypeError(f"{name}: kernels take plain parameters (no *args/**kwargs)")
+            raise TypeError(f"{jf.__name__}: kernels take plain parameters (no *args/**kwargs)")
         if p.default is not p.empty:
             ns[f"_d{i}"] = p.default
             params.append(f"{pname}=_d{i}")
         else:
             params.append(pname)
-    rt = [n for n in sig.parameters if n not in constexprs]
-    src = (f"def bind({', '.join(params + ['num_warps=4', 'num_stages=None'])}):\n"
-           f"    return ({''.join(n + ', ' for n in rt)}), "
-           f"({''.join(n + ', ' for n in constexprs)}), num_warps\n")
+    rt = jf.runtime_params
+    consts = "(" + "".join(c + ", " for c in jf.constexprs) + ")"
+    parts = "".join(f", _key_part({n})" for n in rt)
+    args = ", ".join(rt)
+    src = (f"def _run({', '.join(params + ['num_warps=4', 'num_stages=None'])}, *, grid):\n"
+           f"    key = ({consts}, num_warps{parts})\n"
+           f"    launcher = _get(key)\n"
+           f"    if launcher is None:\n"
+           f"        launcher = _miss(key, ({args}{',' if len(rt) == 1 else ''}), {consts}, "
+           f"num_warps)\n"
+           f"    return launcher(grid{', ' if rt else ''}{args})\n")
     exec(src, ns)
-    inner = ns["bind"]
-
-    def bind(*args, **kwargs):
-        try:
-            return inner(*args, **kwargs)
-        except TypeError as e:
-            msg = str(e).replace("bind()", f"{name}()")
-            if "missing" in msg and any(c in msg for c in constexprs):
-                msg += " (constexprs are passed by keyword: kernel[grid](..., BLOCK=1024))"
-            raise TypeError(msg) from None
-
-    return bind
+    return ns["_run"]
 
 
 def _global_names(node: ast.AST) -> set[str]:

@@ -165,12 +165,14 @@ class ParamBlock:
         self.names = [f for f, _ in fields]
 
 
-def launch(fn: int, grid: tuple[int, int, int], threads: int, shared: int, stream: int,
-           params_address: int) -> None:
-    r = _lib.cuLaunchKernel(fn, grid[0], grid[1], grid[2], threads, 1, 1, shared, stream,
-                            params_address, None)
-    if r:
-        check(r, "cuLaunchKernel")
+def raw_launch():
+    """libcuda's cuLaunchKernel itself (ctypes, argtypes set): the generated launchers call
+    it directly and check the returned code."""
+    return _load().cuLaunchKernel
+
+
+def launch_failed(code: int) -> None:
+    check(code, "cuLaunchKernel")
 
 
 def synchronize() -> None:

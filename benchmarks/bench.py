@@ -1,0 +1,325 @@
+"""kitjit benchmark: one command, one GPU, every figure beside a peer measured in the same run.
+
+    python benchmarks/bench.py [--json out.json] [--quick] [--only norms,launch,first]
+
+- softmax, layernorm, rmsnorm (bf16, 32768x4096 and 8192x16384) against torch and Triton,
+  as GB/s (one read and one write of the tensor) and as a fraction of this run's
+  device-to-device copy bandwidth;
+- host cost of a launch that hits the in-memory cache, against Triton's and against a bare
+  cuLaunchKernel through cuda.bindings;
+- the first call of softmax in a new process with an empty cache (and with a warm disk
+  cache), against Triton's.
+Prints a table last and writes JSON. Benchmarks print figures; they never fail on a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+sys.path.insert(0, ROOT)
+
+import kitjit as kit  # noqa: E402
+from kitjit.testing import bench, check  # noqa: E402
+
+SIZES = [(32768, 4096), (8192, 16384)]
+results: dict = {"device": None, "norms": [], "launch": {}, "first_call": {}}
+
+
+def copy_bandwidth() -> float:
+    x = torch.empty(1 << 29, dtype=torch.uint8, device="cuda")  # 512 MiB
+    y = torch.empty_like(x)
+    ms = bench(lambda: y.copy_(x), flush_l2=False)
+    return 2 * x.numel() / ms / 1e6
+
+
+# ----------------------------------------------------------------------------- Triton peers
+try:  # Triton resolves `tl` from the module's globals
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover
+    triton = tl = None
+
+
+def triton_kernels():
+    if triton is None:
+        return None
+
+    @triton.jit
+    def t_softmax(X, Y, n_cols, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        offs = tl.arange(0, BLOCK)
+        mask = offs < n_cols
+        x = tl.load(X + row * n_cols + offs, mask=mask, other=-float("inf")).to(tl.float32)
+        e = tl.exp(x - tl.max(x, axis=0))
+        tl.store(Y + row * n_cols + offs, (e / tl.sum(e, axis=0)).to(tl.bfloat16), mask=mask)
+
+    @triton.jit
+    def t_layernorm(X, W, B, Y, n_cols, eps, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        offs = tl.arange(0, BLOCK)
+        mask = offs < n_cols
+        x = tl.load(X + row * n_cols + offs, mask=mask, other=0.0).to(tl.float32)
+        mean = tl.sum(x, axis=0) / n_cols
+        d = tl.where(mask, x - mean, 0.0)
+        rstd = tl.rsqrt(tl.sum(d * d, axis=0) / n_cols + eps)
+        w = tl.load(W + offs, mask=mask).to(tl.float32)
+        b = tl.load(B + offs, mask=mask).to(tl.float32)
+        tl.store(Y + row * n_cols + offs, (d * rstd * w + b).to(tl.bfloat16), mask=mask)
+
+    @triton.jit
+    def t_rmsnorm(X, W, Y, n_cols, eps, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        offs = tl.arange(0, BLOCK)
+        mask = offs < n_cols
+        x = tl.load(X + row * n_cols + offs, mask=mask, other=0.0).to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)
+        w = tl.load(W + offs, mask=mask).to(tl.float32)
+        tl.store(Y + row * n_cols + offs, (x * rstd * w).to(tl.bfloat16), mask=mask)
+
+    @triton.jit
+    def t_empty(X, n, BLOCK: tl.constexpr):
+        pass
+
+    return {"softmax": t_softmax, "layernorm": t_layernorm, "rmsnorm": t_rmsnorm,
+            "empty": t_empty}
+
+
+def warps_for(block: int) -> int:
+    return 4 if block <= 2048 else 8 if block <= 8192 else 16
+
+
+# ----------------------------------------------------------------------------- norms
+def bench_norms(copy_gbs: float, tri, warp_variants: bool) -> None:
+    import layernorm as ex_ln
+    import rmsnorm as ex_rms
+    import softmax as ex_sm
+
+    for rows, cols in SIZES:
+        x = torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(cols, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(cols, device="cuda", dtype=torch.bfloat16)
+        y = torch.empty_like(x)
+        gb = 2 * x.numel() * x.element_size() / 1e6
+        block = kit.next_power_of_2(cols)
+        cases = {
+            "softmax": (
+                lambda nw: ex_sm.softmax_kernel[(rows,)](x, y, cols, BLOCK=block, num_warps=nw),
+                lambda: torch.softmax(x, dim=1),
+                (lambda nw: tri["softmax"][(rows,)](x, y, cols, BLOCK=block, num_warps=nw))
+                if tri else None,
+                lambda: torch.softmax(x.double(), dim=1)),
+            "layernorm": (
+                lambda nw: ex_ln.layernorm_kernel[(rows,)](x, w, b, y, cols, 1e-5, BLOCK=block,
+                                                           num_warps=nw),
+                lambda: torch.nn.functional.layer_norm(x, (cols,), w, b, 1e-5),
+                (lambda nw: tri["layernorm"][(rows,)](x, w, b, y, cols, 1e-5, BLOCK=block,
+                                                      num_warps=nw)) if tri else None,
+                lambda: torch.nn.functional.layer_norm(x.double(), (cols,), w.double(),
+                                                       b.double(), 1e-5)),
+            "rmsnorm": (
+                lambda nw: ex_rms.rmsnorm_kernel[(rows,)](x, w, y, cols, 1e-6, BLOCK=block,
+                                                          num_warps=nw),
+                lambda: torch.nn.functional.rms_norm(x, (cols,), w, 1e-6),
+                (lambda nw: tri["rmsnorm"][(rows,)](x, w, y, cols, 1e-6, BLOCK=block,
+                                                    num_warps=nw)) if tri else None,
+                lambda: ex_rms.reference(x, w)),
+        }
+        for name, (kfn, tfn, trfn, ref) in cases.items():
+            warps = [warps_for(block)]
+            if warp_variants:
+                warps = sorted({4, 8, 16, 32} & {w_ for w_ in (4, 8, 16, 32)
+                                                 if block // (32 * w_) >= 4})
+            best = None
+            per_warps = {}
+            r = ref()
+            for nw in warps:
+                y.fill_(float("nan"))
+                kfn(nw)
+                torch.cuda.synchronize()
+                err = check(y, r, 1e-2, f"{name} {rows}x{cols} warps={nw}")
+                ms = bench(lambda nw=nw: kfn(nw))
+                per_warps[nw] = round(gb / ms, 1)
+                if best is None or ms < best[1]:
+                    best = (nw, ms, err)
+            t_ms = bench(tfn)
+            tr_gbs = None
+            if trfn is not None:
+                tr_best = min(bench(lambda nw=nw: trfn(nw)) for nw in warps)
+                tr_gbs = gb / tr_best
+            row = {"kernel": name, "shape": f"{rows}x{cols}", "num_warps": best[0],
+                   "kitjit_gbs": round(gb / best[1], 1), "torch_gbs": round(gb / t_ms, 1),
+                   "triton_gbs": round(tr_gbs, 1) if tr_gbs else None,
+                   "of_copy": round(gb / best[1] / copy_gbs, 3), "rel_err": best[2],
+                   "by_warps": per_warps}
+            results["norms"].append(row)
+            print(row, flush=True)
+
+
+# ----------------------------------------------------------------------------- launch
+@kit.jit
+def empty_kernel(X, n, BLOCK: kit.constexpr):
+    pass
+
+
+def host_cost(fn, n: int = 20000) -> float:
+    for _ in range(200):
+        fn()
+    torch.cuda.synchronize()
+    best = None
+    for _ in range(3):
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        dt = (time.perf_counter() - t) / n * 1e6
+        torch.cuda.synchronize()
+        best = dt if best is None else min(best, dt)
+    return best
+
+
+def bench_launch(tri) -> None:
+    x = torch.empty(1024, device="cuda")
+    out = {}
+    out["kitjit_us"] = host_cost(lambda: empty_kernel[(1,)](x, 1024, BLOCK=128))
+    if tri:
+        out["triton_us"] = host_cost(lambda: tri["empty"][(1,)](x, 1024, BLOCK=128))
+    y = torch.empty_like(x)
+    out["torch_add__us"] = host_cost(lambda: y.add_(x))
+    # bare cuLaunchKernel through cuda.bindings on the same cubin
+    try:
+        from cuda.bindings import driver as cu
+
+        ck = empty_kernel[(1,)](x, 1024, BLOCK=128)
+        err, mod = cu.cuModuleLoadData(ck.asm["cubin"])
+        err, f = cu.cuModuleGetFunction(mod, ck.name.encode())
+        import ctypes
+
+        p = ctypes.c_uint64(x.data_ptr())
+        q = ctypes.c_int32(1024)
+        arr = (ctypes.c_void_p * 2)(ctypes.addressof(p), ctypes.addressof(q))
+        addr = ctypes.addressof(arr)
+        stream = torch.cuda.current_stream().cuda_stream
+
+        def bare():
+            cu.cuLaunchKernel(f, 1, 1, 1, 128, 1, 1, 0, stream, addr, 0)
+        out["bare_cuLaunchKernel_us"] = host_cost(bare)
+        from kitjit.runtime import driver
+
+        raw = driver.raw_launch()
+        fn = ck.functions[x.get_device()]
+        out["ctypes_cuLaunchKernel_us"] = host_cost(
+            lambda: raw(fn, 1, 1, 1, 128, 1, 1, 0, stream, addr, None))
+    except Exception as e:  # pragma: no cover - informative only
+        out["bare_error"] = repr(e)
+    results["launch"] = {k: round(v, 2) if isinstance(v, float) else v for k, v in out.items()}
+    print(results["launch"], flush=True)
+
+
+# ----------------------------------------------------------------------------- first call
+FIRST_KIT = r"""
+import sys, time, torch
+sys.path.insert(0, {root!r}); sys.path.insert(0, {ex!r})
+x = torch.randn(32768, 4096, device="cuda", dtype=torch.bfloat16); torch.cuda.synchronize()
+t = time.perf_counter()
+import softmax
+softmax.softmax(x); torch.cuda.synchronize()
+print(time.perf_counter() - t)
+"""
+
+FIRST_TRITON = r"""
+import sys, time, torch
+x = torch.randn(32768, 4096, device="cuda", dtype=torch.bfloat16); torch.cuda.synchronize()
+y = torch.empty_like(x)
+t = time.perf_counter()
+import triton, triton.language as tl
+@triton.jit
+def sm(X, Y, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n_cols
+    x = tl.load(X + row * n_cols + offs, mask=mask, other=-float("inf")).to(tl.float32)
+    e = tl.exp(x - tl.max(x, axis=0))
+    tl.store(Y + row * n_cols + offs, (e / tl.sum(e, axis=0)).to(tl.bfloat16), mask=mask)
+sm[(32768,)](x, y, 4096, BLOCK=4096, num_warps=8); torch.cuda.synchronize()
+print(time.perf_counter() - t)
+"""
+
+
+def first_call() -> None:
+    out = {}
+    for name, script, var in (("kitjit", FIRST_KIT, "KITJIT_CACHE_DIR"),
+                              ("triton", FIRST_TRITON, "TRITON_CACHE_DIR")):
+        with tempfile.TemporaryDirectory() as d:
+            env = dict(os.environ, **{var: d})
+            path = os.path.join(d, f"first_{name}.py")  # Triton reads kernel source from a file
+            with open(path, "w") as f:
+                f.write(script.format(root=ROOT, ex=os.path.join(ROOT, "examples")))
+            times = []
+            for _ in range(2):  # empty cache, then warm disk cache
+                p = subprocess.run([sys.executable, path], env=env, capture_output=True,
+                                   text=True)
+                if p.returncode:
+                    times.append(f"failed: {p.stderr[-300:]}")
+                    break
+                times.append(round(float(p.stdout.strip().splitlines()[-1]), 3))
+            out[name] = {"empty_cache_s": times[0], "warm_disk_s": times[1] if len(times) > 1
+                         else None}
+    results["first_call"] = out
+    print(out, flush=True)
+
+
+def table(copy_gbs: float) -> str:
+    lines = [f"device: {results['device']}   copy bandwidth: {copy_gbs:.0f} GB/s"]
+    lines.append(f"{'kernel':10} {'shape':12} {'warps':>5} {'kitjit':>8} {'of copy':>8} "
+                 f"{'torch':>8} {'triton':>8}  (GB/s)")
+    for r in results["norms"]:
+        lines.append(f"{r['kernel']:10} {r['shape']:12} {r['num_warps']:>5} "
+                     f"{r['kitjit_gbs']:>8.0f} {r['of_copy']:>8.2f} {r['torch_gbs']:>8.0f} "
+                     f"{(r['triton_gbs'] or 0):>8.0f}")
+    if results["launch"]:
+        lines.append("launch host cost (us): " + ", ".join(
+            f"{k}={v}" for k, v in results["launch"].items()))
+    if results["first_call"]:
+        lines.append("first call of softmax in a new process (s): " + ", ".join(
+            f"{k}: empty {v['empty_cache_s']} / warm disk {v['warm_disk_s']}"
+            for k, v in results["first_call"].items()))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "bench.json"))
+    ap.add_argument("--only", default="norms,launch,first")
+    ap.add_argument("--warp-variants", action="store_true",
+                    help="time every num_warps for the norms and keep the best")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("benchmarks need a GPU")
+        return
+    results["device"] = torch.cuda.get_device_name()
+    only = set(args.only.split(","))
+    copy_gbs = copy_bandwidth()
+    results["copy_gbs"] = round(copy_gbs, 1)
+    tri = triton_kernels()
+    if "norms" in only:
+        bench_norms(copy_gbs, tri, args.warp_variants)
+    if "launch" in only:
+        bench_launch(tri)
+    if "first" in only:
+        first_call()
+    with open(args.json, "w") as f:
+        json.dump(results, f, indent=1, default=str)
+    print(table(copy_gbs))
+
+
+if __name__ == "__main__":
+    main()
