@@ -1,0 +1,57 @@
+"""Shared test setup.
+
+- Every test gets its own on-disk kernel cache (`KITJIT_CACHE_DIR` under its tmp_path), so
+  tests never see each other's entries nor the user's ~/.cache/kitjit.
+- Tests marked `gpu` run only where `kitjit.testing.has_gpu()` (a CUDA device that torch and
+  kitjit's driver can both use); everywhere else they are skipped.
+- Every other test runs kernels in the CPU interpreter (`KITJIT_INTERPRET=1`), also on a GPU
+  machine, so the CPU suite means the same thing everywhere.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import pytest
+
+
+@functools.cache
+def _gpu_available() -> bool:
+    # Decided once, before any fixture sets KITJIT_INTERPRET (has_gpu() reads it).
+    if os.environ.get("KITJIT_INTERPRET", "").strip().lower() in ("1", "true", "yes", "on"):
+        return False
+    try:
+        from kitjit.testing import has_gpu
+
+        return bool(has_gpu())
+    except Exception:  # no torch.cuda, no driver, a broken install: no GPU tests
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if any(item.get_closest_marker("gpu") for item in items) and not _gpu_available():
+        skip = pytest.mark.skip(reason="needs an NVIDIA GPU usable by torch and kitjit "
+                                       "(kitjit.testing.has_gpu() is False)")
+        for item in items:
+            if item.get_closest_marker("gpu"):
+                item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _kitjit_env(request, tmp_path, monkeypatch):
+    """A private cache directory per test; the interpreter unless the test is marked gpu."""
+    cache = tmp_path / "kitjit-cache"
+    monkeypatch.setenv("KITJIT_CACHE_DIR", str(cache))
+    monkeypatch.delenv("KITJIT_CACHE_DISABLE", raising=False)
+    if request.node.get_closest_marker("gpu"):
+        monkeypatch.delenv("KITJIT_INTERPRET", raising=False)
+    else:
+        monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    yield cache
+
+
+@pytest.fixture
+def cache_dir(_kitjit_env):
+    """The test's private KITJIT_CACHE_DIR (it may not exist yet)."""
+    return _kitjit_env
