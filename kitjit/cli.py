@@ -1,0 +1,596 @@
+"""The ``kitjit`` command: inspect and manage the kernel cache, compile ahead of time.
+
+Every failure is one line on stderr and a non-zero exit code, never a traceback (set
+``KITJIT_DEBUG=1`` to get the traceback back). The compiler is imported only by
+``kitjit compile``, so the cache commands start fast and work without torch or a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import datetime as _dt
+import json
+import os
+import re
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from kitjit.cache import CacheEntry, KernelCache, parse_age, parse_size
+
+__all__ = ["main"]
+
+DTYPES = ("fp16", "bf16", "fp32", "fp64", "i8", "i16", "i32", "i64", "u8", "i1")
+_STAGES = {  # flag -> (title, file suffix)
+    "tir": ("tile IR", ".tir"),
+    "llvm": ("LLVM IR", ".ll"),
+    "ptx": ("PTX", ".ptx"),
+    "sass": ("SASS", ".cubin"),
+}
+_SORT_KEYS = ("name", "size", "created", "used", "hits")
+
+
+class CliError(Exception):
+    """A user-facing failure: printed as one line, exit code ``code``."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but errors are one line (no usage dump) and exit with code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def _fmt_size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"  # pragma: no cover
+
+
+def _fmt_time(t: float | None) -> str:
+    if not t:
+        return "-"
+    return _dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M")
+
+
+def _fmt_source(meta: dict) -> str:
+    src = meta.get("source_file")
+    if not src:
+        return "-"
+    src = str(src)
+    try:
+        rel = os.path.relpath(src)
+        if not rel.startswith(".."):
+            src = rel
+    except ValueError:
+        pass
+    if len(src) > 40:
+        src = "..." + src[-37:]
+    line = meta.get("source_line")
+    return f"{src}:{line}" if line is not None else src
+
+
+def _fmt_spec(meta: dict) -> str:
+    """Signature types, constexprs and num_warps in one short string."""
+    parts = []
+    sig = meta.get("signature")
+    if isinstance(sig, dict):
+        parts.append(",".join(str(v) for v in sig.values()))
+    elif isinstance(sig, (list, tuple)):
+        parts.append(",".join(str(v) for v in sig))
+    elif sig:
+        parts.append(str(sig))
+    ce = meta.get("constexprs")
+    if isinstance(ce, dict):
+        parts.extend(f"{k}={v}" for k, v in ce.items())
+    if meta.get("num_warps") is not None:
+        parts.append(f"warps={meta['num_warps']}")
+    return " ".join(parts) or "-"
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+    return "\n".join(lines)
+
+
+def _entry_record(e: CacheEntry) -> dict[str, Any]:
+    u = e.usage()
+    return {
+        "key": e.key,
+        "name": e.meta.get("name"),
+        "path": str(e.path),
+        "bytes": e.size(),
+        "created": e.created,
+        "last_used": u["last_used"],
+        "hits": u["hits"],
+        "meta": e.meta,
+    }
+
+
+def _print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, default=str))
+
+
+# --------------------------------------------------------------------------- cache commands
+
+
+def _cache(args: argparse.Namespace) -> KernelCache:
+    return KernelCache(args.cache_dir)
+
+
+def _find(cache: KernelCache, key: str) -> CacheEntry:
+    """Entry by key prefix, or by kernel name when that is unique."""
+    try:
+        return cache.find(key)
+    except KeyError as e:
+        by_name = [x for x in cache.entries() if x.meta.get("name") == key]
+        if len(by_name) == 1:
+            return by_name[0]
+        if len(by_name) > 1:
+            raise CliError(
+                f"kernel name {key!r} has {len(by_name)} entries; give a key prefix "
+                "(see kitjit cache list)"
+            ) from None
+        raise CliError(str(e.args[0])) from None
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    entries = _cache(args).entries()
+    if args.name:
+        entries = [e for e in entries if args.name in str(e.meta.get("name", ""))]
+    recs = [_entry_record(e) for e in entries]
+    sort_field = {
+        "name": lambda r: (str(r["name"] or ""), r["key"]),
+        "size": lambda r: -r["bytes"],
+        "created": lambda r: -r["created"],
+        "used": lambda r: -r["last_used"],
+        "hits": lambda r: -r["hits"],
+    }[args.sort]
+    recs.sort(key=sort_field)
+    if args.json:
+        _print_json(recs)
+        return 0
+    if not recs:
+        print(f"no cache entries in {_cache(args).root}", file=sys.stderr)
+        return 0
+    rows = []
+    for r in recs:
+        m = r["meta"]
+        rows.append(
+            [
+                r["key"][:12],
+                str(m.get("name", "?")),
+                _fmt_source(m),
+                _fmt_spec(m),
+                str(m.get("arch", "-")),
+                _fmt_size(r["bytes"]),
+                _fmt_time(r["created"]),
+                _fmt_time(r["last_used"]),
+                str(r["hits"]),
+            ]
+        )
+    header = ["KEY", "NAME", "SOURCE", "SPECIALIZATION", "ARCH", "SIZE", "CREATED", "USED", "HITS"]
+    print(_table(rows, header))
+    return 0
+
+
+def _stage_file(entry: CacheEntry, suffix: str) -> str | None:
+    names = entry.files
+    preferred = "kernel" + suffix
+    if preferred in names:
+        return preferred
+    matches = [n for n in names if n.endswith(suffix)]
+    return matches[0] if matches else None
+
+
+def _resources(entry: CacheEntry) -> dict[str, Any]:
+    m = entry.meta
+    res = {k: m[k] for k in ("registers", "spills", "shared") if k in m}
+    if len(res) < 3:
+        cubin = _stage_file(entry, ".cubin")
+        if cubin is not None:
+            from kitjit.tools import ToolError, resource_usage
+
+            try:
+                ru = resource_usage(entry.read(cubin))
+            except ToolError as e:
+                if not res:
+                    raise CliError(str(e)) from None
+            else:
+                res.setdefault("registers", ru.get("registers"))
+                res.setdefault("shared", ru.get("shared"))
+                res.setdefault("local", ru.get("local"))
+                res["source"] = "cuobjdump"
+    if not res:
+        raise CliError(f"entry {entry.key[:12]} records no resource usage and has no cubin")
+    return res
+
+
+def _show_meta(entry: CacheEntry, problem: str | None) -> None:
+    m = entry.meta
+    u = entry.usage()
+    lines = [
+        ("key", entry.key),
+        ("name", m.get("name", "?")),
+        ("path", str(entry.path)),
+        ("status", "ok" if problem is None else f"CORRUPT ({problem})"),
+        ("source", _fmt_source(m)),
+        ("arch", m.get("arch", "-")),
+    ]
+    sig = m.get("signature")
+    if isinstance(sig, dict):
+        lines.append(("signature", ", ".join(f"{k}: {v}" for k, v in sig.items())))
+    elif sig is not None:
+        lines.append(("signature", sig))
+    ce = m.get("constexprs")
+    if isinstance(ce, dict) and ce:
+        lines.append(("constexprs", ", ".join(f"{k}={v}" for k, v in ce.items())))
+    for k in ("num_warps", "num_stages", "cluster"):
+        if k in m:
+            lines.append((k, m[k]))
+    for k in ("registers", "spills"):
+        if k in m:
+            lines.append((k, m[k]))
+    if "shared" in m:
+        lines.append(("shared", f"{m['shared']} bytes"))
+    lines += [
+        ("size", _fmt_size(entry.size())),
+        ("created", _fmt_time(entry.created)),
+        ("last used", _fmt_time(u["last_used"])),
+        ("hits", u["hits"]),
+    ]
+    known = {
+        "key", "name", "source_file", "source_line", "arch", "signature", "constexprs",
+        "num_warps", "num_stages", "cluster", "registers", "spills", "shared", "created",
+        "files", "versions",
+    }  # fmt: skip
+    for k, v in m.items():
+        if k not in known:
+            lines.append((k, json.dumps(v, default=str) if isinstance(v, (dict, list)) else v))
+    if isinstance(m.get("versions"), dict):
+        lines.append(("versions", ", ".join(f"{k} {v}" for k, v in m["versions"].items())))
+    width = max(len(k) for k, _ in lines)
+    for k, v in lines:
+        print(f"{k.ljust(width)}  {v}")
+    files = m.get("files")
+    if isinstance(files, dict):
+        print("files:")
+        for fname, info in files.items():
+            info = info if isinstance(info, dict) else {}
+            sha = str(info.get("sha256", ""))[:12]
+            print(f"  {fname:<20} {_fmt_size(info.get('bytes')):>10}  sha256 {sha}")
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    entry = _find(_cache(args), args.key)
+    stages = [s for s in ("tir", "llvm", "ptx", "sass") if getattr(args, s)]
+    if args.json and not stages and not args.resources:
+        rec = _entry_record(entry)
+        rec["problem"] = entry.verify()
+        _print_json(rec)
+        return 0
+    if not stages and not args.resources:
+        _show_meta(entry, entry.verify())
+        return 0
+    many = len(stages) + bool(args.resources) > 1
+    for stage in stages:
+        title, suffix = _STAGES[stage]
+        fname = _stage_file(entry, suffix)
+        if fname is None:
+            have = ", ".join(entry.files) or "none"
+            raise CliError(f"entry {entry.key[:12]} has no {suffix} file (files: {have})")
+        if stage == "sass":
+            from kitjit.tools import ToolError, disassemble
+
+            try:
+                text = disassemble(entry.read(fname))
+            except ToolError as e:
+                raise CliError(str(e)) from None
+        else:
+            text = entry.text(fname)
+        if many:
+            print(f"// ---- {title} ({fname}) ----")
+        print(text, end="" if text.endswith("\n") else "\n")
+    if args.resources:
+        res = _resources(entry)
+        if args.json:
+            _print_json(res)
+        else:
+            if many:
+                print("// ---- resources ----")
+            for k, v in res.items():
+                unit = " bytes" if k in ("shared", "local") and v is not None else ""
+                print(f"{k:<10} {v}{unit}")
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    cache = _cache(args)
+    s = cache.stats()
+    tuning = cache.tuning_dir
+    s["tuning_records"] = sum(1 for p in tuning.rglob("*") if p.is_file()) if tuning.is_dir() else 0
+    if args.json:
+        _print_json(s)
+        return 0
+    rate = s["hit_rate"]
+    print(f"dir       {s['dir']}")
+    print(f"entries   {s['entries']}")
+    print(f"size      {_fmt_size(s['bytes'])}")
+    print(f"hits      {s['hits']}")
+    print(f"misses    {s['misses']}")
+    print(f"hit rate  {'-' if rate is None else f'{rate:.1%}'}")
+    print(f"tuning    {s['tuning_records']} records")
+    return 0
+
+
+def cmd_dir(args: argparse.Namespace) -> int:
+    print(_cache(args).root)
+    return 0
+
+
+def cmd_clear(args: argparse.Namespace) -> int:
+    cache = _cache(args)
+    entries = cache.entries()
+    n = len(entries) if args.name is None else sum(e.meta.get("name") == args.name for e in entries)
+    what = "all entries, tuning records and stats" if args.name is None else f"{n} entries"
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise CliError(f"refusing to remove {what} from {cache.root} without --yes")
+        answer = input(f"remove {what} ({n} kernels) from {cache.root}? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing removed")
+            return 1
+    removed = cache.clear(args.name)
+    print(f"removed {removed} entr{'y' if removed == 1 else 'ies'}")
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    if args.max_size is None and args.older_than is None:
+        raise CliError("give --max-size and/or --older-than")
+    try:
+        max_size = parse_size(args.max_size) if args.max_size is not None else None
+        older = parse_age(args.older_than) if args.older_than is not None else None
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    cache = _cache(args)
+    before = cache.stats()["bytes"]
+    removed = cache.prune(max_size=max_size, older_than=older)
+    after = cache.stats()["bytes"]
+    if args.json:
+        _print_json({"removed": removed, "freed_bytes": before - after, "bytes": after})
+        return 0
+    print(f"removed {len(removed)} entries, freed {_fmt_size(before - after)}")
+    for k in removed:
+        print(f"  {k[:12]}")
+    return 0
+
+
+# --------------------------------------------------------------------------- compile
+
+_TYPE_RE = re.compile(r"^\*?(?:" + "|".join(DTYPES) + r")$")
+
+
+def parse_signature(text: str) -> list[str]:
+    """Check ``"x:*bf16, n:i32:16"`` or ``"*bf16,*bf16,i32"`` and return the stripped items.
+
+    Each item is ``[name:]type[:16]`` (``:16`` promises divisibility by 16, as in Triton);
+    the items go to ``compile_aot`` unchanged, which matches names against the kernel.
+    """
+    items = [t.strip() for t in text.split(",")]
+    if not text.strip() or any(not t for t in items):
+        raise CliError(f"empty item in --signature {text!r}")
+    for item in items:
+        parts = [p.strip() for p in item.split(":")]
+        if len(parts) > 1 and not _TYPE_RE.match(parts[0]) and parts[0].isidentifier():
+            parts = parts[1:]  # a parameter name
+        if len(parts) == 2 and parts[1] in ("1", "16"):
+            parts = parts[:1]
+        if len(parts) != 1 or not _TYPE_RE.match(parts[0]):
+            raise CliError(
+                f"bad --signature item {item!r} (want [name:]type[:16], e.g. *bf16, n:i32; "
+                f"dtypes: {' '.join(DTYPES)})"
+            )
+    return items
+
+
+def _parse_constexpr(item: str) -> tuple[str, Any]:
+    name, sep, raw = item.partition("=")
+    name = name.strip()
+    if not sep or not name.isidentifier():
+        raise CliError(f"bad --constexpr {item!r} (want NAME=VALUE)")
+    try:
+        value = ast.literal_eval(raw.strip())
+    except (ValueError, SyntaxError):
+        value = raw.strip()
+    return name, value
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    path, sep, kernel = args.target.rpartition(":")
+    if not sep or not path or not kernel.isidentifier():
+        raise CliError(f"bad target {args.target!r} (want FILE.py:KERNEL)")
+    if not os.path.isfile(path):
+        raise CliError(f"no such file: {path}")
+    if not re.match(r"^sm_\d+[a-z]?$", args.arch):
+        raise CliError(f"bad --arch {args.arch!r} (want e.g. sm_90a)")
+    if args.num_warps <= 0 or args.num_warps & (args.num_warps - 1):
+        raise CliError(f"--num-warps must be a power of two, not {args.num_warps}")
+    signature = parse_signature(args.signature)
+    constexprs = dict(_parse_constexpr(c) for c in args.constexpr or [])
+    try:
+        from kitjit.jit import compile_aot
+    except (ImportError, AttributeError) as e:
+        raise CliError(f"ahead-of-time compilation is not available: {e}", code=2) from None
+    try:
+        compiled = compile_aot(path, kernel, signature, constexprs, args.num_warps, args.arch)
+    except ValueError as e:  # compile_aot's word for a bad signature / constexpr / name
+        if os.environ.get("KITJIT_DEBUG"):
+            raise
+        raise CliError(str(e).strip().splitlines()[0] if str(e).strip() else repr(e)) from None
+    except Exception as e:
+        # The frontend's CompileError renders file:line, the source line and a caret:
+        # print it whole. Anything else falls through to main's one-line handler.
+        if type(e).__name__ != "CompileError" or os.environ.get("KITJIT_DEBUG"):
+            raise
+        print(str(e), file=sys.stderr)
+        return 1
+    asm = getattr(compiled, "asm", None)
+    if not isinstance(asm, dict):
+        raise CliError("compile_aot returned no .asm dict")
+    out = args.output or f"{kernel}.cubin"
+    suffix_keys = {
+        ".cubin": ("cubin",),
+        ".ptx": ("ptx",),
+        ".ll": ("llir", "llvm", "ll"),
+        ".tir": ("tir",),
+    }
+    keys = suffix_keys.get(os.path.splitext(out)[1], ("cubin",))
+    blob = next((asm[k] for k in keys if k in asm), None)
+    if blob is None:
+        raise CliError(f"compiler produced no {keys[0]} (have: {', '.join(asm)})")
+    mode = "w" if isinstance(blob, str) else "wb"
+    with open(out, mode) as f:
+        f.write(blob)
+    print(f"wrote {out} ({_fmt_size(len(blob))}, {kernel} for {args.arch})")
+    return 0
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def _version() -> str:
+    try:
+        from kitjit import __version__
+
+        return str(__version__)
+    except ImportError:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("kitjit")
+        except PackageNotFoundError:
+            return "unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse tree (exposed for tests and docs)."""
+    p = _Parser(prog="kitjit", description="kitjit: a Python JIT for GPU tile kernels.")
+    p.add_argument("--version", action="version", version=f"kitjit {_version()}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    cache = sub.add_parser("cache", help="inspect and manage the on-disk kernel cache")
+    cache.add_argument(
+        "--cache-dir", metavar="DIR", help="cache root (default: $KITJIT_CACHE_DIR or "
+        "~/.cache/kitjit)"
+    )  # fmt: skip
+    csub = cache.add_subparsers(dest="cache_command", metavar="ACTION", parser_class=_Parser)
+    csub.required = True
+
+    c = csub.add_parser("list", help="one row per cached kernel")
+    c.add_argument("--json", action="store_true", help="machine-readable output")
+    c.add_argument("--sort", choices=_SORT_KEYS, default="name", help="sort order")
+    c.add_argument("--name", metavar="SUBSTR", help="only kernels whose name contains SUBSTR")
+    c.set_defaults(func=cmd_list)
+
+    c = csub.add_parser("show", help="metadata or one compilation stage of an entry")
+    c.add_argument("key", metavar="KEY", help="key prefix (from `list`) or unique kernel name")
+    c.add_argument("--tir", action="store_true", help="print the tile IR")
+    c.add_argument("--llvm", action="store_true", help="print the LLVM IR")
+    c.add_argument("--ptx", action="store_true", help="print the PTX")
+    c.add_argument("--sass", action="store_true", help="disassemble the cubin (cuobjdump)")
+    c.add_argument("--resources", action="store_true", help="registers, spills, shared memory")
+    c.add_argument("--json", action="store_true", help="machine-readable output")
+    c.set_defaults(func=cmd_show)
+
+    c = csub.add_parser("stats", help="entries, size and hit rate")
+    c.add_argument("--json", action="store_true", help="machine-readable output")
+    c.set_defaults(func=cmd_stats)
+
+    c = csub.add_parser("dir", help="print the cache directory")
+    c.set_defaults(func=cmd_dir)
+
+    c = csub.add_parser("clear", help="remove entries (all, or one kernel's)")
+    c.add_argument("--name", metavar="NAME", help="only the entries of kernel NAME")
+    c.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    c.set_defaults(func=cmd_clear)
+
+    c = csub.add_parser("prune", help="remove old or least recently used entries")
+    c.add_argument("--max-size", metavar="SIZE", help="shrink to SIZE (e.g. 2GB, 500M)")
+    c.add_argument("--older-than", metavar="AGE", help="remove entries unused for AGE (7d, 12h)")
+    c.add_argument("--json", action="store_true", help="machine-readable output")
+    c.set_defaults(func=cmd_prune)
+
+    c = sub.add_parser(
+        "compile",
+        help="compile a kernel ahead of time (no GPU needed)",
+        description="Compile FILE.py:KERNEL for one specialization and write its cubin.",
+    )
+    c.add_argument("target", metavar="FILE.py:KERNEL", help="source file and kernel name")
+    c.add_argument(
+        "--signature", required=True, metavar="SIG",
+        help='argument types, "*bf16,*bf16,i32" or "x:*bf16,n:i32"',
+    )  # fmt: skip
+    c.add_argument("--arch", default="sm_90a", help="target architecture (default: sm_90a)")
+    c.add_argument(
+        "--constexpr", action="append", metavar="NAME=VALUE", help="a constexpr (repeatable)"
+    )
+    c.add_argument("--num-warps", type=int, default=4, metavar="N", help="warps per program (4)")
+    c.add_argument(
+        "-o", "--output", metavar="OUT",
+        help="output file; .cubin/.ptx/.ll/.tir picks the stage (default: KERNEL.cubin)",
+    )  # fmt: skip
+    c.set_defaults(func=cmd_compile)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``kitjit`` console script; returns the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help, --version, usage errors
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    try:
+        return int(args.func(args) or 0)
+    except CliError as e:
+        print(f"kitjit: error: {e}", file=sys.stderr)
+        return e.code
+    except KeyboardInterrupt:
+        print("kitjit: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `kitjit cache show --sass KEY | head`
+        try:
+            sys.stdout = open(os.devnull, "w")  # silence the flush at exit
+        except OSError:
+            pass
+        return 0
+    except Exception as e:  # a bug or a compile error: one line unless debugging
+        if os.environ.get("KITJIT_DEBUG"):
+            raise
+        msg = str(e).strip().splitlines()
+        first = msg[0] if msg else ""
+        print(
+            f"kitjit: error: {type(e).__name__}: {first} (KITJIT_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
