@@ -171,56 +171,51 @@ def empty_kernel(X, n, BLOCK: kit.constexpr):
     pass
 
 
-def host_cost(fn, n: int = 20000) -> float:
-    for _ in range(200):
-        fn()
-    torch.cuda.synchronize()
-    best = None
-    for _ in range(3):
-        t = time.perf_counter()
-        for _ in range(n):
+def host_costs(fns: dict, n: int = 10000, rounds: int = 7) -> dict:
+    """Microseconds of host time per call, the best of `rounds` interleaved rounds, so the
+    variants see the same machine state (the host's clock and load drift between runs)."""
+    for fn in fns.values():
+        for _ in range(500):
             fn()
-        dt = (time.perf_counter() - t) / n * 1e6
-        torch.cuda.synchronize()
-        best = dt if best is None else min(best, dt)
+    torch.cuda.synchronize()
+    best = {k: float("inf") for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            t = time.perf_counter()
+            for _ in range(n):
+                fn()
+            dt = (time.perf_counter() - t) / n * 1e6
+            torch.cuda.synchronize()
+            best[k] = min(best[k], dt)
     return best
 
 
 def bench_launch(tri) -> None:
     x = torch.empty(1024, device="cuda")
-    out = {}
-    out["kitjit_us"] = host_cost(lambda: empty_kernel[(1,)](x, 1024, BLOCK=128))
-    if tri:
-        out["triton_us"] = host_cost(lambda: tri["empty"][(1,)](x, 1024, BLOCK=128))
     y = torch.empty_like(x)
-    out["torch_add__us"] = host_cost(lambda: y.add_(x))
+    fns = {"kitjit_us": lambda: empty_kernel[(1,)](x, 1024, BLOCK=128)}
+    if tri:
+        fns["triton_us"] = lambda: tri["empty"][(1,)](x, 1024, BLOCK=128)
+    fns["torch_add__us"] = lambda: y.add_(x)
     # bare cuLaunchKernel through cuda.bindings on the same cubin
-    try:
-        from cuda.bindings import driver as cu
+    from cuda.bindings import driver as cu
 
-        ck = empty_kernel[(1,)](x, 1024, BLOCK=128)
-        err, mod = cu.cuModuleLoadData(ck.asm["cubin"])
-        err, f = cu.cuModuleGetFunction(mod, ck.name.encode())
-        import ctypes
+    ck = empty_kernel[(1,)](x, 1024, BLOCK=128)
+    err, mod = cu.cuModuleLoadData(ck.asm["cubin"])
+    err, f = cu.cuModuleGetFunction(mod, ck.name.encode())
+    import ctypes
 
-        p = ctypes.c_uint64(x.data_ptr())
-        q = ctypes.c_int32(1024)
-        arr = (ctypes.c_void_p * 2)(ctypes.addressof(p), ctypes.addressof(q))
-        addr = ctypes.addressof(arr)
-        stream = torch.cuda.current_stream().cuda_stream
-
-        def bare():
-            cu.cuLaunchKernel(f, 1, 1, 1, 128, 1, 1, 0, stream, addr, 0)
-        out["bare_cuLaunchKernel_us"] = host_cost(bare)
-        from kitjit.runtime import driver
-
-        raw = driver.raw_launch()
-        fn = ck.functions[x.get_device()]
-        out["ctypes_cuLaunchKernel_us"] = host_cost(
-            lambda: raw(fn, 1, 1, 1, 128, 1, 1, 0, stream, addr, None))
-    except Exception as e:  # pragma: no cover - informative only
-        out["bare_error"] = repr(e)
-    results["launch"] = {k: round(v, 2) if isinstance(v, float) else v for k, v in out.items()}
+    p = ctypes.c_uint64(x.data_ptr())
+    q = ctypes.c_int32(1024)
+    arr = (ctypes.c_void_p * 2)(ctypes.addressof(p), ctypes.addressof(q))
+    addr = ctypes.addressof(arr)
+    stream = torch.cuda.current_stream().cuda_stream
+    fns["bare_cuLaunchKernel_us"] = lambda: cu.cuLaunchKernel(f, 1, 1, 1, 128, 1, 1, 0, stream,
+                                                              addr, 0)
+    out = host_costs(fns)
+    if "triton_us" in out:
+        out["kitjit_over_triton"] = out["kitjit_us"] / out["triton_us"]
+    results["launch"] = {k: round(v, 3) for k, v in out.items()}
     print(results["launch"], flush=True)
 
 
