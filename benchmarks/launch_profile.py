@@ -4,7 +4,6 @@ import time
 import torch
 
 import kitjit as kit
-from kitjit.runtime import driver
 
 
 @kit.jit

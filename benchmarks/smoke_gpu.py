@@ -1,5 +1,9 @@
 """Quick GPU smoke check of every example (correctness only)."""
-import importlib, sys, time, traceback
+import importlib
+import sys
+import time
+import traceback
+
 sys.path.insert(0, "examples")
 for name in ["vector_add", "softmax", "layernorm", "rmsnorm"]:
     t = time.time()
