@@ -570,7 +570,7 @@ class KernelCache:
                     p.unlink()
                 except OSError:
                     pass
-            self._sweep(max_age=0.0)
+            self._sweep(tmp_age=60.0)  # a younger temp dir may be a put in progress
             for shard in self.root.glob("??"):
                 try:
                     shard.rmdir()  # only succeeds when empty
@@ -578,20 +578,22 @@ class KernelCache:
                     pass
         return removed
 
-    def _sweep(self, max_age: float = _STALE_TMP_S) -> None:
-        """Delete temp and trash directories left by processes that died mid-operation."""
-        cutoff = time.time() - max_age
+    def _sweep(self, tmp_age: float = _STALE_TMP_S) -> None:
+        """Delete trash directories, and temp directories older than ``tmp_age`` seconds
+        (left by processes that died in the middle of a put)."""
+        now = time.time()
         try:
             it = list(os.scandir(self.root))
         except OSError:
             return
         for d in it:
-            if d.name.startswith((_TMP_PREFIX, _TRASH_PREFIX)) and d.is_dir():
-                try:
-                    if d.stat().st_mtime <= cutoff:
-                        shutil.rmtree(d.path, ignore_errors=True)
-                except OSError:
-                    pass
+            if not d.name.startswith((_TMP_PREFIX, _TRASH_PREFIX)) or not d.is_dir():
+                continue
+            try:
+                if d.name.startswith(_TRASH_PREFIX) or d.stat().st_mtime <= now - tmp_age:
+                    shutil.rmtree(d.path, ignore_errors=True)
+            except OSError:
+                pass
 
     def prune(
         self,

@@ -386,6 +386,16 @@ def test_clear_all(kc):
     assert kc.stats()["hits"] == 0
 
 
+def test_clear_spares_a_put_in_progress(kc):
+    _filled(kc, 1)
+    busy = kc.root / ".tmp-busy"  # another process is writing this entry right now
+    busy.mkdir()
+    trash = kc.root / ".trash-left"
+    trash.mkdir()
+    assert kc.clear() == 1
+    assert busy.exists() and not trash.exists()
+
+
 def test_remove(kc):
     _filled(kc, 2)
     kc.remove(key_of(0))
