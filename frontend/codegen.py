@@ -463,8 +463,10 @@ class FunctionCodegen:
         for opn, right_node in zip(node.ops, node.comparators):
             right = self.expr(right_node)
             if isinstance(opn, (ast.Is, ast.IsNot)):
-                if isinstance(left, Value) or isinstance(right, Value):
+                if isinstance(left, Value) and isinstance(right, Value):
                     raise self.err(node, "'is' compares compile-time objects only")
+                # A run-time value (a tensor argument, a tile) is never a compile-time object
+                # such as None: `if Bias is not None:` folds, as in Triton.
                 r = (left is right) if isinstance(opn, ast.Is) else (left is not right)
             elif isinstance(opn, (ast.In, ast.NotIn)):
                 if isinstance(left, Value) or isinstance(right, Value):
