@@ -22,7 +22,7 @@ from kitjit.ir.core import Block, Function, Loc, Value
 from kitjit.ir.types import DType, TileType, float32, int1, int32, int64
 
 from .errors import CompileError
-from .semantic import Builder, describe, shape_str
+from .semantic import Builder, describe, literal_dtype, promote, shape_str, weak_dtype
 
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div",
            ast.FloorDiv: "floordiv", ast.Mod: "mod", ast.BitAnd: "and", ast.BitOr: "or",
@@ -235,9 +235,16 @@ class FunctionCodegen:
     def _merge_type(self, name: str, vals: list, node) -> TileType:
         tys = [v.type for v in vals if isinstance(v, Value)]
         if not tys:
-            v = vals[0]
-            self.at(node)
-            return self.b.to_value(v).type
+            # Python numbers in both branches (`s = 2` / `s = 3.5`): their literal dtypes
+            # meet by promotion, so neither side is truncated.
+            dt = None
+            for v in vals:
+                vd = literal_dtype(v) if isinstance(v, (int, float, bool)) else None
+                if vd is None:
+                    self.at(node)
+                    return self.b.to_value(v).type  # raises: not a number
+                dt = vd if dt is None else promote(dt, vd)
+            return TileType(dt)
         t = tys[0]
         for u in tys[1:]:
             if u.shape != t.shape or u.dtype is not t.dtype:
@@ -246,6 +253,15 @@ class FunctionCodegen:
                     self.assign_locs.get(name, self.p.loc(node)),
                     "give it the same dtype and shape in both branches (.to(...), "
                     "kit.broadcast_to)")
+        for v in vals:
+            # a Python number next to a tile takes the tile's dtype only where it fits
+            # (weak typing); a float next to an int tile would be silently truncated
+            if isinstance(v, (int, float, bool)) and weak_dtype(v, t.dtype) is not t.dtype:
+                raise CompileError(
+                    f"'{name}' is {_tdesc(t)} in one branch and the number {v!r} in the "
+                    "other, which does not fit that dtype",
+                    self.assign_locs.get(name, self.p.loc(node)),
+                    f"write the number as a {t.dtype} value, or convert the tile with .to()")
         return TileType(t.dtype, t.shape)
 
     def _coerce(self, v: Any, t: TileType, node, name: str) -> Value:
@@ -335,8 +351,10 @@ class FunctionCodegen:
                     raise self.err(node, f"'{n}' is deleted inside the loop")
                 if not isinstance(v, Value):
                     self.at(node)
+                    fits = isinstance(v, (int, float, bool)) and \
+                        weak_dtype(v, a.dtype) is a.dtype
                     v = self.b.broadcast_to(self.b.constant(v, a.dtype), a.shape) \
-                        if isinstance(v, (int, float, bool)) else v
+                        if fits else v  # a float into an int is a type change, not a cast
                 if not isinstance(v, Value) or v.shape != a.shape or v.dtype is not a.dtype:
                     raise CompileError(
                         f"loop-carried variable '{n}' changes type in the loop: it enters as "
