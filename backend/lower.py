@@ -65,6 +65,10 @@ class Lowering:
         self.intr = Intrinsics(self.module)
         self.vals: dict[int, list[ir.Value]] = {}
         self.smem_bytes = 0
+        self.inflight: set[int] = set()
+        self.tma_expect: dict[int, int] = {}
+        self.scratch_base = 0
+        self.static_bytes = 0
         self.axis = AxisAnalysis(fn)
         self._smem = None
 
@@ -73,7 +77,11 @@ class Lowering:
         fn = self.fn
         params = []
         for a in fn.args:
-            params.append(I32 if a.dtype.is_bool() else llvm_type(a.dtype))
+            if a.dtype.name == "tmadesc":
+                params.append(ir.PointerType())  # byval [128 x i8], see llvm_ir()
+            else:
+                params.append(I32 if a.dtype.is_bool() else llvm_type(a.dtype))
+        self.plan_shared()
         fty = ir.FunctionType(VOID, params)
         self.kernel = ir.Function(self.module, fty, fn.name)
         entry = self.kernel.append_basic_block("entry")
@@ -85,8 +93,13 @@ class Lowering:
                 v = self.b.icmp_unsigned("!=", p, ir.Constant(I32, 0))
             self.vals[a.id] = [v]
         tid = self.intr.sreg(self.b, "tid.x")
+        self.tid = tid
         self.lane = self.b.and_(tid, ir.Constant(I32, 31), name="lane")
         self.warp = self.b.lshr(tid, ir.Constant(I32, 5), name="warp")
+        if self.static_bytes:
+            # tiles start 1024-byte aligned: the 128-byte swizzle is a function of address bits
+            base = self.b.ptrtoint(self.smem, I32)
+            self.static_base = self.b.and_(self.b.add(base, self.c32(1023)), self.c32(-1024))
         self.block(fn.body)
         self.b.ret_void()
         md = self.module.add_named_metadata("nvvm.annotations")
@@ -106,7 +119,39 @@ class Lowering:
         return self._smem
 
     def need_smem(self, nbytes: int) -> None:
-        self.smem_bytes = max(self.smem_bytes, nbytes)
+        self.smem_bytes = max(self.smem_bytes, self.scratch_base + nbytes)
+
+    def plan_shared(self) -> None:
+        """Offsets of the kernel's shared tiles and mbarriers (static, from 1024-aligned base);
+        scratch for reductions and conversions goes after them."""
+        off = 0
+        self.alloc_offset: dict[int, int] = {}
+        for op in self.fn.walk():
+            if op.name == "smem_alloc":
+                t = op.result.type
+                size = t.numel * (8 if t.dtype.name == "mbarrier" else t.dtype.itemsize)
+                align = 8 if t.dtype.name == "mbarrier" else 1024
+                off = (off + align - 1) // align * align
+                self.alloc_offset[op.result.id] = off
+                off += size
+        self.static_bytes = off
+        self.scratch_base = (1024 + off + 15) // 16 * 16 if off else 0
+        self.smem_bytes = self.scratch_base
+
+    def llvm_ir(self) -> str:
+        """The module's text, with TMA descriptor parameters made `byval` grid constants
+        (llvmlite cannot spell the byval type)."""
+        text = str(self.lower())
+        descs = [i for i, a in enumerate(self.fn.args) if a.dtype.name == "tmadesc"]
+        if not descs:
+            return text
+        for i in descs:
+            name = self.fn.args[i].name
+            text = text.replace(f'ptr %"{name}"', f'ptr byval([128 x i8]) align 64 %"{name}"', 1)
+        idx = ", ".join(f"i32 {i + 1}" for i in descs)
+        md = f'!{{ptr @"{self.fn.name}", !"grid_constant", !{{{idx}}}}}'
+        return text.replace("!nvvm.annotations = !{", "!nvvm.annotations = !{ !99999,", 1) \
+            + f"\n!99999 = {md}\n"
 
     # ------------------------------------------------------------------ helpers
     def get(self, v: Value) -> list[ir.Value]:
@@ -174,9 +219,14 @@ class Lowering:
 
     # ------------------------------------------------------------------ blocks
     def block(self, block: Block) -> list[list[ir.Value]] | None:
+        self.plan_tma_groups(block)
         for op in block.ops:
             if op.name == "yield":
                 return [self.get(v) for v in op.operands]
+            if self.inflight and op.name not in ("wgmma", "for"):
+                for v in op.operands:
+                    if v.id in self.inflight:
+                        self.wgmma_wait(v, 0)
             meth = getattr(self, "op_" + op.name, None)
             if meth is None:
                 if op.name in O.BINARY:
@@ -268,6 +318,8 @@ class Lowering:
 
     def smem_ptr(self, elem_index: ir.Value, e: int) -> ir.Value:
         byte = self.b.mul(elem_index, self.c32(e)) if e != 1 else elem_index
+        if self.scratch_base:
+            byte = self.b.add(byte, self.c32(self.scratch_base))
         return self.b.gep(self.smem, [byte], source_etype=I8)
 
     def to_mem(self, v, dt: DType):
@@ -842,6 +894,163 @@ class Lowering:
                     C[i] = v
         self.set(op.result, C)
 
+    # ------------------------------------------------------------------ level 2: Hopper
+    def thread0(self) -> ir.Value:
+        return self.b.icmp_unsigned("==", self.tid, self.c32(0))
+
+    def op_smem_alloc(self, op: Op) -> None:
+        addr = self.b.add(self.static_base, self.c32(self.alloc_offset[op.result.id]))
+        self.set_smem(op.result, addr)
+        if "init" in op.attrs:
+            p = self.thread0()
+            for i in range(op.result.shape[0]):
+                asm(self.b, VOID, "@$0 mbarrier.init.shared::cta.b64 [$1], $2;", "b,r,r",
+                    [p, self.b.add(addr, self.c32(8 * i)), self.c32(op.attrs["init"])])
+            asm(self.b, VOID, "fence.mbarrier_init.release.cluster;", "~{memory}", [])
+            barrier(self.b)
+
+    def set_smem(self, v: Value, addr) -> None:
+        self.vals[v.id] = [addr]
+
+    def op_smem_index(self, op: Op) -> None:
+        (base,) = self.get(op.operands[0])
+        (idx,) = self.get(op.operands[1])
+        t = op.result.type
+        stage = t.numel * (8 if t.dtype.name == "mbarrier" else t.dtype.itemsize)
+        self.set_smem(op.result, self.b.add(base, self.b.mul(idx, self.c32(stage))))
+
+    def op_barrier(self, op: Op) -> None:
+        barrier(self.b)
+
+    @staticmethod
+    def _bar_key(v: Value):
+        o = v.owner
+        if isinstance(o, Op) and o.name == "smem_index":
+            return (o.operands[0].id, o.operands[1].id)
+        return (v.id,)
+
+    def plan_tma_groups(self, block: Block) -> None:
+        """TMA loads in a row on one barrier share one arrive.expect_tx of their total bytes
+        (the barrier expects one arrival per phase)."""
+        group = None
+        for op in block.ops:
+            if op.name == "tma_load":
+                key = self._bar_key(op.operands[-1])
+                if group is not None and group[0] == key:
+                    self.tma_expect[group[1]] += op.attrs["bytes"]
+                    self.tma_expect[id(op)] = 0
+                else:
+                    group = (key, id(op))
+                    self.tma_expect[id(op)] = op.attrs["bytes"]
+            elif op.name in ("mbar_wait", "wgmma", "barrier", "for", "if", "store", "yield"):
+                group = None
+
+    def op_tma_load(self, op: Op) -> None:
+        dst, desc, row, col, bar = op.operands
+        b = self.b
+        (daddr,) = self.get(dst)
+        (r,) = self.get(row)
+        (c,) = self.get(col)
+        (baddr,) = self.get(bar)
+        dptr = b.ptrtoint(self.get(desc)[0], I64)
+        expect = self.tma_expect.get(id(op), op.attrs["bytes"])
+        p = self.thread0()
+        if expect:
+            barrier(b)  # every warpgroup is done reading the stage this load overwrites
+            asm(b, VOID, "@$0 mbarrier.arrive.expect_tx.shared::cta.b64 _, [$1], $2;",
+                "b,r,r,~{memory}", [p, baddr, self.c32(expect)])
+        lay = dst.type.layout
+        R, C = dst.shape
+        chunk = lay.chunk if lay is not None else C
+        e = dst.dtype.itemsize
+        for j in range(max(1, C // chunk)):
+            dj = b.add(daddr, self.c32(j * R * chunk * e)) if j else daddr
+            cj = b.add(c, self.c32(j * chunk)) if j else c
+            asm(b, VOID, "@$0 cp.async.bulk.tensor.2d.shared::cluster.global.tile."
+                "mbarrier::complete_tx::bytes [$1], [$2, {$3, $4}], [$5];",
+                "b,r,l,r,r,r,~{memory}", [p, dj, dptr, cj, r, baddr])
+
+    def op_mbar_wait(self, op: Op) -> None:
+        (baddr,) = self.get(op.operands[0])
+        (ph,) = self.get(op.operands[1])
+        asm(self.b, VOID,
+            "{ .reg .pred P1; \nKITWAIT${:uid}: \n"
+            "mbarrier.try_wait.parity.shared::cta.b64 P1, [$0], $1; \n"
+            "@!P1 bra.uni KITWAIT${:uid}; }",
+            "r,r,~{memory}", [baddr, ph])
+
+    @staticmethod
+    def _desc_const(lbo: int, sbo: int, swizzle: int) -> int:
+        mode = {128: 1, 64: 2, 32: 3, 0: 0}[swizzle]
+        return ((lbo >> 4) & 0x3FFF) << 16 | ((sbo >> 4) & 0x3FFF) << 32 | mode << 62
+
+    def _desc(self, addr, const: int):
+        b = self.b
+        a = b.zext(b.and_(b.lshr(addr, self.c32(4)), self.c32(0x3FFF)), I64)
+        return b.or_(a, ir.Constant(I64, const))
+
+    def op_wgmma(self, op: Op) -> None:
+        a, bt, acc = op.operands
+        b = self.b
+        (aaddr,) = self.get(a)
+        (baddr,) = self.get(bt)
+        M, K = a.shape
+        N = bt.shape[1]
+        e = a.dtype.itemsize
+        la, lb = a.type.layout, bt.type.layout
+        lc = _lin(acc.type)
+        C = list(self.get(acc))
+        ic = lc.reg_index()
+        nw = self.num_warps
+        kind = "bf16" if a.dtype.name == "bf16" else "f16"
+        # A: K-major rows of `swizzle` bytes, column chunks one after another
+        sa, ca = la.swizzle, la.chunk
+        da = self._desc_const(16, 8 * sa, sa)
+        # B: [K, N] with N contiguous (MN-major, imm-trans-b = 1): chunks of `chunk` columns
+        sb, cb = lb.swizzle, lb.chunk
+        db = self._desc_const(K * sb, 8 * sb, sb)
+        wg = b.lshr(self.warp, self.c32(2))
+        a_wg = b.add(aaddr, b.mul(wg, self.c32(64 * sa)))
+        n_out = N // 2
+        outs = ", ".join(f"${i}" for i in range(n_out))
+        text = (f"{{ .reg .pred p; setp.ne.b32 p, ${n_out + 2}, 0; "
+                f"wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{kind}.{kind} "
+                f"{{{outs}}}, ${n_out}, ${n_out + 1}, p, 1, 1, 0, 1; }}")
+        cons = ",".join(["=f"] * n_out + ["l", "l", "r"] + [str(i) for i in range(n_out)])
+        ret = ir.LiteralStructType([F32] * n_out)
+        asm(b, VOID, "wgmma.fence.sync.aligned;", "~{memory}", [])
+        for r0 in range(0, M, 16 * nw):
+            idx = [ic[(r0 + 8 * ((i // 2) % 2), 8 * (i // 4) + (i % 2))] for i in range(n_out)]
+            regs = [C[i] for i in idx]
+            for k0 in range(0, K, 16):
+                a_addr = b.add(a_wg, self.c32((k0 // ca) * M * sa + r0 * sa + (k0 % ca) * e))
+                b_addr = b.add(baddr, self.c32(k0 * sb))
+                r = asm(b, ret, text, cons,
+                        [self._desc(a_addr, da), self._desc(b_addr, db), self.c32(1)] + regs)
+                regs = [b.extract_value(r, i) for i in range(n_out)]
+            for i, v in zip(idx, regs):
+                C[i] = v
+        asm(b, VOID, "wgmma.commit_group.sync.aligned;", "~{memory}", [])
+        self.set(op.result, C)
+        pending = op.attrs.get("pending", 0)
+        if pending == 0:
+            self.wgmma_wait(op.result, 0)
+        else:
+            self.wgmma_wait(op.result, pending)
+            self.inflight.add(op.result.id)
+
+    def wgmma_wait(self, v: Value, pending: int) -> None:
+        """wgmma.wait_group with the accumulator registers tied through, so nothing reads them
+        before the MMAs that write them have finished."""
+        regs = self.get(v)
+        n = len(regs)
+        ret = ir.LiteralStructType([F32] * n)
+        r = asm(self.b, ret, f"wgmma.wait_group.sync.aligned {pending};",
+                ",".join(["=f"] * n + [str(i) for i in range(n)]) + ",~{memory}", regs)
+        self.vals[v.id] = [self.b.extract_value(r, i) for i in range(n)]
+        if pending == 0:
+            self.inflight.discard(v.id)
+
     # ------------------------------------------------------------------ control flow
     def op_for(self, op: Op) -> None:
         b = self.b
@@ -866,6 +1075,12 @@ class Lowering:
             phis.append(ps)
             self.vals[arg.id] = ps
         self.vals[body.args[0].id] = [iv]
+        ys_ops = body.ops[-1].operands
+        for arg, init, y in zip(body.args[1:], op.operands[3:], ys_ops):
+            o = y.owner
+            if init.id in self.inflight or (isinstance(o, Op) and o.name == "wgmma" and
+                                            o.attrs.get("pending", 0)):
+                self.inflight.add(arg.id)
         step_info = self.axis[op.operands[2]].cval
         if step_info is not None and step_info > 0 or isinstance(step, ir.Constant) and \
                 step.constant > 0:
@@ -886,8 +1101,10 @@ class Lowering:
                 p.add_incoming(v, end)
         b.branch(header)
         b.position_at_end(exit_)
-        for r, ps in zip(op.results, phis):
+        for r, ps, arg in zip(op.results, phis, body.args[1:]):
             self.vals[r.id] = ps
+            if arg.id in self.inflight:
+                self.inflight.add(r.id)
 
     def op_if(self, op: Op) -> None:
         b = self.b

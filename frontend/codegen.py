@@ -560,6 +560,10 @@ class FunctionCodegen:
     def expr_Subscript(self, node: ast.Subscript) -> Any:
         base = self.expr(node.value)
         sl = node.slice
+        if isinstance(base, Value) and base.type.is_shared:
+            idx = self.expr(sl)
+            self.at(node)
+            return self.b.smem_index(base, idx)
         if isinstance(base, Value):
             items = sl.elts if isinstance(sl, ast.Tuple) else [sl]
             v = base
@@ -774,6 +778,19 @@ def _call_builtin(cg: FunctionCodegen, name: str, args: list, kwargs: dict, node
     if name == "broadcast_to":
         shape = b.check_shape(const("shape"), "kit.broadcast_to")
         return b.broadcast_to(b.to_value(a["x"]), shape)
+    if name == "shared":
+        return b.shared(const("shape"), const("dtype"))
+    if name == "mbarriers":
+        return b.mbarriers(const("count"))
+    if name == "tma_load":
+        return b.tma_load(a["dst"], a["tensor"], a["coords"], a["barrier"])
+    if name == "mbarrier_wait":
+        return b.mbarrier_wait(a["barrier"], a["phase"])
+    if name == "mma":
+        return b.wgmma(a["a"], a["b"], a["acc"], const("pending"))
+    if name == "barrier":
+        b.emit("barrier", [], [])
+        return None
     if name == "static_assert":
         cond = const("cond")
         if not cond:
@@ -820,6 +837,12 @@ _SIGS["cast"] = lambda x, dtype: None
 _SIGS["expand_dims"] = lambda x, axis: None
 _SIGS["broadcast_to"] = lambda x, shape: None
 _SIGS["static_assert"] = lambda cond, msg="": None
+_SIGS["shared"] = lambda shape, dtype: None
+_SIGS["mbarriers"] = lambda count: None
+_SIGS["tma_load"] = lambda dst, tensor, coords, barrier: None
+_SIGS["mbarrier_wait"] = lambda barrier, phase: None
+_SIGS["mma"] = lambda a, b, acc, pending=0: None
+_SIGS["barrier"] = lambda: None
 
 
 def _assigned(stmts: list[ast.stmt]) -> list[str]:

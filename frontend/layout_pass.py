@@ -17,7 +17,15 @@ from __future__ import annotations
 
 from kitjit.ir import ops as O
 from kitjit.ir.core import Block, Function, Op, Value
-from kitjit.ir.layouts import DotOperand, Layout, Mma, Slice, default_blocked, mma_layout
+from kitjit.ir.layouts import (
+    DotOperand,
+    Layout,
+    Mma,
+    Slice,
+    default_blocked,
+    mma_layout,
+    shared_layout,
+)
 
 
 class _UF:
@@ -37,7 +45,7 @@ class _UF:
 
 
 def _tiles(vals):
-    return [v for v in vals if not v.type.is_scalar]
+    return [v for v in vals if not v.type.is_scalar and not v.type.is_shared]
 
 
 def infer_layouts(fn: Function) -> Function:
@@ -48,7 +56,7 @@ def infer_layouts(fn: Function) -> Function:
     dots: list[Op] = []
 
     def see(v: Value):
-        if not v.type.is_scalar:
+        if not v.type.is_scalar and not v.type.is_shared and not v.dtype.name == "tmadesc":
             values[v.id] = v
             uf.find(v.id)
 
@@ -74,9 +82,12 @@ def infer_layouts(fn: Function) -> Function:
                 slice_edges.append(("reduce", op))
             elif n == "expand_dims":
                 slice_edges.append(("expand", op))
-            elif n == "dot":
+            elif n in ("dot", "wgmma"):
                 same([op.operands[2], op.result])
                 dots.append(op)
+            elif n == "smem_alloc":
+                op.result.type = op.result.type.with_layout(
+                    shared_layout(op.result.shape[-2:], op.result.dtype))
             elif n == "for":
                 body = op.regions[0]
                 y = body.ops[-1]
@@ -116,7 +127,9 @@ def infer_layouts(fn: Function) -> Function:
     layout: dict[int, Layout] = {}
     for op in dots:
         c = cls(op.result)
-        layout[c] = mma_layout(max_shape(c), num_warps)
+        # wgmma: each warp owns 16 rows of its warpgroup's 64 (the m64nNk16 accumulator)
+        layout[c] = Mma(num_warps, 1) if op.name == "wgmma" else \
+            mma_layout(max_shape(c), num_warps)
 
     # children of slice edges, by class: [(parent class, axis, kind)]
     wants: dict[int, list[tuple[int, int, str]]] = {}
@@ -144,6 +157,9 @@ def infer_layouts(fn: Function) -> Function:
         for v in vs:
             v.type = v.type.with_layout(layout[c])
 
+    for op in fn.walk():
+        if op.name == "smem_index":
+            op.result.type = op.result.type.with_layout(op.operands[0].type.layout)
     _insert_conversions(fn.body, fn)
     return fn
 

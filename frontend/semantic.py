@@ -24,6 +24,8 @@ from kitjit.ir.types import (
     int1,
     int32,
     int64,
+    mbarrier,
+    tma_desc,
 )
 
 from .errors import CompileError
@@ -385,6 +387,118 @@ class Builder:
                              f"{_describe(acc)}",
                              f"start it as kit.zeros(({M}, {N}), kit.float32)")
         return self.emit1("dot", [a, b, acc], acc.type)
+
+
+    # ---------------------------------------------------------------- level 2: Hopper
+    def shared(self, shape: Any, dtype: Any) -> Value:
+        if isinstance(shape, int):
+            shape = (shape,)
+        if not isinstance(shape, (tuple, list)) or not all(isinstance(s, int) for s in shape):
+            raise self.error(f"kit.shared needs a shape of constexpr ints, got {_describe(shape)}")
+        shape = tuple(shape)
+        tile = shape[1:] if len(shape) == 3 else shape
+        if len(tile) != 2 or not all(is_pow2(s) for s in tile) or (len(shape) == 3 and
+                                                                  shape[0] < 1):
+            raise self.error(f"kit.shared takes (rows, cols) or (stages, rows, cols) with "
+                             f"power-of-two rows and cols, got {_shape(shape)}")
+        if not isinstance(dtype, DType) or dtype.is_ptr():
+            raise self.error(f"kit.shared needs an element dtype, got {_describe(dtype)}")
+        return self.emit1("smem_alloc", [], TileType(dtype, shape, space="smem"))
+
+    def mbarriers(self, count: Any) -> Value:
+        if not isinstance(count, int) or count < 1:
+            raise self.error(f"kit.mbarriers needs a positive constexpr count, got {count!r}")
+        return self.emit1("smem_alloc", [], TileType(mbarrier, (count,), space="smem"),
+                          {"init": 1})
+
+    def smem_index(self, x: Value, idx: Any) -> Value:
+        if len(x.shape) < 1 or (x.dtype is not mbarrier and len(x.shape) != 3):
+            raise self.error(f"only the stage dim of a shared tile can be indexed, and this "
+                             f"tile has shape {_shape(x.shape)}")
+        if isinstance(idx, int):
+            if not 0 <= idx < x.shape[0]:
+                raise self.error(f"index {idx} is out of range for {x.shape[0]} stages")
+            idx = self.constant(idx, int32)
+        elif not isinstance(idx, Value) or not idx.type.is_scalar or not idx.dtype.is_int():
+            raise self.error(f"a stage index must be a scalar int, got {_describe(idx)}")
+        else:
+            idx = self.cast(idx, int32)
+        return self.emit1("smem_index", [x, idx],
+                          TileType(x.dtype, x.shape[1:], space="smem"))
+
+    def tma_desc_arg(self, tensor: Value, box: tuple, what: str) -> Value:
+        """The TMA descriptor kernel parameter of tensor argument `tensor` (added on first
+        use; the runtime builds it from the torch tensor and the box)."""
+        fn = self.fn
+        if not isinstance(tensor, Value) or not tensor.dtype.is_ptr() or \
+                tensor not in fn.args:
+            raise self.error(f"{what} needs a tensor argument of the kernel (TMA copies whole "
+                             f"boxes of a 2-d tensor), got {_describe(tensor)}")
+        tma = fn.attrs.setdefault("tma", {})
+        entry = tma.get(tensor.name)
+        if entry is None:
+            d = Value(TileType(tma_desc), f"{tensor.name}.desc")
+            fn.body.args.append(d)
+            d.owner = fn.body
+            tma[tensor.name] = entry = {"box": list(box), "dtype": tensor.dtype.element_ty.name,
+                                        "desc": d}
+        elif tuple(entry["box"]) != tuple(box):
+            raise self.error(f"{what}: '{tensor.name}' is copied with boxes of "
+                             f"{_shape(tuple(entry['box']))} elsewhere and {_shape(box)} here",
+                             "use one box shape per tensor argument")
+        return entry["desc"]
+
+    def tma_load(self, dst: Any, tensor: Any, coords: Any, bar: Any) -> None:
+        if not isinstance(dst, Value) or not dst.type.is_shared or len(dst.shape) != 2:
+            raise self.error(f"kit.tma_load: 'dst' must be a 2-d shared tile (a stage a[s]), "
+                             f"got {_describe(dst)}")
+        if isinstance(tensor, Value) and tensor.dtype.is_ptr() and \
+                tensor.dtype.element_ty is not dst.dtype:
+            raise self.error(f"kit.tma_load: the tensor holds {tensor.dtype.element_ty} but the "
+                             f"shared tile holds {dst.dtype}")
+        if not isinstance(coords, (tuple, list)) or len(coords) != 2:
+            raise self.error("kit.tma_load: coords must be (row, col)")
+        cs = [self.cast(c, int32) if isinstance(c, Value) else self.constant(c, int32)
+              for c in coords]
+        if not isinstance(bar, Value) or bar.dtype is not mbarrier or bar.shape != ():
+            raise self.error(f"kit.tma_load: 'barrier' must be one mbarrier (bars[s]), got "
+                             f"{_describe(bar)}")
+        desc = self.tma_desc_arg(tensor, dst.shape, "kit.tma_load")
+        self.emit("tma_load", [dst, desc, *cs, bar], [],
+                  {"bytes": dst.type.numel * dst.dtype.itemsize})
+
+    def mbarrier_wait(self, bar: Any, phase: Any) -> None:
+        if not isinstance(bar, Value) or bar.dtype is not mbarrier or bar.shape != ():
+            raise self.error(f"kit.mbarrier_wait needs one mbarrier (bars[s]), got "
+                             f"{_describe(bar)}")
+        ph = self.cast(phase, int32) if isinstance(phase, Value) else self.constant(phase, int32)
+        self.emit("mbar_wait", [bar, ph], [])
+
+    def wgmma(self, a: Any, b: Any, acc: Any, pending: Any) -> Value:
+        for name, v in (("a", a), ("b", b)):
+            if not isinstance(v, Value) or not v.type.is_shared or len(v.shape) != 2:
+                raise self.error(f"kit.mma: '{name}' must be a 2-d shared tile, got "
+                                 f"{_describe(v)}", "for register operands use kit.dot")
+        (M, K), (K2, N) = a.shape, b.shape
+        nw = self.fn.attrs["num_warps"]
+        if a.dtype not in (float16, bfloat16) or a.dtype is not b.dtype:
+            raise self.error(f"kit.mma takes fp16 or bf16 tiles of one dtype, got {a.dtype} "
+                             f"and {b.dtype}")
+        if K != K2:
+            raise self.error(f"kit.mma: inner dims differ: a is {_shape(a.shape)}, b is "
+                             f"{_shape(b.shape)}")
+        if nw % 4 or M % (16 * nw) or K % 16 or N % 8 or N > 256:
+            raise self.error(f"kit.mma needs num_warps a multiple of 4 (warpgroups), M a "
+                             f"multiple of 16*num_warps (64 rows per warpgroup), K a multiple "
+                             f"of 16 and N a multiple of 8 up to 256; got M={M}, N={N}, K={K}, "
+                             f"num_warps={nw}")
+        if not isinstance(acc, Value) or acc.shape != (M, N) or acc.dtype is not float32:
+            raise self.error(f"kit.mma: acc must be an fp32 register tile of shape [{M}, {N}], "
+                             f"got {_describe(acc)}",
+                             f"start it as kit.zeros(({M}, {N}), kit.float32)")
+        if not isinstance(pending, int) or pending < 0:
+            raise self.error("kit.mma: pending must be a constexpr int >= 0")
+        return self.emit1("wgmma", [a, b, acc], acc.type, {"pending": pending})
 
 
 # -------------------------------------------------------------------- type rules

@@ -84,7 +84,8 @@ class CompiledKernel:
         if self._params is None:
             from .runtime.driver import ParamBlock
 
-            self._params = ParamBlock([self.arg_kinds[i] for i in self.runtime_index])
+            self._params = ParamBlock([self.arg_kinds[i] for i in self.runtime_index],
+                                      len(self.metadata.get("tma", [])))
         return self._params
 
     def __repr__(self) -> str:
@@ -233,7 +234,7 @@ class JITFunction:
         from kitjit.backend.lower import Lowering
 
         lowering = Lowering(fn)
-        llir = _guard(self.__name__, "lowering to LLVM", lambda: str(lowering.lower()))
+        llir = _guard(self.__name__, "lowering to LLVM", lowering.llvm_ir)
         ptx = _guard(self.__name__, "generating PTX for", lambda: llvm_to_ptx(llir, arch))
         cubin, res = _guard(self.__name__, "assembling",
                             lambda: ptx_to_cubin(ptx, arch, self.__name__))
@@ -251,6 +252,8 @@ class JITFunction:
             "spills": res.spills,
             "stack": res.stack,
             "arg_kinds": [_kind(s) for s in specs],
+            "tma": [_tma_meta(self.runtime_params.index(name), e)
+                    for name, e in fn.attrs.get("tma", {}).items()],
             "compile_seconds": round(time.perf_counter() - t0, 4),
             "versions": {"kitjit": __version__},
         }
@@ -337,6 +340,9 @@ def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tup
             sets.append(f"    _ST.{block.names[j]} = {names[i]}.data_ptr()")
         else:
             sets.append(f"    _ST.{block.names[j]} = {names[i]}")
+    for j, t in enumerate(ck.metadata.get("tma", [])):
+        sets.append(f"    _PTRS[{block.desc_base + j}] = _tmap({names[t['param']]}, "
+                    f"{t['box'][0]}, {t['box'][1]}, {t['swizzle']}, '{t['dtype']}')")
     src = _LAUNCH_TEMPLATE.format(args=", ".join(names) or "*_", sets="\n".join(sets) or "    pass")
     ns = {
         "_ONES": (1, 1, 1), "_grid3": _grid3, "_NAME": jf.__name__, "_CK": ck,
@@ -345,7 +351,8 @@ def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tup
         "_ST": block.struct, "_launch": launch_fn, "_fail": driver.launch_failed,
         "_FN": wrap(ck.function(device)),
         "_THREADS": ck.threads, "_SHARED": ck.shared, "_stream": _stream_getter(),
-        "_DEV": device, "_ADDR": block.address,
+        "_DEV": device, "_ADDR": block.address, "_PTRS": block.ptrs,
+        "_tmap": driver.tensor_map,
     }
     exec(src, ns)
     return ns["launch"]
@@ -391,6 +398,16 @@ def _check_shared(ck: CompiledKernel, max_shared: int | None, jf: JITFunction) -
         raise CompileError(f"kernel '{ck.name}' needs {ck.shared} bytes of shared memory but "
                            f"the device allows {max_shared} per block",
                            hint="use smaller tiles or fewer warps")
+
+
+def _tma_meta(param: int, entry: dict) -> dict:
+    """What the launcher needs to build one TMA descriptor: the box is one column chunk of
+    the shared tile (the swizzle span), as the layout pass lays it out."""
+    from .ir.layouts import shared_layout
+
+    lay = shared_layout(tuple(entry["box"]), dtype_from_name(entry["dtype"]))
+    return {"param": param, "box": [entry["box"][0], lay.chunk], "swizzle": lay.swizzle,
+            "dtype": entry["dtype"]}
 
 
 def _kind(spec) -> str:

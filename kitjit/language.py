@@ -256,6 +256,44 @@ def static_assert(cond, msg=""):
     """A compile-time assertion on constexpr values."""
 
 
+# ------------------------------------------------------------------ level 2: Hopper tiles
+@builtin
+def shared(shape, dtype):
+    """A tile in shared memory; a leading dim makes pipeline stages (`a[s]` is stage s). The
+    swizzle is chosen from the row width, the same for the TMA box and the WGMMA descriptor."""
+
+
+@builtin
+def mbarriers(count):
+    """`count` mbarriers in shared memory, each expecting one arrival per phase."""
+
+
+@builtin
+def tma_load(dst, tensor, coords, barrier):
+    """Copy the box of the 2-d `tensor` argument at `coords` (row, col) into shared tile `dst`
+    with the Tensor Memory Accelerator, completing on `barrier`. Out-of-range parts of the
+    box read as zero. One thread issues it; loads on the same barrier in a row share one
+    arrival with their total byte count."""
+
+
+@builtin
+def mbarrier_wait(barrier, phase):
+    """Wait until `barrier` completes phase `phase` (0 or 1, alternating)."""
+
+
+@builtin
+def mma(a, b, acc, pending=0):
+    """acc + a @ b on Hopper's warpgroup tensor cores (WGMMA), a and b in shared memory, acc in
+    registers. Returns with at most `pending` MMA groups still running: reading the result
+    before they finish is safe (the compiler waits), and `pending=1` overlaps the MMA with the
+    next loads."""
+
+
+@builtin
+def barrier():
+    """Synchronize the threads of the CTA (bar.sync)."""
+
+
 range = range  # noqa: A001 - Triton spells a runtime loop `tl.range`; Python's works as well
 
 __all__ = [

@@ -293,3 +293,27 @@ def mma_layout(shape: tuple[int, int], num_warps: int) -> Mma:
         wn //= 2
         wm *= 2
     return Mma(wm, num_warps // wm)
+
+
+@dataclass(frozen=True)
+class SharedLayout:
+    """How a 2-d tile sits in shared memory: rows of `chunk` columns, `swizzle` bytes wide
+    (128/64/32, or 0 for none); tiles wider than one swizzle span are stored as column chunks
+    one after the other. One layout serves the TMA box (whose inner dim is one chunk) and the
+    WGMMA descriptor."""
+
+    swizzle: int
+    chunk: int  # columns per chunk
+
+    def __str__(self):
+        return f"#shared<swizzle={self.swizzle}B, chunk={self.chunk}>"
+
+
+def shared_layout(shape: tuple[int, ...], dtype) -> SharedLayout | None:
+    if len(shape) != 2:
+        return None
+    row_bytes = shape[1] * dtype.itemsize
+    for sw in (128, 64, 32):
+        if row_bytes >= sw:
+            return SharedLayout(sw, sw // dtype.itemsize)
+    return SharedLayout(0, shape[1])

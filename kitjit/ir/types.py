@@ -93,10 +93,14 @@ uint16 = DType("u16", "u", 16, np.uint16, ("uint16",))
 uint32 = DType("u32", "u", 32, np.uint32, ("uint32",))
 uint64 = DType("u64", "u", 64, np.uint64, ("uint64",))
 int1 = DType("i1", "b", 1, np.bool_, ("bool", "bool_"))
+# Hopper machinery, never in registers: an mbarrier (8 bytes of shared memory) and a TMA
+# descriptor (a 128-byte kernel parameter built on the host from a tensor)
+mbarrier = DType("mbarrier", "m", 64, np.int64)
+tma_desc = DType("tmadesc", "d", 1024, np.uint8)
 
 ALL_DTYPES = [float16, bfloat16, float32, float64, int8, int16, int32, int64,
               uint8, uint16, uint32, uint64, int1]
-_BY_NAME = {d.name: d for d in ALL_DTYPES}
+_BY_NAME = {d.name: d for d in ALL_DTYPES + [mbarrier, tma_desc]}
 for _d in ALL_DTYPES:
     for _a in _d.aliases:
         _BY_NAME[_a] = _d
@@ -133,10 +137,15 @@ class TileType:
     dtype: DType
     shape: tuple[int, ...] = ()
     layout: Any = None
+    space: str = "reg"  # "reg": a value in registers; "smem": a region of shared memory
+
+    @property
+    def is_shared(self) -> bool:
+        return self.space == "smem"
 
     @property
     def is_scalar(self) -> bool:
-        return self.shape == ()
+        return self.shape == () and self.space == "reg"
 
     @property
     def rank(self) -> int:
@@ -150,12 +159,16 @@ class TileType:
         return n
 
     def with_layout(self, layout: Any) -> TileType:
-        return TileType(self.dtype, self.shape, layout)
+        return TileType(self.dtype, self.shape, layout, self.space)
 
     def with_dtype(self, dtype: DType) -> TileType:
-        return TileType(dtype, self.shape, self.layout)
+        return TileType(dtype, self.shape, self.layout, self.space)
 
     def __str__(self) -> str:
+        if self.space == "smem":
+            s = "x".join(str(d) for d in self.shape)
+            lay = f", {self.layout}" if self.layout is not None else ""
+            return f"smem<{s}{'x' if s else ''}{self.dtype.name}{lay}>"
         if not self.shape:
             return self.dtype.name
         s = "x".join(str(d) for d in self.shape)

@@ -147,22 +147,60 @@ _CTYPES = {"ptr": ctypes.c_uint64, "i32": ctypes.c_int32, "i64": ctypes.c_int64,
 
 
 class ParamBlock:
-    """The kernel's parameters as one ctypes struct plus the void* array cuLaunchKernel reads.
-    Not thread-safe by itself: a launch fills it and launches under no lock; kernels launched
-    from several threads at once each get their own block (see `for_thread`)."""
+    """The kernel's parameters as one ctypes struct plus the void* array cuLaunchKernel reads;
+    TMA descriptors come last, their slots pointing at host-side CUtensorMaps. A launch fills
+    it in place: launching one kernel from several threads at once needs the caller's lock."""
 
-    def __init__(self, kinds: list[str]):
+    def __init__(self, kinds: list[str], n_desc: int = 0):
         self.kinds = kinds
         fields = [(f"a{i}", _CTYPES[k]) for i, k in enumerate(kinds)]
         self.struct_t = type("Params", (ctypes.Structure,), {"_fields_": fields})
         self.struct = self.struct_t()
-        n = max(1, len(kinds))
+        self.desc_base = len(kinds)
+        n = max(1, len(kinds) + n_desc)
         self.ptrs = (ctypes.c_void_p * n)()
         base = ctypes.addressof(self.struct)
         for i, (fname, _) in enumerate(fields):
             self.ptrs[i] = base + getattr(self.struct_t, fname).offset
         self.address = ctypes.addressof(self.ptrs)
         self.names = [f for f, _ in fields]
+
+
+_TMAP_CACHE: dict = {}
+_DTYPES_TMA = {"bf16": 9, "fp16": 6, "fp32": 7, "u8": 0, "i32": 5, "fp64": 8}
+_SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
+
+
+def tensor_map(t: Any, box_rows: int, box_cols: int, swizzle: int, dtype: str) -> int:
+    """Address of a CUtensorMap for 2-d tensor `t` and the box, built once per (pointer,
+    shape, strides) and cached: encoding costs microseconds, a dict lookup does not."""
+    ptr = t.data_ptr()
+    key = (ptr, t.shape[0], t.shape[1], t.stride(0), t.stride(1), box_rows, box_cols, swizzle)
+    hit = _TMAP_CACHE.get(key)
+    if hit is not None:
+        return hit[1]
+    if t.dim() != 2 or t.stride(1) != 1 or ptr % 16 or (t.stride(0) * t.element_size()) % 16:
+        raise ValueError(f"a tensor copied by TMA must be 2-d, contiguous in its last dim, "
+                         f"16-byte aligned, with rows a multiple of 16 bytes apart; got shape "
+                         f"{tuple(t.shape)}, strides {tuple(t.stride())}, address {ptr:#x}")
+    from cuda.bindings import driver as cu
+
+    e = t.element_size()
+    err, tmap = cu.cuTensorMapEncodeTiled(
+        cu.CUtensorMapDataType(_DTYPES_TMA[dtype]), 2, ptr,
+        [t.shape[1], t.shape[0]], [t.stride(0) * e], [box_cols, box_rows], [1, 1],
+        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        cu.CUtensorMapSwizzle(_SWIZZLE[swizzle]),
+        cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    if int(err):
+        raise DriverError(f"cuTensorMapEncodeTiled failed ({err}) for shape "
+                          f"{tuple(t.shape)} box [{box_rows}, {box_cols}]")
+    if len(_TMAP_CACHE) > 4096:
+        _TMAP_CACHE.clear()
+    addr = tmap.getPtr()
+    _TMAP_CACHE[key] = (tmap, addr)
+    return addr
 
 
 def raw_launch():
