@@ -922,12 +922,17 @@ class Lowering:
     def op_barrier(self, op: Op) -> None:
         barrier(self.b)
 
-    @staticmethod
-    def _bar_key(v: Value):
+    _PURE = frozenset({"constant", "add", "sub", "mul", "floordiv", "mod", "and", "or", "xor",
+                       "shl", "shr", "cast", "smem_index", "program_id", "minimum", "maximum"})
+
+    def _bar_key(self, v: Value, depth: int = 0):
+        """A value number: two barriers computed by the same pure expression (`ready[j % S]`
+        written twice) are the same barrier."""
         o = v.owner
-        if isinstance(o, Op) and o.name == "smem_index":
-            return (o.operands[0].id, o.operands[1].id)
-        return (v.id,)
+        if depth > 16 or not isinstance(o, Op) or o.name not in self._PURE:
+            return ("v", v.id)
+        attrs = tuple(sorted((k, repr(x)) for k, x in o.attrs.items()))
+        return (o.name, attrs, tuple(self._bar_key(x, depth + 1) for x in o.operands))
 
     def plan_tma_groups(self, block: Block) -> None:
         """TMA loads in a row on one barrier share one arrive.expect_tx of their total bytes

@@ -167,7 +167,7 @@ class ParamBlock:
 
 
 _TMAP_CACHE: dict = {}
-_DTYPES_TMA = {"bf16": 9, "fp16": 6, "fp32": 7, "u8": 0, "i32": 5, "fp64": 8}
+_DTYPES_TMA = {"bf16": 9, "fp16": 6, "fp32": 7, "u8": 0, "i32": 3, "fp64": 8}
 _SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
 
 
@@ -186,9 +186,11 @@ def tensor_map(t: Any, box_rows: int, box_cols: int, swizzle: int, dtype: str) -
     from cuda.bindings import driver as cu
 
     e = t.element_size()
+    u64, u32 = cu.cuuint64_t, cu.cuuint32_t
     err, tmap = cu.cuTensorMapEncodeTiled(
-        cu.CUtensorMapDataType(_DTYPES_TMA[dtype]), 2, ptr,
-        [t.shape[1], t.shape[0]], [t.stride(0) * e], [box_cols, box_rows], [1, 1],
+        cu.CUtensorMapDataType(_DTYPES_TMA[dtype]), u32(2), ptr,
+        [u64(t.shape[1]), u64(t.shape[0])], [u64(t.stride(0) * e)],
+        [u32(box_cols), u32(box_rows)], [u32(1), u32(1)],
         cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         cu.CUtensorMapSwizzle(_SWIZZLE[swizzle]),
         cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
