@@ -286,6 +286,8 @@ class JITFunction:
         if g[0] * g[1] * g[2] == 0:
             return None
         args = [a for a, s in zip(rt_args, specs) if s[0] != "const"]
+        # TMA descriptor parameters: the interpreter copies boxes straight from the tensor
+        args += [rt_args[self.runtime_params.index(name)] for name in fn.attrs.get("tma", {})]
         interpreter.run(fn, g, args)
         return None
 
