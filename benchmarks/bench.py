@@ -90,8 +90,38 @@ def triton_kernels():
     def t_empty(X, n, BLOCK: tl.constexpr):
         pass
 
+    configs = [triton.Config({"BM": bm, "BN": bn, "BK": bk, "GROUP": 8}, num_warps=w,
+                             num_stages=st)
+               for bm, bn, bk, w, st in ((128, 256, 64, 8, 3), (128, 128, 64, 4, 4),
+                                         (128, 128, 64, 8, 4), (64, 128, 64, 4, 4),
+                                         (128, 256, 64, 8, 4))]
+
+    @triton.autotune(configs=configs, key=["M", "N", "K"])
+    @triton.jit
+    def t_matmul(A, B, C, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                 GROUP: tl.constexpr):
+        pid = tl.program_id(0)
+        n_m, n_n = tl.cdiv(M, BM), tl.cdiv(N, BN)
+        group = pid // (GROUP * n_n)
+        first_m = group * GROUP
+        rows = min(n_m - first_m, GROUP)
+        pm = first_m + (pid % (GROUP * n_n)) % rows
+        pn = (pid % (GROUP * n_n)) // rows
+        rm = pm * BM + tl.arange(0, BM)
+        rn = pn * BN + tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, K, BK):
+            a = tl.load(A + rm[:, None] * K + (k + rk)[None, :],
+                        mask=(rm[:, None] < M) & ((k + rk)[None, :] < K), other=0.0)
+            b = tl.load(B + (k + rk)[:, None] * N + rn[None, :],
+                        mask=((k + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
+            acc = tl.dot(a, b, acc)
+        tl.store(C + rm[:, None] * N + rn[None, :], acc.to(tl.bfloat16),
+                 mask=(rm[:, None] < M) & (rn[None, :] < N))
+
     return {"softmax": t_softmax, "layernorm": t_layernorm, "rmsnorm": t_rmsnorm,
-            "empty": t_empty}
+            "empty": t_empty, "matmul": t_matmul}
 
 
 def warps_for(block: int) -> int:
@@ -163,6 +193,61 @@ def bench_norms(copy_gbs: float, tri, warp_variants: bool) -> None:
                    "by_warps": per_warps}
             results["norms"].append(row)
             print(row, flush=True)
+
+
+# ----------------------------------------------------------------------------- GEMM
+GEMM_LARGE = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 1024), (16384, 1024, 4096)]
+GEMM_SMALL = [(16, 4096, 4096), (128, 4096, 4096), (512, 14336, 4096), (4096, 4096, 512)]
+GEMM_CONFIGS = [dict(BM=128, BN=256, BK=64, STAGES=3, num_warps=8),
+                dict(BM=128, BN=256, BK=64, STAGES=4, num_warps=8),
+                dict(BM=128, BN=128, BK=64, STAGES=4, num_warps=8),
+                dict(BM=64, BN=256, BK=64, STAGES=4, num_warps=4)]
+
+
+def bench_gemm(tri, quick: bool) -> None:
+    import math
+
+    import matmul as ex_mm
+
+    results["gemm"] = []
+    for M, N, K in GEMM_LARGE + ([] if quick else GEMM_SMALL):
+        a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+        ref = (a.double() @ b.double()) if M * N * K <= 2 ** 36 else None
+        flop = 2 * M * N * K / 1e9
+        best = None
+        per_cfg = {}
+        for cfg in GEMM_CONFIGS:
+            try:
+                c = ex_mm.matmul(a, b, **cfg)
+                torch.cuda.synchronize()
+                if ref is not None:
+                    check(c, ref, 1e-2, f"gemm {M}x{N}x{K} {cfg}")
+                ms = bench(lambda cfg=cfg: ex_mm.matmul(a, b, **cfg))
+            except Exception as e:  # a config that does not fit is skipped, with a note
+                per_cfg[str(cfg)] = f"failed: {type(e).__name__}: {str(e)[:120]}"
+                continue
+            per_cfg[str(cfg)] = round(flop / ms, 1)
+            if best is None or ms < best[0]:
+                best = (ms, cfg)
+        ms_cublas = bench(lambda: a @ b)
+        tr = None
+        if tri:
+            c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+            grid = lambda meta: (triton.cdiv(M, meta["BM"]) * triton.cdiv(N, meta["BN"]),)  # noqa: E731
+            tri["matmul"][grid](a, b, c, M, N, K)
+            tr = bench(lambda: tri["matmul"][grid](a, b, c, M, N, K))
+        row = {"shape": f"{M}x{N}x{K}", "kitjit_tflops": round(flop / best[0], 1) if best
+               else None, "cublas_tflops": round(flop / ms_cublas, 1),
+               "triton_tflops": round(flop / tr, 1) if tr else None,
+               "vs_cublas": round(ms_cublas / best[0], 3) if best else None,
+               "config": best[1] if best else None, "by_config": per_cfg}
+        results["gemm"].append(row)
+        print(row, flush=True)
+    large = [r["vs_cublas"] for r in results["gemm"][:len(GEMM_LARGE)] if r["vs_cublas"]]
+    if large:
+        results["gemm_geomean_vs_cublas_large"] = round(
+            math.exp(sum(math.log(x) for x in large) / len(large)), 3)
 
 
 # ----------------------------------------------------------------------------- launch
@@ -280,6 +365,16 @@ def table(copy_gbs: float) -> str:
         lines.append(f"{r['kernel']:10} {r['shape']:12} {r['num_warps']:>5} "
                      f"{r['kitjit_gbs']:>8.0f} {r['of_copy']:>8.2f} {r['torch_gbs']:>8.0f} "
                      f"{(r['triton_gbs'] or 0):>8.0f}")
+    if results.get("gemm"):
+        lines.append(f"{'gemm (bf16)':18} {'kitjit':>8} {'cuBLAS':>8} {'Triton':>8} "
+                     f"{'vs cuBLAS':>9}  (TFLOP/s)  config")
+        for r in results["gemm"]:
+            cfg = r["config"] or {}
+            lines.append(f"{r['shape']:18} {(r['kitjit_tflops'] or 0):>8.0f} "
+                         f"{r['cublas_tflops']:>8.0f} {(r['triton_tflops'] or 0):>8.0f} "
+                         f"{(r['vs_cublas'] or 0):>9.2f}  {cfg}")
+        lines.append(f"geomean vs cuBLAS over the four large shapes: "
+                     f"{results.get('gemm_geomean_vs_cublas_large')}")
     if results["launch"]:
         lines.append("launch host cost (us): " + ", ".join(
             f"{k}={v}" for k, v in results["launch"].items()))
@@ -293,7 +388,8 @@ def table(copy_gbs: float) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "bench.json"))
-    ap.add_argument("--only", default="norms,launch,first")
+    ap.add_argument("--only", default="norms,gemm,launch,first")
+    ap.add_argument("--quick", action="store_true", help="large GEMM shapes only")
     ap.add_argument("--warp-variants", action="store_true",
                     help="time every num_warps for the norms and keep the best")
     args = ap.parse_args()
@@ -307,6 +403,8 @@ def main() -> None:
     tri = triton_kernels()
     if "norms" in only:
         bench_norms(copy_gbs, tri, args.warp_variants)
+    if "gemm" in only:
+        bench_gemm(tri, args.quick)
     if "launch" in only:
         bench_launch(tri)
     if "first" in only:
