@@ -166,7 +166,7 @@ class Builder:
         dt = a.dtype
         if opname in ("and", "or", "xor", "shl", "shr") and dt.is_floating():
             raise self.error(f"bitwise '{_SYMBOL[opname]}' needs integer or bool operands, "
-                             f"got {dt}")
+                             f"got {dt}", "convert with .to(kit.int32) first")
         if opname in ("shl", "shr") and dt.is_bool():
             raise self.error("shifts need integer operands, got bool")
         if dt.is_bool() and opname in ("add", "sub", "mul", "floordiv", "mod", "div"):
@@ -187,13 +187,15 @@ class Builder:
     def pointer_arith(self, opname: str, a: Any, b: Any) -> Value:
         if isinstance(b, Value) and b.dtype.is_ptr():
             if opname == "sub" or (isinstance(a, Value) and a.dtype.is_ptr()):
-                raise self.error("pointers can only be offset by integers (ptr + int)")
+                raise self.error("pointers can only be offset by integers (ptr + int)",
+                                 _PTR_HINT)
             a, b = b, a
         if isinstance(b, Value):
             if not b.dtype.is_int():
-                raise self.error(f"a pointer offset must be an integer tile, got {b.dtype}")
+                raise self.error(f"a pointer offset must be an integer tile, got {b.dtype}",
+                                 _PTR_HINT)
         elif not isinstance(b, int) or isinstance(b, bool):
-            raise self.error(f"a pointer offset must be an integer, got {b!r}")
+            raise self.error(f"a pointer offset must be an integer, got {b!r}", _PTR_HINT)
         if not isinstance(b, Value):
             b = self.constant(b, int32 if -(2 ** 31) <= b < 2 ** 31 else int64)
         if opname == "sub":
@@ -369,7 +371,9 @@ class Builder:
         (M, K), (K2, N) = a.shape, b.shape
         if K != K2:
             raise self.error(f"kit.dot: inner dims differ: a is {_shape(a.shape)}, "
-                             f"b is {_shape(b.shape)}")
+                             f"b is {_shape(b.shape)}",
+                             "a is [M, K] and b is [K, N]: load b with the K offsets on its "
+                             "rows")
         if a.dtype not in (float16, bfloat16) or b.dtype not in (float16, bfloat16):
             raise self.error(f"kit.dot takes fp16 or bf16 inputs for now, got {a.dtype} and "
                              f"{b.dtype}", "convert the inputs with .to(kit.bfloat16)")
@@ -561,6 +565,8 @@ def promote(a: DType, b: DType) -> DType | None:
     return u if u.bits >= s.bits else s
 
 
+_PTR_HINT = ("a pointer moves by a whole number of elements: add an integer tile such as "
+             "kit.arange(0, BLOCK) (convert floats with .to(kit.int32))")
 _SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%",
            "and": "&", "or": "|", "xor": "^", "shl": "<<", "shr": ">>"}
 _CMP_SYMBOL = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
