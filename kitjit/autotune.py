@@ -1,0 +1,807 @@
+"""Autotuning: `@kit.autotune(configs=[kit.Config(...)], key=[...])` above `@kit.jit`.
+
+Why: the best block sizes and warp counts depend on the shapes, the dtypes and the GPU, and a
+wrong guess can cost 2x. The first launch with a new key (the values of the arguments named
+in `key`, plus the dtype of every tensor argument, as Triton does) compiles the candidates in
+parallel, times them with CUDA events after an L2 flush (median of many runs) and keeps the
+fastest; every later launch with that key costs one dict lookup more than a plain launch.
+
+Timings persist on disk under `KernelCache().tuning_dir`, one JSON record per (kernel source,
+key values, GPU, kitjit version) that maps each config's canonical string to its median
+milliseconds (or "failed: reason"). The winner is the fastest of the *current* config list,
+so adding a config times only that one, and a second process times nothing.
+
+In the interpreter (KITJIT_INTERPRET=1, no GPU, or CPU tensors) timings mean nothing: the
+first config that compiles to tile IR is used, nothing is timed and nothing is written.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import json
+import os
+import pathlib
+import shutil
+import statistics
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from . import __version__
+from .jit import JITFunction, _arg_spec, interpret_mode
+
+__all__ = ["Autotuner", "AutotuneError", "Config", "Target", "autotune", "format_tuning_records",
+           "tuning_records"]
+
+RECORD_VERSION = 1
+_LAUNCH_OPTIONS = ("num_warps", "num_stages")
+_TRUE = ("1", "true", "yes", "on")
+
+
+class AutotuneError(RuntimeError):
+    """No candidate config could be compiled or run."""
+
+
+class Config:
+    """One candidate: values of the tuned meta-parameters (constexprs) and launch options.
+
+    `pre_hook(named_args)` runs before every launch with this config (timed or not), as in
+    Triton. `str(config)` is the canonical form that names the config in tuning records.
+    """
+
+    def __init__(self, kwargs: dict[str, Any], num_warps: int = 4, num_stages: int | None = None,
+                 pre_hook: Callable[[dict[str, Any]], Any] | None = None):
+        self.kwargs = dict(kwargs)
+        for k in self.kwargs:
+            if k in _LAUNCH_OPTIONS:
+                raise ValueError(f"Config: pass {k} as Config(..., {k}=...), not in kwargs")
+        if not isinstance(num_warps, int) or num_warps < 1:
+            raise ValueError(f"Config: num_warps must be a positive int, got {num_warps!r}")
+        self.num_warps = num_warps
+        self.num_stages = num_stages
+        self.pre_hook = pre_hook
+        parts = [f"{k}={v!r}" for k, v in sorted(self.kwargs.items())]
+        parts.append(f"num_warps={num_warps}")
+        if num_stages is not None:
+            parts.append(f"num_stages={num_stages}")
+        self._str = ", ".join(parts)
+
+    def all_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments a launch with this config passes to the kernel."""
+        d = dict(self.kwargs)
+        d["num_warps"] = self.num_warps
+        if self.num_stages is not None:
+            d["num_stages"] = self.num_stages
+        return d
+
+    def __str__(self) -> str:
+        return self._str
+
+    def __repr__(self) -> str:
+        return f"Config({self._str})"
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Config) and self._str == other._str
+                and self.pre_hook is other.pre_hook)
+
+    def __hash__(self) -> int:
+        return hash((self._str, id(self.pre_hook)))
+
+
+@dataclass(frozen=True)
+class Target:
+    """The GPU a tuning is for: timings hold only there, so records are keyed by it."""
+
+    name: str
+    arch: str
+    max_shared: int | None
+    device: int
+
+
+def _gpu_target(args: Sequence[Any]) -> Target | None:
+    """The GPU this launch runs on, or None where kernels run in the interpreter (the
+    autotuner's one question about the machine; CPU tests replace it)."""
+    if interpret_mode():
+        return None
+    devs = [a.get_device() for a in args if hasattr(a, "data_ptr")]
+    if any(d < 0 for d in devs):
+        return None
+    import torch
+
+    from .runtime import driver
+
+    dev = devs[0] if devs else torch.cuda.current_device()
+    return Target(torch.cuda.get_device_name(dev), driver.device_arch(dev),
+                  driver.max_shared_memory(dev), dev)
+
+
+# --------------------------------------------------------------------------- key parts
+def _key_value(a: Any) -> Any:
+    """A `key` argument's part (the generated entry inlines the int case): tensors by
+    dtype, everything else by value."""
+    if hasattr(a, "data_ptr"):
+        return a.dtype
+    if isinstance(a, list):
+        return tuple(a)
+    return a
+
+
+def _dtype_of(a: Any) -> Any:
+    return a.dtype if hasattr(a, "data_ptr") else None
+
+
+def _json_value(v: Any) -> Any:
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, (tuple, list)):
+        return [_json_value(x) for x in v]
+    s = str(v)
+    return s[6:] if s.startswith("torch.") else s
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in _TRUE
+
+
+def _reason(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    text = next((ln for ln in lines if "error:" in ln), lines[0] if lines else "")
+    text = text.split("error: ", 1)[-1].strip()
+    return f"{type(e).__name__}: {text}"[:300]
+
+
+def _persistable(e: BaseException) -> bool:
+    """Failures that the same source, key and GPU reproduce (worth remembering on disk);
+    anything else (out of memory, a bad argument) is retried by the next process."""
+    from kitjit.frontend.errors import CompileError, InternalCompilerError
+
+    return isinstance(e, (CompileError, InternalCompilerError))
+
+
+# --------------------------------------------------------------------------- the autotuner
+class Autotuner:
+    """A `@kit.jit` kernel whose meta-parameters are chosen per key by timing `configs`.
+
+    `tuner[grid](*args, **kwargs)` launches like the kernel itself, without the tuned names
+    (they come from the chosen config). `grid` may be a function of the meta-parameters.
+    After a launch, `tuner.cache[key]` is the chosen Config and `tuner.best_config` the last
+    one chosen; `tuner.chosen()` lists them for reports.
+    """
+
+    def __init__(self, fn: JITFunction, configs: Iterable[Config], key: Sequence[str],
+                 prune_configs_by: Callable | dict | None = None,
+                 reset_to_zero: Sequence[str] | None = None,
+                 restore_value: Sequence[str] | None = None,
+                 warmup: float = 25, rep: float = 100,
+                 do_bench: Callable[[Callable[[], Any]], float] | None = None,
+                 cache_results: bool = True):
+        if not isinstance(fn, JITFunction):
+            raise TypeError("kit.autotune goes above @kit.jit: it tunes a JITFunction, got "
+                            f"{type(fn).__name__}")
+        self.fn = fn
+        functools.update_wrapper(self, fn, updated=())
+        name = fn.__name__
+        uniq: dict[Config, None] = {}
+        for c in configs:
+            if not isinstance(c, Config):
+                raise TypeError(f"autotune of {name}: configs must be kit.Config, got {c!r}")
+            uniq.setdefault(c, None)
+        self.configs: list[Config] = list(uniq)
+        if not self.configs:
+            raise ValueError(f"autotune of {name}: no configs")
+        self.key = [key] if isinstance(key, str) else list(key)
+        params = fn.params
+        tuned: dict[str, None] = {}
+        for c in self.configs:
+            for k in c.kwargs:
+                if k not in params:
+                    raise ValueError(f"autotune of {name}: config {c} sets '{k}', which is not a "
+                                     f"parameter of the kernel ({', '.join(params)})")
+                tuned.setdefault(k, None)
+        self.tuned = list(tuned)
+        for k in self.key:
+            if k not in params:
+                raise ValueError(f"autotune of {name}: key '{k}' is not a parameter of the "
+                                 f"kernel ({', '.join(params)})")
+            if k in tuned:
+                raise ValueError(f"autotune of {name}: key '{k}' is set by the configs")
+        self.reset_to_zero = list(reset_to_zero or ())
+        self.restore_value = list(restore_value or ())
+        for k in self.reset_to_zero + self.restore_value:
+            if k not in fn.runtime_params:
+                raise ValueError(f"autotune of {name}: '{k}' (reset_to_zero/restore_value) is "
+                                 "not a run-time parameter of the kernel")
+        self.early_config_prune: Callable | None = None
+        self.perf_model: Callable | None = None
+        self.top_k: int | float = 10
+        if callable(prune_configs_by):
+            self.early_config_prune = prune_configs_by
+        elif prune_configs_by:
+            unknown = set(prune_configs_by) - {"early_config_prune", "perf_model", "top_k"}
+            if unknown:
+                raise ValueError(f"autotune of {name}: prune_configs_by takes early_config_prune"
+                                 f", perf_model and top_k, not {', '.join(sorted(unknown))}")
+            self.early_config_prune = prune_configs_by.get("early_config_prune")
+            self.perf_model = prune_configs_by.get("perf_model")
+            self.top_k = prune_configs_by.get("top_k", 10)
+        self.warmup = warmup
+        self.rep = rep
+        self.do_bench = do_bench
+        self.cache_results = cache_results
+        self.cache: dict[tuple, Config] = {}
+        self.timings: dict[tuple, dict[str, float | str]] = {}
+        self.configs_timings: dict[Config, float] | None = None
+        self.best_config: Config | None = None
+        self._launchers: dict[tuple, Callable] = {}
+        self._lock = threading.RLock()
+        self._sig = inspect.signature(fn.fn)
+        self._entry_params = [p for p in params if p not in tuned]
+        self._dtype_params = [p for p in fn.runtime_params if p not in self.key]
+        self._set_by_configs = set(tuned) | {"num_warps"}
+        if any(c.num_stages is not None for c in self.configs):
+            self._set_by_configs.add("num_stages")
+        self._run = self._make_entry()
+
+    # -------------------------------------------------------------- launch
+    def __getitem__(self, grid: Any) -> Callable:
+        return functools.partial(self._run, grid=grid)
+
+    def run(self, *args: Any, grid: Any, **kwargs: Any) -> Any:
+        """Launch on `grid` with the config chosen for these arguments' key."""
+        return self._run(*args, grid=grid, **kwargs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"launch kernels with a grid: {self.__name__}[grid](...)")
+
+    def __repr__(self) -> str:
+        return f"Autotuner({self.fn!r}, {len(self.configs)} configs, key={self.key})"
+
+    def _make_entry(self) -> Callable:
+        """The generated launch entry: the kernel's parameters less the tuned ones; builds
+        the key tuple inline, looks it up, and calls the kernel's own entry with the chosen
+        config's keywords (a functools.partial). Misses go to `_tune`."""
+        import torch
+
+        ns: dict[str, Any] = {"_kit_get": self._launchers.get, "_kit_tune": self._tune,
+                              "_kit_T": torch.Tensor, "_kit_kv": _key_value,
+                              "_kit_dt": _dtype_of}
+        params = []
+        for i, pname in enumerate(self._entry_params):
+            p = self._sig.parameters[pname]
+            if p.default is not p.empty:
+                ns[f"_kit_d{i}"] = p.default
+                params.append(f"{pname}=_kit_d{i}")
+            else:
+                params.append(pname)
+        parts = [f"{n} if {n}.__class__ is int else _kit_kv({n})" for n in self.key]
+        parts += [f"{n}.dtype if {n}.__class__ is _kit_T else _kit_dt({n})"
+                  for n in self._dtype_params]
+        key_src = "(" + "".join(f"{p}, " for p in parts) + ")"
+        values = "(" + "".join(f"{n}, " for n in self._entry_params) + ")"
+        first_tuned = next((i for i, p in enumerate(self.fn.params) if p in self.tuned),
+                           len(self.fn.params))
+        positional = self.fn.params[:first_tuned]
+        call = positional + [f"{n}={n}" for n in self._entry_params if n not in positional]
+        call += ["grid=grid", "**_kit_kw"]
+        name = self.__name__ if self.__name__.isidentifier() else "kernel"
+        src = (f"def {name}({', '.join(params + ['*', 'grid', '**_kit_kw'])}):\n"
+               f"    _kit_k = {key_src}\n"
+               f"    _kit_c = _kit_get(_kit_k)\n"
+               f"    if _kit_c is None:\n"
+               f"        _kit_c = _kit_tune(_kit_k, {values}, _kit_kw, grid)\n"
+               f"    return _kit_c({', '.join(call)})\n")
+        exec(src, ns)
+        return ns[name]
+
+    def _launcher(self, cfg: Config) -> Callable:
+        run = self.fn._run
+        if cfg.pre_hook is None:
+            return functools.partial(run, **cfg.all_kwargs())
+        sig, params, all_kw = self._sig, set(self.fn.params), cfg.all_kwargs()
+
+        def launch(*args: Any, grid: Any, **kw: Any) -> Any:
+            named = {k: v for k, v in kw.items() if k in params}
+            bound = sig.bind_partial(*args, **named, **cfg.kwargs)
+            cfg.pre_hook(dict(bound.arguments))
+            return run(*args, grid=grid, **all_kw, **kw)
+
+        return launch
+
+    # -------------------------------------------------------------- tuning
+    def prune_configs(self, named_args: dict[str, Any], kwargs: dict[str, Any] | None = None
+                      ) -> list[Config]:
+        """The configs worth timing for these arguments: `early_config_prune(configs,
+        named_args, **kwargs)`, then the `top_k` best by `perf_model(**named_args, **kwargs,
+        **config.all_kwargs())` (a float top_k <= 1 is a fraction), as in Triton."""
+        kwargs = kwargs or {}
+        configs = list(self.configs)
+        if self.early_config_prune is not None:
+            configs = list(self.early_config_prune(configs, named_args, **kwargs))
+            if not configs:
+                raise AutotuneError(f"{self.__name__}: early_config_prune left no configs")
+        if self.perf_model is not None:
+            k = self.top_k
+            if isinstance(k, float) and k <= 1.0:
+                k = max(1, int(len(configs) * k))
+            k = int(k)
+            if len(configs) > k:
+                est = [(float(self.perf_model(**named_args, **kwargs, **c.all_kwargs())), i)
+                       for i, c in enumerate(configs)]
+                configs = [configs[i] for _, i in sorted(est)[:k]]
+        return configs
+
+    def _tune(self, key: tuple, values: tuple, kw: dict[str, Any], grid: Any) -> Callable:
+        with self._lock:
+            hit = self._launchers.get(key)
+            if hit is not None:
+                return hit
+            clash = sorted(set(kw) & self._set_by_configs)
+            if clash:
+                raise ValueError(f"{self.__name__}: {', '.join(clash)} chosen by autotuning; "
+                                 "do not pass it at launch")
+            named = dict(zip(self._entry_params, values))
+            t0 = time.perf_counter()
+            configs = self.prune_configs(named, kw)
+            target = _gpu_target(values) if len(configs) > 1 else None
+            if len(configs) == 1:
+                cfg, timings, how = configs[0], {}, "the only config left"
+            elif target is None:
+                cfg, timings = self._first_valid(configs, named, kw)
+                how = "interpreter: first valid config, not timed"
+            else:
+                cfg, timings, how = self._tune_on_gpu(key, configs, named, kw, grid, target)
+            if _env_flag("KITJIT_PRINT_AUTOTUNING"):
+                print(self._report(key, configs, cfg, timings, how, target,
+                                   time.perf_counter() - t0), flush=True)
+            self.timings[key] = timings
+            self.configs_timings = {c: timings[str(c)] for c in configs
+                                    if isinstance(timings.get(str(c)), float)}
+            self.cache[key] = cfg
+            self.best_config = cfg
+            launcher = self._launcher(cfg)
+            self._launchers[key] = launcher
+            return launcher
+
+    def _specialize(self, named: dict[str, Any], kw: dict[str, Any], cfg: Config
+                    ) -> tuple[list, tuple]:
+        full = {k: v for k, v in kw.items() if k not in _LAUNCH_OPTIONS}
+        full.update(named)
+        full.update(cfg.kwargs)
+        for p in self.fn.params:
+            if p not in full:
+                d = self._sig.parameters[p].default
+                if d is inspect.Parameter.empty:
+                    raise TypeError(f"{self.__name__}: missing argument '{p}'")
+                full[p] = d
+        specs = [_arg_spec(n, full[n]) for n in self.fn.runtime_params]
+        return specs, tuple(full[c] for c in self.fn.constexprs)
+
+    def _first_valid(self, configs: list[Config], named: dict[str, Any], kw: dict[str, Any]
+                     ) -> tuple[Config, dict[str, float | str]]:
+        """The interpreter's choice: the first config whose tile IR builds."""
+        notes: dict[str, float | str] = {}
+        errors: list[BaseException] = []
+        for cfg in configs:
+            specs, consts = self._specialize(named, kw, cfg)
+            try:
+                ir = self.fn.build_ir(specs, consts, cfg.num_warps)
+            except Exception as e:
+                if not _persistable(e):
+                    raise
+                notes[str(cfg)] = f"failed: {_reason(e)}"
+                errors.append(e)
+                continue
+            # The launch that follows builds the same IR: hand it over.
+            self.fn._ir_cache.setdefault((tuple(map(tuple, specs)), consts, cfg.num_warps), ir)
+            return cfg, notes
+        raise self._no_config(notes, errors)
+
+    def _no_config(self, notes: dict[str, float | str], errors: list[BaseException]
+                   ) -> BaseException:
+        first = errors[0] if errors else None
+        if first is not None and not _persistable(first):
+            return first  # a bad argument or an out-of-memory: the user's own error
+        lines = "\n".join(f"  {c}: {r}" for c, r in notes.items())
+        err = AutotuneError(f"{self.__name__}: no config compiles and runs:\n{lines}")
+        err.__cause__ = first
+        return err
+
+    def _tune_on_gpu(self, key: tuple, configs: list[Config], named: dict[str, Any],
+                     kw: dict[str, Any], grid: Any, target: Target
+                     ) -> tuple[Config, dict[str, float | str], str]:
+        from .cache import KernelCache, disk_cache_enabled
+
+        keyrec = self._key_record(key)
+        path = None
+        if self.cache_results and disk_cache_enabled():
+            path = _record_path(KernelCache().tuning_dir, self.fn, keyrec, target)
+        stored = _read_record(path) if path is not None else None
+        timings: dict[str, float | str] = dict(stored["timings"]) if stored else {}
+        from_disk = {str(c) for c in configs if str(c) in timings}
+        todo = [c for c in configs if str(c) not in timings]
+        errors: list[BaseException] = []
+        if todo:
+            new, transient = self._time_configs(todo, configs, timings, named, kw, grid,
+                                                target, errors)
+            if path is not None and new:
+                _write_record(path, self, keyrec, target, new, configs)
+            timings.update(new)
+            timings.update(transient)
+        ok = [c for c in configs if isinstance(timings.get(str(c)), float)]
+        if not ok:
+            raise self._no_config({str(c): timings.get(str(c), "?") for c in configs}, errors)
+        best = min(ok, key=lambda c: timings[str(c)])
+        how = (f"timed {len(todo)} of {len(configs)} configs"
+               + (f", {len(from_disk)} from disk" if from_disk else ""))
+        return best, {str(c): timings[str(c)] for c in configs if str(c) in timings}, how
+
+    def _time_configs(self, todo: list[Config], configs: list[Config],
+                      timings: dict[str, float | str], named: dict[str, Any],
+                      kw: dict[str, Any], grid: Any, target: Target,
+                      errors: list[BaseException]
+                      ) -> tuple[dict[str, float | str], dict[str, float | str]]:
+        """Compile `todo` in parallel, then time what compiled. Returns (results worth
+        keeping on disk, failures this process alone saw)."""
+        new: dict[str, float | str] = {}
+        transient: dict[str, float | str] = {}
+        known = [(t, s) for s, t in timings.items() if isinstance(t, float)
+                 and s in {str(c) for c in configs}]
+        progress = _Progress(self.__name__, len(configs), len(configs) - len(todo),
+                             min(known) if known else None)
+
+        def failed(cfg: Config, e: BaseException) -> None:
+            errors.append(e)
+            (new if _persistable(e) else transient)[str(cfg)] = f"failed: {_reason(e)}"
+
+        def compile_one(cfg: Config) -> None:
+            specs, consts = self._specialize(named, kw, cfg)
+            self.fn.compile(specs, consts, cfg.num_warps, target.arch, target.max_shared)
+
+        compiled = []
+        try:
+            workers = max(1, min(len(todo), os.cpu_count() or 4, 8))
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                futures = [pool.submit(compile_one, c) for c in todo]
+                for i, (cfg, fut) in enumerate(zip(todo, futures)):
+                    try:
+                        fut.result()
+                        compiled.append(cfg)
+                    except Exception as e:
+                        failed(cfg, e)
+                        progress.done += 1  # a config that cannot compile is done
+                    progress.show(f"compiled {i + 1}/{len(todo)}")
+            saved = {n: named[n].clone() for n in self.restore_value}
+            try:
+                for cfg in compiled:
+                    try:
+                        ms = self._measure(cfg, named, kw, grid, saved, target)
+                    except Exception as e:
+                        failed(cfg, e)
+                        progress.step(None)
+                    else:
+                        new[str(cfg)] = ms
+                        progress.step((ms, str(cfg)))
+            finally:
+                for n in self.reset_to_zero:
+                    named[n].zero_()
+                for n, t in saved.items():
+                    named[n].copy_(t)
+        finally:
+            progress.close()
+        return new, transient
+
+    def _measure(self, cfg: Config, named: dict[str, Any], kw: dict[str, Any], grid: Any,
+                 saved: dict[str, Any], target: Target) -> float:
+        run = self.fn._run
+        call_kw = {**named, **kw, **cfg.all_kwargs()}
+        zero = [named[n] for n in self.reset_to_zero]
+        restore = [(named[n], t) for n, t in saved.items()]
+        hook = cfg.pre_hook
+
+        def launch() -> None:
+            run(grid=grid, **call_kw)
+
+        def setup() -> None:
+            for t in zero:
+                t.zero_()
+            for t, s in restore:
+                t.copy_(s)
+            if hook is not None:
+                hook({**named, **cfg.kwargs})
+
+        if self.do_bench is not None:
+            def call() -> None:
+                setup()
+                launch()
+
+            call.config = cfg  # type: ignore[attr-defined]
+            return float(self.do_bench(call))
+        return _bench_cuda(launch, setup, self.warmup, self.rep, target.device)
+
+    # -------------------------------------------------------------- reporting
+    def _key_record(self, key: tuple) -> dict[str, Any]:
+        n = len(self.key)
+        return {"key": {k: _json_value(v) for k, v in zip(self.key, key[:n])},
+                "dtypes": {k: _json_value(v) for k, v in zip(self._dtype_params, key[n:])
+                           if v is not None}}
+
+    def _report(self, key: tuple, configs: list[Config], cfg: Config,
+                timings: dict[str, float | str], how: str, target: Target | None,
+                seconds: float) -> str:
+        rec = self._key_record(key)
+        where = f" on {target.name} ({target.arch})" if target else ""
+        ms = timings.get(str(cfg))
+        ms_s = f", {ms:.4f} ms" if isinstance(ms, float) else ""
+        head = (f"kitjit autotune: {self.__name__} [{_fmt_key(rec['key'], rec['dtypes'])}]"
+                f"{where}: {cfg}{ms_s} ({how}; {seconds:.2f} s)")
+        rows = []
+        for c in self.configs:
+            t = timings.get(str(c), "pruned" if c not in configs else "-")
+            mark = "*" if c == cfg else ""
+            rows.append([mark, str(c), f"{t:.4f}" if isinstance(t, float) else str(t)])
+        return head + "\n" + _table(rows, ["", "config", "ms"], indent="  ")
+
+    def chosen(self) -> list[dict[str, Any]]:
+        """One row per tuned key: key, chosen config and its time (what benchmarks print)."""
+        out = []
+        for key, cfg in self.cache.items():
+            rec = self._key_record(key)
+            t = self.timings.get(key, {}).get(str(cfg))
+            out.append({"kernel": self.__name__, "key": _fmt_key(rec["key"], rec["dtypes"]),
+                        "config": str(cfg), "ms": t if isinstance(t, float) else None})
+        return out
+
+
+def autotune(configs: Iterable[Config], key: Sequence[str],
+             prune_configs_by: Callable | dict | None = None,
+             reset_to_zero: Sequence[str] | None = None,
+             restore_value: Sequence[str] | None = None, warmup: float = 25,
+             rep: float = 100, do_bench: Callable[[Callable[[], Any]], float] | None = None,
+             cache_results: bool = True) -> Callable[[JITFunction], Autotuner]:
+    """Decorator above `@kit.jit`: choose among `configs` per value of `key`, by timing.
+
+    `key`: names of arguments whose values (ints by value, tensors by dtype) select a tuning
+    entry; the dtypes of all tensor arguments are part of it too. `prune_configs_by`: a
+    function `(configs, named_args, **kw) -> configs`, or Triton's dict with
+    `early_config_prune`, `perf_model` and `top_k`. `reset_to_zero` / `restore_value`: names
+    of tensors the kernel writes, zeroed / restored before each timed run and after tuning.
+    `warmup` / `rep`: milliseconds of warm-up and of timed runs per config. `do_bench(fn) ->
+    ms` replaces the CUDA-event timing (`fn.config` is the config being timed).
+    """
+    def deco(fn: JITFunction) -> Autotuner:
+        return Autotuner(fn, configs, key, prune_configs_by=prune_configs_by,
+                         reset_to_zero=reset_to_zero, restore_value=restore_value,
+                         warmup=warmup, rep=rep, do_bench=do_bench,
+                         cache_results=cache_results)
+
+    return deco
+
+
+# --------------------------------------------------------------------------- timing
+def _bench_cuda(fn: Callable[[], Any], setup: Callable[[], Any], warmup_ms: float,
+                rep_ms: float, device: int) -> float:
+    """Median milliseconds of `fn()` timed with CUDA events, L2 flushed and `setup()` run
+    before each (outside the timed window); run counts from a 5-run estimate, as Triton's
+    do_bench."""
+    import torch
+
+    with torch.cuda.device(device):
+        flush = torch.empty(64 * 1024 * 1024, dtype=torch.int32, device="cuda")
+        setup()
+        fn()  # the first launch loads the kernel; errors surface here
+        torch.cuda.synchronize()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(5):
+            flush.zero_()
+            setup()
+            fn()
+        e.record()
+        torch.cuda.synchronize()
+        est = max(s.elapsed_time(e) / 5, 1e-4)
+        for _ in range(max(1, int(warmup_ms / est))):
+            setup()
+            fn()
+        n = min(max(5, int(rep_ms / est)), 1000)
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        for i in range(n):
+            flush.zero_()
+            setup()
+            starts[i].record()
+            fn()
+            ends[i].record()
+        torch.cuda.synchronize()
+        return float(statistics.median(a.elapsed_time(b) for a, b in zip(starts, ends)))
+
+
+class _Progress:
+    """One self-rewriting line on stderr while tuning, when stderr is a terminal; silent
+    otherwise (logs and CI stay clean)."""
+
+    def __init__(self, name: str, total: int, done: int, best: tuple[float, str] | None):
+        stream = sys.stderr
+        try:
+            tty = stream is not None and stream.isatty()
+        except (AttributeError, ValueError):
+            tty = False
+        self.stream = stream if tty else None
+        self.name, self.total, self.done, self.best = name, total, done, best
+        self.shown = False
+
+    def step(self, result: tuple[float, str] | None) -> None:
+        self.done += 1
+        if result is not None and (self.best is None or result[0] < self.best[0]):
+            self.best = result
+        self.show()
+
+    def show(self, phase: str = "") -> None:
+        if self.stream is None:
+            return
+        line = f"kitjit autotune {self.name}: {self.done}/{self.total} configs"
+        if phase:
+            line += f" ({phase})"
+        if self.best is not None:
+            line += f", best {self.best[0]:.4f} ms ({self.best[1]})"
+        width = shutil.get_terminal_size((100, 20)).columns - 1
+        self.stream.write("\r" + line[:width] + "\033[K")
+        self.stream.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        if self.stream is not None and self.shown:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+
+
+# --------------------------------------------------------------------------- records
+def _safe_name(name: str) -> str:
+    s = "".join(ch if ch.isalnum() or ch in "_.-" else "_" for ch in name)[:100]
+    return s or "kernel"
+
+
+def _record_path(tuning_dir: pathlib.Path, fn: JITFunction, keyrec: dict[str, Any],
+                 target: Target) -> pathlib.Path:
+    """One file per (kernel source, key, GPU, kitjit version); the config list is *not* part
+    of it, so adding a config keeps the others' timings."""
+    ident = {"kitjit": __version__, "dep_hash": fn.dep_hash, "key": keyrec["key"],
+             "dtypes": keyrec["dtypes"], "gpu": target.name, "arch": target.arch}
+    digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:32]
+    return tuning_dir / _safe_name(fn.__name__) / f"{digest}.json"
+
+
+def _read_record(path: pathlib.Path) -> dict[str, Any] | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            rec = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(rec, dict) or rec.get("version") != RECORD_VERSION:
+        return None
+    t = rec.get("timings")
+    if not isinstance(t, dict):
+        return None
+    rec["timings"] = {k: (float(v) if isinstance(v, (int, float)) else v) for k, v in t.items()
+                      if isinstance(k, str) and (isinstance(v, (int, float))
+                                                 and not isinstance(v, bool)
+                                                 or isinstance(v, str) and v.startswith("failed"))}
+    return rec
+
+
+def _write_record(path: pathlib.Path, tuner: Autotuner, keyrec: dict[str, Any], target: Target,
+                  new: dict[str, float | str], configs: list[Config]) -> None:
+    """Merge `new` into the record (re-read first: another process may have added to it) and
+    publish it with one os.replace, so readers never see a torn file."""
+    rec = _read_record(path) or {}
+    timings = dict(rec.get("timings", {}))
+    timings.update(new)
+    ok = [(timings[str(c)], str(c)) for c in configs if isinstance(timings.get(str(c)), float)]
+    fn = tuner.fn
+    parsed = fn.parsed
+    rec = {
+        "version": RECORD_VERSION,
+        "kernel": fn.__name__,
+        "source": f"{parsed.file}:{parsed.first_line}",
+        "dep_hash": fn.dep_hash,
+        "kitjit": __version__,
+        "gpu": target.name,
+        "arch": target.arch,
+        "key": keyrec["key"],
+        "dtypes": keyrec["dtypes"],
+        "timings": timings,
+        "winner": min(ok)[1] if ok else None,
+        "winner_ms": min(ok)[0] if ok else None,
+        "configs": [str(c) for c in configs],
+        "bench": ({"method": "custom do_bench"} if tuner.do_bench is not None else
+                  {"method": "cuda events, L2 flushed, median", "warmup_ms": tuner.warmup,
+                   "rep_ms": tuner.rep}),
+        "updated": time.time(),
+    }
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(rec, f, indent=1)
+        os.replace(tmp, path)
+    except OSError as e:
+        import warnings
+
+        from .cache import KitCacheWarning
+
+        warnings.warn(f"kitjit: cannot write the tuning record {path} ({e}); the result is kept "
+                      "in memory only", KitCacheWarning, stacklevel=2)
+    finally:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+
+
+def tuning_records(root: str | os.PathLike | None = None) -> list[dict[str, Any]]:
+    """Every tuning record under the cache root (default: the kernel cache's), each with its
+    `path`, sorted by kernel and key; unreadable files are skipped."""
+    from .cache import KernelCache
+
+    tdir = KernelCache(root).tuning_dir
+    out = []
+    if not tdir.is_dir():
+        return out
+    for p in sorted(tdir.rglob("*.json")):
+        rec = _read_record(p)
+        if rec is not None:
+            rec["path"] = str(p)
+            out.append(rec)
+    out.sort(key=lambda r: (str(r.get("kernel")), _fmt_key(r.get("key"), r.get("dtypes"))))
+    return out
+
+
+def format_tuning_records(records: list[dict[str, Any]], detail: bool = False) -> str:
+    """A table of tuning records (kernel, key, GPU, winner, its time, configs timed); with
+    `detail`, every config's time under each record."""
+    if not records:
+        return "no tuning records"
+    rows = []
+    for r in records:
+        t = r.get("timings", {})
+        n_ok = sum(isinstance(v, float) for v in t.values())
+        ms = r.get("winner_ms")
+        rows.append([str(r.get("kernel", "?")), _fmt_key(r.get("key"), r.get("dtypes")),
+                     str(r.get("gpu", "?")), str(r.get("winner") or "-"),
+                     f"{ms:.4f}" if isinstance(ms, (int, float)) else "-",
+                     f"{n_ok}/{len(t)}"])
+    if not detail:
+        return _table(rows, ["KERNEL", "KEY", "GPU", "WINNER", "MS", "TIMED"])
+    blocks = []
+    for r, row in zip(records, rows):
+        lines = [f"{row[0]} [{row[1]}] on {row[2]} ({r.get('arch', '?')})",
+                 f"  winner {row[3]} ({row[4]} ms)  record {r.get('path', '')}"]
+        t = r.get("timings", {})
+        order = sorted(t, key=lambda s: (not isinstance(t[s], float),
+                                         t[s] if isinstance(t[s], float) else 0.0, s))
+        cfg_rows = [["*" if s == r.get("winner") else "", s,
+                     f"{t[s]:.4f}" if isinstance(t[s], float) else str(t[s])] for s in order]
+        lines.append(_table(cfg_rows, ["", "config", "ms"], indent="  "))
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def _fmt_key(key: Any, dtypes: Any) -> str:
+    parts = [f"{k}={v}" for k, v in (key or {}).items()]
+    groups: dict[str, list[str]] = {}
+    for name, dt in (dtypes or {}).items():
+        groups.setdefault(str(dt), []).append(name)
+    parts += [f"{','.join(names)}: {dt}" for dt, names in groups.items()]
+    return "; ".join(parts) or "-"
+
+
+def _table(rows: list[list[str]], header: list[str], indent: str = "") -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    return "\n".join(indent + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()
+                     for r in [header, *rows])
