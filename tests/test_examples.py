@@ -21,6 +21,9 @@ import torch
 import kitjit as kit
 from kitjit.testing import check, rel_error
 
+# every example in examples/ has its tests here: a new one must be added
+KNOWN_EXAMPLES = {"vector_add", "softmax", "layernorm", "rmsnorm", "matmul"}
+
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 if str(EXAMPLES) not in sys.path:
     sys.path.insert(0, str(EXAMPLES))
@@ -36,28 +39,33 @@ def example(name: str):
 
 @contextlib.contextmanager
 def poisoned_outputs():
-    """Make `torch.empty_like` (what the wrappers allocate with) return NaN-filled tensors;
-    yields the list of tensors handed out."""
+    """Make `torch.empty_like` and `torch.empty` (what the wrappers allocate their outputs
+    with) return NaN-filled float tensors; yields the list of tensors handed out."""
     made: list[torch.Tensor] = []
-    orig = torch.empty_like
+    originals = {"empty_like": torch.empty_like, "empty": torch.empty}
 
-    def empty_like(t, *args, **kwargs):
-        out = orig(t, *args, **kwargs)
-        out.fill_(float("nan") if out.dtype.is_floating_point else -7)
-        made.append(out)
-        return out
+    def poisoning(orig):
+        def alloc(*args, **kwargs):
+            out = orig(*args, **kwargs)
+            if out.dtype.is_floating_point and out.numel():
+                out.fill_(float("nan"))
+                made.append(out)
+            return out
+        return alloc
 
-    torch.empty_like = empty_like
+    for name, orig in originals.items():
+        setattr(torch, name, poisoning(orig))
     try:
         yield made
     finally:
-        torch.empty_like = orig
+        for name, orig in originals.items():
+            setattr(torch, name, orig)
 
 
 def run_poisoned(fn, *args, **kwargs):
     with poisoned_outputs() as made:
         out = fn(*args, **kwargs)
-    assert made, "the wrapper did not allocate its output with torch.empty_like"
+    assert made, "the wrapper did not allocate its output with torch.empty(_like)"
     assert any(out.data_ptr() == m.data_ptr() for m in made), "output is not the poisoned one"
     return out
 
@@ -68,6 +76,11 @@ def assert_close(out, ref, dtype, what):
     err = check(out, ref, TOL[dtype], what)  # NaN or inf anywhere never passes
     assert math.isfinite(err)
     return err
+
+
+def test_every_example_is_tested():
+    found = {p.stem for p in EXAMPLES.glob("*.py") if not p.stem.startswith("_")}
+    assert found == KNOWN_EXAMPLES, f"untested examples: {sorted(found - KNOWN_EXAMPLES)}"
 
 
 # ----------------------------------------------------------------------------- vector add
@@ -158,8 +171,27 @@ def test_rmsnorm(rows, cols, dtype):
     assert rel_error(m.reference(x, w), ref) < 1e-12
 
 
+# ----------------------------------------------------------------------------- matmul
+MATMUL_SHAPES = [  # (M, N, K, tile options): one program, ragged edges, several programs
+    (128, 256, 128, {}),
+    (100, 200, 72, {}),
+    (64, 64, 64, dict(BM=64, BN=64, BK=32, STAGES=2, num_warps=4)),
+    (200, 136, 200, dict(BM=64, BN=64, BK=32, STAGES=3, num_warps=4)),
+]
+
+
+@pytest.mark.parametrize("M,N,K,opts", MATMUL_SHAPES,
+                         ids=[f"{m}x{n}x{k}" for m, n, k, _ in MATMUL_SHAPES])
+def test_matmul(M, N, K, opts):
+    m = example("matmul")
+    a = torch.randn(M, K, dtype=torch.bfloat16)
+    b = torch.randn(K, N, dtype=torch.bfloat16)
+    out = run_poisoned(m.matmul, a, b, **opts)
+    assert_close(out, a.double() @ b.double(), torch.bfloat16, f"matmul {M}x{N}x{K}")
+
+
 # ----------------------------------------------------------------------------- main()
-@pytest.mark.parametrize("name", ["vector_add", "softmax", "layernorm", "rmsnorm"])
+@pytest.mark.parametrize("name", ["vector_add", "softmax", "layernorm", "rmsnorm", "matmul"])
 def test_example_main(name, capsys):
     """Each example's main() runs (it self-checks with kitjit.testing.check) and reports."""
     m = example(name)
