@@ -9,7 +9,9 @@ wheel, via kitjit.tools) and checked for the instructions it should use:
 - no register spills: metadata["spills"] == 0, cuobjdump's local memory == 0, and no
   STL/LDL in the SASS;
 - reductions across lanes with butterfly shuffles (SHFL.BFLY);
-- tensor-core MMA (HMMA) for kit.dot.
+- tensor-core MMA (HMMA) for kit.dot;
+- the Hopper GEMM example (sm_90a only): warpgroup MMA (HGMMA), TMA loads (UTMALDG) and
+  mbarriers (SYNCS).
 """
 
 from __future__ import annotations
@@ -210,3 +212,48 @@ def test_compile_aot_rejects_bad_signatures():
         kit.compile_aot(path, "add_kernel", ["*fp32"] * 3 + ["i32"], {})
     with pytest.raises(ValueError):
         kit.compile_aot(path, "no_such_kernel", ["*fp32"] * 3 + ["i32"], {"BLOCK": 256})
+
+
+# ----------------------------------------------------------------------------- Hopper GEMM
+MATMUL_SIG = ["*bf16:16"] * 3 + ["i32:16"] * 3
+MATMUL_CONSTS = {"BM": 128, "BN": 256, "BK": 64, "STAGES": 3, "GROUP": 8}
+
+
+def test_matmul_example_uses_wgmma_and_tma():
+    c = compile_example(EXAMPLES / "matmul.py", "matmul_kernel", MATMUL_SIG, MATMUL_CONSTS, 8)
+    md = c.ck.metadata
+    assert c.has("HGMMA"), f"no warpgroup MMA: {c.summary()}"
+    assert c.has("UTMALDG"), f"no TMA loads: {c.summary()}"
+    assert c.has("SYNCS"), f"no mbarrier ops: {c.summary()}"
+    assert not c.has("HMMA"), "fell back to mma.sync"
+    # the K loop keeps 64 / 16 = 4 HGMMAs per iteration (not unrolled) and loads A and B
+    assert c.count("HGMMA") >= 4
+    assert md["spills"] == 0 and not c.has("STL") and not c.has("LDL")
+    # 3 stages of 128x64 + 64x256 bf16 tiles, plus barriers: ~144 KiB of shared memory
+    assert md["shared"] >= 3 * (128 * 64 + 64 * 256) * 2
+    assert md["shared"] <= 227 * 1024
+    ru = resource_usage(c.ck.asm["cubin"])["functions"][md["name"]]
+    assert ru["local"] == 0 and ru["registers"] == md["registers"]
+    assert "wgmma.mma_async" in c.ck.asm["ptx"] and "cp.async.bulk.tensor" in c.ck.asm["ptx"]
+
+
+@pytest.mark.xfail(strict=True, reason="backend: a Hopper-only kernel (WGMMA/TMA/mbarrier "
+                   "expect_tx) compiled for sm_80 reaches ptxas and surfaces as an "
+                   "InternalCompilerError ('bug in kitjit') instead of a CompileError that "
+                   "names the arch")
+def test_matmul_example_for_sm80_is_a_clear_error():
+    from kitjit.frontend.errors import CompileError
+
+    with pytest.raises(CompileError, match="sm_90"):
+        kit.compile_aot(str(EXAMPLES / "matmul.py"), "matmul_kernel", MATMUL_SIG,
+                        MATMUL_CONSTS, 8, "sm_80")
+
+
+def test_failed_aot_compile_leaves_no_entry(cache_dir):
+    with pytest.raises(Exception):  # noqa: B017 - whatever it is, nothing may be cached
+        kit.compile_aot(str(EXAMPLES / "matmul.py"), "matmul_kernel", MATMUL_SIG,
+                        MATMUL_CONSTS, 8, "sm_80")
+    leftovers = [p for p in cache_dir.rglob("*")
+                 if p.name == "meta.json" or p.name.startswith(("kernel.", ".tmp-"))] \
+        if cache_dir.exists() else []
+    assert leftovers == []
