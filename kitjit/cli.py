@@ -148,7 +148,32 @@ def _find(cache: KernelCache, key: str) -> CacheEntry:
         raise CliError(str(e.args[0])) from None
 
 
+def _tuning_records(args: argparse.Namespace, name: str | None = None,
+                    exact: bool = False) -> list[dict[str, Any]]:
+    """Autotuning records (kitjit.autotune) whose kernel name contains (or is) `name`."""
+    from kitjit.autotune import tuning_records
+
+    recs = tuning_records(_cache(args).root)
+    if name:
+        recs = [r for r in recs if (str(r.get("kernel")) == name if exact
+                                    else name in str(r.get("kernel", "")))]
+    return recs
+
+
+def _print_tuning(recs: list[dict[str, Any]], detail: bool = False) -> None:
+    from kitjit.autotune import format_tuning_records
+
+    print(format_tuning_records(recs, detail=detail))
+
+
 def cmd_list(args: argparse.Namespace) -> int:
+    if args.tuning:
+        recs = _tuning_records(args, args.name)
+        if args.json:
+            _print_json(recs)
+        else:
+            _print_tuning(recs)
+        return 0
     entries = _cache(args).entries()
     if args.name:
         entries = [e for e in entries if args.name in str(e.meta.get("name", ""))]
@@ -164,8 +189,12 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(recs)
         return 0
+    tuning = _tuning_records(args, args.name)
     if not recs:
         print(f"no cache entries in {_cache(args).root}", file=sys.stderr)
+        if tuning:
+            print("tuning records:")
+            _print_tuning(tuning)
         return 0
     rows = []
     for r in recs:
@@ -185,6 +214,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         )
     header = ["KEY", "NAME", "SOURCE", "SPECIALIZATION", "ARCH", "SIZE", "CREATED", "USED", "HITS"]
     print(_table(rows, header))
+    if tuning:
+        print("\ntuning records:")
+        _print_tuning(tuning)
     return 0
 
 
@@ -276,15 +308,33 @@ def _show_meta(entry: CacheEntry, problem: str | None) -> None:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    entry = _find(_cache(args), args.key)
     stages = [s for s in ("tir", "llvm", "ptx", "sass") if getattr(args, s)]
+    try:
+        entry = _find(_cache(args), args.key)
+    except CliError as e:
+        tuning = _tuning_records(args, args.key, exact=True)
+        if not tuning or stages or args.resources:
+            raise
+        print(f"kitjit: note: {e} (showing its tuning records)", file=sys.stderr)
+        if args.json:  # a kernel known only by its tuning records
+            _print_json({"name": args.key, "tuning": tuning})
+        else:
+            _print_tuning(tuning, detail=True)
+        return 0
     if args.json and not stages and not args.resources:
         rec = _entry_record(entry)
         rec["problem"] = entry.verify()
+        tuning = _tuning_records(args, str(entry.meta.get("name", "")), exact=True)
+        if tuning:
+            rec["tuning"] = tuning
         _print_json(rec)
         return 0
     if not stages and not args.resources:
         _show_meta(entry, entry.verify())
+        tuning = _tuning_records(args, str(entry.meta.get("name", "")), exact=True)
+        if tuning:
+            print("tuning:")
+            _print_tuning(tuning, detail=True)
         return 0
     many = len(stages) + bool(args.resources) > 1
     for stage in stages:
@@ -506,9 +556,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true", help="machine-readable output")
     c.add_argument("--sort", choices=_SORT_KEYS, default="name", help="sort order")
     c.add_argument("--name", metavar="SUBSTR", help="only kernels whose name contains SUBSTR")
+    c.add_argument("--tuning", action="store_true",
+                   help="only autotuning records (kernel, key, GPU, winner, time)")
     c.set_defaults(func=cmd_list)
 
-    c = csub.add_parser("show", help="metadata or one compilation stage of an entry")
+    c = csub.add_parser("show", help="metadata or one compilation stage of an entry, and "
+                        "its kernel's tuning records")
     c.add_argument("key", metavar="KEY", help="key prefix (from `list`) or unique kernel name")
     c.add_argument("--tir", action="store_true", help="print the tile IR")
     c.add_argument("--llvm", action="store_true", help="print the LLVM IR")
