@@ -562,3 +562,39 @@ def test_gpu_tuning_picks_the_faster_config(cache_dir):
     again[grid(n)](x, y, out, n)
     torch.cuda.synchronize()
     assert again.best_config == fast and torch.equal(out, x + y)
+
+
+# --------------------------------------------------------------------------- CLI
+def test_cli_shows_tuning_records(fake_gpu, cache_dir, capsys):
+    from kitjit.cli import main
+
+    Autotuner(add_kernel, CONFIGS, key=["n"], do_bench=FakeBench({128: 0.3, 256: 0.1, 512: 0.2})
+              )[grid(1000)](*add_args())
+    capsys.readouterr()
+    base = ["cache", "--cache-dir", str(cache_dir)]
+    assert main([*base, "list"]) == 0
+    out = capsys.readouterr().out
+    entries, tuning = out.split("tuning records:")
+    assert entries.count("add_kernel") == 3       # the sm_90a compiles of the three configs
+    assert "n=1000; X,Y,Out: float32" in tuning and "BLOCK=256, num_warps=2" in tuning
+    assert "0.1000" in tuning and "3/3" in tuning
+
+    assert main([*base, "list", "--tuning", "--json"]) == 0
+    recs = json.loads(capsys.readouterr().out)
+    assert len(recs) == 1 and recs[0]["winner"] == "BLOCK=256, num_warps=2"
+    assert main([*base, "list", "--tuning", "--name", "nothing"]) == 0
+    assert capsys.readouterr().out.strip() == "no tuning records"
+
+    assert main([*base, "list", "--json"]) == 0
+    key = json.loads(capsys.readouterr().out)[0]["key"][:12]
+    assert main([*base, "show", key]) == 0
+    out = capsys.readouterr().out
+    assert "tuning:" in out and "winner BLOCK=256, num_warps=2 (0.1000 ms)" in out
+    assert main([*base, "show", "--json", key]) == 0
+    assert json.loads(capsys.readouterr().out)["tuning"][0]["kernel"] == "add_kernel"
+
+    # by kernel name: three entries, so the tuning records (and a note why)
+    assert main([*base, "show", "add_kernel"]) == 0
+    captured = capsys.readouterr()
+    assert "3 entries" in captured.err and "0.3000" in captured.out
+    assert main([*base, "show", "no_such_kernel"]) == 1
