@@ -1,6 +1,8 @@
 """bf16 GEMM on Hopper: TMA copies tiles of A and B into a ring of shared-memory stages,
 each stage completing on its own mbarrier; both warpgroups run WGMMA on the stage that
-arrived while the copies for later stages fly. C = A @ B, fp32 accumulation."""
+arrived while the copies for later stages fly. The grid is persistent (one program per SM
+walks the tiles), and the ring runs across tile boundaries, so the next tile's loads are in
+flight while this tile's epilogue stores C. C = A @ B, fp32 accumulation."""
 
 import torch
 
@@ -9,38 +11,63 @@ from kitjit.testing import bench, check, device, has_gpu
 
 
 @kit.jit
+def tile_origin(tile, M, N, BM: kit.constexpr, BN: kit.constexpr, GROUP: kit.constexpr):
+    # L2-friendly order: GROUP row-blocks of C are swept column by column
+    n_m, n_n = kit.cdiv(M, BM), kit.cdiv(N, BN)
+    first_m = tile // (GROUP * n_n) * GROUP
+    rows = kit.minimum(n_m - first_m, GROUP)
+    return (first_m + tile % (GROUP * n_n) % rows) * BM, tile % (GROUP * n_n) // rows * BN
+
+
+@kit.jit
+def load_stage(a, b, ready, A, B, m0, n0, kk, it, BK: kit.constexpr, STAGES: kit.constexpr):
+    s = it % STAGES
+    kit.tma_load(a[s], A, (m0, kk * BK), ready[s])   # both land on ready[s]: one arrival
+    kit.tma_load(b[s], B, (kk * BK, n0), ready[s])
+
+
+@kit.jit
 def matmul_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr,
                   STAGES: kit.constexpr, GROUP: kit.constexpr):
-    # L2-friendly order: GROUP row-blocks of C are swept column by column
-    pid = kit.program_id(0)
-    n_m, n_n = kit.cdiv(M, BM), kit.cdiv(N, BN)
-    group = pid // (GROUP * n_n)
-    first_m = group * GROUP
-    rows = kit.minimum(n_m - first_m, GROUP)
-    m0 = (first_m + (pid % (GROUP * n_n)) % rows) * BM
-    n0 = ((pid % (GROUP * n_n)) // rows) * BN
-
     a = kit.shared((STAGES, BM, BK), A.dtype.element_ty)   # 128-byte swizzle, from the width
     b = kit.shared((STAGES, BK, BN), B.dtype.element_ty)
     ready = kit.mbarriers(STAGES)                            # stage s has landed
-    acc = kit.zeros((BM, BN), kit.float32)                   # wgmma accumulator layout
     n_k = kit.cdiv(K, BK)
+    n_tiles = kit.cdiv(M, BM) * kit.cdiv(N, BN)
+    step = kit.num_programs(0)                               # persistent: tiles pid, pid+step..
+    tile = kit.program_id(0)
+    m0, n0 = tile_origin(tile, M, N, BM, BN, GROUP)
     for s in kit.static_range(STAGES - 1):                   # prologue: fill the ring
-        if s < n_k:
-            kit.tma_load(a[s], A, (m0, s * BK), ready[s])
-            kit.tma_load(b[s], B, (s * BK, n0), ready[s])
-    for i in range(n_k):
-        s = i % STAGES
-        kit.mbarrier_wait(ready[s], (i // STAGES) % 2)
-        acc = kit.mma(a[s], b[s], acc, pending=1)            # keep one MMA in flight
-        j = i + STAGES - 1                                   # refill the stage freed by MMA i-1
-        if j < n_k:
-            kit.tma_load(a[j % STAGES], A, (m0, j * BK), ready[j % STAGES])
-            kit.tma_load(b[j % STAGES], B, (j * BK, n0), ready[j % STAGES])
-    rm = m0 + kit.arange(0, BM)
-    rn = n0 + kit.arange(0, BN)
-    mask = (rm[:, None] < M) & (rn[None, :] < N)
-    kit.store(C + rm[:, None] * N + rn[None, :], acc.to(C.dtype.element_ty), mask=mask)
+        if s < n_k and tile < n_tiles:
+            load_stage(a, b, ready, A, B, m0, n0, s, s, BK, STAGES)
+    it = 0                                                   # k-steps done by this program
+    for tile in range(tile, n_tiles, step):
+        m0, n0 = tile_origin(tile, M, N, BM, BN, GROUP)
+        m1, n1 = tile_origin(tile + step, M, N, BM, BN, GROUP)
+        acc = kit.zeros((BM, BN), kit.float32)               # wgmma accumulator layout
+        for kk in range(n_k):
+            kit.mbarrier_wait(ready[it % STAGES], it // STAGES % 2)
+            acc = kit.mma(a[it % STAGES], b[it % STAGES], acc, pending=1)
+            j = kk + STAGES - 1        # refill the stage MMA it-1 freed, running into the
+            if j < n_k:                # next tile so its loads fly during this epilogue
+                load_stage(a, b, ready, A, B, m0, n0, j, it + STAGES - 1, BK, STAGES)
+            elif tile + step < n_tiles:
+                load_stage(a, b, ready, A, B, m1, n1, j - n_k, it + STAGES - 1, BK, STAGES)
+            it += 1
+        rm = m0 + kit.arange(0, BM)
+        rn = n0 + kit.arange(0, BN)
+        mask = (rm[:, None] < M) & (rn[None, :] < N)
+        kit.store(C + rm[:, None] * N + rn[None, :], acc.to(C.dtype.element_ty), mask=mask)
+
+
+_SMS: dict = {}
+
+
+def num_sms(device) -> int:
+    if device not in _SMS:
+        _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count \
+            if torch.cuda.is_available() and device.type == "cuda" else 4
+    return _SMS[device]
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, BM=128, BN=256, BK=64, STAGES=3,
@@ -48,7 +75,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, BM=128, BN=256, BK=64, STAGES=3,
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty(M, N, device=a.device, dtype=a.dtype)
-    grid = (kit.cdiv(M, BM) * kit.cdiv(N, BN),)
+    grid = (min(kit.cdiv(M, BM) * kit.cdiv(N, BN), num_sms(a.device)),)
     matmul_kernel[grid](a, b, c, M, N, K, BM=BM, BN=BN, BK=BK, STAGES=STAGES, GROUP=8,
                         num_warps=num_warps)
     return c
