@@ -100,7 +100,11 @@ class Lowering:
             # tiles start 1024-byte aligned: the 128-byte swizzle is a function of address bits
             base = self.b.ptrtoint(self.smem, I32)
             self.static_base = self.b.and_(self.b.add(base, self.c32(1023)), self.c32(-1024))
+        self.has_tma_store = False
         self.block(fn.body)
+        if self.has_tma_store:  # shared memory must outlive the bulk stores reading it
+            asm(self.b, VOID, "@$0 cp.async.bulk.wait_group.read 0;", "b,~{memory}",
+                [self.thread0()])
         self.b.ret_void()
         md = self.module.add_named_metadata("nvvm.annotations")
         md.add(self.module.add_metadata([self.kernel, "kernel", ir.Constant(I32, 1)]))
@@ -922,6 +926,69 @@ class Lowering:
     def op_barrier(self, op: Op) -> None:
         barrier(self.b)
 
+    def op_smem_trans(self, op: Op) -> None:
+        self.vals[op.result.id] = self.get(op.operands[0])
+
+    def op_tma_store(self, op: Op) -> None:
+        """Registers -> swizzled staging tile -> one bulk tensor copy per column chunk."""
+        desc, row, col, value, staging = op.operands
+        b = self.b
+        (saddr,) = self.get(staging)
+        (r,) = self.get(row)
+        (c,) = self.get(col)
+        dptr = b.ptrtoint(self.get(desc)[0], I64)
+        p = self.thread0()
+        R, C = value.shape
+        e = value.dtype.itemsize
+        lay = staging.type.layout
+        sw, cc = (lay.swizzle, lay.chunk) if lay is not None else (0, C)
+        row_bytes = sw if sw else C * e
+        # the previous store from this staging tile must have finished reading it
+        asm(b, VOID, "@$0 cp.async.bulk.wait_group.read 0;", "b,~{memory}", [p])
+        barrier(b)
+        lin = _lin(value.type)
+        vals = self.get(value)
+        rbase = self.thread_coord(lin, 0)
+        cbase = self.thread_coord(lin, 1)
+        coords = lin.reg_coords()
+        idx = lin.reg_index()
+        done = set()
+        mt = mem_type(value.dtype)
+        for i, (cr, ccol) in enumerate(coords):
+            if i in done:
+                continue
+            # pack (c, c+1) pairs into one 32-bit store when the layout holds both
+            pair = idx.get((cr, ccol + 1)) if e == 2 and ccol % 2 == 0 else None
+            rr = b.add(rbase, self.c32(cr))
+            cl = b.add(cbase, self.c32(ccol))
+            chunk = b.udiv(cl, self.c32(cc)) if cc < C else self.c32(0)
+            incol = b.urem(cl, self.c32(cc)) if cc < C else cl
+            byte = b.mul(incol, self.c32(e))
+            if sw:
+                unit = b.lshr(byte, self.c32(4))
+                unit = b.xor(unit, b.and_(rr, self.c32(sw // 16 - 1)))
+                byte = b.or_(b.shl(unit, self.c32(4)), b.and_(byte, self.c32(15)))
+            off = b.add(b.add(b.mul(chunk, self.c32(R * row_bytes)),
+                              b.mul(rr, self.c32(row_bytes))), byte)
+            ptr = b.inttoptr(b.add(saddr, off), SPTR)
+            if pair is not None:
+                vec = ir.Constant(ir.VectorType(mt, 2), ir.Undefined)
+                vec = b.insert_element(vec, vals[i], self.c32(0))
+                vec = b.insert_element(vec, vals[pair], self.c32(1))
+                b.store(vec, ptr, align=4)
+                done.add(pair)
+            else:
+                b.store(self.to_mem(vals[i], value.dtype), ptr)
+        asm(b, VOID, "fence.proxy.async.shared::cta;", "~{memory}", [])
+        barrier(b)
+        for j in range(max(1, C // cc)):
+            sj = b.add(saddr, self.c32(j * R * row_bytes)) if j else saddr
+            cj = b.add(c, self.c32(j * cc)) if j else c
+            asm(b, VOID, "@$0 cp.async.bulk.tensor.2d.global.shared::cta.bulk_group "
+                "[$1, {$2, $3}], [$4];", "b,l,r,r,r,~{memory}", [p, dptr, cj, r, sj])
+        asm(b, VOID, "@$0 cp.async.bulk.commit_group;", "b,~{memory}", [p])
+        self.has_tma_store = True
+
     _PURE = frozenset({"constant", "add", "sub", "mul", "floordiv", "mod", "and", "or", "xor",
                        "shl", "shr", "cast", "smem_index", "program_id", "minimum", "maximum"})
 
@@ -1011,16 +1078,22 @@ class Lowering:
         # A: K-major rows of `swizzle` bytes, column chunks one after another
         sa, ca = la.swizzle, la.chunk
         da = self._desc_const(16, 8 * sa, sa)
-        # B: [K, N] with N contiguous (MN-major, imm-trans-b = 1): chunks of `chunk` columns
+        if la.transposed:
+            raise LoweringError("kit.mma: a transposed A operand is not supported")
         sb, cb = lb.swizzle, lb.chunk
-        db = self._desc_const(K * sb, 8 * sb, sb)
+        if lb.transposed:  # B stored [N, K], K contiguous (K-major, imm-trans-b = 0)
+            db = self._desc_const(16, 8 * sb, sb)
+            trans_b = 0
+        else:  # B stored [K, N], N contiguous (MN-major, imm-trans-b = 1): column chunks
+            db = self._desc_const(K * sb, 8 * sb, sb)
+            trans_b = 1
         wg = b.lshr(self.warp, self.c32(2))
         a_wg = b.add(aaddr, b.mul(wg, self.c32(64 * sa)))
         n_out = N // 2
         outs = ", ".join(f"${i}" for i in range(n_out))
         text = (f"{{ .reg .pred p; setp.ne.b32 p, ${n_out + 2}, 0; "
                 f"wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{kind}.{kind} "
-                f"{{{outs}}}, ${n_out}, ${n_out + 1}, p, 1, 1, 0, 1; }}")
+                f"{{{outs}}}, ${n_out}, ${n_out + 1}, p, 1, 1, 0, {trans_b}; }}")
         cons = ",".join(["=f"] * n_out + ["l", "l", "r"] + [str(i) for i in range(n_out)])
         ret = ir.LiteralStructType([F32] * n_out)
         asm(b, VOID, "wgmma.fence.sync.aligned;", "~{memory}", [])
@@ -1029,7 +1102,11 @@ class Lowering:
             regs = [C[i] for i in idx]
             for k0 in range(0, K, 16):
                 a_addr = b.add(a_wg, self.c32((k0 // ca) * M * sa + r0 * sa + (k0 % ca) * e))
-                b_addr = b.add(baddr, self.c32(k0 * sb))
+                if lb.transposed:
+                    b_off = (k0 // cb) * N * sb + (k0 % cb) * e
+                else:
+                    b_off = k0 * sb
+                b_addr = b.add(baddr, self.c32(b_off))
                 r = asm(b, ret, text, cons,
                         [self._desc(a_addr, da), self._desc(b_addr, db), self.c32(1)] + regs)
                 regs = [b.extract_value(r, i) for i in range(n_out)]

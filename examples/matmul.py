@@ -35,13 +35,13 @@ def matmul_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr, BK: ki
     n_k = kit.cdiv(K, BK)
     n_tiles = kit.cdiv(M, BM) * kit.cdiv(N, BN)
     step = kit.num_programs(0)                               # persistent: tiles pid, pid+step..
-    tile = kit.program_id(0)
-    m0, n0 = tile_origin(tile, M, N, BM, BN, GROUP)
+    first = kit.program_id(0)
+    m0, n0 = tile_origin(first, M, N, BM, BN, GROUP)
     for s in kit.static_range(STAGES - 1):                   # prologue: fill the ring
-        if s < n_k and tile < n_tiles:
+        if s < n_k and first < n_tiles:
             load_stage(a, b, ready, A, B, m0, n0, s, s, BK, STAGES)
     it = 0                                                   # k-steps done by this program
-    for tile in range(tile, n_tiles, step):
+    for tile in range(first, n_tiles, step):
         m0, n0 = tile_origin(tile, M, N, BM, BN, GROUP)
         m1, n1 = tile_origin(tile + step, M, N, BM, BN, GROUP)
         acc = kit.zeros((BM, BN), kit.float32)               # wgmma accumulator layout
@@ -54,10 +54,7 @@ def matmul_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr, BK: ki
             elif tile + step < n_tiles:
                 load_stage(a, b, ready, A, B, m1, n1, j - n_k, it + STAGES - 1, BK, STAGES)
             it += 1
-        rm = m0 + kit.arange(0, BM)
-        rn = n0 + kit.arange(0, BN)
-        mask = (rm[:, None] < M) & (rn[None, :] < N)
-        kit.store(C + rm[:, None] * N + rn[None, :], acc.to(C.dtype.element_ty), mask=mask)
+        kit.tma_store(C, (m0, n0), acc.to(C.dtype.element_ty))   # drains while we go on
 
 
 _SMS: dict = {}

@@ -549,7 +549,11 @@ class FunctionCodegen:
                         "sqrt", "abs", "sigmoid", "broadcast_to"):
                 return _Method(self, base, attr)
             if attr == "T":
-                raise self.err(node, "transposes are not supported yet")
+                if base.type.is_shared:
+                    self.at(node)
+                    return self.b.smem_trans(base)
+                raise self.err(node, "transposes of register tiles are not supported yet",
+                               "shared tiles have .T (a view, for kit.mma's b operand)")
             raise self.err(node, f"a tile has no attribute '{attr}'",
                            "tiles have .dtype, .shape and .to(dtype)")
         try:
@@ -632,7 +636,7 @@ class FunctionCodegen:
             except Exception as e:
                 raise self.err(node, f"calling {getattr(fn, '__name__', fn)!r} at compile time "
                                f"failed: {type(e).__name__}: {e}",
-                               "only @kit.jit functions and kit builtins can take tiles")
+                               "only @kit.jit functions and kit builtins can take tiles") from e
         raise self.err(node, f"{describe(fn)} is not callable")
 
     def python_builtin_on_values(self, fn, args, kwargs, node) -> Any:
@@ -788,6 +792,8 @@ def _call_builtin(cg: FunctionCodegen, name: str, args: list, kwargs: dict, node
         return b.mbarrier_wait(a["barrier"], a["phase"])
     if name == "mma":
         return b.wgmma(a["a"], a["b"], a["acc"], const("pending"))
+    if name == "tma_store":
+        return b.tma_store(a["tensor"], a["coords"], a["value"])
     if name == "barrier":
         b.emit("barrier", [], [])
         return None
@@ -843,6 +849,7 @@ _SIGS["tma_load"] = lambda dst, tensor, coords, barrier: None
 _SIGS["mbarrier_wait"] = lambda barrier, phase: None
 _SIGS["mma"] = lambda a, b, acc, pending=0: None
 _SIGS["barrier"] = lambda: None
+_SIGS["tma_store"] = lambda tensor, coords, value: None
 
 
 def _assigned(stmts: list[ast.stmt]) -> list[str]:

@@ -15,6 +15,8 @@ IR printer counts the conversions, so a kernel author sees what they cost.
 
 from __future__ import annotations
 
+import dataclasses
+
 from kitjit.ir import ops as O
 from kitjit.ir.core import Block, Function, Op, Value
 from kitjit.ir.layouts import (
@@ -160,6 +162,10 @@ def infer_layouts(fn: Function) -> Function:
     for op in fn.walk():
         if op.name == "smem_index":
             op.result.type = op.result.type.with_layout(op.operands[0].type.layout)
+        elif op.name == "smem_trans":
+            lay = op.operands[0].type.layout
+            op.result.type = op.result.type.with_layout(
+                dataclasses.replace(lay, transposed=not lay.transposed) if lay else None)
     _insert_conversions(fn.body, fn)
     return fn
 

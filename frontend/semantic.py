@@ -453,7 +453,8 @@ class Builder:
         return entry["desc"]
 
     def tma_load(self, dst: Any, tensor: Any, coords: Any, bar: Any) -> None:
-        if not isinstance(dst, Value) or not dst.type.is_shared or len(dst.shape) != 2:
+        if not isinstance(dst, Value) or not dst.type.is_shared or len(dst.shape) != 2 or \
+                (isinstance(dst.owner, Op) and dst.owner.name == "smem_trans"):
             raise self.error(f"kit.tma_load: 'dst' must be a 2-d shared tile (a stage a[s]), "
                              f"got {_describe(dst)}")
         if isinstance(tensor, Value) and tensor.dtype.is_ptr() and \
@@ -470,6 +471,31 @@ class Builder:
         desc = self.tma_desc_arg(tensor, dst.shape, "kit.tma_load")
         self.emit("tma_load", [dst, desc, *cs, bar], [],
                   {"bytes": dst.type.numel * dst.dtype.itemsize})
+
+    def smem_trans(self, x: Value) -> Value:
+        if len(x.shape) != 2:
+            raise self.error(f".T needs a 2-d shared tile (a stage a[s]), got shape "
+                             f"{_shape(x.shape)}")
+        return self.emit1("smem_trans", [x], TileType(x.dtype, x.shape[::-1], space="smem"))
+
+    def tma_store(self, tensor: Any, coords: Any, value: Any) -> None:
+        if not isinstance(value, Value) or value.type.is_shared or len(value.shape) != 2:
+            raise self.error(f"kit.tma_store stores a 2-d register tile, got {_describe(value)}")
+        if isinstance(tensor, Value) and tensor.dtype.is_ptr() and \
+                tensor.dtype.element_ty is not value.dtype:
+            raise self.error(f"kit.tma_store: the tensor holds {tensor.dtype.element_ty} but the "
+                             f"tile is {value.dtype}", "convert it with .to(...)")
+        if not isinstance(coords, (tuple, list)) or len(coords) != 2:
+            raise self.error("kit.tma_store: coords must be (row, col)")
+        for s in value.shape:
+            if not is_pow2(s) or s > 256:
+                raise self.error(f"kit.tma_store: tile dims must be powers of two up to 256, "
+                                 f"got {_shape(value.shape)}")
+        cs = [self.cast(c, int32) if isinstance(c, Value) else self.constant(c, int32)
+              for c in coords]
+        desc = self.tma_desc_arg(tensor, value.shape, "kit.tma_store")
+        staging = self.emit1("smem_alloc", [], TileType(value.dtype, value.shape, space="smem"))
+        self.emit("tma_store", [desc, *cs, value, staging], [])
 
     def mbarrier_wait(self, bar: Any, phase: Any) -> None:
         if not isinstance(bar, Value) or bar.dtype is not mbarrier or bar.shape != ():

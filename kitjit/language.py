@@ -290,6 +290,14 @@ def mma(a, b, acc, pending=0):
 
 
 @builtin
+def tma_store(tensor, coords, value):
+    """Store register tile `value` into the box of the 2-d `tensor` argument at `coords`
+    through shared memory and the Tensor Memory Accelerator: the registers go to a swizzled
+    staging tile, one thread issues the bulk copy, and the kernel goes on while it drains.
+    Parts of the box outside the tensor are not written."""
+
+
+@builtin
 def barrier():
     """Synchronize the threads of the CTA (bar.sync)."""
 
@@ -297,7 +305,8 @@ def barrier():
 range = range  # noqa: A001 - Triton spells a runtime loop `tl.range`; Python's works as well
 
 __all__ = [
-    "constexpr", "static_range", "range", "next_power_of_2", "builtin", "BUILTINS", "dtype", "pointer_type",
+    "constexpr", "static_range", "range", "next_power_of_2", "builtin", "BUILTINS", "dtype",
+    "pointer_type",
     "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
     "uint8", "uint16", "uint32", "uint64", "int1", "bool_",
     *BUILTINS,

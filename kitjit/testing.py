@@ -4,7 +4,8 @@ and timing with CUDA events."""
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def has_gpu() -> bool:

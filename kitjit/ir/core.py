@@ -56,7 +56,8 @@ class Value:
 
 
 class Block:
-    """A straight-line list of ops with block arguments (loop induction variable, carried values)."""
+    """A straight-line list of ops with block arguments (a loop's induction variable and
+    carried values)."""
 
     def __init__(self, args: list[Value] | None = None):
         self.args: list[Value] = list(args or [])

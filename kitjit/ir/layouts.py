@@ -14,7 +14,7 @@ layout kinds involved (the idea of Triton's linear layouts, kept small).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 
 Coord = tuple[int, ...]
 
@@ -68,7 +68,7 @@ class LinearLayout:
         return tuple(c)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _reg_coords(reg: tuple[Coord, ...], rank: int) -> list[Coord]:
     out = [tuple([0] * rank)]
     for b in reg:
@@ -304,9 +304,11 @@ class SharedLayout:
 
     swizzle: int
     chunk: int  # columns per chunk
+    transposed: bool = False  # a `.T` view: logical [cols, rows] of the stored [rows, cols]
 
     def __str__(self):
-        return f"#shared<swizzle={self.swizzle}B, chunk={self.chunk}>"
+        t = ", transposed" if self.transposed else ""
+        return f"#shared<swizzle={self.swizzle}B, chunk={self.chunk}{t}>"
 
 
 def shared_layout(shape: tuple[int, ...], dtype) -> SharedLayout | None:

@@ -22,7 +22,7 @@ select     cond, a, b                     -                                     
 addptr     ptr, offset(int)               - (offset counts elements)                 ptr
 load       ptr [, mask [, other]]         has_mask, has_other                        element
 store      ptr, value [, mask]            has_mask                                   -
-reduce     a                              kind in REDUCE_KINDS, axis                 a's shape minus axis
+reduce     a                              kind in REDUCE_KINDS, axis                 a minus axis
 dot        a [M,K], b [K,N], acc [M,N]    -                                          acc's type
 convert_layout a                          - (same shape and dtype, other layout)     tile
 for        lb, ub, step, *init            - ; region 0: args (iv, *carried), ends in yield   carried
