@@ -1,0 +1,287 @@
+"""GPU tests (`pytest -m gpu`): every example at real sizes, the whole language test suite on
+the device, and the runtime's GPU behaviour (in-memory and disk cache, streams, CUDA graphs,
+argument checks). Skipped where `kitjit.testing.has_gpu()` is False (see conftest.py).
+
+Same rules as the CPU tests: fresh random inputs, outputs poisoned with NaN before the
+launch, float64 references, fp32 within 1e-5 and fp16/bf16 within 1e-2, sizes on both sides
+of the block.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import test_examples as E  # the example helpers (poisoned outputs, tolerances)
+import test_language as L  # its tests run here again, on the GPU
+import torch
+
+import kitjit as kit
+from kitjit.testing import check
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16],
+                                 ids=["fp32", "bf16", "fp16"])
+
+
+def cuda_randn(*shape, dtype=torch.float32, scale=1.0, shift=0.0):
+    return (torch.randn(*shape, device="cuda", dtype=torch.float64) * scale + shift).to(dtype)
+
+
+def gpu_close(out, ref, dtype, what):
+    assert out.is_cuda and out.dtype == dtype and out.shape == ref.shape
+    n_nan = int(torch.isnan(out).sum())
+    assert n_nan == 0, f"{what}: {n_nan} elements unwritten (still NaN)"
+    err = check(out, ref, E.TOL[dtype], what)
+    assert math.isfinite(err)
+    return err
+
+
+# ============================================================================ examples
+@DTYPES
+@pytest.mark.parametrize("n", [1, 1000, 4097, 10 ** 6 + 3, 1 << 22])
+def test_vector_add(n, dtype):
+    m = E.example("vector_add")
+    x, y = cuda_randn(n, dtype=dtype), cuda_randn(n, dtype=dtype)
+    out = E.run_poisoned(m.add, x, y)
+    gpu_close(out, x.double() + y.double(), dtype, f"add n={n}")
+
+
+@pytest.mark.parametrize("offset", [1, 3, 8])
+def test_vector_add_unaligned_pointers(offset):
+    """Views that start off a 16-byte boundary: the aligned specialization (128-bit
+    accesses) must not be used for them."""
+    m = E.example("vector_add")
+    n = 100_003
+    bx, by = cuda_randn(n + offset), cuda_randn(n + offset)
+    x, y = bx[offset:], by[offset:]
+    out_base = torch.full((n + offset,), float("nan"), device="cuda")
+    out = out_base[offset:]
+    assert x.data_ptr() % 16 != 0 or offset % 4 == 0
+    m.add_kernel[(kit.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
+    gpu_close(out, x.double() + y.double(), torch.float32, f"add offset={offset}")
+    assert torch.isnan(out_base[:offset]).all(), "wrote before the view"
+
+
+@DTYPES
+@pytest.mark.parametrize("rows,cols", [(1823, 781), (4096, 4096), (64, 16384), (3, 1),
+                                       (1000, 1000), (257, 2049)])
+def test_softmax(rows, cols, dtype):
+    m = E.example("softmax")
+    x = cuda_randn(rows, cols, dtype=dtype, scale=3.0)
+    out = E.run_poisoned(m.softmax, x)
+    gpu_close(out, torch.softmax(x.double(), dim=1), dtype, f"softmax {rows}x{cols}")
+
+
+@DTYPES
+@pytest.mark.parametrize("rows,cols", [(2048, 4096), (1000, 1000), (257, 5000), (64, 12288),
+                                       (31, 513)])
+def test_layernorm(rows, cols, dtype):
+    m = E.example("layernorm")
+    x = cuda_randn(rows, cols, dtype=dtype, scale=2.0, shift=0.5)
+    w, b = cuda_randn(cols, dtype=dtype), cuda_randn(cols, dtype=dtype)
+    out = E.run_poisoned(m.layernorm, x, w, b)
+    ref = torch.nn.functional.layer_norm(x.double(), (cols,), w.double(), b.double(), 1e-5)
+    gpu_close(out, ref, dtype, f"layernorm {rows}x{cols}")
+
+
+@DTYPES
+@pytest.mark.parametrize("rows,cols", [(2048, 4096), (1000, 1000), (257, 5000), (64, 12288),
+                                       (31, 513)])
+def test_rmsnorm(rows, cols, dtype):
+    m = E.example("rmsnorm")
+    x = cuda_randn(rows, cols, dtype=dtype)
+    w = cuda_randn(cols, dtype=dtype)
+    out = E.run_poisoned(m.rmsnorm, x, w)
+    gpu_close(out, m.reference(x, w), dtype, f"rmsnorm {rows}x{cols}")
+
+
+@pytest.mark.parametrize("M,N,K", [(256, 512, 192), (300, 264, 200), (2048, 2048, 4096),
+                                   (1000, 1000, 1000), (128, 256, 64)])
+def test_matmul(M, N, K):
+    m = E.example("matmul")
+    a = cuda_randn(M, K, dtype=torch.bfloat16)
+    b = cuda_randn(K, N, dtype=torch.bfloat16)
+    out = E.run_poisoned(m.matmul, a, b)
+    gpu_close(out, a.double() @ b.double(), torch.bfloat16, f"matmul {M}x{N}x{K}")
+
+
+@pytest.mark.parametrize("name", sorted(E.KNOWN_EXAMPLES))
+def test_example_main(name, capsys):
+    """main() checks itself and benchmarks on a GPU: it must finish and print figures."""
+    E.example(name).main()
+    out = capsys.readouterr().out
+    assert "rel err" in out and "GPU" in out
+
+
+# ============================================================================ the language
+def _param_sets(fn):
+    """Every (id, kwargs) a pytest-parametrized test function is collected with."""
+    axes = []
+    for mark in reversed(getattr(fn, "pytestmark", [])):
+        if mark.name != "parametrize":
+            continue
+        names, values = mark.args[0], mark.args[1]
+        names = [n.strip() for n in names.split(",")] if isinstance(names, str) else names
+        ids = mark.kwargs.get("ids")
+        axis = []
+        for i, v in enumerate(values):
+            vals = tuple(v) if len(names) > 1 else (v,)
+            if isinstance(ids, (list, tuple)):
+                vid = str(ids[i])
+            elif callable(ids):
+                vid = str(ids(v))
+            else:
+                vid = "-".join(str(x) for x in vals)
+            axis.append((vid, dict(zip(names, vals))))
+        axes.append(axis)
+    for combo in itertools.product(*axes):
+        kwargs = {}
+        for _, kw in combo:
+            kwargs.update(kw)
+        yield "-".join(vid for vid, _ in combo), kwargs
+
+
+def _language_cases():
+    cases = []
+    for name in sorted(dir(L)):
+        fn = getattr(L, name)
+        if name.startswith("test_") and callable(fn):
+            for vid, kwargs in _param_sets(fn):
+                cases.append(pytest.param(name, kwargs, id=f"{name}[{vid}]" if vid else name))
+    return cases
+
+
+@pytest.mark.parametrize("name,kwargs", _language_cases())
+def test_language_on_gpu(name, kwargs, monkeypatch):
+    """Each test of test_language.py, with its tensors on the GPU: the same kernels through
+    the real compile and launch path (the CPU run used the interpreter)."""
+    monkeypatch.setattr(L, "DEVICE", "cuda")
+    getattr(L, name)(**kwargs)
+
+
+# ============================================================================ runtime
+def test_second_launch_hits_the_memory_cache():
+    m = E.example("softmax")
+    k = m.softmax_kernel
+    k.cache.clear()  # other tests launched it already
+    x = cuda_randn(64, 1000, dtype=torch.bfloat16)
+    m.softmax(x)
+    n0 = len(k.cache)
+    assert n0 == 1
+    for _ in range(3):  # same dtypes, alignment and kinds of ints: no new entry
+        y = m.softmax(cuda_randn(33, 1000, dtype=torch.bfloat16))
+    assert len(k.cache) == n0
+    assert not torch.isnan(y).any()
+    m.softmax(cuda_randn(64, 1000, dtype=torch.float32))  # another dtype: a new entry
+    assert len(k.cache) == n0 + 1
+
+
+def test_disk_cache_serves_a_new_process_view(cache_dir):
+    """With the in-memory cache dropped, a launch loads the cubin from KITJIT_CACHE_DIR
+    (entry count unchanged) and still computes the right thing."""
+    m = E.example("vector_add")
+    k = m.add_kernel
+    x, y = cuda_randn(5000), cuda_randn(5000)
+    k.cache.clear()
+    E.run_poisoned(m.add, x, y)
+    entries = sorted(p.parent for p in cache_dir.rglob("meta.json"))
+    assert len(entries) == 1
+    k.cache.clear()
+    out = E.run_poisoned(m.add, x, y)
+    assert sorted(p.parent for p in cache_dir.rglob("meta.json")) == entries
+    gpu_close(out, x.double() + y.double(), torch.float32, "add from the disk cache")
+
+
+def test_cpu_tensor_in_a_gpu_launch_raises():
+    m = E.example("vector_add")
+    n = 1000
+    x_cpu = torch.randn(n)
+    y, out = cuda_randn(n), torch.full((n,), float("nan"), device="cuda")
+    with pytest.raises(ValueError, match="cpu"):
+        m.add_kernel[(1,)](x_cpu, y, out, n, BLOCK=1024)
+    with pytest.raises(ValueError, match="cpu"):
+        m.add_kernel[(1,)](x_cpu, torch.randn(n), torch.empty(n), n, BLOCK=1024)
+    torch.cuda.synchronize()
+    assert torch.isnan(out).all()
+
+
+def test_launch_errors_on_gpu():
+    m = E.example("vector_add")
+    x = cuda_randn(64)
+    out = torch.full((64,), float("nan"), device="cuda")
+    with pytest.raises(ValueError):
+        m.add_kernel[(1, 1, 1, 1)](x, x, out, 64, BLOCK=64)
+    with pytest.raises(ValueError):
+        m.add_kernel[(-1,)](x, x, out, 64, BLOCK=64)
+    with pytest.raises(ValueError):
+        m.add_kernel[(1, 70000)](x, x, out, 64, BLOCK=64)
+    with pytest.raises(TypeError):
+        m.add_kernel[(1,)](x.to(torch.complex64), x, out, 64, BLOCK=64)
+    with pytest.raises(TypeError):
+        m.add_kernel[(1,)](x, x, out, [64], BLOCK=64)
+    m.add_kernel[(0,)](x, x, out, 64, BLOCK=64)  # an empty grid launches nothing
+    torch.cuda.synchronize()
+    assert torch.isnan(out).all()
+
+
+def test_launch_uses_the_current_stream():
+    """Work queued on a side stream (a long sleep, then the input's copy) must be ordered
+    before the kernel launched on that stream."""
+    m = E.example("vector_add")
+    n = 1 << 20
+    src, y = cuda_randn(n), cuda_randn(n)
+    x = torch.zeros(n, device="cuda")
+    out = torch.full((n,), float("nan"), device="cuda")
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(50_000_000)  # ~25 ms of GPU time on s
+        x.copy_(src)
+        m.add_kernel[(kit.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
+    s.synchronize()
+    gpu_close(out, src.double() + y.double(), torch.float32, "add on a side stream")
+
+
+def test_cuda_graph_capture_and_replay():
+    m = E.example("vector_add")
+    n = 100_003
+    x, y = cuda_randn(n), cuda_randn(n)
+    out = torch.full((n,), float("nan"), device="cuda")
+
+    def step():
+        m.add_kernel[(kit.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
+
+    step()  # compile outside the capture
+    torch.cuda.synchronize()
+    out.fill_(float("nan"))
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        with torch.cuda.graph(g):
+            step()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    for _ in range(2):
+        x.copy_(cuda_randn(n))
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        gpu_close(out, x.double() + y.double(), torch.float32, "add replayed from a graph")
+
+
+def test_launch_returns_the_compiled_kernel():
+    m = E.example("softmax")
+    x = cuda_randn(8, 4096, dtype=torch.bfloat16)
+    y = torch.full_like(x, float("nan"))
+    ck = m.softmax_kernel[(8,)](x, y, 4096, BLOCK=4096, num_warps=8)
+    assert isinstance(ck, kit.CompiledKernel)
+    md = ck.metadata
+    assert md["spills"] == 0 and md["registers"] > 0 and md["num_warps"] == 8
+    major, minor = torch.cuda.get_device_capability()
+    assert md["arch"].startswith(f"sm_{major}{minor}")
+    assert ".target sm_" in ck.asm["ptx"]
+    gpu_close(y, torch.softmax(x.double(), 1), torch.bfloat16, "softmax 8x4096")
