@@ -1342,3 +1342,55 @@ def test_compiles_for_sm90(case):
     kernel, args, consts = SM90_CASES[case]()
     ck = compile_gpu(kernel, *args, **consts)
     assert ck.metadata["arch"] == "sm_90a"
+
+
+# ============================================================================ layouts
+@kit.jit
+def reduce_shapes_kernel(X, Out, M, N, KIND: kit.constexpr, AXIS: kit.constexpr,
+                         BM: kit.constexpr, BN: kit.constexpr):
+    rm = kit.arange(0, BM)
+    rn = kit.arange(0, BN)
+    mask = (rm[:, None] < M) & (rn[None, :] < N)
+    x = kit.load(X + rm[:, None] * N + rn[None, :], mask=mask, other=0)
+    if KIND == "sum":
+        r = kit.sum(x, axis=AXIS)
+    elif KIND == "max":
+        r = kit.max(kit.where(mask, x, -1000), axis=AXIS)
+    else:
+        r = kit.argmin(kit.where(mask, x, 1000), axis=AXIS)
+    if AXIS == 0:
+        kit.store(Out + rn, r, mask=rn < N)
+    else:
+        kit.store(Out + rm, r, mask=rm < M)
+
+
+RED_SHAPES = [(2, 128), (128, 2), (64, 8), (8, 64), (1, 32), (32, 1), (16, 16)]
+
+
+@pytest.mark.parametrize("num_warps", [1, 4, 8])
+@pytest.mark.parametrize("kind", ["sum", "max", "argmin"])
+@pytest.mark.parametrize("BM,BN", RED_SHAPES, ids=[f"{a}x{b}" for a, b in RED_SHAPES])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.int32], ids=["fp16", "i32"])
+def test_reductions_over_tile_shapes_and_warps(BM, BN, kind, num_warps, dtype):
+    """Tiles smaller and larger than the CTA, thin along either axis: reductions inside a
+    thread, across lanes and across warps (and with lanes holding copies)."""
+    M, N = max(1, BM - 1), BN  # one masked-off row when there are several
+    x = rand((M, N), dtype, -50, 50) if not dtype.is_floating_point else rand((M, N), dtype)
+    for axis in (0, 1):
+        length = N if axis == 0 else M
+        odt = torch.int32 if kind == "argmin" else (torch.float32 if kind == "sum" and
+                                                   dtype.is_floating_point else dtype)
+        out = poisoned(length, odt)
+        reduce_shapes_kernel[(1,)](x, out, M, N, KIND=kind, AXIS=axis, BM=BM, BN=BN,
+                                   num_warps=num_warps)
+        a = x.cpu().double()
+        if kind == "sum":
+            ref = a.sum(axis)
+        elif kind == "max":
+            ref = a.amax(axis)
+        else:
+            ref = a.argmin(axis)
+        if out.dtype.is_floating_point:  # fp16 sums accumulate (and come out) in fp32
+            close(out, ref, None if kind == "sum" else 0, what=f"{kind} axis={axis}")
+        else:  # argmin: the first index of the minimum (fp16 has ties)
+            same(out, ref.long(), f"{kind} axis={axis}")
