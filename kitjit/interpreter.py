@@ -11,6 +11,15 @@ kept exactly representable in bf16 (rounded to nearest even whenever one is prod
 
 Ops are compiled once per `run` into closures over env slots; ops that depend neither on
 the program id nor on memory are evaluated once, before the first program.
+
+Level 2 (Hopper): each program allocates its own shared memory (`smem_alloc`: zeroed numpy
+arrays; a stage `a[s]` and a transpose `t.T` are views that alias them). A TMA descriptor
+argument is a strided numpy view of the tensor's memory; `tma_load` copies a box from it at
+once (zero outside the tensor) and `tma_store` writes one back (dropping what falls outside),
+so waits on mbarriers and `barrier()` have nothing to do in this one-thread model. `wgmma`
+computes at issue, but an MMA issued with `pending=p` counts as in flight until p later
+groups are issued or its result is read: a TMA load that overwrites shared memory an
+in-flight MMA reads is a race on the GPU, and raises `RaceError` here.
 """
 
 from __future__ import annotations
@@ -23,15 +32,18 @@ import numpy as np
 
 from kitjit.ir import ops as O
 from kitjit.ir.core import Block, Function, Op
-from kitjit.ir.types import DType, bfloat16, float16
+from kitjit.ir.types import DType, bfloat16, float16, from_torch, mbarrier, tma_desc
 
-__all__ = ["OutOfBoundsError", "round_bf16", "run"]
+__all__ = ["OutOfBoundsError", "RaceError", "round_bf16", "run"]
 
 Env = dict[int, Any]
 Handler = Callable[[Env], None]
 
 # Ops that read or write memory, depend on the program, or hold regions: never hoisted.
-_NOT_HOISTABLE = frozenset({"load", "store", "program_id", "for", "if", "yield"})
+# Shared memory is per program, so its allocation and everything touching it stay put too.
+_NOT_HOISTABLE = frozenset({"load", "store", "program_id", "for", "if", "yield", "smem_alloc",
+                            "smem_index", "smem_trans", "tma_load", "tma_store", "mbar_wait",
+                            "barrier", "wgmma"})
 
 
 # ----------------------------------------------------------------------------- dtypes
@@ -115,6 +127,10 @@ class OutOfBoundsError(IndexError):
     """A load or store outside every tensor argument, or a misaligned one."""
 
 
+class RaceError(RuntimeError):
+    """Shared memory written (by a TMA load) while an in-flight MMA may still read it."""
+
+
 # ----------------------------------------------------------------------------- memory
 class _Buffer:
     """The whole storage of one or more tensor arguments, as a uint8 numpy array."""
@@ -142,6 +158,47 @@ class _ArgInfo:
         self.end = start + numel * itemsize
 
 
+class _TmaTensor:
+    """What a TMA descriptor argument is in the interpreter: the 2-d tensor behind it, as a
+    strided view of the buffer that holds its storage (bf16 as uint16 bits)."""
+
+    def __init__(self, name: str, dt: DType, view: np.ndarray, buf: _Buffer | None):
+        self.name, self.dt, self.view, self.buf = name, dt, view, buf
+
+    def _clip(self, r0: int, c0: int, rows: int, cols: int) -> tuple[int, int, int, int]:
+        h, w = self.view.shape
+        return max(r0, 0), min(r0 + rows, h), max(c0, 0), min(c0 + cols, w)
+
+    def copy_box(self, dst: np.ndarray, r0: int, c0: int) -> None:
+        """dst[:] = the box of dst's shape at (r0, c0); zero outside the tensor."""
+        rows, cols = dst.shape
+        rs, re, cs, ce = self._clip(r0, c0, rows, cols)
+        if (rs, re, cs, ce) != (r0, r0 + rows, c0, c0 + cols):
+            dst[...] = 0
+        if rs < re and cs < ce:
+            raw = self.view[rs:re, cs:ce]
+            if self.dt is bfloat16:
+                raw = (raw.astype(np.uint32) << np.uint32(16)).view(np.float32)
+            elif self.dt.is_bool():
+                raw = raw != 0
+            dst[rs - r0:re - r0, cs - c0:ce - c0] = raw
+
+    def store_box(self, src: np.ndarray, r0: int, c0: int) -> None:
+        """The box of src's shape at (r0, c0) = src; what falls outside the tensor is dropped."""
+        rows, cols = src.shape
+        rs, re, cs, ce = self._clip(r0, c0, rows, cols)
+        if rs >= re or cs >= ce:
+            return
+        v = src[rs - r0:re - r0, cs - c0:ce - c0]
+        if self.dt is bfloat16:
+            v = (_bf16_bits(v) >> np.uint32(16)).astype(np.uint16)
+        elif self.dt.is_bool():
+            v = np.asarray(v).astype(np.uint8)
+        self.view[rs:re, cs:ce] = v
+        if self.buf is not None:
+            self.buf.written = True
+
+
 class _Memory:
     """Maps byte addresses to argument buffers; owns the CPU copies of device tensors."""
 
@@ -151,9 +208,14 @@ class _Memory:
         self.bufs: list[_Buffer] = []
         self.args: list[_ArgInfo] = []
         self.values: list[Any] = []
-        by_storage: dict[tuple, tuple[_Buffer, int]] = {}
+        self._by_storage: dict[tuple, tuple[_Buffer, int]] = {}
+        tma = {e["desc"].id: e for e in fn.attrs.get("tma", {}).values()
+               if hasattr(e.get("desc"), "id")}
         for v, a in zip(fn.args, args):
             dt = v.dtype
+            if dt is tma_desc:
+                self.values.append(self._tma_tensor(v, a, tma.get(v.id)))
+                continue
             if not dt.is_ptr():
                 if isinstance(a, torch.Tensor) or hasattr(a, "data_ptr"):
                     raise TypeError(f"argument '{v.name}' is a {dt} scalar but got a tensor")
@@ -162,17 +224,56 @@ class _Memory:
             if not isinstance(a, torch.Tensor):
                 raise TypeError(f"argument '{v.name}' is a pointer ({dt}) and needs a torch "
                                 f"tensor, got {type(a).__name__}")
-            st = a.untyped_storage()
-            key = (str(a.device), st.data_ptr(), st.nbytes())
-            if key not in by_storage:
-                by_storage[key] = (self._buffer(a, st), st.data_ptr())
-            buf, dev_base = by_storage[key]
-            ptr = buf.base + (a.data_ptr() - dev_base)
+            buf, off = self._locate_tensor(a)
+            ptr = buf.base + off
             self.values.append(np.int64(ptr))
             self.args.append(_ArgInfo(v.name or f"arg{len(self.values) - 1}", ptr, a.numel(),
                                       a.element_size(), str(a.dtype).replace("torch.", "")))
         self.bufs.sort(key=lambda b: b.base)
         self.bases = np.array([b.base for b in self.bufs], dtype=np.int64)
+
+    def _locate_tensor(self, a: Any) -> tuple[_Buffer, int]:
+        """The buffer holding tensor `a`'s storage (one per storage) and `a`'s byte offset."""
+        st = a.untyped_storage()
+        key = (str(a.device), st.data_ptr(), st.nbytes())
+        if key not in self._by_storage:
+            self._by_storage[key] = (self._buffer(a, st), st.data_ptr())
+        buf, dev_base = self._by_storage[key]
+        return buf, a.data_ptr() - dev_base
+
+    def _tma_tensor(self, v: Any, a: Any, entry: dict | None) -> _TmaTensor:
+        """A TMA descriptor argument: the tensor behind it, checked as the GPU launcher
+        checks it, as a strided view of the interpreter's copy of its storage."""
+        import torch
+
+        name = v.name.removesuffix(".desc") if v.name else "?"
+        if not isinstance(a, torch.Tensor):
+            raise TypeError(f"argument '{v.name}' is a TMA descriptor and needs the torch "
+                            f"tensor behind it, got {type(a).__name__}")
+        dt = from_torch(a.dtype)
+        if dt is None:
+            raise TypeError(f"argument '{name}': TMA copies of {a.dtype} are not supported")
+        if entry is not None and entry.get("dtype") not in (None, dt.name):
+            raise TypeError(f"argument '{name}' holds {dt} but the kernel was built for "
+                            f"{entry['dtype']}")
+        # the launcher's checks (kitjit.runtime.driver.tensor_map), so that a kernel that
+        # runs here also launches on the GPU
+        e = a.element_size()
+        if a.dim() != 2 or a.stride(1) != 1 or a.data_ptr() % 16 or (a.stride(0) * e) % 16:
+            raise ValueError(f"a tensor copied by TMA must be 2-d, contiguous in its last dim, "
+                             f"16-byte aligned, with rows a multiple of 16 bytes apart; got "
+                             f"shape {tuple(a.shape)}, strides {tuple(a.stride())}, address "
+                             f"{a.data_ptr():#x} (argument '{name}')")
+        mdt = _mem_np(dt)
+        rows, cols = a.shape
+        if a.numel() == 0:
+            return _TmaTensor(name, dt, np.zeros((rows, cols), mdt), None)
+        buf, off = self._locate_tensor(a)
+        span = ((rows - 1) * a.stride(0) + (cols - 1) * a.stride(1) + 1) * e
+        flat = buf.u8[off:off + span].view(mdt)
+        view = np.lib.stride_tricks.as_strided(flat, (rows, cols),
+                                               (a.stride(0) * e, a.stride(1) * e))
+        return _TmaTensor(name, dt, view, buf)
 
     def _buffer(self, t: Any, st: Any) -> _Buffer:
         import torch
@@ -281,6 +382,8 @@ class _Ctx:
         self.pid = (0, 0, 0)
         self.shape: tuple[int, ...] = ()
         self.lanes_total = 1
+        # MMAs of this program that may still read shared memory: (op, a, b), oldest first
+        self.inflight: list[tuple[Op, np.ndarray, np.ndarray]] = []
 
 
 def _where(op: Op, ctx: _Ctx, title: str) -> str:
@@ -522,11 +625,12 @@ def _unknown(op: Op) -> str:
 class _Compiler:
     """Turns blocks into lists of closures `h(env)`; collects hoisted ops separately."""
 
-    def __init__(self, mem: _Memory, ctx: _Ctx):
+    def __init__(self, mem: _Memory, ctx: _Ctx, mma_values: frozenset[int] = frozenset()):
         self.mem = mem
         self.ctx = ctx
         self.hoisted: list[Handler] = []
         self.varying: set[int] = set()
+        self.mma_values = mma_values
 
     def block(self, block: Block) -> list[Handler]:
         self.varying.update(a.id for a in block.args)
@@ -535,6 +639,9 @@ class _Compiler:
             if op.name == "yield":
                 continue
             h = self.op(op)
+            if self.mma_values and op.name not in ("wgmma", "for") and \
+                    any(v.id in self.mma_values for v in op.operands):
+                h = _retiring(h, self.ctx)
             hoist = op.name not in _NOT_HOISTABLE and \
                 not any(v.id in self.varying for v in op.operands)
             if hoist:
@@ -554,6 +661,8 @@ class _Compiler:
             return self.for_(op)
         if name == "if":
             return self.if_(op)
+        if name in _HOPPER:
+            return getattr(self, name)(op)
         if name == "program_id":
             ctx, axis, r = self.ctx, op.attrs["axis"], op.result.id
 
@@ -562,6 +671,88 @@ class _Compiler:
             return pid
         f = _pure(op, self.ctx)
         return _wrap(f, [v.id for v in op.operands], op.result.id)
+
+    # -- level 2: shared memory, TMA, mbarriers, WGMMA
+    def smem_alloc(self, op: Op) -> Handler:
+        t, r = op.result.type, op.result.id
+        nd = np.dtype(np.int64) if t.dtype is mbarrier else _np(t.dtype)
+        shape = t.shape
+
+        def smem_alloc(env: Env) -> None:
+            env[r] = np.zeros(shape, nd)
+        return smem_alloc
+
+    def smem_index(self, op: Op) -> Handler:
+        x_id, i_id = (v.id for v in op.operands)
+        n, r = op.operands[0].shape[0], op.result.id
+        ctx = self.ctx
+
+        def smem_index(env: Env) -> None:
+            i = int(env[i_id])
+            if not 0 <= i < n:
+                ctx.shape, ctx.lanes_total = (), 1
+                raise OutOfBoundsError(_where(op, ctx, "out-of-range shared-memory index") +
+                                       f"\n  index {i} of a shared tile with {n} stages")
+            env[r] = env[x_id][i, ...]  # a view: writes through it land in the allocation
+        return smem_index
+
+    def tma_load(self, op: Op) -> Handler:
+        d_id, t_id, r_id, c_id, _ = (v.id for v in op.operands)
+        dt = op.operands[0].dtype
+        ctx = self.ctx
+
+        def tma_load(env: Env) -> None:
+            dst, t = env[d_id], env[t_id]
+            if t.dt is not dt:
+                raise TypeError(_where(op, ctx, "TMA load of another dtype") +
+                                f"\n  '{t.name}' holds {t.dt} but the shared tile holds {dt}")
+            for mma, a, b in ctx.inflight:
+                if np.may_share_memory(dst, a) or np.may_share_memory(dst, b):
+                    _race(op, mma, ctx)
+            t.copy_box(dst, int(env[r_id]), int(env[c_id]))
+        return tma_load
+
+    def tma_store(self, op: Op) -> Handler:
+        t_id, r_id, c_id, v_id, _ = (v.id for v in op.operands)
+        dt = op.operands[3].dtype
+        ctx = self.ctx
+
+        def tma_store(env: Env) -> None:
+            t = env[t_id]
+            if t.dt is not dt:
+                raise TypeError(_where(op, ctx, "TMA store of another dtype") +
+                                f"\n  '{t.name}' holds {t.dt} but the tile holds {dt}")
+            # (the staging tile is the GPU's business: nothing reads it back)
+            t.store_box(np.asarray(env[v_id]), int(env[r_id]), int(env[c_id]))
+        return tma_store
+
+    def smem_trans(self, op: Op) -> Handler:
+        x_id, r = op.operands[0].id, op.result.id
+
+        def smem_trans(env: Env) -> None:
+            env[r] = env[x_id].T  # a view, like the stage views
+        return smem_trans
+
+    def mbar_wait(self, op: Op) -> Handler:
+        return _nothing  # every TMA load has landed when it returns
+
+    def barrier(self, op: Op) -> Handler:
+        return _nothing  # one thread per program
+
+    def wgmma(self, op: Op) -> Handler:
+        a_id, b_id, c_id = (v.id for v in op.operands)
+        r = op.result.id
+        pending = int(op.attrs.get("pending", 0))
+        ctx = self.ctx
+
+        def wgmma(env: Env) -> None:
+            a, b = env[a_id], env[b_id]
+            env[r] = env[c_id] + np.matmul(np.asarray(a, np.float32), np.asarray(b, np.float32))
+            # wgmma.wait_group(pending): the newest `pending` groups may still read a and b
+            fl = ctx.inflight
+            fl.append((op, a, b))
+            del fl[:max(len(fl) - pending, 0)]
+        return wgmma
 
     def load(self, op: Op) -> Handler:
         mem, ctx = self.mem, self.ctx
@@ -668,9 +859,10 @@ class _Compiler:
                     for h in handlers:
                         h(env)
                     vals = [env[y] for y in yields]
-            except OutOfBoundsError as e:  # say which iteration: bugs are often at the edges
-                raise OutOfBoundsError(f"{e.args[0]}\n  in the loop at {where}: {name} = {i} "
-                                       f"(range({lb}, {ub}, {st}))") from None
+            except (OutOfBoundsError, RaceError) as e:
+                # say which iteration: bugs are often at the edges
+                raise type(e)(f"{e.args[0]}\n  in the loop at {where}: {name} = {i} "
+                              f"(range({lb}, {ub}, {st}))") from None
             for k, v in zip(results, vals):
                 env[k] = v
         return for_
@@ -694,6 +886,64 @@ class _Compiler:
             for k, y in zip(results, ys):
                 env[k] = env[y]
         return if_
+
+
+_HOPPER = frozenset({"smem_alloc", "smem_index", "smem_trans", "tma_load", "tma_store",
+                     "mbar_wait", "barrier", "wgmma"})
+
+
+def _nothing(env: Env) -> None:
+    pass
+
+
+def _retiring(h: Handler, ctx: _Ctx) -> Handler:
+    """`h` reads the result of an MMA: the compiler waits for every MMA in flight first."""
+    def retire(env: Env) -> None:
+        ctx.inflight.clear()
+        h(env)
+    return retire
+
+
+def _race(op: Op, mma: Op, ctx: _Ctx) -> None:
+    ctx.shape, ctx.lanes_total = (), 1
+    at = f" at {mma.loc}" if mma.loc else ""
+    raise RaceError(
+        _where(op, ctx, "race on shared memory") +
+        f"\n  this TMA load overwrites shared memory that the kit.mma{at} (issued with "
+        f"pending={mma.attrs.get('pending', 0)}) may still be reading"
+        "\n  hint: issue the load after an MMA with a smaller `pending`, or add stages")
+
+
+def _mma_values(fn: Function) -> frozenset[int]:
+    """Values that may hold an MMA result: wgmma results and what loops and branches carry
+    them to (an over-approximation: reading one retires every MMA in flight)."""
+    vals: set[int] = set()
+    ops = [op for op in fn.walk() if op.name in ("wgmma", "for", "if")]
+    if not any(op.name == "wgmma" for op in ops):
+        return frozenset()
+    changed = True
+    while changed:
+        changed = False
+        for op in ops:
+            new: list[int] = []
+            if op.name == "wgmma":
+                new.append(op.result.id)
+            elif op.name == "for":
+                body = op.regions[0]
+                ys = body.terminator.operands if body.terminator else []
+                for k, (arg, r) in enumerate(zip(body.args[1:], op.results)):
+                    if op.operands[3 + k].id in vals or (k < len(ys) and ys[k].id in vals):
+                        new += [arg.id, r.id]
+            else:
+                for k, r in enumerate(op.results):
+                    if any(g.terminator is not None and k < len(g.terminator.operands) and
+                           g.terminator.operands[k].id in vals for g in op.regions):
+                        new.append(r.id)
+            for i in new:
+                if i not in vals:
+                    vals.add(i)
+                    changed = True
+    return frozenset(vals)
 
 
 def _wrap(f: Callable, ids: list[int], r: int) -> Handler:
@@ -750,7 +1000,7 @@ def run(fn: Function, grid: tuple[int, int, int], args: list) -> None:
 
 def _execute(fn: Function, grid: tuple[int, int, int], mem: _Memory) -> None:
     ctx = _Ctx(grid)
-    comp = _Compiler(mem, ctx)
+    comp = _Compiler(mem, ctx, _mma_values(fn))
     body = comp.block(fn.body)
     base: Env = {v.id: x for v, x in zip(fn.args, mem.values)}
     if grid[0] * grid[1] * grid[2] == 0:
@@ -762,6 +1012,7 @@ def _execute(fn: Function, grid: tuple[int, int, int], mem: _Memory) -> None:
         for y in range(gy):
             for x in range(gx):
                 ctx.pid = (x, y, z)
+                ctx.inflight.clear()
                 env = dict(base)
                 for h in body:
                     h(env)
