@@ -390,6 +390,8 @@ def main() -> None:
     ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "bench.json"))
     ap.add_argument("--only", default="norms,gemm,launch,first")
     ap.add_argument("--quick", action="store_true", help="large GEMM shapes only")
+    ap.add_argument("--gemm-configs", default=None,
+                    help="JSON list of matmul configs to try instead of the defaults")
     ap.add_argument("--warp-variants", action="store_true",
                     help="time every num_warps for the norms and keep the best")
     args = ap.parse_args()
@@ -403,6 +405,8 @@ def main() -> None:
     tri = triton_kernels()
     if "norms" in only:
         bench_norms(copy_gbs, tri, args.warp_variants)
+    if args.gemm_configs:
+        GEMM_CONFIGS[:] = json.loads(args.gemm_configs)
     if "gemm" in only:
         bench_gemm(tri, args.quick)
     if "launch" in only:
