@@ -65,6 +65,8 @@ class Lowering:
         self.intr = Intrinsics(self.module)
         self.vals: dict[int, list[ir.Value]] = {}
         self.smem_bytes = 0
+        self.role = None  # (first warpgroup, warpgroups) inside `if kit.warpgroup_id() ...`
+        self.uses_setmaxnreg = False
         self.inflight: set[int] = set()
         self.tma_expect: dict[int, int] = {}
         self.scratch_base = 0
@@ -93,7 +95,9 @@ class Lowering:
                 v = self.b.icmp_unsigned("!=", p, ir.Constant(I32, 0))
             self.vals[a.id] = [v]
         tid = self.intr.sreg(self.b, "tid.x")
-        self.tid = tid
+        self.tid = self.tid_abs = tid
+        self.total_warps = self.num_warps
+        self.role_bar = 0
         self.lane = self.b.and_(tid, ir.Constant(I32, 31), name="lane")
         self.warp = self.b.lshr(tid, ir.Constant(I32, 5), name="warp")
         if self.static_bytes:
@@ -110,6 +114,8 @@ class Lowering:
         md.add(self.module.add_metadata([self.kernel, "kernel", ir.Constant(I32, 1)]))
         md.add(self.module.add_metadata([self.kernel, "maxntidx",
                                          ir.Constant(I32, 32 * self.num_warps)]))
+        if self.uses_setmaxnreg:  # setmaxnreg needs a register cap at entry
+            md.add(self.module.add_metadata([self.kernel, "minctasm", ir.Constant(I32, 1)]))
         return self.module
 
     @property
@@ -305,13 +311,13 @@ class Lowering:
         e = t.dtype.itemsize
         self.need_smem(t.numel * e)
         b = self.b
-        barrier(b)
+        self.sync()
         base_s = self.thread_index(ls, strides)
         for c, v in zip(ls.reg_coords(), src):
             off = sum(x * s for x, s in zip(c, strides))
             p = self.smem_ptr(b.add(base_s, self.c32(off)), e)
             b.store(self.to_mem(v, t.dtype), p)
-        barrier(b)
+        self.sync()
         base_d = self.thread_index(ld, strides)
         out = []
         for c in ld.reg_coords():
@@ -816,7 +822,7 @@ class Lowering:
         stride_item = 2 if arg else 1
         total = nw * per_w * stride_item
         self.need_smem(total * e)
-        barrier(b)
+        self.sync()
         base = b.mul(b.add(b.mul(widx, self.c32(nslots)), slot), self.c32(nk))
         for i, key in enumerate(out_keys):
             p = partial[key]
@@ -824,7 +830,7 @@ class Lowering:
             for j, v in enumerate(p):
                 ptr = self.smem_ptr(b.add(b.mul(off, self.c32(stride_item)), self.c32(j)), e)
                 b.store(self.widen(v, e), ptr)
-        barrier(b)
+        self.sync()
         out = {}
         for i, key in enumerate(out_keys):
             acc = None
@@ -911,7 +917,7 @@ class Lowering:
                 asm(self.b, VOID, "@$0 mbarrier.init.shared::cta.b64 [$1], $2;", "b,r,r",
                     [p, self.b.add(addr, self.c32(8 * i)), self.c32(op.attrs["init"])])
             asm(self.b, VOID, "fence.mbarrier_init.release.cluster;", "~{memory}", [])
-            barrier(self.b)
+            self.sync()
 
     def set_smem(self, v: Value, addr) -> None:
         self.vals[v.id] = [addr]
@@ -924,7 +930,32 @@ class Lowering:
         self.set_smem(op.result, self.b.add(base, self.b.mul(idx, self.c32(stage))))
 
     def op_barrier(self, op: Op) -> None:
-        barrier(self.b)
+        self.sync()
+
+    def sync(self) -> None:
+        """bar.sync for the CTA, or a named barrier for the threads of the current role."""
+        if self.role is None:
+            barrier(self.b)
+        else:
+            asm(self.b, VOID, f"bar.sync {self.role_bar}, {128 * self.role[1]};", "~{memory}",
+                [])
+
+    def op_warpgroup_id(self, op: Op) -> None:
+        self.set(op.result, [self.b.lshr(self.tid_abs, self.c32(7))])
+
+    def op_setmaxnreg(self, op: Op) -> None:
+        n = op.attrs["count"]
+        threads = 32 * self.total_warps
+        cap = min(255, 65536 // threads) // 8 * 8
+        kind = "inc" if n > cap else "dec"
+        asm(self.b, VOID, f"setmaxnreg.{kind}.sync.aligned.u32 {n};", "~{memory}", [])
+        self.uses_setmaxnreg = True
+
+    def op_mbar_arrive(self, op: Op) -> None:
+        (baddr,) = self.get(op.operands[0])
+        p = self.b.icmp_unsigned("==", self.b.and_(self.tid, self.c32(127)), self.c32(0))
+        asm(self.b, VOID, "@$0 mbarrier.arrive.shared::cta.b64 _, [$1];", "b,r,~{memory}",
+            [p, baddr])
 
     def op_smem_trans(self, op: Op) -> None:
         self.vals[op.result.id] = self.get(op.operands[0])
@@ -945,7 +976,7 @@ class Lowering:
         row_bytes = sw if sw else C * e
         # the previous store from this staging tile must have finished reading it
         asm(b, VOID, "@$0 cp.async.bulk.wait_group.read 0;", "b,~{memory}", [p])
-        barrier(b)
+        self.sync()
         lin = _lin(value.type)
         vals = self.get(value)
         rbase = self.thread_coord(lin, 0)
@@ -980,7 +1011,7 @@ class Lowering:
             else:
                 b.store(self.to_mem(vals[i], value.dtype), ptr)
         asm(b, VOID, "fence.proxy.async.shared::cta;", "~{memory}", [])
-        barrier(b)
+        self.sync()
         for j in range(max(1, C // cc)):
             sj = b.add(saddr, self.c32(j * R * row_bytes)) if j else saddr
             cj = b.add(c, self.c32(j * cc)) if j else c
@@ -1028,7 +1059,8 @@ class Lowering:
         expect = self.tma_expect.get(id(op), op.attrs["bytes"])
         p = self.thread0()
         if expect:
-            barrier(b)  # every warpgroup is done reading the stage this load overwrites
+            if self.role is None:  # every warpgroup is done reading the stage it overwrites
+                self.sync()
             asm(b, VOID, "@$0 mbarrier.arrive.expect_tx.shared::cta.b64 _, [$1], $2;",
                 "b,r,r,~{memory}", [p, baddr, self.c32(expect)])
         lay = dst.type.layout
@@ -1196,9 +1228,20 @@ class Lowering:
         merge = self.kernel.append_basic_block("if.end")
         b.cbranch(cond, then_bb, else_bb)
         ends = []
-        for region, bb in zip(op.regions, (then_bb, else_bb)):
+        roles = op.attrs.get("roles")
+        for i, (region, bb) in enumerate(zip(op.regions, (then_bb, else_bb))):
             b.position_at_end(bb)
+            if roles:
+                saved = (self.tid, self.warp, self.num_warps, self.role, self.role_bar)
+                first, count = roles[i]
+                self.role = (first, count)
+                self.role_bar = 1 + i
+                self.tid = b.sub(self.tid_abs, self.c32(128 * first)) if first else self.tid_abs
+                self.warp = b.lshr(self.tid, self.c32(5))
+                self.num_warps = 4 * count
             ys = self.block(region) or []
+            if roles:
+                self.tid, self.warp, self.num_warps, self.role, self.role_bar = saved
             ends.append((b.block, ys))
             b.branch(merge)
         b.position_at_end(merge)

@@ -192,10 +192,14 @@ class FunctionCodegen:
             cond = self.b.compare("ne", cond, 0)
         before = dict(self.scope)
         branches = []
-        for body in (node.body, node.orelse):
+        roles = _role_split(cond, self.b.warps)
+        outer_warps = self.b.warps
+        for i, body in enumerate((node.body, node.orelse)):
             blk = Block()
             self.scope = dict(before)
             self.b.blocks.append(blk)
+            if roles is not None:
+                self.b.warps = 4 * roles[i][1]
             try:
                 self.block(body)
             except _Return:
@@ -204,6 +208,7 @@ class FunctionCodegen:
                                "end") from None
             finally:
                 self.b.blocks.pop()
+                self.b.warps = outer_warps
             branches.append((blk, self.scope))
         self.scope = before
         names = sorted(set(_assigned(node.body)) | set(_assigned(node.orelse)))
@@ -228,6 +233,12 @@ class FunctionCodegen:
                 self.b.blocks.pop()
         self.at(node)
         op = self.b.emit("if", [cond], types, regions=[branches[0][0], branches[1][0]])
+        if roles is not None:
+            if merged:
+                raise self.err(node, f"roles (if on kit.warpgroup_id()) cannot hand values "
+                               f"to the code after them ({', '.join(merged)})",
+                               "communicate through shared memory and mbarriers")
+            op.attrs["roles"] = roles
         for n, r in zip(merged, op.results):
             r.name = n
             self.scope[n] = r
@@ -785,7 +796,17 @@ def _call_builtin(cg: FunctionCodegen, name: str, args: list, kwargs: dict, node
     if name == "shared":
         return b.shared(const("shape"), const("dtype"))
     if name == "mbarriers":
-        return b.mbarriers(const("count"))
+        return b.mbarriers(const("count"), const("arrivals"))
+    if name == "mbarrier_arrive":
+        return b.mbarrier_arrive(a["barrier"])
+    if name == "warpgroup_id":
+        return b.emit1("warpgroup_id", [], TileType(int32))
+    if name == "setmaxnreg":
+        n = const("count")
+        if not isinstance(n, int) or not 24 <= n <= 256 or n % 8:
+            raise cg.err(node, f"kit.setmaxnreg takes a multiple of 8 in [24, 256], got {n!r}")
+        b.emit("setmaxnreg", [], [], {"count": n})
+        return None
     if name == "tma_load":
         return b.tma_load(a["dst"], a["tensor"], a["coords"], a["barrier"])
     if name == "mbarrier_wait":
@@ -844,12 +865,37 @@ _SIGS["expand_dims"] = lambda x, axis: None
 _SIGS["broadcast_to"] = lambda x, shape: None
 _SIGS["static_assert"] = lambda cond, msg="": None
 _SIGS["shared"] = lambda shape, dtype: None
-_SIGS["mbarriers"] = lambda count: None
+_SIGS["mbarriers"] = lambda count, arrivals=1: None
+_SIGS["mbarrier_arrive"] = lambda barrier: None
+_SIGS["warpgroup_id"] = lambda: None
+_SIGS["setmaxnreg"] = lambda count: None
 _SIGS["tma_load"] = lambda dst, tensor, coords, barrier: None
 _SIGS["mbarrier_wait"] = lambda barrier, phase: None
 _SIGS["mma"] = lambda a, b, acc, pending=0: None
 _SIGS["barrier"] = lambda: None
 _SIGS["tma_store"] = lambda tensor, coords, value: None
+
+
+def _role_split(cond: Value, num_warps: int):
+    """((first warpgroup, count), (first, count)) of the then/else branches when `cond`
+    compares kit.warpgroup_id() with a constant; None for any other condition."""
+    o = cond.owner
+    if not (getattr(o, "name", None) == "cmp"):
+        return None
+    x, k = o.operands
+    if getattr(x.owner, "name", None) != "warpgroup_id" or \
+            getattr(k.owner, "name", None) != "constant":
+        return None
+    n = num_warps // 4
+    k = k.owner.attrs["value"]
+    pred = o.attrs["pred"]
+    if pred in ("eq", "ne") and k in (0, n - 1):
+        one, rest = (k, 1), ((1, n - 1) if k == 0 else (0, n - 1))
+        return (one, rest) if pred == "eq" else (rest, one)
+    if pred in ("lt", "ge") and 0 < k < n:
+        lo, hi = (0, k), (k, n - k)
+        return (lo, hi) if pred == "lt" else (hi, lo)
+    return None
 
 
 def _assigned(stmts: list[ast.stmt]) -> list[str]:

@@ -29,6 +29,8 @@ from kitjit.ir.layouts import (
     shared_layout,
 )
 
+from .errors import CompileError
+
 
 class _UF:
     def __init__(self):
@@ -69,12 +71,16 @@ def infer_layouts(fn: Function) -> Function:
         for a, b in zip(vs, vs[1:]):
             uf.union(a.id, b.id)
 
-    def visit(block: Block):
+    warps_of: dict[int, int] = {}
+
+    def visit(block: Block, nw: int):
         for a in block.args:
             see(a)
+            warps_of[a.id] = nw
         for op in block.ops:
             for v in op.results:
                 see(v)
+                warps_of[v.id] = nw
             for v in op.operands:
                 see(v)
             n = op.name
@@ -100,10 +106,11 @@ def infer_layouts(fn: Function) -> Function:
                 yt, ye = op.regions[0].ops[-1], op.regions[1].ops[-1]
                 for a, b, r in zip(yt.operands, ye.operands, op.results):
                     same([a, b, r])
-            for r in op.regions:
-                visit(r)
+            roles = op.attrs.get("roles") if n == "if" else None
+            for i, r in enumerate(op.regions):
+                visit(r, roles[i][1] * 4 if roles else nw)
 
-    visit(fn.body)
+    visit(fn.body, num_warps)
 
     classes: dict[int, list[Value]] = {}
     for vid, v in values.items():
@@ -119,6 +126,17 @@ def infer_layouts(fn: Function) -> Function:
             c = uf.find(vid)
             elem_bytes[c] = max(elem_bytes.get(c, 1), v.dtype.element_ty.itemsize)
 
+    def class_warps(c: int) -> int:
+        ws = {warps_of.get(v.id, num_warps) for v in classes[c]}
+        if len(ws) > 1:
+            v = classes[c][0]
+            raise CompileError(f"a tile of shape {list(v.shape)} is used by roles of "
+                               f"{' and '.join(str(w) for w in sorted(ws))} warps",
+                               _loc_of(classes[c]),
+                               "each role (branch of `if kit.warpgroup_id() ...`) makes and "
+                               "uses its own tiles; pass data through shared memory")
+        return ws.pop()
+
     def max_shape(c: int) -> tuple[int, ...]:
         best = None
         for v in classes[c]:
@@ -130,8 +148,8 @@ def infer_layouts(fn: Function) -> Function:
     for op in dots:
         c = cls(op.result)
         # wgmma: each warp owns 16 rows of its warpgroup's 64 (the m64nNk16 accumulator)
-        layout[c] = Mma(num_warps, 1) if op.name == "wgmma" else \
-            mma_layout(max_shape(c), num_warps)
+        nw = class_warps(c)
+        layout[c] = Mma(nw, 1) if op.name == "wgmma" else mma_layout(max_shape(c), nw)
 
     # children of slice edges, by class: [(parent class, axis, kind)]
     wants: dict[int, list[tuple[int, int, str]]] = {}
@@ -153,7 +171,7 @@ def infer_layouts(fn: Function) -> Function:
                 break
         else:
             vec = 16 // elem_bytes.get(c, 4)
-            layout[c] = default_blocked(max_shape(c), num_warps, vec)
+            layout[c] = default_blocked(max_shape(c), class_warps(c), vec)
 
     for c, vs in classes.items():
         for v in vs:
@@ -168,6 +186,14 @@ def infer_layouts(fn: Function) -> Function:
                 dataclasses.replace(lay, transposed=not lay.transposed) if lay else None)
     _insert_conversions(fn.body, fn)
     return fn
+
+
+def _loc_of(vals):
+    for v in vals:
+        loc = getattr(v.owner, "loc", None)
+        if loc is not None:
+            return loc
+    return None
 
 
 def _numel(shape) -> int:

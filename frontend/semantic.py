@@ -42,6 +42,7 @@ class Builder:
         self.fn = fn
         self.blocks: list[Block] = [fn.body]
         self.loc: Loc | None = None
+        self.warps: int = fn.attrs["num_warps"]  # of the current role (`if` on warpgroup_id)
 
     # ---------------------------------------------------------------- plumbing
     @property
@@ -409,11 +410,20 @@ class Builder:
             raise self.error(f"kit.shared needs an element dtype, got {_describe(dtype)}")
         return self.emit1("smem_alloc", [], TileType(dtype, shape, space="smem"))
 
-    def mbarriers(self, count: Any) -> Value:
+    def mbarriers(self, count: Any, arrivals: Any = 1) -> Value:
         if not isinstance(count, int) or count < 1:
             raise self.error(f"kit.mbarriers needs a positive constexpr count, got {count!r}")
+        if not isinstance(arrivals, int) or arrivals < 1:
+            raise self.error(f"kit.mbarriers: arrivals must be a positive constexpr, got "
+                             f"{arrivals!r}")
         return self.emit1("smem_alloc", [], TileType(mbarrier, (count,), space="smem"),
-                          {"init": 1})
+                          {"init": arrivals})
+
+    def mbarrier_arrive(self, bar: Any) -> None:
+        if not isinstance(bar, Value) or bar.dtype is not mbarrier or bar.shape != ():
+            raise self.error(f"kit.mbarrier_arrive needs one mbarrier (bars[s]), got "
+                             f"{_describe(bar)}")
+        self.emit("mbar_arrive", [bar], [])
 
     def smem_index(self, x: Value, idx: Any) -> Value:
         if len(x.shape) < 1 or (x.dtype is not mbarrier and len(x.shape) != 3):
@@ -510,7 +520,7 @@ class Builder:
                 raise self.error(f"kit.mma: '{name}' must be a 2-d shared tile, got "
                                  f"{_describe(v)}", "for register operands use kit.dot")
         (M, K), (K2, N) = a.shape, b.shape
-        nw = self.fn.attrs["num_warps"]
+        nw = self.warps
         if a.dtype not in (float16, bfloat16) or a.dtype is not b.dtype:
             raise self.error(f"kit.mma takes fp16 or bf16 tiles of one dtype, got {a.dtype} "
                              f"and {b.dtype}")

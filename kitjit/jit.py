@@ -385,8 +385,8 @@ def _guard(kernel: str, stage: str, thunk):
 
     try:
         return thunk()
-    except CompileError:
-        raise
+    except CompileError as e:  # the message points at the user's line: no compiler frames
+        raise e.with_traceback(None) from None
     except RecursionError as e:
         raise InternalCompilerError(kernel, stage, e) from e
     except Exception as e:

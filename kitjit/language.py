@@ -264,8 +264,28 @@ def shared(shape, dtype):
 
 
 @builtin
-def mbarriers(count):
-    """`count` mbarriers in shared memory, each expecting one arrival per phase."""
+def mbarriers(count, arrivals=1):
+    """`count` mbarriers in shared memory, each completing a phase after `arrivals` arrivals
+    (and the bytes that TMA copies announced)."""
+
+
+@builtin
+def mbarrier_arrive(barrier):
+    """Arrive on `barrier`, once per warpgroup that runs this (its first thread arrives):
+    a consumer warpgroup tells the producer a stage is free."""
+
+
+@builtin
+def warpgroup_id():
+    """Which warpgroup (4 warps) this thread belongs to. `if kit.warpgroup_id() == 0:` splits
+    the CTA into roles (a producer and consumers); tiles inside a role are spread over that
+    role's warps only, and kit.barrier() syncs that role."""
+
+
+@builtin
+def setmaxnreg(count):
+    """Set this warpgroup's register budget (setmaxnreg): a producer gives registers up
+    (e.g. 40), consumers take them (e.g. 232)."""
 
 
 @builtin

@@ -1,0 +1,32 @@
+import sys
+import torch
+sys.path.insert(0, "benchmarks")
+sys.path.insert(0, "examples")
+import matmul  # noqa: E402
+import ws_kernel  # noqa: E402
+from kitjit.testing import bench  # noqa: E402
+import kitjit as kit  # noqa: E402
+
+
+def ws(a, b, BM=128, BN=256, BK=64, STAGES=4):
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty(M, N, device=a.device, dtype=a.dtype)
+    ws_kernel.matmul_ws[(kit.cdiv(M, BM), kit.cdiv(N, BN))](a, b, c, M, N, K, BM=BM, BN=BN,
+                                                            BK=BK, STAGES=STAGES, num_warps=12)
+    return c
+
+
+for M, N, K in ((300, 264, 200), (4096, 4096, 4096), (8192, 8192, 1024), (8192, 8192, 8192)):
+    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+    c = ws(a, b)
+    torch.cuda.synchronize()
+    ref = a.float() @ b.float()
+    err = ((c.float() - ref).norm() / ref.norm()).item()
+    fl = 2 * M * N * K / 1e9
+    t_ws = bench(lambda: ws(a, b))
+    t_ex = bench(lambda: matmul.matmul(a, b, STAGES=4))
+    t_cb = bench(lambda: a @ b)
+    print(f"{M}x{N}x{K}: err {err:.1e}  ws {fl / t_ws:.0f}  example {fl / t_ex:.0f}  "
+          f"cuBLAS {fl / t_cb:.0f} TFLOP/s", flush=True)
