@@ -706,10 +706,12 @@ class _Compiler:
             if t.dt is not dt:
                 raise TypeError(_where(op, ctx, "TMA load of another dtype") +
                                 f"\n  '{t.name}' holds {t.dt} but the shared tile holds {dt}")
+            r0, c0 = int(env[r_id]), int(env[c_id])
+            _check_box(op, ctx, t, r0, c0, "load")
             for mma, a, b in ctx.inflight:
                 if np.may_share_memory(dst, a) or np.may_share_memory(dst, b):
                     _race(op, mma, ctx)
-            t.copy_box(dst, int(env[r_id]), int(env[c_id]))
+            t.copy_box(dst, r0, c0)
         return tma_load
 
     def tma_store(self, op: Op) -> Handler:
@@ -722,8 +724,10 @@ class _Compiler:
             if t.dt is not dt:
                 raise TypeError(_where(op, ctx, "TMA store of another dtype") +
                                 f"\n  '{t.name}' holds {t.dt} but the tile holds {dt}")
+            r0, c0 = int(env[r_id]), int(env[c_id])
+            _check_box(op, ctx, t, r0, c0, "store")
             # (the staging tile is the GPU's business: nothing reads it back)
-            t.store_box(np.asarray(env[v_id]), int(env[r_id]), int(env[c_id]))
+            t.store_box(np.asarray(env[v_id]), r0, c0)
         return tma_store
 
     def smem_trans(self, op: Op) -> Handler:
@@ -902,6 +906,27 @@ def _retiring(h: Handler, ctx: _Ctx) -> Handler:
         ctx.inflight.clear()
         h(env)
     return retire
+
+
+def _check_box(op: Op, ctx: _Ctx, t: _TmaTensor, r0: int, c0: int, what: str) -> None:
+    """What makes the GPU stop a TMA copy with an illegal instruction (seen on an H200): a
+    box whose first column is not a multiple of 16 bytes into a row, and, for stores, a box
+    that starts at a negative row or column (loads read zeros there, stores trap)."""
+    e = t.dt.itemsize
+    if (c0 * e) % 16:
+        ctx.shape, ctx.lanes_total = (), 1
+        raise OutOfBoundsError(
+            _where(op, ctx, f"misaligned TMA {what}") +
+            f"\n  the box starts at column {c0} of '{t.name}', {c0 * e} bytes into a row; a "
+            f"TMA box must start a multiple of 16 bytes into a row (a multiple of {16 // e} "
+            f"{t.dt} elements), or the GPU stops the kernel with an illegal instruction")
+    if what == "store" and (r0 < 0 or c0 < 0):
+        ctx.shape, ctx.lanes_total = (), 1
+        raise OutOfBoundsError(
+            _where(op, ctx, "out-of-bounds TMA store") +
+            f"\n  the box starts at ({r0}, {c0}) of '{t.name}': a TMA store may run past the "
+            "end of a tensor (that part is dropped) but not start before it, or the GPU stops "
+            "the kernel with an illegal instruction")
 
 
 def _race(op: Op, mma: Op, ctx: _Ctx) -> None:
