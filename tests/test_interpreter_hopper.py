@@ -2,8 +2,10 @@
 
 The matmul example runs through its torch-facing wrapper against a float64 reference; small
 hand-written kernels pin down what the interpreter promises: TMA loads read zero outside the
-tensor (negative coordinates too) and TMA stores write nothing there, strided tensors, the
-launcher's checks on TMA tensors, `.T` views, shared memory that is each program's own,
+tensor (negative coordinates too) and TMA stores write nothing there, what stops a TMA copy
+on the GPU (a box starting a non-multiple of 16 bytes into a row; a store box starting at a
+negative coordinate) raises here, strided tensors, the launcher's checks on TMA tensors,
+`.T` views, shared memory that is each program's own,
 `pending` MMAs (a TMA load over a stage an MMA may still read raises `RaceError`), and shared
 values carried by loops and branches (built by hand: the frontend does not write those yet).
 """
@@ -198,16 +200,22 @@ def store_kernel(X, P, Y, r0, c0, R: kit.constexpr, C: kit.constexpr):
     kit.tma_store(Y, (r0, c0), acc.to(Y.dtype.element_ty))
 
 
-@pytest.mark.parametrize("r0,c0", [(0, 0), (36, 8), (-8, -16), (100, 0), (-64, 0)])
-def test_tma_store_writes_only_inside_the_tensor(r0, c0):
-    R = C = 64
-    H, W = 100, 72
+def run_store(r0, c0, R=64, C=64, H=100, W=72):
     X = randn(R, C, seed=10)
     perm = torch.randperm(C, generator=torch.Generator().manual_seed(11))
     P = torch.eye(C, dtype=torch.bfloat16)[perm]          # P.T is another permutation
     big = torch.full((H + 2, W + 16), float("nan"), dtype=torch.bfloat16)
     Y = big[1:1 + H, 8:8 + W]                             # a view with longer rows
     store_kernel[(1,)](X, P, Y, r0, c0, R=R, C=C, num_warps=4)
+    return X, P, perm, big
+
+
+@pytest.mark.parametrize("r0,c0", [(0, 0), (36, 8), (37, 8), (60, 16), (99, 64), (100, 0),
+                                   (0, 72)])
+def test_tma_store_writes_only_inside_the_tensor(r0, c0):
+    R = C = 64
+    H, W = 100, 72
+    X, P, perm, big = run_store(r0, c0)
     box = X.double() @ P.double().t()
     assert torch.equal(box, X.double()[:, perm]) and not torch.equal(P, P.t())
     ref = torch.full((H + 2, W + 16), float("nan"), dtype=torch.float64)
@@ -215,6 +223,25 @@ def test_tma_store_writes_only_inside_the_tensor(r0, c0):
     if rs < re and cs < ce:
         ref[1 + rs:1 + re, 8 + cs:8 + ce] = box[rs - r0:re - r0, cs - c0:ce - c0]
     assert torch.equal(big.double().nan_to_num(-1e9), ref.nan_to_num(-1e9))
+
+
+# On an H200 these stop the kernel with an illegal instruction; the interpreter says why.
+@pytest.mark.parametrize("r0,c0", [(0, 1), (3, 5), (0, 4), (0, 71), (-3, -5)])
+def test_tma_box_columns_must_start_16_bytes_apart(r0, c0):
+    X, Y = randn(100, 72), torch.full((64, 64), float("nan"))
+    with pytest.raises(OutOfBoundsError, match=rf"misaligned TMA load(.|\n)*starts at column "
+                                               rf"{c0} of 'X', {2 * c0} bytes into a row"):
+        box_kernel[(1,)](X, torch.eye(64, dtype=torch.bfloat16), Y, r0, c0, R=64, C=64,
+                         num_warps=4)
+    with pytest.raises(OutOfBoundsError, match="misaligned TMA store"):
+        run_store(r0, c0)
+
+
+@pytest.mark.parametrize("r0,c0", [(-1, 0), (0, -8), (-64, 0), (-8, -16)])
+def test_tma_store_at_negative_coordinates(r0, c0):
+    with pytest.raises(OutOfBoundsError, match=rf"out-of-bounds TMA store(.|\n)*the box "
+                                               rf"starts at \({r0}, {c0}\) of 'Y'"):
+        run_store(r0, c0)
 
 
 # ----------------------------------------------------------------------------- pending MMAs
