@@ -1220,6 +1220,10 @@ class Lowering:
             if arg.id in self.inflight:
                 self.inflight.add(r.id)
 
+    def _yields_inflight(self, region: Block, i: int) -> bool:
+        y = region.ops[-1] if region.ops and region.ops[-1].name == "yield" else None
+        return y is not None and i < len(y.operands) and y.operands[i].id in self.inflight
+
     def op_if(self, op: Op) -> None:
         b = self.b
         (cond,) = self.get(op.operands[0])
@@ -1246,6 +1250,8 @@ class Lowering:
             b.branch(merge)
         b.position_at_end(merge)
         for i, r in enumerate(op.results):
+            if any(self._yields_inflight(region, i) for region in op.regions):
+                self.inflight.add(r.id)
             regs = []
             for j in range(len(ends[0][1][i])):
                 p = b.phi(ends[0][1][i][j].type)
