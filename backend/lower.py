@@ -68,7 +68,6 @@ class Lowering:
         self.role = None  # (first warpgroup, warpgroups) inside `if kit.warpgroup_id() ...`
         self.uses_setmaxnreg = False
         self.inflight: set[int] = set()
-        self.tma_expect: dict[int, int] = {}
         self.scratch_base = 0
         self.static_bytes = 0
         self.axis = AxisAnalysis(fn)
@@ -229,7 +228,6 @@ class Lowering:
 
     # ------------------------------------------------------------------ blocks
     def block(self, block: Block) -> list[list[ir.Value]] | None:
-        self.plan_tma_groups(block)
         for op in block.ops:
             if op.name == "yield":
                 return [self.get(v) for v in op.operands]
@@ -1020,34 +1018,6 @@ class Lowering:
         asm(b, VOID, "@$0 cp.async.bulk.commit_group;", "b,~{memory}", [p])
         self.has_tma_store = True
 
-    _PURE = frozenset({"constant", "add", "sub", "mul", "floordiv", "mod", "and", "or", "xor",
-                       "shl", "shr", "cast", "smem_index", "program_id", "minimum", "maximum"})
-
-    def _bar_key(self, v: Value, depth: int = 0):
-        """A value number: two barriers computed by the same pure expression (`ready[j % S]`
-        written twice) are the same barrier."""
-        o = v.owner
-        if depth > 16 or not isinstance(o, Op) or o.name not in self._PURE:
-            return ("v", v.id)
-        attrs = tuple(sorted((k, repr(x)) for k, x in o.attrs.items()))
-        return (o.name, attrs, tuple(self._bar_key(x, depth + 1) for x in o.operands))
-
-    def plan_tma_groups(self, block: Block) -> None:
-        """TMA loads in a row on one barrier share one arrive.expect_tx of their total bytes
-        (the barrier expects one arrival per phase)."""
-        group = None
-        for op in block.ops:
-            if op.name == "tma_load":
-                key = self._bar_key(op.operands[-1])
-                if group is not None and group[0] == key:
-                    self.tma_expect[group[1]] += op.attrs["bytes"]
-                    self.tma_expect[id(op)] = 0
-                else:
-                    group = (key, id(op))
-                    self.tma_expect[id(op)] = op.attrs["bytes"]
-            elif op.name in ("mbar_wait", "wgmma", "barrier", "for", "if", "store", "yield"):
-                group = None
-
     def op_tma_load(self, op: Op) -> None:
         dst, desc, row, col, bar = op.operands
         b = self.b
@@ -1056,7 +1026,7 @@ class Lowering:
         (c,) = self.get(col)
         (baddr,) = self.get(bar)
         dptr = b.ptrtoint(self.get(desc)[0], I64)
-        expect = self.tma_expect.get(id(op), op.attrs["bytes"])
+        expect = op.attrs.get("expect", op.attrs["bytes"])  # see frontend/tma_groups.py
         p = self.thread0()
         if expect:
             if self.role is None:  # every warpgroup is done reading the stage it overwrites

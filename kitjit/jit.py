@@ -197,11 +197,13 @@ class JITFunction:
         """Tile IR with layouts for one specialization (what every later stage reads)."""
         from kitjit.frontend.codegen import build_kernel_ir
         from kitjit.frontend.layout_pass import infer_layouts
+        from kitjit.frontend.tma_groups import group_tma_loads
 
         arg_specs, divs = self._arg_specs_dict(specs, consts)
         fn = _guard(self.__name__, "parsing", lambda: build_kernel_ir(self, arg_specs, num_warps))
         fn.attrs["arg_div"] = divs
-        return _guard(self.__name__, "inferring layouts of", lambda: infer_layouts(fn))
+        fn = _guard(self.__name__, "inferring layouts of", lambda: infer_layouts(fn))
+        return _guard(self.__name__, "grouping TMA loads of", lambda: group_tma_loads(fn))
 
     def cache_key(self, specs: list, consts: tuple, num_warps: int, arch: str) -> str:
         import llvmlite
