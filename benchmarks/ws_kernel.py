@@ -30,3 +30,54 @@ def matmul_ws(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr, BK: kit.co
         rn = n0 + kit.arange(0, BN)
         kit.store(C + rm[:, None] * N + rn[None, :], acc.to(C.dtype.element_ty),
                   mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@kit.jit
+def tile_origin(tile, M, N, BM: kit.constexpr, BN: kit.constexpr, GROUP: kit.constexpr):
+    n_m, n_n = kit.cdiv(M, BM), kit.cdiv(N, BN)
+    first_m = tile // (GROUP * n_n) * GROUP
+    rows = kit.minimum(n_m - first_m, GROUP)
+    return (first_m + tile % (GROUP * n_n) % rows) * BM, tile % (GROUP * n_n) // rows * BN
+
+
+@kit.jit
+def matmul_wsp(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr,
+               STAGES: kit.constexpr, GROUP: kit.constexpr):
+    a = kit.shared((STAGES, BM, BK), A.dtype.element_ty)
+    b = kit.shared((STAGES, BK, BN), B.dtype.element_ty)
+    ready = kit.mbarriers(STAGES)                  # producer -> consumers: stage landed
+    empty = kit.mbarriers(STAGES, arrivals=2)      # consumers -> producer: stage free
+    n_k = kit.cdiv(K, BK)
+    n_tiles = kit.cdiv(M, BM) * kit.cdiv(N, BN)
+    first = kit.program_id(0)
+    step = kit.num_programs(0)
+    if kit.warpgroup_id() == 0:                    # producer: one warpgroup, few registers
+        kit.setmaxnreg(40)
+        it = 0
+        for tile in range(first, n_tiles, step):
+            m0, n0 = tile_origin(tile, M, N, BM, BN, GROUP)
+            for kk in range(n_k):
+                s = it % STAGES
+                kit.mbarrier_wait(empty[s], it // STAGES % 2 ^ 1)
+                kit.tma_load(a[s], A, (m0, kk * BK), ready[s])
+                kit.tma_load(b[s], B, (kk * BK, n0), ready[s])
+                it += 1
+    else:                                          # consumers: two warpgroups, 64 rows each
+        kit.setmaxnreg(232)
+        it = 0
+        for tile in range(first, n_tiles, step):
+            acc = kit.zeros((BM, BN), kit.float32)
+            for kk in range(n_k):
+                s = it % STAGES
+                kit.mbarrier_wait(ready[s], it // STAGES % 2)
+                acc = kit.mma(a[s], b[s], acc, pending=1)
+                if kk > 0:                         # MMA it-1 is done: its stage is free
+                    kit.mbarrier_arrive(empty[(it - 1) % STAGES])
+                it += 1
+            out = acc.to(C.dtype.element_ty)       # waits for the last MMA
+            kit.mbarrier_arrive(empty[(it - 1) % STAGES])
+            m0, n0 = tile_origin(tile, M, N, BM, BN, GROUP)
+            rm = m0 + kit.arange(0, BM)
+            rn = n0 + kit.arange(0, BN)
+            kit.store(C + rm[:, None] * N + rn[None, :], out,
+                      mask=(rm[:, None] < M) & (rn[None, :] < N))

@@ -212,6 +212,11 @@ class FunctionCodegen:
             branches.append((blk, self.scope))
         self.scope = before
         names = sorted(set(_assigned(node.body)) | set(_assigned(node.orelse)))
+        if roles is not None:  # roles run side by side: what they assign stays theirs
+            for n in names:
+                if n in self.scope and isinstance(self.scope[n], Value):
+                    self.scope.pop(n)
+            names = []
         merged, types = [], []
         for n in names:
             vals = [sc.get(n, _MISSING) for _, sc in branches]
@@ -234,10 +239,6 @@ class FunctionCodegen:
         self.at(node)
         op = self.b.emit("if", [cond], types, regions=[branches[0][0], branches[1][0]])
         if roles is not None:
-            if merged:
-                raise self.err(node, f"roles (if on kit.warpgroup_id()) cannot hand values "
-                               f"to the code after them ({', '.join(merged)})",
-                               "communicate through shared memory and mbarriers")
             op.attrs["roles"] = roles
         for n, r in zip(merged, op.results):
             r.name = n
