@@ -97,6 +97,7 @@ class Lowering:
         self.tid = self.tid_abs = tid
         self.total_warps = self.num_warps
         self.role_bar = 0
+        self.next_bar = 0
         self.lane = self.b.and_(tid, ir.Constant(I32, 31), name="lane")
         self.warp = self.b.lshr(tid, ir.Constant(I32, 5), name="warp")
         if self.static_bytes:
@@ -1209,7 +1210,10 @@ class Lowering:
                 saved = (self.tid, self.warp, self.num_warps, self.role, self.role_bar)
                 first, count = roles[i]
                 self.role = (first, count)
-                self.role_bar = 1 + i
+                self.next_bar += 1  # a named barrier of its own (ids 1..15)
+                if self.next_bar > 15:
+                    raise LoweringError("more than 15 roles need named barriers")
+                self.role_bar = self.next_bar
                 self.tid = b.sub(self.tid_abs, self.c32(128 * first)) if first else self.tid_abs
                 self.warp = b.lshr(self.tid, self.c32(5))
                 self.num_warps = 4 * count

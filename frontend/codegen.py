@@ -192,14 +192,15 @@ class FunctionCodegen:
             cond = self.b.compare("ne", cond, 0)
         before = dict(self.scope)
         branches = []
-        roles = _role_split(cond, self.b.warps)
-        outer_warps = self.b.warps
+        roles = _role_split(cond, self.b.role)
+        outer_warps, outer_role = self.b.warps, self.b.role
         for i, body in enumerate((node.body, node.orelse)):
             blk = Block()
             self.scope = dict(before)
             self.b.blocks.append(blk)
             if roles is not None:
                 self.b.warps = 4 * roles[i][1]
+                self.b.role = roles[i]
             try:
                 self.block(body)
             except _Return:
@@ -208,7 +209,7 @@ class FunctionCodegen:
                                "end") from None
             finally:
                 self.b.blocks.pop()
-                self.b.warps = outer_warps
+                self.b.warps, self.b.role = outer_warps, outer_role
             branches.append((blk, self.scope))
         self.scope = before
         names = sorted(set(_assigned(node.body)) | set(_assigned(node.orelse)))
@@ -877,9 +878,10 @@ _SIGS["barrier"] = lambda: None
 _SIGS["tma_store"] = lambda tensor, coords, value: None
 
 
-def _role_split(cond: Value, num_warps: int):
+def _role_split(cond: Value, role: tuple[int, int]):
     """((first warpgroup, count), (first, count)) of the then/else branches when `cond`
-    compares kit.warpgroup_id() with a constant; None for any other condition."""
+    compares kit.warpgroup_id() with a constant, splitting the current role `role` (first,
+    count); None for any other condition."""
     o = cond.owner
     if not (getattr(o, "name", None) == "cmp"):
         return None
@@ -887,14 +889,14 @@ def _role_split(cond: Value, num_warps: int):
     if getattr(x.owner, "name", None) != "warpgroup_id" or \
             getattr(k.owner, "name", None) != "constant":
         return None
-    n = num_warps // 4
+    first, n = role
     k = k.owner.attrs["value"]
     pred = o.attrs["pred"]
-    if pred in ("eq", "ne") and k in (0, n - 1):
-        one, rest = (k, 1), ((1, n - 1) if k == 0 else (0, n - 1))
+    if n > 1 and pred in ("eq", "ne") and k in (first, first + n - 1):
+        one, rest = (k, 1), ((first + 1, n - 1) if k == first else (first, n - 1))
         return (one, rest) if pred == "eq" else (rest, one)
-    if pred in ("lt", "ge") and 0 < k < n:
-        lo, hi = (0, k), (k, n - k)
+    if pred in ("lt", "ge") and first < k < first + n:
+        lo, hi = (first, k - first), (k, first + n - k)
         return (lo, hi) if pred == "lt" else (hi, lo)
     return None
 

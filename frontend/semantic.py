@@ -43,6 +43,7 @@ class Builder:
         self.blocks: list[Block] = [fn.body]
         self.loc: Loc | None = None
         self.warps: int = fn.attrs["num_warps"]  # of the current role (`if` on warpgroup_id)
+        self.role: tuple[int, int] = (0, max(1, self.warps // 4))  # (first warpgroup, count)
 
     # ---------------------------------------------------------------- plumbing
     @property
