@@ -70,14 +70,29 @@ def num_sms(device) -> int:
     return _SMS[device]
 
 
-def matmul(a: torch.Tensor, b: torch.Tensor, BM=128, BN=256, BK=64, STAGES=3,
-           num_warps=8) -> torch.Tensor:
+# the tile shape that wins depends on the problem: kit.autotune times these once per (M, N,
+# K) and GPU and keeps the winner on disk (skinny M wants small BM and more programs)
+CONFIGS = [kit.Config(dict(BM=128, BN=256, BK=64, STAGES=s), num_warps=8) for s in (3, 4)] + [
+    kit.Config(dict(BM=128, BN=128, BK=64, STAGES=4), num_warps=8),
+    kit.Config(dict(BM=64, BN=256, BK=64, STAGES=4), num_warps=4),
+    kit.Config(dict(BM=64, BN=64, BK=64, STAGES=4), num_warps=4)]
+matmul_tuned = kit.autotune(CONFIGS, key=["M", "N", "K"])(matmul_kernel)
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, **config) -> torch.Tensor:
+    """a @ b; with no config, the autotuned choice for this shape."""
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty(M, N, device=a.device, dtype=a.dtype)
-    grid = (min(kit.cdiv(M, BM) * kit.cdiv(N, BN), num_sms(a.device)),)
-    matmul_kernel[grid](a, b, c, M, N, K, BM=BM, BN=BN, BK=BK, STAGES=STAGES, GROUP=8,
-                        num_warps=num_warps)
+    sms = num_sms(a.device)
+
+    def grid(meta):
+        return (min(kit.cdiv(M, meta["BM"]) * kit.cdiv(N, meta["BN"]), sms),)
+
+    if config:
+        matmul_kernel[grid](a, b, c, M, N, K, GROUP=8, **config)
+    else:
+        matmul_tuned[grid](a, b, c, M, N, K, GROUP=8)
     return c
 
 
