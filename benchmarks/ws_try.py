@@ -1,11 +1,14 @@
 import sys
+
 import torch
+
 sys.path.insert(0, "benchmarks")
 sys.path.insert(0, "examples")
 import matmul  # noqa: E402
 import ws_kernel  # noqa: E402
-from kitjit.testing import bench  # noqa: E402
+
 import kitjit as kit  # noqa: E402
+from kitjit.testing import bench  # noqa: E402
 
 
 def ws(a, b, BM=128, BN=256, BK=64, STAGES=4):
