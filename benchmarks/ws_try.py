@@ -1,3 +1,4 @@
+"""Warp-specialized GEMM variants (benchmarks/ws_kernel.py) against the example and cuBLAS."""
 import sys
 
 import torch
@@ -40,7 +41,9 @@ def pp(a, b, BM=128, BN=128, BK=64, STAGES=6):
     return c
 
 
-for M, N, K in ((300, 264, 200), (2048, 2048, 1024), (4096, 4096, 4096), (8192, 8192, 1024), (8192, 8192, 8192)):
+SHAPES = ((300, 264, 200), (2048, 2048, 1024), (4096, 4096, 4096), (8192, 8192, 1024),
+          (8192, 8192, 8192))
+for M, N, K in SHAPES:
     a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
     ref = a.float() @ b.float()
