@@ -1067,21 +1067,27 @@ class Lowering:
     def op_wgmma(self, op: Op) -> None:
         a, bt, acc = op.operands
         b = self.b
-        (aaddr,) = self.get(a)
+        a_regs = not a.type.is_shared
+        if a_regs:
+            A = self.get(a)
+            ia = _lin(a.type).reg_index()
+            aaddr = None
+        else:
+            (aaddr,) = self.get(a)
         (baddr,) = self.get(bt)
         M, K = a.shape
         N = bt.shape[1]
         e = a.dtype.itemsize
-        la, lb = a.type.layout, bt.type.layout
+        la, lb = (None if a_regs else a.type.layout), bt.type.layout
         lc = _lin(acc.type)
         C = list(self.get(acc))
         ic = lc.reg_index()
         nw = self.num_warps
         kind = "bf16" if a.dtype.name == "bf16" else "f16"
         # A: K-major rows of `swizzle` bytes, column chunks one after another
-        sa, ca = la.swizzle, la.chunk
+        sa, ca = (la.swizzle, la.chunk) if la else (128, 64)
         da = self._desc_const(16, 8 * sa, sa)
-        if la.transposed:
+        if la is not None and la.transposed:
             raise LoweringError("kit.mma: a transposed A operand is not supported")
         sb, cb = lb.swizzle, lb.chunk
         if lb.transposed:  # B stored [N, K], K contiguous (K-major, imm-trans-b = 0)
@@ -1091,27 +1097,50 @@ class Lowering:
             db = self._desc_const(K * sb, 8 * sb, sb)
             trans_b = 1
         wg = b.lshr(self.warp, self.c32(2))
-        a_wg = b.add(aaddr, b.mul(wg, self.c32(64 * sa)))
+        a_wg = b.add(aaddr, b.mul(wg, self.c32(64 * sa))) if not a_regs else None
         n_out = N // 2
         outs = ", ".join(f"${i}" for i in range(n_out))
-        text = (f"{{ .reg .pred p; setp.ne.b32 p, ${n_out + 2}, 0; "
-                f"wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{kind}.{kind} "
-                f"{{{outs}}}, ${n_out}, ${n_out + 1}, p, 1, 1, 0, {trans_b}; }}")
-        cons = ",".join(["=f"] * n_out + ["l", "l", "r"] + [str(i) for i in range(n_out)])
+        if a_regs:  # four 32-bit registers of the A fragment, then B's descriptor
+            text = (f"{{ .reg .pred p; setp.ne.b32 p, ${n_out + 5}, 0; "
+                    f"wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{kind}.{kind} "
+                    f"{{{outs}}}, {{${n_out}, ${n_out + 1}, ${n_out + 2}, ${n_out + 3}}}, "
+                    f"${n_out + 4}, p, 1, 1, {trans_b}; }}")
+            cons = ",".join(["=f"] * n_out + ["r"] * 4 + ["l", "r"] +
+                            [str(i) for i in range(n_out)])
+            et = llvm_type(a.dtype)
+
+            def pack2(x, y):
+                v = ir.Constant(ir.VectorType(et, 2), ir.Undefined)
+                v = b.insert_element(v, x, self.c32(0))
+                v = b.insert_element(v, y, self.c32(1))
+                return b.bitcast(v, I32)
+        else:
+            text = (f"{{ .reg .pred p; setp.ne.b32 p, ${n_out + 2}, 0; "
+                    f"wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{kind}.{kind} "
+                    f"{{{outs}}}, ${n_out}, ${n_out + 1}, p, 1, 1, 0, {trans_b}; }}")
+            cons = ",".join(["=f"] * n_out + ["l", "l", "r"] + [str(i) for i in range(n_out)])
         ret = ir.LiteralStructType([F32] * n_out)
         asm(b, VOID, "wgmma.fence.sync.aligned;", "~{memory}", [])
         for r0 in range(0, M, 16 * nw):
             idx = [ic[(r0 + 8 * ((i // 2) % 2), 8 * (i // 4) + (i % 2))] for i in range(n_out)]
             regs = [C[i] for i in idx]
             for k0 in range(0, K, 16):
-                a_addr = b.add(a_wg, self.c32((k0 // ca) * M * sa + r0 * sa + (k0 % ca) * e))
+                if a_regs:
+                    a_ops = [pack2(A[ia[(r0 + r, k0 + c)]], A[ia[(r0 + r, k0 + c + 1)]])
+                             for r, c in ((0, 0), (8, 0), (0, 8), (8, 8))]
+                else:
+                    a_addr = b.add(a_wg, self.c32((k0 // ca) * M * sa + r0 * sa +
+                                                  (k0 % ca) * e))
                 if lb.transposed:
                     b_off = (k0 // cb) * N * sb + (k0 % cb) * e
                 else:
                     b_off = k0 * sb
                 b_addr = b.add(baddr, self.c32(b_off))
-                r = asm(b, ret, text, cons,
-                        [self._desc(a_addr, da), self._desc(b_addr, db), self.c32(1)] + regs)
+                if a_regs:
+                    ins = a_ops + [self._desc(b_addr, db), self.c32(1)]
+                else:
+                    ins = [self._desc(a_addr, da), self._desc(b_addr, db), self.c32(1)]
+                r = asm(b, ret, text, cons, ins + regs)
                 regs = [b.extract_value(r, i) for i in range(n_out)]
             for i, v in zip(idx, regs):
                 C[i] = v

@@ -233,6 +233,16 @@ def _insert_conversions(block: Block, fn: Function) -> None:
                 cop = Op("convert_layout", [t], [r], {}, [], op.loc)
                 r.owner = cop
                 new_ops.append(cop)
+        elif op.name == "wgmma" and not op.operands[0].type.is_shared:
+            # A from registers: the m64nNk16 A fragment, which is the accumulator layout of
+            # a previous wgmma converted to 16 bits (so P stays in registers for P @ V)
+            want = DotOperand(0, op.result.type.layout)
+            x = op.operands[0]
+            if x.type.layout != want:
+                cop, y = _convert(x, want, op.loc)
+                new_ops.append(cop)
+                op.operands[0] = y
+            new_ops.append(op)
         elif op.name == "dot":
             mma = op.result.type.layout
             assert isinstance(mma, Mma)

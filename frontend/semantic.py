@@ -516,10 +516,12 @@ class Builder:
         self.emit("mbar_wait", [bar, ph], [])
 
     def wgmma(self, a: Any, b: Any, acc: Any, pending: Any) -> Value:
-        for name, v in (("a", a), ("b", b)):
-            if not isinstance(v, Value) or not v.type.is_shared or len(v.shape) != 2:
-                raise self.error(f"kit.mma: '{name}' must be a 2-d shared tile, got "
-                                 f"{_describe(v)}", "for register operands use kit.dot")
+        if not isinstance(a, Value) or len(a.shape) != 2:
+            raise self.error(f"kit.mma: 'a' must be a 2-d tile (shared, or registers), got "
+                             f"{_describe(a)}")
+        if not isinstance(b, Value) or not b.type.is_shared or len(b.shape) != 2:
+            raise self.error(f"kit.mma: 'b' must be a 2-d shared tile, got {_describe(b)}",
+                             "load it with kit.tma_load into kit.shared(...)")
         (M, K), (K2, N) = a.shape, b.shape
         nw = self.warps
         if a.dtype not in (float16, bfloat16) or a.dtype is not b.dtype:

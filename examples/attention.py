@@ -1,0 +1,124 @@
+"""FlashAttention forward on Hopper: Q stays in shared memory, K and V stream through a TMA
+ring; S = Q Kᵀ and O += P V run on WGMMA, with P kept in registers (the accumulator layout
+of the first MMA is the A-operand layout of the second, so P never touches shared memory).
+Online softmax in exp2 with the scale folded in; causal masking; GQA; ragged lengths.
+Returns O and the log-sum-exp per row (what a backward pass needs)."""
+
+import math
+
+import torch
+
+import kitjit as kit
+from kitjit.testing import bench, check, device, has_gpu
+
+
+@kit.jit
+def attention_kernel(Q, K, V, O, L, S, H, G, qk_scale, BM: kit.constexpr, BN: kit.constexpr,
+                     D: kit.constexpr, CAUSAL: kit.constexpr, STAGES: kit.constexpr):
+    m0 = kit.program_id(0) * BM
+    bh = kit.program_id(1)                         # batch * H + head
+    kvh = bh // H * (H // G) + bh % H // G         # G query heads share one K/V head
+    q = kit.shared((BM, D), Q.dtype.element_ty)
+    k = kit.shared((STAGES, BN, D), K.dtype.element_ty)
+    v = kit.shared((STAGES, BN, D), V.dtype.element_ty)
+    q_ready = kit.mbarriers(1)
+    ready = kit.mbarriers(STAGES)
+    kit.tma_load(q, Q, (bh * S + m0, 0), q_ready[0])
+    n_kv = kit.cdiv(kit.minimum(S, m0 + BM), BN) if CAUSAL else kit.cdiv(S, BN)
+    for s in kit.static_range(STAGES):
+        if s < n_kv:
+            kit.tma_load(k[s], K, (kvh * S + s * BN, 0), ready[s])
+            kit.tma_load(v[s], V, (kvh * S + s * BN, 0), ready[s])
+    rows = m0 + kit.arange(0, BM)
+    m_i = kit.full((BM,), -float("inf"), kit.float32)
+    l_i = kit.zeros((BM,), kit.float32)
+    acc = kit.zeros((BM, D), kit.float32)
+    kit.mbarrier_wait(q_ready[0], 0)
+    for j in range(n_kv):
+        s = j % STAGES
+        kit.mbarrier_wait(ready[s], j // STAGES % 2)
+        sc = kit.mma(q, k[s].T, kit.zeros((BM, BN), kit.float32))   # S = Q Kᵀ
+        cols = j * BN + kit.arange(0, BN)
+        keep = cols[None, :] < S
+        if CAUSAL:
+            keep = keep & (cols[None, :] <= rows[:, None])
+        sc = kit.where(keep, sc * qk_scale, -float("inf"))         # log2 domain
+        m_new = kit.maximum(m_i, kit.max(sc, axis=1))
+        p = kit.exp2(sc - m_new[:, None])
+        alpha = kit.exp2(m_i - m_new)
+        l_i = l_i * alpha + kit.sum(p, axis=1)
+        acc = kit.mma(p.to(V.dtype.element_ty), v[s], acc * alpha[:, None])   # P from regs
+        m_i = m_new
+        if j + STAGES < n_kv:                      # both MMAs are done with stage s: refill
+            kit.tma_load(k[s], K, (kvh * S + (j + STAGES) * BN, 0), ready[s])
+            kit.tma_load(v[s], V, (kvh * S + (j + STAGES) * BN, 0), ready[s])
+    out = acc / l_i[:, None]
+    dcol = kit.arange(0, D)
+    live = rows < S
+    kit.store(O + (bh * S + rows)[:, None] * D + dcol[None, :], out.to(O.dtype.element_ty),
+              mask=live[:, None])
+    kit.store(L + bh * S + rows, (m_i + kit.log2(l_i)) * 0.6931471805599453, mask=live)
+
+
+def attention(q, k, v, causal: bool = False, sm_scale: float | None = None, BM: int = 128,
+              BN: int = 64, STAGES: int = 2, num_warps: int = 8):
+    """q: (B, H, S, D), k and v: (B, H_kv, S, D) with H a multiple of H_kv.
+    Returns (o, lse): o like q, lse (B, H, S) fp32 (natural log)."""
+    B, H, S, D = q.shape
+    Hkv = k.shape[1]
+    scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)
+    q2, k2, v2 = (t.contiguous().view(-1, D) for t in (q, k, v))
+    o = torch.empty_like(q)
+    lse = torch.empty(B, H, S, device=q.device, dtype=torch.float32)
+    grid = (kit.cdiv(S, BM), B * H)
+    attention_kernel[grid](q2, k2, v2, o, lse, S, H, H // Hkv, scale * 1.4426950408889634,
+                           BM=BM, BN=BN, D=D, CAUSAL=causal, STAGES=STAGES,
+                           num_warps=num_warps)
+    return o, lse
+
+
+def sdpa(q, k, v, is_causal: bool = False, scale: float | None = None):
+    """Drop-in for torch.nn.functional.scaled_dot_product_attention (forward, no mask)."""
+    return attention(q, k, v, causal=is_causal, sm_scale=scale)[0]
+
+
+def reference(q, k, v, causal, scale=None):
+    B, H, S, D = q.shape
+    rep = H // k.shape[1]
+    kk = k.double().repeat_interleave(rep, dim=1)
+    vv = v.double().repeat_interleave(rep, dim=1)
+    s = (q.double() @ kk.transpose(-1, -2)) * (scale or 1.0 / math.sqrt(D))
+    if causal:
+        s = s.masked_fill(torch.ones(S, S, dtype=torch.bool, device=q.device).triu(1),
+                          float("-inf"))
+    return torch.softmax(s, -1) @ vv, torch.logsumexp(s, -1)
+
+
+def main() -> None:
+    dev = device()
+    cases = [(1, 2, 200, 64, False, 2), (1, 4, 257, 128, True, 2)] if has_gpu() else \
+        [(1, 2, 130, 64, True, 1)]
+    for B, H, S, D, causal, g in cases:
+        q = torch.randn(B, H, S, D, device=dev, dtype=torch.bfloat16)
+        k = torch.randn(B, H // g, S, D, device=dev, dtype=torch.bfloat16)
+        v = torch.randn(B, H // g, S, D, device=dev, dtype=torch.bfloat16)
+        o, lse = attention(q, k, v, causal)
+        ro, rl = reference(q, k, v, causal)
+        err = check(o, ro, 1e-2)
+        check(lse, rl, 1e-4, "lse")
+        print(f"attention B{B} H{H} S{S} D{D} causal={causal} gqa={g}: rel err {err:.2e} "
+              f"({'GPU' if has_gpu() else 'interpreter'})")
+    if has_gpu():
+        for B, H, S, D, causal in ((4, 32, 4096, 128, False), (4, 32, 4096, 128, True)):
+            q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
+                       for _ in range(3))
+            flop = 4 * B * H * S * S * D / (2 if causal else 1) / 1e9
+            ms_k = bench(lambda: attention(q, k, v, causal))
+            ms_t = bench(lambda: torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, is_causal=causal))
+            print(f"  B{B} H{H} S{S} D{D} causal={causal}: kitjit {flop / ms_k:.0f} TFLOP/s, "
+                  f"torch SDPA {flop / ms_t:.0f} TFLOP/s")
+
+
+if __name__ == "__main__":
+    main()
