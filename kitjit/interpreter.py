@@ -16,16 +16,34 @@ Level 2 (Hopper): each program allocates its own shared memory (`smem_alloc`: ze
 arrays; a stage `a[s]` and a transpose `t.T` are views that alias them). A TMA descriptor
 argument is a strided numpy view of the tensor's memory; `tma_load` copies a box from it at
 once (zero outside the tensor) and `tma_store` writes one back (dropping what falls outside),
-so waits on mbarriers and `barrier()` have nothing to do in this one-thread model. `wgmma`
-computes at issue, but an MMA issued with `pending=p` counts as in flight until p later
-groups are issued or its result is read: a TMA load that overwrites shared memory an
-in-flight MMA reads is a race on the GPU, and raises `RaceError` here.
+and `barrier()` has nothing to do. `wgmma` computes at issue, but an MMA issued with
+`pending=p` counts as in flight until p later groups are issued or its result is read: a TMA
+load that overwrites shared memory an in-flight MMA reads is a race on the GPU, and raises
+`RaceError` here.
+
+mbarriers keep their real state (PTX semantics): arrivals still expected in the current
+phase (`kit.mbarriers(n, arrivals=k)`), a transaction byte count, and the number of
+completed phases. A phase completes when both reach zero. `kit.mbarrier_arrive` arrives once
+per warpgroup that runs it; the first TMA load of a group (`expect` > 0, see
+frontend/tma_groups.py) arrives once and announces the group's bytes, and every load's copy
+lands at once and takes its bytes off. `mbarrier_wait(bar, p)` passes when the phase of
+parity p is the most recently completed one (the current phase's parity is not p; a fresh
+barrier is in phase 0, so waiting for parity 1 passes at once).
+
+Warp specialization: an `if` on `kit.warpgroup_id()` (`roles` attribute) runs its two
+regions as coroutines (generators) that take turns, round robin, each running until it
+waits for a phase that has not completed. When every role waits and no phase completes in a
+full round, the program is deadlocked: `DeadlockError` names each wait, its barrier's state
+and the loop iteration it is in ("this would hang the GPU"). Outside roles the program is one
+thread of control, so a wait that is not satisfied at once raises the same error.
+`kit.warpgroup_id()` is the first warpgroup of the role it runs in (0 outside roles).
 """
 
 from __future__ import annotations
 
 import linecache
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -34,7 +52,8 @@ from kitjit.ir import ops as O
 from kitjit.ir.core import Block, Function, Op
 from kitjit.ir.types import DType, bfloat16, float16, from_torch, mbarrier, tma_desc
 
-__all__ = ["OutOfBoundsError", "RaceError", "round_bf16", "run"]
+__all__ = ["DeadlockError", "MBarrierError", "OutOfBoundsError", "RaceError", "round_bf16",
+           "run"]
 
 Env = dict[int, Any]
 Handler = Callable[[Env], None]
@@ -43,7 +62,7 @@ Handler = Callable[[Env], None]
 # Shared memory is per program, so its allocation and everything touching it stay put too.
 _NOT_HOISTABLE = frozenset({"load", "store", "program_id", "for", "if", "yield", "smem_alloc",
                             "smem_index", "smem_trans", "tma_load", "tma_store", "mbar_wait",
-                            "barrier", "wgmma"})
+                            "mbar_arrive", "setmaxnreg", "barrier", "wgmma"})
 
 
 # ----------------------------------------------------------------------------- dtypes
@@ -129,6 +148,131 @@ class OutOfBoundsError(IndexError):
 
 class RaceError(RuntimeError):
     """Shared memory written (by a TMA load) while an in-flight MMA may still read it."""
+
+
+class DeadlockError(RuntimeError):
+    """Every thread of control of a program waits for an mbarrier phase that never completes:
+    the kernel would hang on the GPU."""
+
+
+class MBarrierError(RuntimeError):
+    """An mbarrier used in a way the GPU leaves undefined (more arrivals than a phase
+    expects)."""
+
+
+# ----------------------------------------------------------------------------- mbarriers
+class _Role:
+    """Who runs a region: warpgroups first .. first + count - 1; `key` tells roles apart
+    (0: the whole CTA, outside roles)."""
+
+    __slots__ = ("first", "count", "key")
+
+    def __init__(self, first: int, count: int, key: int):
+        self.first, self.count, self.key = first, count, key
+
+    def __str__(self) -> str:
+        if self.count == 1:
+            return f"warpgroup {self.first}"
+        return f"warpgroups {self.first}-{self.first + self.count - 1}"
+
+
+class _MBar:
+    """One mbarrier's state: arrivals still expected in the current phase, the transaction
+    byte count (announced by arrive.expect_tx, taken off by landing TMA copies), and how
+    many phases have completed (the current phase's parity is `phase & 1`)."""
+
+    __slots__ = ("name", "init", "pending", "tx", "phase")
+
+    def __init__(self, name: str, init: int):
+        self.name, self.init = name, init
+        self.pending, self.tx, self.phase = init, 0, 0
+
+    def done(self, parity: int) -> bool:
+        """try_wait.parity: has the phase of this parity completed (most recently)?"""
+        return (self.phase & 1) != parity
+
+    def arrive(self, ctx: _Ctx, op: Op, n: int = 1, tx: int = 0) -> None:
+        self.tx += tx
+        for _ in range(n):
+            if self.pending == 0:  # only while TMA bytes are outstanding
+                ctx.shape, ctx.lanes_total = (), 1
+                raise MBarrierError(
+                    _where(op, ctx, "too many arrivals on an mbarrier") +
+                    f"\n  {self.name} expects {self.init} arrival{'s' if self.init != 1 else ''}"
+                    f" per phase and has had them in phase {self.phase}, which still waits "
+                    f"for {self.tx} bytes of TMA copies: on the GPU this arrival is undefined "
+                    "behaviour\n  hint: TMA loads written in a row on one barrier share one "
+                    "arrival; each run of them that something else splits (an `if`, a wait, "
+                    "an MMA) arrives once, so wait in between or give the barrier "
+                    "arrivals=<runs>")
+            self.pending -= 1
+            self._check(ctx)
+
+    def complete_tx(self, ctx: _Ctx, nbytes: int) -> None:
+        self.tx -= nbytes
+        self._check(ctx)
+
+    def _check(self, ctx: _Ctx) -> None:
+        if self.pending == 0 and self.tx == 0:
+            self.phase += 1
+            self.pending = self.init
+            ctx.events += 1
+
+    def state(self) -> str:
+        s = (f"{self.name}: {self.phase} phase{'s' if self.phase != 1 else ''} completed; "
+             f"phase {self.phase} (parity {self.phase & 1}) still waits for {self.pending} of "
+             f"{self.init} arrival{'s' if self.init != 1 else ''}")
+        if self.tx > 0:
+            s += f" and {self.tx} bytes of TMA copies"
+        elif self.tx < 0:
+            s += f" ({-self.tx} bytes of TMA copies landed without an expect_tx)"
+        return s
+
+
+def _mbar_names(op: Op) -> list[str]:
+    """Names for the barriers of a `kit.mbarriers` allocation: `ready[0]`, `ready[1]`, ...
+    (the name is what the source line assigns, when it can be read)."""
+    name = op.result.name
+    if not name and op.loc is not None:
+        src = linecache.getline(op.loc.file, op.loc.line)
+        m = re.match(r"\s*([A-Za-z_]\w*)\s*=\s*[\w.]*mbarriers\b", src)
+        if m:
+            name = m.group(1)
+    if not name:
+        name = f"mbarriers (line {op.loc.line})" if op.loc else "mbarriers"
+    return [f"{name}[{i}]" for i in range(op.result.shape[0] if op.result.shape else 1)]
+
+
+class _Wait:
+    """What a blocked coroutine hands the scheduler: the wait it is stuck at."""
+
+    __slots__ = ("op", "bar", "parity", "role", "loops")
+
+    def __init__(self, op: Op, bar: _MBar, parity: int, role: _Role):
+        self.op, self.bar, self.parity, self.role = op, bar, parity, role
+        self.loops: list[str] = []  # innermost first
+
+    def leaves(self) -> list[_Wait]:
+        return [self]
+
+    def in_loop(self, where: str) -> None:
+        self.loops.append(where)
+
+
+class _Stuck:
+    """What a group of roles hands its scheduler when all of them wait without progress."""
+
+    __slots__ = ("waits",)
+
+    def __init__(self, waits: list):
+        self.waits = waits
+
+    def leaves(self) -> list[_Wait]:
+        return [w for x in self.waits for w in x.leaves()]
+
+    def in_loop(self, where: str) -> None:
+        for x in self.waits:
+            x.in_loop(where)
 
 
 # ----------------------------------------------------------------------------- memory
@@ -382,8 +526,20 @@ class _Ctx:
         self.pid = (0, 0, 0)
         self.shape: tuple[int, ...] = ()
         self.lanes_total = 1
-        # MMAs of this program that may still read shared memory: (op, a, b), oldest first
-        self.inflight: list[tuple[Op, np.ndarray, np.ndarray]] = []
+        # MMAs of this program that may still read shared memory: (op, a, b, role key),
+        # oldest first (a role waits only for its own MMAs; a TMA load races with any)
+        self.inflight: list[tuple[Op, np.ndarray, np.ndarray, int]] = []
+        self.events = 0  # mbarrier phases completed so far (the scheduler's progress)
+        self.copies: list[tuple[_MBar, int]] = []  # TMA copies not landed yet: (bar, bytes)
+
+    def land(self) -> None:
+        """The TMA copies in flight land: their bytes count now (their data was written at
+        issue). A copy takes its time on the GPU, so the thread that issued it runs on until
+        it waits; here every wait lands what is in flight before it looks at its barrier."""
+        if self.copies:
+            copies, self.copies = self.copies, []
+            for bar, n in copies:
+                bar.complete_tx(self, n)
 
 
 def _where(op: Op, ctx: _Ctx, title: str) -> str:
@@ -623,33 +779,112 @@ def _unknown(op: Op) -> str:
 
 # ----------------------------------------------------------------------------- compiler
 class _Compiler:
-    """Turns blocks into lists of closures `h(env)`; collects hoisted ops separately."""
+    """Turns blocks into lists of closures `h(env)`; collects hoisted ops separately.
 
-    def __init__(self, mem: _Memory, ctx: _Ctx, mma_values: frozenset[int] = frozenset()):
+    Regions that run as roles are compiled as generator functions instead (`gblock`): they
+    yield a `_Wait` each time they find the phase they wait for not yet completed."""
+
+    def __init__(self, mem: _Memory, ctx: _Ctx, mma_values: frozenset[int] = frozenset(),
+                 num_warps: int = 4):
         self.mem = mem
         self.ctx = ctx
         self.hoisted: list[Handler] = []
         self.varying: set[int] = set()
         self.mma_values = mma_values
+        self.role = _Role(0, max(1, -(-num_warps // 4)), 0)  # who runs what is compiled
+        self.n_roles = 0
+        self._blocks: dict[int, bool] = {}
 
     def block(self, block: Block) -> list[Handler]:
         self.varying.update(a.id for a in block.args)
         out: list[Handler] = []
         for op in block.ops:
-            if op.name == "yield":
-                continue
-            h = self.op(op)
-            if self.mma_values and op.name not in ("wgmma", "for") and \
-                    any(v.id in self.mma_values for v in op.operands):
-                h = _retiring(h, self.ctx)
-            hoist = op.name not in _NOT_HOISTABLE and \
-                not any(v.id in self.varying for v in op.operands)
-            if hoist:
-                self.hoisted.append(h)
-            else:
-                self.varying.update(r.id for r in op.results)
+            h = self.one(op)
+            if h is not None:
                 out.append(h)
         return out
+
+    def one(self, op: Op) -> Handler | None:
+        """The handler of `op`; None for a yield or an op hoisted out of the programs."""
+        if op.name == "yield":
+            return None
+        h = self.op(op)
+        if self.mma_values and op.name not in ("wgmma", "for") and \
+                any(v.id in self.mma_values for v in op.operands):
+            h = _retiring(h, self.ctx, self.role.key)
+        hoist = op.name not in _NOT_HOISTABLE and \
+            not any(v.id in self.varying for v in op.operands)
+        if hoist:
+            self.hoisted.append(h)
+            return None
+        self.varying.update(r.id for r in op.results)
+        return h
+
+    # -- coroutines: the regions of roles
+    def blocks(self, op: Op) -> bool:
+        """Whether `op` may wait for another role: an mbarrier wait, roles, or a loop or
+        branch that holds one."""
+        r = self._blocks.get(id(op))
+        if r is None:
+            r = op.name == "mbar_wait" or bool(op.attrs.get("roles")) or \
+                any(self.blocks(o) for g in op.regions for o in g.ops)
+            self._blocks[id(op)] = r
+        return r
+
+    def gblock(self, block: Block) -> Callable[[Env], Iterator]:
+        """`block` as a generator function: it yields whenever it waits for a phase that
+        has not completed (a `_Wait`, or a `_Stuck` of roles within) and ends with the
+        block."""
+        self.varying.update(a.id for a in block.args)
+        steps: list[tuple[Callable, bool]] = []
+        for op in block.ops:
+            if op.name != "yield" and self.blocks(op):
+                self.varying.update(r.id for r in op.results)
+                steps.append((self.gop(op), True))
+            else:
+                h = self.one(op)
+                if h is not None:
+                    steps.append((h, False))
+
+        def run(env: Env) -> Iterator:
+            for h, gen in steps:
+                if gen:
+                    yield from h(env)
+                else:
+                    h(env)
+        return run
+
+    def gop(self, op: Op) -> Callable[[Env], Iterator]:
+        if op.name == "mbar_wait":
+            return self.mbar_wait(op, gen=True)
+        if op.name == "for":
+            return self.for_(op, gen=True)
+        if op.attrs.get("roles"):
+            return self.roles(op, gen=True)
+        return self.if_(op, gen=True)
+
+    def roles(self, op: Op, gen: bool = False) -> Any:
+        """`if kit.warpgroup_id() ...`: both regions at once, as coroutines."""
+        kids = []
+        for region, (first, count) in zip(op.regions, op.attrs["roles"]):
+            if count <= 0:
+                continue  # no warpgroup runs it
+            saved = self.role
+            self.n_roles += 1
+            self.role = _Role(first, count, self.n_roles)
+            kids.append(self.gblock(region))
+            self.role = saved
+        ctx = self.ctx
+
+        if gen:  # roles within a role: stuck when all of them are
+            def roles_g(env: Env) -> Iterator:
+                yield from _par(ctx, [k(env) for k in kids])
+            return roles_g
+
+        def roles(env: Env) -> None:
+            for stuck in _par(ctx, [k(env) for k in kids]):
+                raise _deadlock(ctx, stuck.leaves())
+        return roles
 
     def op(self, op: Op) -> Handler:
         name = op.name
@@ -660,6 +895,8 @@ class _Compiler:
         if name == "for":
             return self.for_(op)
         if name == "if":
+            if op.attrs.get("roles"):
+                return self.roles(op)
             return self.if_(op)
         if name in _HOPPER:
             return getattr(self, name)(op)
@@ -669,14 +906,28 @@ class _Compiler:
             def pid(env: Env) -> None:
                 env[r] = np.int32(ctx.pid[axis])
             return pid
+        if name == "warpgroup_id":  # fixed per role: hoistable like a constant
+            wg = np.int32(self.role.first)
+            return _wrap(lambda: wg, [], op.result.id)
+        if name == "setmaxnreg":
+            return _nothing  # registers are not counted here
         f = _pure(op, self.ctx)
         return _wrap(f, [v.id for v in op.operands], op.result.id)
 
     # -- level 2: shared memory, TMA, mbarriers, WGMMA
     def smem_alloc(self, op: Op) -> Handler:
         t, r = op.result.type, op.result.id
-        nd = np.dtype(np.int64) if t.dtype is mbarrier else _np(t.dtype)
         shape = t.shape
+        if t.dtype is mbarrier:  # an object array of barrier states: bars[i] is a view
+            names, init = _mbar_names(op), int(op.attrs.get("init", 1))
+
+            def mbarriers(env: Env) -> None:
+                a = np.empty(shape, object)
+                for i, n in enumerate(names):
+                    a.flat[i] = _MBar(n, init)
+                env[r] = a
+            return mbarriers
+        nd = _np(t.dtype)
 
         def smem_alloc(env: Env) -> None:
             env[r] = np.zeros(shape, nd)
@@ -697,8 +948,10 @@ class _Compiler:
         return smem_index
 
     def tma_load(self, op: Op) -> Handler:
-        d_id, t_id, r_id, c_id, _ = (v.id for v in op.operands)
+        d_id, t_id, r_id, c_id, b_id = (v.id for v in op.operands)
         dt = op.operands[0].dtype
+        nbytes = int(op.attrs["bytes"])
+        expect = int(op.attrs.get("expect", nbytes))  # as the backend reads it
         ctx = self.ctx
 
         def tma_load(env: Env) -> None:
@@ -708,10 +961,14 @@ class _Compiler:
                                 f"\n  '{t.name}' holds {t.dt} but the shared tile holds {dt}")
             r0, c0 = int(env[r_id]), int(env[c_id])
             _check_box(op, ctx, t, r0, c0, "load")
-            for mma, a, b in ctx.inflight:
+            for mma, a, b, _ in ctx.inflight:
                 if np.may_share_memory(dst, a) or np.may_share_memory(dst, b):
                     _race(op, mma, ctx)
+            bar = env[b_id][()]
+            if expect:  # the group's one arrive.expect_tx
+                bar.arrive(ctx, op, 1, expect)
             t.copy_box(dst, r0, c0)
+            ctx.copies.append((bar, nbytes))  # its bytes count when it lands (at a wait)
         return tma_load
 
     def tma_store(self, op: Op) -> Handler:
@@ -737,8 +994,33 @@ class _Compiler:
             env[r] = env[x_id].T  # a view, like the stage views
         return smem_trans
 
-    def mbar_wait(self, op: Op) -> Handler:
-        return _nothing  # every TMA load has landed when it returns
+    def mbar_wait(self, op: Op, gen: bool = False) -> Any:
+        b_id, p_id = (v.id for v in op.operands)
+        ctx, role = self.ctx, self.role
+
+        if gen:
+            def mbar_wait_g(env: Env) -> Iterator:
+                bar, parity = env[b_id][()], int(env[p_id]) & 1
+                while True:
+                    ctx.land()
+                    if bar.done(parity):
+                        return
+                    yield _Wait(op, bar, parity, role)
+            return mbar_wait_g
+
+        def mbar_wait(env: Env) -> None:  # one thread of control: nothing else can arrive
+            bar, parity = env[b_id][()], int(env[p_id]) & 1
+            ctx.land()
+            if not bar.done(parity):
+                raise _deadlock(ctx, [_Wait(op, bar, parity, role)])
+        return mbar_wait
+
+    def mbar_arrive(self, op: Op) -> Handler:
+        b_id, n, ctx = op.operands[0].id, self.role.count, self.ctx
+
+        def mbar_arrive(env: Env) -> None:
+            env[b_id][()].arrive(ctx, op, n)  # one arrival per warpgroup of the role
+        return mbar_arrive
 
     def barrier(self, op: Op) -> Handler:
         return _nothing  # one thread per program
@@ -747,15 +1029,18 @@ class _Compiler:
         a_id, b_id, c_id = (v.id for v in op.operands)
         r = op.result.id
         pending = int(op.attrs.get("pending", 0))
-        ctx = self.ctx
+        ctx, key = self.ctx, self.role.key
 
         def wgmma(env: Env) -> None:
             a, b = env[a_id], env[b_id]
             env[r] = env[c_id] + np.matmul(np.asarray(a, np.float32), np.asarray(b, np.float32))
-            # wgmma.wait_group(pending): the newest `pending` groups may still read a and b
+            # wgmma.wait_group(pending): the newest `pending` groups of this role may still
+            # read a and b
             fl = ctx.inflight
-            fl.append((op, a, b))
-            del fl[:max(len(fl) - pending, 0)]
+            fl.append((op, a, b, key))
+            mine = [i for i, e in enumerate(fl) if e[3] == key]
+            for i in reversed(mine[:max(len(mine) - pending, 0)]):
+                del fl[i]
         return wgmma
 
     def load(self, op: Op) -> Handler:
@@ -835,24 +1120,54 @@ class _Compiler:
             mem.store(addrs, conv(vals), mdt, ctx, op, None)
         return store
 
-    def for_(self, op: Op) -> Handler:
+    def for_(self, op: Op, gen: bool = False) -> Any:
         body = op.regions[0]
         lb_id, ub_id, st_id = (v.id for v in op.operands[:3])
         init_ids = [v.id for v in op.operands[3:]]
         iv = body.args[0]
         iv_id, ivt = iv.id, _np(iv.dtype).type
         carried = [a.id for a in body.args[1:]]
-        handlers = self.block(body)
         yields = [v.id for v in body.terminator.operands] if body.terminator else []
         results = [r.id for r in op.results]
         loc = op.loc
         where = f"line {loc.line}" if loc else "?"
         name = iv.name or "the induction variable"
+        errors = (OutOfBoundsError, RaceError, DeadlockError, MBarrierError)
 
-        def for_(env: Env) -> None:
+        def bounds(env: Env) -> tuple[int, int, int]:
             lb, ub, st = int(env[lb_id]), int(env[ub_id]), int(env[st_id])
             if st == 0:
                 raise ValueError(f"range() step is zero at {loc}")
+            return lb, ub, st
+
+        if gen:
+            run = self.gblock(body)
+
+            def for_g(env: Env) -> Iterator:
+                lb, ub, st = bounds(env)
+                vals = [env[i] for i in init_ids]
+                i = lb
+                try:
+                    for i in range(lb, ub, st):
+                        env[iv_id] = ivt(i)
+                        for k, v in zip(carried, vals):
+                            env[k] = v
+                        for w in run(env):
+                            w.in_loop(f"in the loop at {where}: {name} = {i} "
+                                      f"(range({lb}, {ub}, {st}))")
+                            yield w
+                        vals = [env[y] for y in yields]
+                except errors as e:
+                    raise type(e)(f"{e.args[0]}\n  in the loop at {where}: {name} = {i} "
+                                  f"(range({lb}, {ub}, {st}))") from None
+                for k, v in zip(results, vals):
+                    env[k] = v
+            return for_g
+
+        handlers = self.block(body)
+
+        def for_(env: Env) -> None:
+            lb, ub, st = bounds(env)
             vals = [env[i] for i in init_ids]
             i = lb
             try:
@@ -863,7 +1178,7 @@ class _Compiler:
                     for h in handlers:
                         h(env)
                     vals = [env[y] for y in yields]
-            except (OutOfBoundsError, RaceError) as e:
+            except errors as e:
                 # say which iteration: bugs are often at the edges
                 raise type(e)(f"{e.args[0]}\n  in the loop at {where}: {name} = {i} "
                               f"(range({lb}, {ub}, {st}))") from None
@@ -871,17 +1186,31 @@ class _Compiler:
                 env[k] = v
         return for_
 
-    def if_(self, op: Op) -> Handler:
+    def if_(self, op: Op, gen: bool = False) -> Any:
         c_id = op.operands[0].id
+        compile_ = self.gblock if gen else self.block
         branches = []
         for region in op.regions:
-            hs = self.block(region)
+            hs = compile_(region)
             ys = [v.id for v in region.terminator.operands] if region.terminator else []
             branches.append((hs, ys))
+        results = [r.id for r in op.results]
+
+        if gen:
+            while len(branches) < 2:
+                branches.append((self.gblock(Block()), []))
+            (then_g, then_y), (else_g, else_y) = branches
+
+            def if_g(env: Env) -> Iterator:
+                g, ys = (then_g, then_y) if env[c_id] else (else_g, else_y)
+                yield from g(env)
+                for k, y in zip(results, ys):
+                    env[k] = env[y]
+            return if_g
+
         while len(branches) < 2:
             branches.append(([], []))
         (then_h, then_y), (else_h, else_y) = branches
-        results = [r.id for r in op.results]
 
         def if_(env: Env) -> None:
             hs, ys = (then_h, then_y) if env[c_id] else (else_h, else_y)
@@ -893,19 +1222,79 @@ class _Compiler:
 
 
 _HOPPER = frozenset({"smem_alloc", "smem_index", "smem_trans", "tma_load", "tma_store",
-                     "mbar_wait", "barrier", "wgmma"})
+                     "mbar_wait", "mbar_arrive", "barrier", "wgmma"})
 
 
 def _nothing(env: Env) -> None:
     pass
 
 
-def _retiring(h: Handler, ctx: _Ctx) -> Handler:
-    """`h` reads the result of an MMA: the compiler waits for every MMA in flight first."""
+def _retiring(h: Handler, ctx: _Ctx, key: int) -> Handler:
+    """`h` reads the result of an MMA: the compiler waits for every MMA the role (`key`)
+    has in flight first."""
     def retire(env: Env) -> None:
-        ctx.inflight.clear()
+        fl = ctx.inflight
+        if fl:
+            fl[:] = [e for e in fl if e[3] != key]
         h(env)
     return retire
+
+
+def _par(ctx: _Ctx, kids: list[Iterator]) -> Iterator[_Stuck]:
+    """Run coroutines round robin, each until it waits (yields) or ends; yield `_Stuck`
+    after a round in which all of them waited and no mbarrier phase completed (then none
+    can go on until something outside them completes one)."""
+    live = list(kids)
+    while live:
+        events = ctx.events
+        waits = []
+        for kid in list(live):
+            try:
+                waits.append(next(kid))
+            except StopIteration:
+                live.remove(kid)
+        if live and ctx.events == events:
+            yield _Stuck(waits)
+
+
+_PARITY_HINT = ("hint: the k-th phase of a barrier (k = 0, 1, ...) has parity k % 2; a fresh "
+                "barrier is in phase 0, so waiting for parity 1 passes at once (a producer's "
+                "first wait for a free stage) and waiting for parity 0 needs one completed "
+                "phase")
+
+
+def _deadlock(ctx: _Ctx, waits: list[_Wait]) -> DeadlockError:
+    ctx.shape, ctx.lanes_total = (), 1
+
+    def awaits(w: _Wait) -> str:
+        b = w.bar
+        s = (f"{b.name} to complete phase {b.phase} (parity {w.parity}), which still needs "
+             f"{b.pending} of {b.init} arrival{'s' if b.init != 1 else ''}")
+        if b.tx > 0:
+            s += f" and {b.tx} bytes of TMA copies"
+        elif b.tx < 0:
+            s += f" (and {-b.tx} bytes landed without an expect_tx)"
+        return s
+
+    if len(waits) == 1 and waits[0].role.key == 0:
+        w = waits[0]
+        return DeadlockError(
+            _where(w.op, ctx, "deadlock") + f"\n  this waits for {awaits(w)}; nothing else "
+            "runs in this program (it has no roles) and every TMA load it issued has landed: "
+            f"this would hang the GPU\n  {_PARITY_HINT}")
+    msg = (f"deadlock in program {ctx.pid}: every role waits for an mbarrier phase that "
+           "never completes; this would hang the GPU")
+    for w in waits:
+        loc = w.op.loc
+        at = "(no source location)" if loc is None else \
+            f"at {loc}" + (f" in '{loc.func}'" if loc.func else "")
+        msg += f"\n  {w.role} {at} wait{'s' if w.role.count == 1 else ''} for {awaits(w)}"
+        src = linecache.getline(loc.file, loc.line).strip() if loc else ""
+        if src:
+            msg += f"\n      {src}"
+        for where in w.loops:
+            msg += f"\n      {where}"
+    return DeadlockError(msg + f"\n  {_PARITY_HINT}")
 
 
 def _check_box(op: Op, ctx: _Ctx, t: _TmaTensor, r0: int, c0: int, what: str) -> None:
@@ -1015,6 +1404,11 @@ def run(fn: Function, grid: tuple[int, int, int], args: list) -> None:
     g = tuple(int(x) for x in grid) + (1,) * (3 - len(grid))
     if len(g) != 3 or min(g) < 0:
         raise ValueError(f"grid must have 1 to 3 non-negative sizes, got {grid!r}")
+    if any(op.name == "tma_load" and "expect" not in op.attrs for op in fn.walk()):
+        # IR built without the pipeline (by hand): group its TMA loads as kit.jit does
+        from kitjit.frontend.tma_groups import group_tma_loads
+
+        group_tma_loads(fn)
     mem = _Memory(fn, args)
     try:
         with np.errstate(all="ignore"):
@@ -1025,7 +1419,7 @@ def run(fn: Function, grid: tuple[int, int, int], args: list) -> None:
 
 def _execute(fn: Function, grid: tuple[int, int, int], mem: _Memory) -> None:
     ctx = _Ctx(grid)
-    comp = _Compiler(mem, ctx, _mma_values(fn))
+    comp = _Compiler(mem, ctx, _mma_values(fn), int(fn.attrs.get("num_warps", 4)))
     body = comp.block(fn.body)
     base: Env = {v.id: x for v, x in zip(fn.args, mem.values)}
     if grid[0] * grid[1] * grid[2] == 0:
@@ -1038,6 +1432,7 @@ def _execute(fn: Function, grid: tuple[int, int, int], mem: _Memory) -> None:
             for x in range(gx):
                 ctx.pid = (x, y, z)
                 ctx.inflight.clear()
+                ctx.copies.clear()
                 env = dict(base)
                 for h in body:
                     h(env)
