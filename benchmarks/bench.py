@@ -120,8 +120,39 @@ def triton_kernels():
         tl.store(C + rm[:, None] * N + rn[None, :], acc.to(tl.bfloat16),
                  mask=(rm[:, None] < M) & (rn[None, :] < N))
 
+    @triton.jit
+    def t_attention(Q, K, V, O, S, qk_scale, BM: tl.constexpr, BN: tl.constexpr,
+                    D: tl.constexpr, CAUSAL: tl.constexpr):
+        # FlashAttention-2 style: one program per (query block, head), K/V blocks in a loop
+        m0 = tl.program_id(0) * BM
+        base = tl.program_id(1).to(tl.int64) * S * D
+        rows = m0 + tl.arange(0, BM)
+        d = tl.arange(0, D)
+        q = tl.load(Q + base + rows[:, None] * D + d[None, :], mask=rows[:, None] < S)
+        m_i = tl.full((BM,), -float("inf"), tl.float32)
+        l_i = tl.zeros((BM,), tl.float32)
+        acc = tl.zeros((BM, D), tl.float32)
+        end = tl.minimum(S, m0 + BM) if CAUSAL else S
+        for n0 in range(0, end, BN):
+            cols = n0 + tl.arange(0, BN)
+            k = tl.load(K + base + cols[:, None] * D + d[None, :], mask=cols[:, None] < S)
+            v = tl.load(V + base + cols[:, None] * D + d[None, :], mask=cols[:, None] < S)
+            sc = tl.dot(q, tl.trans(k)) * qk_scale
+            keep = cols[None, :] < S
+            if CAUSAL:
+                keep = keep & (cols[None, :] <= rows[:, None])
+            sc = tl.where(keep, sc, -float("inf"))
+            m_new = tl.maximum(m_i, tl.max(sc, 1))
+            p = tl.exp2(sc - m_new[:, None])
+            alpha = tl.exp2(m_i - m_new)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = tl.dot(p.to(tl.bfloat16), v, acc * alpha[:, None])
+            m_i = m_new
+        tl.store(O + base + rows[:, None] * D + d[None, :], (acc / l_i[:, None]).to(tl.bfloat16),
+                 mask=rows[:, None] < S)
+
     return {"softmax": t_softmax, "layernorm": t_layernorm, "rmsnorm": t_rmsnorm,
-            "empty": t_empty, "matmul": t_matmul}
+            "empty": t_empty, "matmul": t_matmul, "attention": t_attention}
 
 
 def warps_for(block: int) -> int:
@@ -255,6 +286,78 @@ def bench_gemm(tri, quick: bool) -> None:
             math.exp(sum(math.log(x) for x in large) / len(large)), 3)
 
 
+# ----------------------------------------------------------------------------- attention
+ATTN_CASES = [(4, 32, 4096, 128), (4, 32, 4096, 64), (2, 16, 16384, 128)]
+ATTN_CONFIGS = [dict(BM=128, BN=64, STAGES=2), dict(BM=128, BN=128, STAGES=2),
+                dict(BM=128, BN=64, STAGES=3)]
+
+
+def bench_attention(tri) -> None:
+    import math
+
+    import attention as ex_at
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    F = torch.nn.functional.scaled_dot_product_attention
+    results["attention"] = []
+    for B, H, S, D in ATTN_CASES:
+        for causal in (False, True):
+            q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
+                       for _ in range(3))
+            flop = 4 * B * H * S * S * D / (2 if causal else 1) / 1e9
+            if S <= 4096 and H * B <= 128:  # float64 check on a slice of heads
+                ro, _ = ex_at.reference(q[:1, :2], k[:1, :2], v[:1, :2], causal)
+            best = None
+            by = {}
+            for cfg in ATTN_CONFIGS:
+                try:
+                    o, _ = ex_at.attention(q, k, v, causal, **cfg)
+                    torch.cuda.synchronize()
+                    if S <= 4096:
+                        check(o[:1, :2], ro, 1e-2, f"attention {B},{H},{S},{D} {cfg}")
+                    ms = bench(lambda cfg=cfg: ex_at.attention(q, k, v, causal, **cfg))
+                except Exception as e:
+                    by[str(cfg)] = f"failed: {type(e).__name__}: {str(e)[:100]}"
+                    continue
+                by[str(cfg)] = round(flop / ms, 1)
+                if best is None or ms < best[0]:
+                    best = (ms, cfg)
+            peers = {}
+            for name, be in (("flash", SDPBackend.FLASH_ATTENTION),
+                             ("cudnn", SDPBackend.CUDNN_ATTENTION),
+                             ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
+                try:
+                    with sdpa_kernel(be):
+                        F(q, k, v, is_causal=causal)
+                        peers[name] = round(flop / bench(lambda: F(q, k, v, is_causal=causal)), 1)
+                except Exception as e:
+                    peers[name] = f"n/a: {type(e).__name__}"
+            if tri:
+                o = torch.empty_like(q)
+                g = (triton.cdiv(S, 128), B * H)
+                sc = 1.4426950408889634 / math.sqrt(D)
+
+                def run_tri():
+                    tri["attention"][g](q, k, v, o, S, sc, BM=128, BN=64, D=D, CAUSAL=causal,
+                                        num_warps=8, num_stages=3)
+                try:
+                    run_tri()
+                    peers["triton"] = round(flop / bench(run_tri), 1)
+                except Exception as e:
+                    peers["triton"] = f"n/a: {type(e).__name__}"
+            row = {"case": f"B{B} H{H} S{S} D{D}{' causal' if causal else ''}",
+                   "kitjit_tflops": round(flop / best[0], 1) if best else None,
+                   "config": best[1] if best else None, "peers": peers, "by_config": by}
+            fl = peers.get("flash")
+            if best and isinstance(fl, float):
+                row["vs_flash"] = round(fl and (flop / best[0]) / fl, 3)
+            cu = peers.get("cudnn")
+            if best and isinstance(cu, float):
+                row["vs_cudnn"] = round((flop / best[0]) / cu, 3)
+            results["attention"].append(row)
+            print(row, flush=True)
+
+
 # ----------------------------------------------------------------------------- launch
 @kit.jit
 def empty_kernel(X, n, BLOCK: kit.constexpr):
@@ -381,6 +484,17 @@ def table(copy_gbs: float) -> str:
                          f"{r['autotuned_tflops']:.0f} ({r['autotuned_config']})")
         lines.append(f"geomean vs cuBLAS over the four large shapes: "
                      f"{results.get('gemm_geomean_vs_cublas_large')}")
+    if results.get("attention"):
+        lines.append(f"{'attention (bf16)':24} {'kitjit':>7} {'flash':>7} {'cuDNN':>7} "
+                     f"{'effic.':>7} {'Triton':>7} {'x flash':>8} {'x cuDNN':>8}  (TFLOP/s)")
+        for r in results["attention"]:
+            p = r["peers"]
+
+            def f(x):
+                return f"{x:>7.0f}" if isinstance(x, float) else f"{'-':>7}"
+            lines.append(f"{r['case']:24} {f(r['kitjit_tflops'])} {f(p.get('flash'))} "
+                         f"{f(p.get('cudnn'))} {f(p.get('efficient'))} {f(p.get('triton'))} "
+                         f"{r.get('vs_flash', 0):>8.2f} {r.get('vs_cudnn', 0):>8.2f}")
     if results["launch"]:
         lines.append("launch host cost (us): " + ", ".join(
             f"{k}={v}" for k, v in results["launch"].items()))
@@ -394,7 +508,7 @@ def table(copy_gbs: float) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "bench.json"))
-    ap.add_argument("--only", default="norms,gemm,launch,first")
+    ap.add_argument("--only", default="norms,gemm,attention,launch,first")
     ap.add_argument("--quick", action="store_true", help="large GEMM shapes only")
     ap.add_argument("--gemm-configs", default=None,
                     help="JSON list of matmul configs to try instead of the defaults")
@@ -415,6 +529,8 @@ def main() -> None:
         GEMM_CONFIGS[:] = json.loads(args.gemm_configs)
     if "gemm" in only:
         bench_gemm(tri, args.quick)
+    if "attention" in only:
+        bench_attention(tri)
     if "launch" in only:
         bench_launch(tri)
     if "first" in only:

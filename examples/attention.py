@@ -13,6 +13,28 @@ from kitjit.testing import bench, check, device, has_gpu
 
 
 @kit.jit
+def attend(q, k, v, ready, K, V, acc, m_i, l_i, rows, j, n_kv, kvh, S, qk_scale,
+           BM: kit.constexpr, BN: kit.constexpr, STAGES: kit.constexpr, MASK: kit.constexpr):
+    """One K/V block: S = Q Kᵀ, online softmax, O += P V; refill the stage for block j+STAGES."""
+    s = j % STAGES
+    kit.mbarrier_wait(ready[s], j // STAGES % 2)
+    sc = kit.mma(q, k[s].T, kit.zeros((BM, BN), kit.float32)) * qk_scale   # log2 domain
+    if MASK:                                       # ragged tail or causal diagonal only
+        cols = j * BN + kit.arange(0, BN)
+        sc = kit.where((cols[None, :] < S) & (cols[None, :] <= rows[:, None]), sc,
+                       -float("inf"))
+    m_new = kit.maximum(m_i, kit.max(sc, axis=1))
+    p = kit.exp2(sc - m_new[:, None])
+    alpha = kit.exp2(m_i - m_new)
+    l_i = l_i * alpha + kit.sum(p, axis=1)
+    acc = kit.mma(p.to(v.dtype), v[s], acc * alpha[:, None])   # P straight from registers
+    if j + STAGES < n_kv:                          # both MMAs are done with stage s: refill
+        kit.tma_load(k[s], K, (kvh * S + (j + STAGES) * BN, 0), ready[s])
+        kit.tma_load(v[s], V, (kvh * S + (j + STAGES) * BN, 0), ready[s])
+    return acc, m_new, l_i
+
+
+@kit.jit
 def attention_kernel(Q, K, V, O, L, S, H, G, qk_scale, BM: kit.constexpr, BN: kit.constexpr,
                      D: kit.constexpr, CAUSAL: kit.constexpr, STAGES: kit.constexpr):
     m0 = kit.program_id(0) * BM
@@ -24,37 +46,31 @@ def attention_kernel(Q, K, V, O, L, S, H, G, qk_scale, BM: kit.constexpr, BN: ki
     q_ready = kit.mbarriers(1)
     ready = kit.mbarriers(STAGES)
     kit.tma_load(q, Q, (bh * S + m0, 0), q_ready[0])
-    n_kv = kit.cdiv(kit.minimum(S, m0 + BM), BN) if CAUSAL else kit.cdiv(S, BN)
+    end = kit.minimum(S, m0 + BM) if CAUSAL else S
+    n_kv = kit.cdiv(end, BN)
+    # blocks that need no mask: fully below the diagonal (causal) and inside the sequence
+    n_full = kit.minimum(m0 // BN if CAUSAL else n_kv, S // BN)
     for s in kit.static_range(STAGES):
         if s < n_kv:
             kit.tma_load(k[s], K, (kvh * S + s * BN, 0), ready[s])
             kit.tma_load(v[s], V, (kvh * S + s * BN, 0), ready[s])
     rows = m0 + kit.arange(0, BM)
+    if not CAUSAL:
+        rows = rows * 0 + S                        # no diagonal: only the tail is masked
     m_i = kit.full((BM,), -float("inf"), kit.float32)
     l_i = kit.zeros((BM,), kit.float32)
     acc = kit.zeros((BM, D), kit.float32)
     kit.mbarrier_wait(q_ready[0], 0)
-    for j in range(n_kv):
-        s = j % STAGES
-        kit.mbarrier_wait(ready[s], j // STAGES % 2)
-        sc = kit.mma(q, k[s].T, kit.zeros((BM, BN), kit.float32))   # S = Q Kᵀ
-        cols = j * BN + kit.arange(0, BN)
-        keep = cols[None, :] < S
-        if CAUSAL:
-            keep = keep & (cols[None, :] <= rows[:, None])
-        sc = kit.where(keep, sc * qk_scale, -float("inf"))         # log2 domain
-        m_new = kit.maximum(m_i, kit.max(sc, axis=1))
-        p = kit.exp2(sc - m_new[:, None])
-        alpha = kit.exp2(m_i - m_new)
-        l_i = l_i * alpha + kit.sum(p, axis=1)
-        acc = kit.mma(p.to(V.dtype.element_ty), v[s], acc * alpha[:, None])   # P from regs
-        m_i = m_new
-        if j + STAGES < n_kv:                      # both MMAs are done with stage s: refill
-            kit.tma_load(k[s], K, (kvh * S + (j + STAGES) * BN, 0), ready[s])
-            kit.tma_load(v[s], V, (kvh * S + (j + STAGES) * BN, 0), ready[s])
+    for j in range(n_full):
+        acc, m_i, l_i = attend(q, k, v, ready, K, V, acc, m_i, l_i, rows, j, n_kv, kvh, S,
+                               qk_scale, BM, BN, STAGES, False)
+    for j in range(n_full, n_kv):
+        acc, m_i, l_i = attend(q, k, v, ready, K, V, acc, m_i, l_i, rows, j, n_kv, kvh, S,
+                               qk_scale, BM, BN, STAGES, True)
     out = acc / l_i[:, None]
-    dcol = kit.arange(0, D)
+    rows = m0 + kit.arange(0, BM)
     live = rows < S
+    dcol = kit.arange(0, D)
     kit.store(O + (bh * S + rows)[:, None] * D + dcol[None, :], out.to(O.dtype.element_ty),
               mask=live[:, None])
     kit.store(L + bh * S + rows, (m_i + kit.log2(l_i)) * 0.6931471805599453, mask=live)
