@@ -76,20 +76,24 @@ def attention_kernel(Q, K, V, O, L, S, H, G, qk_scale, BM: kit.constexpr, BN: ki
     kit.store(L + bh * S + rows, (m_i + kit.log2(l_i)) * 0.6931471805599453, mask=live)
 
 
-def attention(q, k, v, causal: bool = False, sm_scale: float | None = None, BM: int = 128,
-              BN: int = 64, STAGES: int = 2, num_warps: int = 8):
+def attention(q, k, v, causal: bool = False, sm_scale: float | None = None, **config):
     """q: (B, H, S, D), k and v: (B, H_kv, S, D) with H a multiple of H_kv.
     Returns (o, lse): o like q, lse (B, H, S) fp32 (natural log)."""
     B, H, S, D = q.shape
+    # measured on an H200 (benchmarks/NOTES.md): two warpgroups on 128 query rows for
+    # D=128; for D=64 one warpgroup on 64 rows, so several CTAs share an SM and one's
+    # softmax overlaps another's MMAs
+    cfg = dict(BM=128, BN=128, STAGES=2, num_warps=8) if D > 64 else \
+        dict(BM=64, BN=128, STAGES=2, num_warps=4)
+    cfg.update(config)
     Hkv = k.shape[1]
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)
     q2, k2, v2 = (t.contiguous().view(-1, D) for t in (q, k, v))
     o = torch.empty_like(q)
     lse = torch.empty(B, H, S, device=q.device, dtype=torch.float32)
-    grid = (kit.cdiv(S, BM), B * H)
+    grid = (kit.cdiv(S, cfg["BM"]), B * H)
     attention_kernel[grid](q2, k2, v2, o, lse, S, H, H // Hkv, scale * 1.4426950408889634,
-                           BM=BM, BN=BN, D=D, CAUSAL=causal, STAGES=STAGES,
-                           num_warps=num_warps)
+                           D=D, CAUSAL=causal, **cfg)
     return o, lse
 
 
