@@ -22,7 +22,7 @@ import kitjit as kit
 from kitjit.testing import check, rel_error
 
 # every example in examples/ has its tests here: a new one must be added
-KNOWN_EXAMPLES = {"vector_add", "softmax", "layernorm", "rmsnorm", "matmul"}
+KNOWN_EXAMPLES = {"vector_add", "softmax", "layernorm", "rmsnorm", "matmul", "attention"}
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 if str(EXAMPLES) not in sys.path:
@@ -66,7 +66,8 @@ def run_poisoned(fn, *args, **kwargs):
     with poisoned_outputs() as made:
         out = fn(*args, **kwargs)
     assert made, "the wrapper did not allocate its output with torch.empty(_like)"
-    assert any(out.data_ptr() == m.data_ptr() for m in made), "output is not the poisoned one"
+    for o in (out if isinstance(out, tuple) else (out,)):
+        assert any(o.data_ptr() == m.data_ptr() for m in made), "output is not a poisoned one"
     return out
 
 
@@ -190,8 +191,32 @@ def test_matmul(M, N, K, opts):
     assert_close(out, a.double() @ b.double(), torch.bfloat16, f"matmul {M}x{N}x{K}")
 
 
+# ----------------------------------------------------------------------------- attention
+ATTENTION = [  # (B, H, S, D, causal, GQA group): ragged S, causal or not, grouped KV heads
+    (1, 2, 130, 64, True, 1),
+    (1, 2, 130, 64, False, 2),
+    (2, 2, 64, 128, True, 2),
+    (1, 1, 1, 64, False, 1),
+    (1, 2, 200, 64, False, 1),
+]
+
+
+@pytest.mark.parametrize("B,H,S,D,causal,g", ATTENTION,
+                         ids=[f"B{b}H{h}S{s}D{d}-{'causal' if c else 'full'}-g{g}"
+                              for b, h, s, d, c, g in ATTENTION])
+def test_attention(B, H, S, D, causal, g):
+    m = example("attention")
+    q = torch.randn(B, H, S, D, dtype=torch.bfloat16)
+    k = torch.randn(B, H // g, S, D, dtype=torch.bfloat16)
+    v = torch.randn(B, H // g, S, D, dtype=torch.bfloat16)
+    o, lse = run_poisoned(m.attention, q, k, v, causal)
+    ro, rl = m.reference(q, k, v, causal)
+    assert_close(o, ro, torch.bfloat16, "attention output")
+    assert_close(lse, rl, torch.float32, "attention logsumexp")
+
+
 # ----------------------------------------------------------------------------- main()
-@pytest.mark.parametrize("name", ["vector_add", "softmax", "layernorm", "rmsnorm", "matmul"])
+@pytest.mark.parametrize("name", sorted(KNOWN_EXAMPLES))
 def test_example_main(name, capsys):
     """Each example's main() runs (it self-checks with kitjit.testing.check) and reports."""
     m = example(name)

@@ -108,6 +108,26 @@ def test_matmul(M, N, K):
     gpu_close(out, a.double() @ b.double(), torch.bfloat16, f"matmul {M}x{N}x{K}")
 
 
+ATTENTION = [  # (B, H, S, D, causal, GQA group)
+    (2, 4, 1000, 64, False, 1), (2, 4, 1000, 64, True, 2), (1, 8, 4096, 128, False, 4),
+    (1, 8, 4096, 128, True, 1), (3, 2, 257, 128, True, 1), (1, 1, 1, 64, False, 1),
+]
+
+
+@pytest.mark.parametrize("B,H,S,D,causal,g", ATTENTION,
+                         ids=[f"B{b}H{h}S{s}D{d}-{'causal' if c else 'full'}-g{g}"
+                              for b, h, s, d, c, g in ATTENTION])
+def test_attention(B, H, S, D, causal, g):
+    m = E.example("attention")
+    q = cuda_randn(B, H, S, D, dtype=torch.bfloat16)
+    k = cuda_randn(B, H // g, S, D, dtype=torch.bfloat16)
+    v = cuda_randn(B, H // g, S, D, dtype=torch.bfloat16)
+    o, lse = E.run_poisoned(m.attention, q, k, v, causal)
+    ro, rl = m.reference(q, k, v, causal)
+    gpu_close(o, ro, torch.bfloat16, "attention output")
+    gpu_close(lse, rl, torch.float32, "attention logsumexp")
+
+
 @pytest.mark.parametrize("name", sorted(E.KNOWN_EXAMPLES))
 def test_example_main(name, capsys):
     """main() checks itself and benchmarks on a GPU: it must finish and print figures."""

@@ -257,3 +257,22 @@ def test_failed_aot_compile_leaves_no_entry(cache_dir):
                  if p.name == "meta.json" or p.name.startswith(("kernel.", ".tmp-"))] \
         if cache_dir.exists() else []
     assert leftovers == []
+
+
+# ----------------------------------------------------------------------------- attention
+ATTN_SIG = ["*bf16:16"] * 4 + ["*fp32:16", "i32:16", "i32", "i32", "fp32"]
+
+
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_attention_example_uses_wgmma_and_tma(D, causal):
+    c = compile_example(EXAMPLES / "attention.py", "attention_kernel", ATTN_SIG,
+                        {"BM": 128, "BN": 64, "D": D, "CAUSAL": causal, "STAGES": 2}, 8)
+    md = c.ck.metadata
+    assert c.has("HGMMA"), f"no warpgroup MMA: {c.summary()}"
+    assert c.has("UTMALDG"), f"no TMA loads: {c.summary()}"
+    assert c.has("MUFU.EX2"), "the online softmax should run on the SFU's exp2"
+    assert not c.has("HMMA"), "fell back to mma.sync"
+    assert md["spills"] == 0 and not c.has("STL") and not c.has("LDL"), md
+    ru = resource_usage(c.ck.asm["cubin"])["functions"][md["name"]]
+    assert ru["local"] == 0 and ru["registers"] == md["registers"]
