@@ -291,7 +291,10 @@ ATTN_CASES = [(4, 32, 4096, 128), (4, 32, 4096, 64), (2, 16, 16384, 128)]
 ATTN_CONFIGS = [dict(BM=128, BN=64, STAGES=2), dict(BM=128, BN=128, STAGES=2),
                 dict(BM=128, BN=64, STAGES=3), dict(BM=128, BN=128, STAGES=3),
                 dict(BM=64, BN=128, STAGES=2, num_warps=4),
-                dict(BM=64, BN=64, STAGES=3, num_warps=4)]
+                dict(BM=64, BN=64, STAGES=3, num_warps=4),
+                dict(BM=128, BN=128, STAGES=2, num_warps=8, ws=True),
+                dict(BM=128, BN=64, STAGES=3, num_warps=8, ws=True),
+                dict(BM=64, BN=128, STAGES=2, num_warps=4, ws=True)]
 
 
 def bench_attention(tri) -> None:

@@ -76,6 +76,74 @@ def attention_kernel(Q, K, V, O, L, S, H, G, qk_scale, BM: kit.constexpr, BN: ki
     kit.store(L + bh * S + rows, (m_i + kit.log2(l_i)) * 0.6931471805599453, mask=live)
 
 
+@kit.jit
+def attend_ws(q, k, v, ready, empty, acc, m_i, l_i, rows, j, S, qk_scale, BM: kit.constexpr,
+              BN: kit.constexpr, STAGES: kit.constexpr, MASK: kit.constexpr):
+    """Consumer side of one K/V block; the producer warpgroup refills the stage."""
+    s = j % STAGES
+    kit.mbarrier_wait(ready[s], j // STAGES % 2)
+    sc = kit.mma(q, k[s].T, kit.zeros((BM, BN), kit.float32)) * qk_scale
+    if MASK:
+        cols = j * BN + kit.arange(0, BN)
+        sc = kit.where((cols[None, :] < S) & (cols[None, :] <= rows[:, None]), sc,
+                       -float("inf"))
+    m_new = kit.maximum(m_i, kit.max(sc, axis=1))
+    p = kit.exp2(sc - m_new[:, None])
+    alpha = kit.exp2(m_i - m_new)
+    l_i = l_i * alpha + kit.sum(p, axis=1)
+    acc = kit.mma(p.to(v.dtype), v[s], acc * alpha[:, None])
+    kit.mbarrier_arrive(empty[s])                  # both MMAs done: stage s is free
+    return acc, m_new, l_i
+
+
+@kit.jit
+def attention_ws_kernel(Q, K, V, O, L, S, H, G, qk_scale, BM: kit.constexpr,
+                        BN: kit.constexpr, D: kit.constexpr, CAUSAL: kit.constexpr,
+                        STAGES: kit.constexpr, CONSUMERS: kit.constexpr):
+    m0 = kit.program_id(0) * BM
+    bh = kit.program_id(1)
+    kvh = bh // H * (H // G) + bh % H // G
+    q = kit.shared((BM, D), Q.dtype.element_ty)
+    k = kit.shared((STAGES, BN, D), K.dtype.element_ty)
+    v = kit.shared((STAGES, BN, D), V.dtype.element_ty)
+    q_ready = kit.mbarriers(1)
+    ready = kit.mbarriers(STAGES)
+    empty = kit.mbarriers(STAGES, arrivals=CONSUMERS)
+    end = kit.minimum(S, m0 + BM) if CAUSAL else S
+    n_kv = kit.cdiv(end, BN)
+    n_full = kit.minimum(m0 // BN if CAUSAL else n_kv, S // BN)
+    if kit.warpgroup_id() == 0:                    # producer: Q once, then the K/V ring
+        kit.setmaxnreg(24)
+        kit.tma_load(q, Q, (bh * S + m0, 0), q_ready[0])
+        for j in range(n_kv):
+            s = j % STAGES
+            kit.mbarrier_wait(empty[s], j // STAGES % 2 ^ 1)
+            kit.tma_load(k[s], K, (kvh * S + j * BN, 0), ready[s])
+            kit.tma_load(v[s], V, (kvh * S + j * BN, 0), ready[s])
+    else:                                          # consumers: 64 query rows each
+        kit.setmaxnreg(240)
+        rows = m0 + kit.arange(0, BM)
+        if not CAUSAL:
+            rows = rows * 0 + S
+        m_i = kit.full((BM,), -float("inf"), kit.float32)
+        l_i = kit.zeros((BM,), kit.float32)
+        acc = kit.zeros((BM, D), kit.float32)
+        kit.mbarrier_wait(q_ready[0], 0)
+        for j in range(n_full):
+            acc, m_i, l_i = attend_ws(q, k, v, ready, empty, acc, m_i, l_i, rows, j, S,
+                                      qk_scale, BM, BN, STAGES, False)
+        for j in range(n_full, n_kv):
+            acc, m_i, l_i = attend_ws(q, k, v, ready, empty, acc, m_i, l_i, rows, j, S,
+                                      qk_scale, BM, BN, STAGES, True)
+        out = acc / l_i[:, None]
+        rows = m0 + kit.arange(0, BM)
+        live = rows < S
+        dcol = kit.arange(0, D)
+        kit.store(O + (bh * S + rows)[:, None] * D + dcol[None, :],
+                  out.to(O.dtype.element_ty), mask=live[:, None])
+        kit.store(L + bh * S + rows, (m_i + kit.log2(l_i)) * 0.6931471805599453, mask=live)
+
+
 def attention(q, k, v, causal: bool = False, sm_scale: float | None = None, **config):
     """q: (B, H, S, D), k and v: (B, H_kv, S, D) with H a multiple of H_kv.
     Returns (o, lse): o like q, lse (B, H, S) fp32 (natural log)."""
@@ -86,14 +154,21 @@ def attention(q, k, v, causal: bool = False, sm_scale: float | None = None, **co
     cfg = dict(BM=128, BN=128, STAGES=2, num_warps=8) if D > 64 else \
         dict(BM=64, BN=128, STAGES=2, num_warps=4)
     cfg.update(config)
+    ws = cfg.pop("ws", False)  # producer warpgroup + consumers (kit.warpgroup_id roles)
     Hkv = k.shape[1]
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)
     q2, k2, v2 = (t.contiguous().view(-1, D) for t in (q, k, v))
     o = torch.empty_like(q)
     lse = torch.empty(B, H, S, device=q.device, dtype=torch.float32)
     grid = (kit.cdiv(S, cfg["BM"]), B * H)
-    attention_kernel[grid](q2, k2, v2, o, lse, S, H, H // Hkv, scale * 1.4426950408889634,
-                           D=D, CAUSAL=causal, **cfg)
+    if ws:
+        cfg["num_warps"] = cfg["num_warps"] + 4
+        attention_ws_kernel[grid](q2, k2, v2, o, lse, S, H, H // Hkv,
+                                  scale * 1.4426950408889634, D=D, CAUSAL=causal,
+                                  CONSUMERS=cfg["num_warps"] // 4 - 1, **cfg)
+    else:
+        attention_kernel[grid](q2, k2, v2, o, lse, S, H, H // Hkv,
+                               scale * 1.4426950408889634, D=D, CAUSAL=causal, **cfg)
     return o, lse
 
 
