@@ -37,6 +37,14 @@ full round, the program is deadlocked: `DeadlockError` names each wait, its barr
 and the loop iteration it is in ("this would hang the GPU"). Outside roles the program is one
 thread of control, so a wait that is not satisfied at once raises the same error.
 `kit.warpgroup_id()` is the first warpgroup of the role it runs in (0 outside roles).
+
+The schedule is one of many the GPU could run, so right numbers here prove little about
+ordering. Instead the interpreter tracks what the mbarriers order (vector clocks over roles
+and barrier phases; see `_Ctx`) and raises `RaceError` where nothing does: an MMA reading a
+shared tile before its role has seen the phase the TMA copy into it lands in (or a tile no
+load has written), a TMA load over a tile that another role's MMA read (until that MMA was
+retired) with no arrive/wait in between, or over a tile an earlier copy may still be
+writing.
 """
 
 from __future__ import annotations
@@ -147,7 +155,9 @@ class OutOfBoundsError(IndexError):
 
 
 class RaceError(RuntimeError):
-    """Shared memory written (by a TMA load) while an in-flight MMA may still read it."""
+    """Shared memory accessed with nothing ordering the access on the GPU: a TMA load over a
+    tile an MMA may still read, a read before the copy into it is seen to land, or a read of
+    a tile nothing has written."""
 
 
 class DeadlockError(RuntimeError):
@@ -181,17 +191,23 @@ class _MBar:
     byte count (announced by arrive.expect_tx, taken off by landing TMA copies), and how
     many phases have completed (the current phase's parity is `phase & 1`)."""
 
-    __slots__ = ("name", "init", "pending", "tx", "phase")
+    __slots__ = ("name", "init", "pending", "tx", "phase", "released", "completed")
 
     def __init__(self, name: str, init: int):
         self.name, self.init = name, init
         self.pending, self.tx, self.phase = init, 0, 0
+        # vector clocks (see _Ctx): what the arrivals of the current phase release, and
+        # what a wait that sees a completed phase acquires
+        self.released: dict = {}
+        self.completed: dict = {}
 
     def done(self, parity: int) -> bool:
         """try_wait.parity: has the phase of this parity completed (most recently)?"""
         return (self.phase & 1) != parity
 
-    def arrive(self, ctx: _Ctx, op: Op, n: int = 1, tx: int = 0) -> None:
+    def arrive(self, ctx: _Ctx, op: Op, key: int, n: int = 1, tx: int = 0) -> None:
+        """`n` arrivals by role `key` (releasing what it did so far), announcing `tx` bytes."""
+        ctx.release(key, self)
         self.tx += tx
         for _ in range(n):
             if self.pending == 0:  # only while TMA bytes are outstanding
@@ -217,16 +233,9 @@ class _MBar:
             self.phase += 1
             self.pending = self.init
             ctx.events += 1
-
-    def state(self) -> str:
-        s = (f"{self.name}: {self.phase} phase{'s' if self.phase != 1 else ''} completed; "
-             f"phase {self.phase} (parity {self.phase & 1}) still waits for {self.pending} of "
-             f"{self.init} arrival{'s' if self.init != 1 else ''}")
-        if self.tx > 0:
-            s += f" and {self.tx} bytes of TMA copies"
-        elif self.tx < 0:
-            s += f" ({-self.tx} bytes of TMA copies landed without an expect_tx)"
-        return s
+            _join(self.completed, self.released)
+            self.completed[self] = self.phase
+            self.released = {}
 
 
 def _mbar_names(op: Op) -> list[str]:
@@ -530,7 +539,18 @@ class _Ctx:
         # oldest first (a role waits only for its own MMAs; a TMA load races with any)
         self.inflight: list[tuple[Op, np.ndarray, np.ndarray, int]] = []
         self.events = 0  # mbarrier phases completed so far (the scheduler's progress)
-        self.copies: list[tuple[_MBar, int]] = []  # TMA copies not landed yet: (bar, bytes)
+        self.copies: list[tuple[_MBar, int, _Write]] = []  # TMA copies not landed yet
+        self.roles: dict[int, _Role] = {}  # by key, for messages
+        self.vc: dict[int, dict] = {}
+        self.shadow: dict[tuple[int, int], _Shadow] = {}
+
+    def start(self, pid: tuple[int, int, int]) -> None:
+        """A new program: nothing in flight, nothing known about its shared memory."""
+        self.pid = pid
+        self.inflight.clear()
+        self.copies.clear()
+        self.vc = {0: {0: 1}}
+        self.shadow = {}
 
     def land(self) -> None:
         """The TMA copies in flight land: their bytes count now (their data was written at
@@ -538,8 +558,141 @@ class _Ctx:
         it waits; here every wait lands what is in flight before it looks at its barrier."""
         if self.copies:
             copies, self.copies = self.copies, []
-            for bar, n in copies:
+            for bar, n, w in copies:
+                w.needed = bar.phase + 1  # seen by whoever sees this phase complete
                 bar.complete_tx(self, n)
+
+    # -- happens-before, with vector clocks
+    # Each role (key; 0 outside roles) and each mbarrier is a clock component: a role's own
+    # component counts its releases, a barrier's counts its completed phases. Arriving
+    # releases the role's clock into the barrier's current phase; a wait that passes
+    # acquires what the completed phases released; roles fork from and join into the role
+    # around them. A TMA write is visible to a role once its clock has the barrier phase
+    # the copy landed in; a read is ordered before a later write once the writer's clock
+    # has the reader's component at the read.
+    def release(self, key: int, bar: _MBar) -> None:
+        vc = self.vc[key]
+        _join(bar.released, vc)
+        vc[key] += 1
+
+    def acquire(self, key: int, bar: _MBar) -> None:
+        _join(self.vc[key], bar.completed)
+
+    def fork(self, parent: int, kids: list[int]) -> None:
+        pv = self.vc[parent]
+        for k in kids:
+            vc = self.vc[k] = dict(pv)
+            vc[k] = vc.get(k, 0) + 1
+        pv[parent] += 1
+
+    def join(self, parent: int, kids: list[int]) -> None:
+        pv = self.vc[parent]
+        for k in kids:
+            _join(pv, self.vc[k])
+        pv[parent] += 1
+
+    def retire(self, mma: tuple) -> None:
+        """An MMA of the inflight list is done: its reads of shared memory end now."""
+        op, a, b, key = mma
+        for v in (a, b):
+            if v is not None:
+                self.smem_read(op, v, key, "", False)
+
+    def smem_read(self, op: Op, view: np.ndarray, key: int, what: str, check: bool) -> None:
+        """Role `key` reads a shared tile (`what`: which operand, for messages)."""
+        sh = self.shadow.get(_region(view))
+        if check:
+            if sh is None or sh.write is None:
+                self.shape, self.lanes_total = (), 1
+                raise RaceError(
+                    _where(op, self, "read of uninitialized shared memory") +
+                    f"\n  {what} is shared memory that no TMA load has written in this "
+                    "program: on the GPU it holds whatever was there before")
+            w = sh.write
+            if w.needed is None or self.vc[key].get(w.bar, 0) < w.needed:
+                self.shape, self.lanes_total = (), 1
+                phase = w.bar.phase if w.needed is None else w.needed - 1
+                when = "its copy is still in flight: nothing has waited since it was issued" \
+                    if w.needed is None else \
+                    f"{self.roles[key]} has not seen {w.bar.name} complete phase {phase}, " \
+                    "the phase that copy lands in"
+                raise RaceError(
+                    _where(op, self, "race on shared memory") +
+                    f"\n  {what} is written by the TMA load{_at(w.op)}, and {when}"
+                    f"\n  hint: wait for that phase before the read: "
+                    f"kit.mbarrier_wait({w.bar.name}, {phase & 1})")
+        if sh is not None:
+            sh.reads[key] = (self.vc[key][key], op)
+
+    def smem_write(self, op: Op, view: np.ndarray, key: int, bar: _MBar) -> _Write:
+        """Role `key` issues a TMA load into a shared tile; its copy lands on `bar`."""
+        region = _region(view)
+        sh = self.shadow.get(region)
+        vc = self.vc[key]
+        if sh is not None:
+            w = sh.write
+            if w is not None and (w.needed is None or vc.get(w.bar, 0) < w.needed):
+                self.shape, self.lanes_total = (), 1
+                raise RaceError(
+                    _where(op, self, "race on shared memory") +
+                    f"\n  this TMA load overwrites shared memory that the TMA load{_at(w.op)} "
+                    "may still be writing: nothing has waited for the phase of "
+                    f"{w.bar.name} that copy lands in"
+                    f"{' since it was issued' if w.needed is None else ''}")
+            for k, (c, rop) in sh.reads.items():
+                if k != key and vc.get(k, 0) < c:
+                    self.shape, self.lanes_total = (), 1
+                    raise RaceError(
+                        _where(op, self, "race on shared memory") +
+                        f"\n  this TMA load overwrites shared memory that {self.roles[k]} "
+                        f"read{'s' if self.roles[k].count == 1 else ''} in the "
+                        f"kit.mma{_at(rop)}, and nothing orders that read before this load"
+                        "\n  hint: the reader arrives on an mbarrier once its MMAs are done "
+                        "with the tile (after the MMA, or after a later MMA or use of the "
+                        "result retires it), and the writer waits for that phase")
+        w = _Write(bar, op)
+        self.shadow[region] = _Shadow(w)
+        return w
+
+
+class _Write:
+    """A TMA load into a shared tile: `needed` is the number of completed phases of `bar`
+    a role must have seen to see it (None while the copy is in flight)."""
+
+    __slots__ = ("bar", "op", "needed")
+
+    def __init__(self, bar: _MBar, op: Op):
+        self.bar, self.op, self.needed = bar, op, None
+
+
+class _Shadow:
+    """What is known about one shared tile: its last write, and the last read of each role
+    since (role key -> (the role's clock at the read, the op))."""
+
+    __slots__ = ("write", "reads")
+
+    def __init__(self, write: _Write):
+        self.write = write
+        self.reads: dict[int, tuple[int, Op]] = {}
+
+
+def _region(view: np.ndarray) -> tuple[int, int]:
+    """A shared tile's identity: its first byte and size (a stage and its .T agree)."""
+    return view.__array_interface__["data"][0], view.nbytes
+
+
+def _join(dst: dict, src: dict) -> None:
+    for k, v in src.items():
+        if dst.get(k, 0) < v:
+            dst[k] = v
+
+
+def _at(op: Op) -> str:
+    loc = op.loc
+    if loc is None:
+        return ""
+    src = linecache.getline(loc.file, loc.line).strip()
+    return f" at line {loc.line}" + (f" ({src})" if src else "")
 
 
 def _where(op: Op, ctx: _Ctx, title: str) -> str:
@@ -865,25 +1018,30 @@ class _Compiler:
 
     def roles(self, op: Op, gen: bool = False) -> Any:
         """`if kit.warpgroup_id() ...`: both regions at once, as coroutines."""
-        kids = []
+        kids, keys = [], []
+        ctx, parent = self.ctx, self.role.key
         for region, (first, count) in zip(op.regions, op.attrs["roles"]):
             if count <= 0:
                 continue  # no warpgroup runs it
             saved = self.role
             self.n_roles += 1
-            self.role = _Role(first, count, self.n_roles)
+            self.role = ctx.roles[self.n_roles] = _Role(first, count, self.n_roles)
+            keys.append(self.n_roles)
             kids.append(self.gblock(region))
             self.role = saved
-        ctx = self.ctx
 
         if gen:  # roles within a role: stuck when all of them are
             def roles_g(env: Env) -> Iterator:
+                ctx.fork(parent, keys)
                 yield from _par(ctx, [k(env) for k in kids])
+                ctx.join(parent, keys)
             return roles_g
 
         def roles(env: Env) -> None:
+            ctx.fork(parent, keys)
             for stuck in _par(ctx, [k(env) for k in kids]):
                 raise _deadlock(ctx, stuck.leaves())
+            ctx.join(parent, keys)
         return roles
 
     def op(self, op: Op) -> Handler:
@@ -952,7 +1110,7 @@ class _Compiler:
         dt = op.operands[0].dtype
         nbytes = int(op.attrs["bytes"])
         expect = int(op.attrs.get("expect", nbytes))  # as the backend reads it
-        ctx = self.ctx
+        ctx, key = self.ctx, self.role.key
 
         def tma_load(env: Env) -> None:
             dst, t = env[d_id], env[t_id]
@@ -962,13 +1120,15 @@ class _Compiler:
             r0, c0 = int(env[r_id]), int(env[c_id])
             _check_box(op, ctx, t, r0, c0, "load")
             for mma, a, b, _ in ctx.inflight:
-                if np.may_share_memory(dst, a) or np.may_share_memory(dst, b):
+                if a is not None and np.may_share_memory(dst, a) or \
+                        b is not None and np.may_share_memory(dst, b):
                     _race(op, mma, ctx)
             bar = env[b_id][()]
+            w = ctx.smem_write(op, dst, key, bar)
             if expect:  # the group's one arrive.expect_tx
-                bar.arrive(ctx, op, 1, expect)
+                bar.arrive(ctx, op, key, 1, expect)
             t.copy_box(dst, r0, c0)
-            ctx.copies.append((bar, nbytes))  # its bytes count when it lands (at a wait)
+            ctx.copies.append((bar, nbytes, w))  # its bytes count when it lands (at a wait)
         return tma_load
 
     def tma_store(self, op: Op) -> Handler:
@@ -996,7 +1156,7 @@ class _Compiler:
 
     def mbar_wait(self, op: Op, gen: bool = False) -> Any:
         b_id, p_id = (v.id for v in op.operands)
-        ctx, role = self.ctx, self.role
+        ctx, role, key = self.ctx, self.role, self.role.key
 
         if gen:
             def mbar_wait_g(env: Env) -> Iterator:
@@ -1004,6 +1164,7 @@ class _Compiler:
                 while True:
                     ctx.land()
                     if bar.done(parity):
+                        ctx.acquire(key, bar)
                         return
                     yield _Wait(op, bar, parity, role)
             return mbar_wait_g
@@ -1013,13 +1174,14 @@ class _Compiler:
             ctx.land()
             if not bar.done(parity):
                 raise _deadlock(ctx, [_Wait(op, bar, parity, role)])
+            ctx.acquire(key, bar)
         return mbar_wait
 
     def mbar_arrive(self, op: Op) -> Handler:
-        b_id, n, ctx = op.operands[0].id, self.role.count, self.ctx
+        b_id, n, ctx, key = op.operands[0].id, self.role.count, self.ctx, self.role.key
 
         def mbar_arrive(env: Env) -> None:
-            env[b_id][()].arrive(ctx, op, n)  # one arrival per warpgroup of the role
+            env[b_id][()].arrive(ctx, op, key, n)  # one arrival per warpgroup of the role
         return mbar_arrive
 
     def barrier(self, op: Op) -> Handler:
@@ -1031,16 +1193,22 @@ class _Compiler:
         pending = int(op.attrs.get("pending", 0))
         ctx, key = self.ctx, self.role.key
 
+        a_smem, b_smem = (v.type.space == "smem" for v in op.operands[:2])
+
         def wgmma(env: Env) -> None:
             a, b = env[a_id], env[b_id]
+            if a_smem:
+                ctx.smem_read(op, a, key, "the A tile of this kit.mma", True)
+            if b_smem:
+                ctx.smem_read(op, b, key, "the B tile of this kit.mma", True)
             env[r] = env[c_id] + np.matmul(np.asarray(a, np.float32), np.asarray(b, np.float32))
             # wgmma.wait_group(pending): the newest `pending` groups of this role may still
-            # read a and b
+            # read their shared tiles
             fl = ctx.inflight
-            fl.append((op, a, b, key))
+            fl.append((op, a if a_smem else None, b if b_smem else None, key))
             mine = [i for i, e in enumerate(fl) if e[3] == key]
             for i in reversed(mine[:max(len(mine) - pending, 0)]):
-                del fl[i]
+                ctx.retire(fl.pop(i))
         return wgmma
 
     def load(self, op: Op) -> Handler:
@@ -1235,6 +1403,9 @@ def _retiring(h: Handler, ctx: _Ctx, key: int) -> Handler:
     def retire(env: Env) -> None:
         fl = ctx.inflight
         if fl:
+            for e in fl:
+                if e[3] == key:
+                    ctx.retire(e)
             fl[:] = [e for e in fl if e[3] != key]
         h(env)
     return retire
@@ -1420,6 +1591,7 @@ def run(fn: Function, grid: tuple[int, int, int], args: list) -> None:
 def _execute(fn: Function, grid: tuple[int, int, int], mem: _Memory) -> None:
     ctx = _Ctx(grid)
     comp = _Compiler(mem, ctx, _mma_values(fn), int(fn.attrs.get("num_warps", 4)))
+    ctx.roles[0] = comp.role
     body = comp.block(fn.body)
     base: Env = {v.id: x for v, x in zip(fn.args, mem.values)}
     if grid[0] * grid[1] * grid[2] == 0:
@@ -1430,9 +1602,7 @@ def _execute(fn: Function, grid: tuple[int, int, int], mem: _Memory) -> None:
     for z in range(gz):
         for y in range(gy):
             for x in range(gx):
-                ctx.pid = (x, y, z)
-                ctx.inflight.clear()
-                ctx.copies.clear()
+                ctx.start((x, y, z))
                 env = dict(base)
                 for h in body:
                     h(env)

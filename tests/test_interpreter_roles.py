@@ -4,7 +4,9 @@ as coroutines that take turns at mbarrier waits, with real mbarrier phases.
 `matmul_ws` from benchmarks/ws_kernel.py (a TMA producer warpgroup and two WGMMA consumer
 warpgroups) against a float64 reference; hand-written role kernels pin down the rest: a
 stage ring whose phases wrap many times, waits on the wrong parity (a deadlock, reported with
-each wait, its barrier and its loop iteration instead of hanging), arrivals counted per
+each wait, its barrier and its loop iteration instead of hanging), races the schedule here
+would hide (a stage freed before or while its MMA reads it, a producer that does not wait
+for a free stage, a consumer that does not wait for its stage to land), arrivals counted per
 warpgroup of the role, `kit.warpgroup_id()` inside and outside roles, roles within roles,
 and TMA loads that arrive more often than a barrier expects.
 """
@@ -18,7 +20,7 @@ import pytest
 import torch
 
 import kitjit as kit
-from kitjit.interpreter import DeadlockError, MBarrierError
+from kitjit.interpreter import DeadlockError, MBarrierError, RaceError
 from kitjit.testing import rel_error
 
 BENCH = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
@@ -58,10 +60,9 @@ def test_matmul_ws(M, N, K, BN, BK, STAGES):
 # ----------------------------------------------------------------------------- a stage ring
 @kit.jit
 def ring_copy(X, E, Y, n, R: kit.constexpr, C: kit.constexpr, STAGES: kit.constexpr,
-              PFLIP: kit.constexpr, CFLIP: kit.constexpr):
+              BUG: kit.constexpr, PENDING: kit.constexpr):
     """Y block i = X block i @ E for n blocks of R rows, through a ring of STAGES stages:
-    warpgroup 0 loads, warpgroup 1 multiplies and stores. PFLIP / CFLIP flip the parity the
-    producer / consumer waits for (a bug)."""
+    warpgroup 0 loads, warpgroup 1 multiplies and stores. BUG > 0 breaks it (see below)."""
     x = kit.shared((STAGES, R, C), X.dtype.element_ty)
     e = kit.shared((C, C), E.dtype.element_ty)
     ready = kit.mbarriers(STAGES)
@@ -72,27 +73,36 @@ def ring_copy(X, E, Y, n, R: kit.constexpr, C: kit.constexpr, STAGES: kit.conste
         kit.tma_load(e, E, (0, 0), got_e[0])
         for i in range(n):
             s = i % STAGES
-            kit.mbarrier_wait(empty[s], (i // STAGES + PFLIP) % 2 ^ 1)
+            if BUG == 1:    # waits for the wrong parity
+                kit.mbarrier_wait(empty[s], i // STAGES % 2)
+            elif BUG != 4:  # (4: does not wait for the stage to be free)
+                kit.mbarrier_wait(empty[s], i // STAGES % 2 ^ 1)
             kit.tma_load(x[s], X, (i * R, 0), ready[s])
     else:
         kit.setmaxnreg(232)
         kit.mbarrier_wait(got_e[0], 0)
         for i in range(n):
             s = i % STAGES
-            kit.mbarrier_wait(ready[s], (i // STAGES + CFLIP) % 2)
-            y = kit.mma(x[s], e, kit.zeros((R, C), kit.float32))
-            kit.mbarrier_arrive(empty[s])
+            if BUG == 2:    # waits for the wrong parity
+                kit.mbarrier_wait(ready[s], i // STAGES % 2 ^ 1)
+            elif BUG != 5:  # (5: does not wait for the stage to land)
+                kit.mbarrier_wait(ready[s], i // STAGES % 2)
+            if BUG == 3:    # frees the stage before the MMA reads it
+                kit.mbarrier_arrive(empty[s])
+            y = kit.mma(x[s], e, kit.zeros((R, C), kit.float32), pending=PENDING)
+            if BUG != 3:
+                kit.mbarrier_arrive(empty[s])
             kit.barrier()  # the role's own named barrier
             r = i * R + kit.arange(0, R)
             c = kit.arange(0, C)
-            kit.store(Y + r[:, None] * C + c[None, :], y)
+            kit.store(Y + r[:, None] * C + c[None, :], y)  # with PENDING=1: retires the MMA
 
 
-def run_ring(n, stages, pflip=0, cflip=0, R=64, C=64):
+def run_ring(n, stages, bug=0, pending=0, R=64, C=64):
     X = randn(n * R, C, seed=3)
     Y = torch.full((n * R, C), float("nan"))
     ring_copy[(1,)](X, torch.eye(C, dtype=torch.bfloat16), Y, n, R=R, C=C, STAGES=stages,
-                    PFLIP=pflip, CFLIP=cflip, num_warps=8)
+                    BUG=bug, PENDING=pending, num_warps=8)
     return X, Y
 
 
@@ -104,19 +114,19 @@ def test_stage_ring_phases_wrap(n, stages):
 
 def test_consumer_waiting_for_the_wrong_parity_deadlocks():
     with pytest.raises(DeadlockError) as e:
-        run_ring(5, 2, cflip=1)
+        run_ring(5, 2, bug=2)
     msg = str(e.value)
     assert msg.startswith("deadlock in program (0, 0, 0): every role waits")
     assert "this would hang the GPU" in msg
     # the producer filled both stages and waits for the consumer to free stage 0 ...
     assert "warpgroup 0 at " in msg and "in 'ring_copy' waits for empty[0] to complete " \
         "phase 0 (parity 0), which still needs 1 of 1 arrival" in msg
-    assert "kit.mbarrier_wait(empty[s], (i // STAGES + PFLIP) % 2 ^ 1)" in msg
+    assert "kit.mbarrier_wait(empty[s], i // STAGES % 2 ^ 1)" in msg
     assert "i = 2 (range(0, 5, 1))" in msg
     # ... while the consumer waits for the phase after the one that landed
     assert "warpgroup 1 at " in msg and "waits for ready[0] to complete phase 1 (parity 1), " \
         "which still needs 1 of 1 arrival" in msg
-    assert "kit.mbarrier_wait(ready[s], (i // STAGES + CFLIP) % 2)" in msg
+    assert "kit.mbarrier_wait(ready[s], i // STAGES % 2 ^ 1)" in msg
     assert "i = 0 (range(0, 5, 1))" in msg
     assert "hint: the k-th phase of a barrier" in msg
 
@@ -125,8 +135,64 @@ def test_producer_waiting_for_the_wrong_parity_deadlocks():
     # a fresh barrier is in phase 0: waiting for parity 0 blocks until a phase completes
     with pytest.raises(DeadlockError, match=r"warpgroup 0 at .* waits for empty\[0\] to "
                                             r"complete phase 0 \(parity 0\)") as e:
-        run_ring(3, 2, pflip=1)
+        run_ring(3, 2, bug=1)
+    assert "kit.mbarrier_wait(empty[s], i // STAGES % 2)\n" in str(e.value)
     assert "warpgroup 1 at " in str(e.value) and "ready[0]" in str(e.value)
+
+
+# Races: the schedule here happens to give the right numbers (the producer runs until it
+# waits), but the GPU may not; the interpreter tracks what the barriers order (vector
+# clocks) and raises where nothing does.
+def test_freeing_a_stage_before_the_mma_reads_it_is_a_race():
+    with pytest.raises(RaceError) as e:
+        run_ring(5, 2, bug=3)
+    msg = str(e.value)
+    assert "race on shared memory" in msg and "kit.tma_load(x[s], X, (i * R, 0), ready[s])" in msg
+    assert "overwrites shared memory that warpgroup 1 reads in the kit.mma at line" in msg
+    assert "nothing orders that read before this load" in msg
+    assert "i = 2 (range(0, 5, 1))" in msg  # the first reuse of stage 0
+
+
+def test_freeing_a_stage_while_its_mma_is_in_flight_is_a_race():
+    # pending=1: the MMA still reads x[s] when the consumer arrives; the store retires it
+    with pytest.raises(RaceError, match="overwrites shared memory that warpgroup 1 reads"):
+        run_ring(5, 2, pending=1)
+
+
+def test_producer_not_waiting_for_a_free_stage_is_a_race():
+    with pytest.raises(RaceError, match=r"(?s)overwrites shared memory that the TMA load at "
+                                        r"line \d+ \(kit.tma_load\(x\[s\].*may still be "
+                                        r"writing.*i = 2 \(range"):
+        run_ring(5, 2, bug=4)
+
+
+def test_consumer_not_waiting_for_its_stage_is_a_race():
+    with pytest.raises(RaceError, match=r"(?s)the A tile of this kit.mma is written by the TMA "
+                                        r"load at line \d+.*warpgroup 1 has not seen ready\[0\] "
+                                        r"complete phase 0.*kit.mbarrier_wait\(ready\[0\], 0\)"):
+        run_ring(5, 2, bug=5)
+
+
+@kit.jit
+def no_wait(X, Y, LOAD: kit.constexpr, WAIT: kit.constexpr):
+    x = kit.shared((64, 64), X.dtype.element_ty)
+    bar = kit.mbarriers(1)
+    if LOAD:
+        kit.tma_load(x, X, (0, 0), bar[0])
+    if WAIT:
+        kit.mbarrier_wait(bar[0], 0)
+    acc = kit.mma(x, x, kit.zeros((64, 64), kit.float32))
+    kit.store(Y + kit.arange(0, 64)[:, None] * 64 + kit.arange(0, 64)[None, :], acc)
+
+
+def test_reads_of_shared_memory_without_roles():
+    X, Y = randn(64, 64), torch.zeros(64, 64)
+    no_wait[(1,)](X, Y, LOAD=True, WAIT=True, num_warps=4)
+    assert rel_error(Y, X.double() @ X.double()) < 1e-5
+    with pytest.raises(RaceError, match="its copy is still in flight: nothing has waited"):
+        no_wait[(1,)](X, Y, LOAD=True, WAIT=False, num_warps=4)
+    with pytest.raises(RaceError, match="read of uninitialized shared memory"):
+        no_wait[(1,)](X, Y, LOAD=False, WAIT=False, num_warps=4)
 
 
 # ----------------------------------------------------------------------------- arrivals
