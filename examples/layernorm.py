@@ -25,7 +25,9 @@ def layernorm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float = 1e
     n_rows, n_cols = x.shape
     y = torch.empty_like(x)
     block = kit.next_power_of_2(n_cols)
-    warps = 4  # measured best on an H200 (benchmarks/NOTES.md)
+    # measured best on an H200 for bf16 (benchmarks/NOTES.md); wide fp32 rows need more
+    # warps or they spill
+    warps = 4 if x.element_size() <= 2 or block <= 4096 else 16
     layernorm_kernel[(n_rows,)](x, w, b, y, n_cols, eps, BLOCK=block, num_warps=warps)
     return y
 

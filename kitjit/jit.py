@@ -144,7 +144,7 @@ class JITFunction:
                            "calls without one work only inside other @kit.jit functions")
 
     def __getitem__(self, grid):
-        return functools.partial(self._run, grid=grid)
+        return functools.partial(self.run, grid=grid)
 
     def __repr__(self) -> str:
         return f"JITFunction({self.fn.__module__}:{self.__name__})"
@@ -152,11 +152,23 @@ class JITFunction:
     # -------------------------------------------------------------- launch
     def run(self, *args, grid, **kwargs):
         """Launch on `grid` (what `kernel[grid](...)` calls)."""
-        return self._run(*args, grid=grid, **kwargs)
+        try:
+            return self._run(*args, grid=grid, **kwargs)
+        except TypeError as e:
+            msg = str(e)
+            if msg.startswith(f"{self._run.__name__}()") and "missing" in msg and \
+                    any(f"'{c}'" in msg for c in self.constexprs):
+                raise TypeError(msg + " (constexprs are passed by keyword: "
+                                "kernel[grid](..., BLOCK=1024))") from None
+            raise
 
     def _miss(self, key, rt_args, consts, num_warps):
         """A specialization not seen in this process: compile (or interpret) it and return
         its launcher, a function (grid, *run-time args). KITJIT_INTERPRET is read here."""
+        if not isinstance(num_warps, int) or num_warps < 1 or num_warps > 32 or \
+                num_warps & (num_warps - 1):
+            raise ValueError(f"{self.__name__}: num_warps must be a power of two from 1 to "
+                             f"32, got {num_warps!r}")
         if interpret_mode():
             launcher = functools.partial(self._interpret_launch, consts, num_warps)
         else:
@@ -231,6 +243,14 @@ class JITFunction:
                 return ck
         t0 = time.perf_counter()
         fn = self.build_ir(specs, consts, num_warps)
+        hopper = {"smem_alloc", "wgmma", "tma_load", "tma_store", "setmaxnreg"}
+        if not arch.startswith("sm_90") and any(op.name in hopper for op in fn.walk()):
+            from kitjit.frontend.errors import CompileError
+
+            raise CompileError(f"kernel '{fn.name}' uses Hopper instructions (shared tiles, "
+                               f"TMA, WGMMA, setmaxnreg) that need sm_90a; the target is "
+                               f"{arch}", hint="compile for sm_90a, or use kit.dot and "
+                               "kit.load for other GPUs")
         tir = str(fn)
         from kitjit.backend.compiler import llvm_to_ptx, ptx_to_cubin
         from kitjit.backend.lower import Lowering
@@ -302,7 +322,8 @@ def _key_part(a):
     """What the specialization depends on, for one run-time argument (kept cheap: this runs
     on every launch)."""
     if a.__class__ is int:
-        return (a == 1, a & 15 == 0, -2147483648 <= a <= 2147483647)
+        return (a == 1, a & 15 == 0, 0 if -2147483648 <= a <= 2147483647 else
+                1 if -9223372036854775808 <= a <= 9223372036854775807 else 2)
     try:
         return (a.get_device(), a.dtype, a.data_ptr() & 15 == 0)
     except AttributeError:
@@ -323,7 +344,11 @@ def launch(grid, {args}):
             return _CK
         _grid3(g, _NAME)
 {sets}
-    r = _launch(_FN, g0, g1, g2, _THREADS, 1, 1, _SHARED, _stream(_DEV), _ADDR, 0)[0]
+    try:
+        r = _launch(_FN, g0, g1, g2, _THREADS, 1, 1, _SHARED, _stream(_DEV), _ADDR, 0)[0]
+    except TypeError:
+        _grid3(g, _NAME)
+        raise
     if r:
         _fail(int(r))
     return _CK
@@ -439,6 +464,8 @@ def _arg_spec(name: str, a: Any) -> tuple:
     if isinstance(a, bool):
         return ("i1", 1)
     if isinstance(a, int):
+        if not -(2 ** 63) <= a < 2 ** 63:
+            raise ValueError(f"argument '{name}' is {a}, outside the range of int64")
         if a == 1:
             return ("const", 1)
         ty = "i32" if -(2 ** 31) <= a < 2 ** 31 else "i64"
@@ -471,8 +498,10 @@ def _check_launch_args(jf: JITFunction, rt_args, gpu: bool) -> None:
 def _grid3(grid, name: str) -> tuple[int, int, int]:
     if isinstance(grid, int):
         grid = (grid,)
+    import operator
+
     try:
-        g = tuple(int(x) for x in grid)
+        g = tuple(operator.index(x) for x in grid)
     except TypeError:
         raise TypeError(f"{name}: the grid must be a tuple of ints or a function of the "
                         f"meta-parameters returning one, got {grid!r}") from None

@@ -580,24 +580,18 @@ def test_calling_a_kernel_without_a_grid():
         copy_kernel(torch.zeros(4), torch.zeros(4), 4, BLOCK=4)
 
 
-@pytest.mark.xfail(strict=True, reason="jit: the generated binder lost the hint that "
-                   "constexprs are passed by keyword (the first binder added it)")
 def test_missing_constexpr_says_keyword():
     x, out = _launch_setup()
     with pytest.raises(TypeError, match="keyword"):
         copy_kernel[(1,)](x, out, 64)
 
 
-@pytest.mark.xfail(strict=True, reason="jit: ints outside int64 are not rejected at launch; "
-                   "the interpreter wraps 2**70 silently")
 def test_int_argument_out_of_range():
     x, out = _launch_setup()
     with pytest.raises((ValueError, OverflowError, TypeError)):
         copy_kernel[(1,)](x, out, 2 ** 70, BLOCK=64)
 
 
-@pytest.mark.xfail(strict=True, reason="jit: num_warps is not validated at launch (0 gives an "
-                   "InternalCompilerError from layout inference, 3 is accepted)")
 @pytest.mark.parametrize("num_warps", [0, 3, -4])
 def test_bad_num_warps(num_warps):
     x, out = _launch_setup()
@@ -605,8 +599,6 @@ def test_bad_num_warps(num_warps):
         copy_kernel[(1,)](x, out, 64, BLOCK=64, num_warps=num_warps)
 
 
-@pytest.mark.xfail(strict=True, reason="jit: a non-int grid entry is truncated (1.5 -> 1) or "
-                   "fails with int()'s own ValueError instead of the grid message")
 @pytest.mark.parametrize("grid", [(1.5,), ("a",)])
 def test_grid_of_non_ints(grid):
     x, out = _launch_setup()

@@ -237,10 +237,6 @@ def test_matmul_example_uses_wgmma_and_tma():
     assert "wgmma.mma_async" in c.ck.asm["ptx"] and "cp.async.bulk.tensor" in c.ck.asm["ptx"]
 
 
-@pytest.mark.xfail(strict=True, reason="backend: a Hopper-only kernel (WGMMA/TMA/mbarrier "
-                   "expect_tx) compiled for sm_80 reaches ptxas and surfaces as an "
-                   "InternalCompilerError ('bug in kitjit') instead of a CompileError that "
-                   "names the arch")
 def test_matmul_example_for_sm80_is_a_clear_error():
     from kitjit.frontend.errors import CompileError
 
