@@ -25,8 +25,10 @@ mbarriers keep their real state (PTX semantics): arrivals still expected in the 
 phase (`kit.mbarriers(n, arrivals=k)`), a transaction byte count, and the number of
 completed phases. A phase completes when both reach zero. `kit.mbarrier_arrive` arrives once
 per warpgroup that runs it; the first TMA load of a group (`expect` > 0, see
-frontend/tma_groups.py) arrives once and announces the group's bytes, and every load's copy
-lands at once and takes its bytes off. `mbarrier_wait(bar, p)` passes when the phase of
+frontend/tma_groups.py) arrives once and announces the group's bytes, and every load's bytes
+come off when its copy lands: the data is copied at issue, but the copy counts as landed
+only at the next wait (of any role), as the issuing thread runs on while a copy flies on the
+GPU. `mbarrier_wait(bar, p)` passes when the phase of
 parity p is the most recently completed one (the current phase's parity is not p; a fresh
 barrier is in phase 0, so waiting for parity 1 passes at once).
 
