@@ -13,18 +13,12 @@ from kitjit.testing import bench, check, device, has_gpu
 
 
 @kit.jit
-def attend(q, k, v, ready, K, V, acc, m_i, l_i, sc, rows, j, n_kv, kvh, S, qk_scale,
+def attend(q, k, v, ready, K, V, acc, m_i, l_i, rows, j, n_kv, kvh, S, qk_scale,
            BM: kit.constexpr, BN: kit.constexpr, STAGES: kit.constexpr, MASK: kit.constexpr):
-    """One K/V block whose S = Q Kᵀ is `sc`: issue the next block's Q Kᵀ so it runs during
-    this block's softmax, then O += P V and refill the stage with block j+STAGES."""
+    """One K/V block: S = Q Kᵀ, online softmax, O += P V; refill the stage for block j+STAGES."""
     s = j % STAGES
-    if j + 1 < n_kv:
-        sn = (j + 1) % STAGES
-        kit.mbarrier_wait(ready[sn], (j + 1) // STAGES % 2)
-        sc_next = kit.mma(q, k[sn].T, kit.zeros((BM, BN), kit.float32), pending=1)
-    else:
-        sc_next = sc
-    sc = sc * qk_scale                             # log2 domain
+    kit.mbarrier_wait(ready[s], j // STAGES % 2)
+    sc = kit.mma(q, k[s].T, kit.zeros((BM, BN), kit.float32)) * qk_scale   # log2 domain
     if MASK:                                       # ragged tail or causal diagonal only
         cols = j * BN + kit.arange(0, BN)
         sc = kit.where((cols[None, :] < S) & (cols[None, :] <= rows[:, None]), sc,
@@ -37,7 +31,7 @@ def attend(q, k, v, ready, K, V, acc, m_i, l_i, sc, rows, j, n_kv, kvh, S, qk_sc
     if j + STAGES < n_kv:                          # both MMAs are done with stage s: refill
         kit.tma_load(k[s], K, (kvh * S + (j + STAGES) * BN, 0), ready[s])
         kit.tma_load(v[s], V, (kvh * S + (j + STAGES) * BN, 0), ready[s])
-    return acc, m_new, l_i, sc_next
+    return acc, m_new, l_i
 
 
 @kit.jit
@@ -67,14 +61,12 @@ def attention_kernel(Q, K, V, O, L, S, H, G, qk_scale, BM: kit.constexpr, BN: ki
     l_i = kit.zeros((BM,), kit.float32)
     acc = kit.zeros((BM, D), kit.float32)
     kit.mbarrier_wait(q_ready[0], 0)
-    kit.mbarrier_wait(ready[0], 0)
-    sc = kit.mma(q, k[0].T, kit.zeros((BM, BN), kit.float32), pending=1)   # block 0's S
     for j in range(n_full):
-        acc, m_i, l_i, sc = attend(q, k, v, ready, K, V, acc, m_i, l_i, sc, rows, j, n_kv,
-                                   kvh, S, qk_scale, BM, BN, STAGES, False)
+        acc, m_i, l_i = attend(q, k, v, ready, K, V, acc, m_i, l_i, rows, j, n_kv, kvh, S,
+                               qk_scale, BM, BN, STAGES, False)
     for j in range(n_full, n_kv):
-        acc, m_i, l_i, sc = attend(q, k, v, ready, K, V, acc, m_i, l_i, sc, rows, j, n_kv,
-                                   kvh, S, qk_scale, BM, BN, STAGES, True)
+        acc, m_i, l_i = attend(q, k, v, ready, K, V, acc, m_i, l_i, rows, j, n_kv, kvh, S,
+                               qk_scale, BM, BN, STAGES, True)
     out = acc / l_i[:, None]
     rows = m0 + kit.arange(0, BM)
     live = rows < S

@@ -148,7 +148,7 @@ def infer_layouts(fn: Function) -> Function:
     for op in dots:
         c = cls(op.result)
         # wgmma: each warp owns 16 rows of its warpgroup's 64 (the m64nNk16 accumulator)
-        nw = class_warps(c)
+        nw = _pow2_warps(class_warps(c), classes[c])
         layout[c] = Mma(nw, 1) if op.name == "wgmma" else mma_layout(max_shape(c), nw)
 
     # children of slice edges, by class: [(parent class, axis, kind)]
@@ -171,7 +171,8 @@ def infer_layouts(fn: Function) -> Function:
                 break
         else:
             vec = 16 // elem_bytes.get(c, 4)
-            layout[c] = default_blocked(max_shape(c), class_warps(c), vec)
+            layout[c] = default_blocked(max_shape(c), _pow2_warps(class_warps(c), classes[c]),
+                                        vec)
 
     for c, vs in classes.items():
         for v in vs:
@@ -186,6 +187,15 @@ def infer_layouts(fn: Function) -> Function:
                 dataclasses.replace(lay, transposed=not lay.transposed) if lay else None)
     _insert_conversions(fn.body, fn)
     return fn
+
+
+def _pow2_warps(nw: int, vals) -> int:
+    if nw & (nw - 1):
+        raise CompileError(f"a tile is spread over {nw} warps, which is not a power of two",
+                           _loc_of(vals), "with num_warps a multiple of 4 (12, 20, ...), keep "
+                           "tiles inside roles of 1, 2 or 4 warpgroups "
+                           "(if kit.warpgroup_id() == 0: ... else: ...)")
+    return nw
 
 
 def _loc_of(vals):

@@ -165,10 +165,11 @@ class JITFunction:
     def _miss(self, key, rt_args, consts, num_warps):
         """A specialization not seen in this process: compile (or interpret) it and return
         its launcher, a function (grid, *run-time args). KITJIT_INTERPRET is read here."""
-        if not isinstance(num_warps, int) or num_warps < 1 or num_warps > 32 or \
-                num_warps & (num_warps - 1):
+        if not isinstance(num_warps, int) or not 1 <= num_warps <= 32 or \
+                (num_warps & (num_warps - 1) and num_warps % 4):
             raise ValueError(f"{self.__name__}: num_warps must be a power of two from 1 to "
-                             f"32, got {num_warps!r}")
+                             f"32, or a whole number of warpgroups (12, 20, ...) for kernels "
+                             f"split into roles; got {num_warps!r}")
         if interpret_mode():
             launcher = functools.partial(self._interpret_launch, consts, num_warps)
         else:
