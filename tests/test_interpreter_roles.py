@@ -319,7 +319,15 @@ def who(Y, K: kit.constexpr):
                   kit.warpgroup_id())
 
 
-@pytest.mark.parametrize("num_warps,k", [(8, 1), (16, 2), (16, 3)])
+def test_tile_in_a_role_of_three_warpgroups_is_a_compile_error():
+    from kitjit.frontend.errors import CompileError
+
+    Y = torch.full((48,), -1, dtype=torch.int32)
+    with pytest.raises(CompileError, match="not a power of two"):
+        who[(1,)](Y, K=3, num_warps=16)
+
+
+@pytest.mark.parametrize("num_warps,k", [(8, 1), (16, 2)])
 def test_warpgroup_id_inside_roles(num_warps, k):
     # the then role is (k, n - k), the else role (0, k); a role of several warpgroups gives
     # its first (on an H200 the 8- and 16-warp cases with k <= 2 stored the same)
