@@ -6,23 +6,20 @@ Three parts:
 - compile-to-SASS (no GPU): each kernel built with `kit.compile_aot(..., arch="sm_90a")` and
   disassembled; checked for warpgroup MMA of the expected shape (shared-memory operands, and
   for attention's P @ V the register-A form), TMA loads, no spills, the shared memory the
-  ring needs, `setmaxnreg` in the warp-specialized kernels' PTX. Known compiler problems are
-  strict xfails, so a fix shows up as XPASS.
+  ring needs, `setmaxnreg` in the warp-specialized kernels' PTX.
 - the CPU interpreter (tiny shapes): attention and matmul against float64 references, with
   outputs poisoned (NaN) so that an element never written fails, ragged lengths, GQA, fp16
   and bf16; the warp-specialized kernels too (roles run as coroutines).
 - GPU (`-m gpu`, skipped without one): the same at real sizes.
 
-Known problems are xfails: strict where the check itself is meant to pass once fixed (the
-SASS findings; examples/matmul.py deadlocking with fewer k-steps than STAGES - 1 and more
-tiles than programs), and imperative (`three_warpgroups`) where kit.jit refuses the
-12-warp launch that a producer and two consumer warpgroups need.
+Known problems are strict xfails, so that a fix shows as XPASS: the SASS findings, and
+examples/matmul.py deadlocking with fewer k-steps than STAGES - 1 and more tiles than
+programs.
 """
 
 from __future__ import annotations
 
 import ast
-import contextlib
 import math
 import pathlib
 import re
@@ -127,19 +124,6 @@ def poison(monkeypatch):
 
 def is_poisoned(t, made) -> bool:
     return any(t.data_ptr() == m.data_ptr() for m in made)
-
-
-@contextlib.contextmanager
-def three_warpgroups():
-    """Around launches of 12 warps (a producer warpgroup and two consumers): kit.jit refuses
-    num_warps=12 since 4eddda1 (powers of two only); until it takes them again the test
-    xfails on that refusal, and on nothing else."""
-    try:
-        yield
-    except ValueError as e:
-        if "num_warps must be a power of two" not in str(e):
-            raise
-        pytest.xfail("kit.jit refuses num_warps=12, which three warpgroups need (4eddda1)")
 
 
 def attention_direct(q, k, v, causal, sm_scale=None, *, BM, BN, STAGES=2, num_warps):
@@ -476,8 +460,7 @@ def test_interp_attention_wrapper(B, H, S, D, causal, g, cfg, poison):
 ], ids=["causal-g2", "full-stages3", "D128-default"])
 def test_interp_attention_ws(B, H, S, D, causal, g, cfg, poison):
     q, k, v = qkv(B, H, S, D, g, torch.bfloat16, seed=6)
-    with three_warpgroups():
-        o, lse = attn_ex.attention(q, k, v, causal, ws=True, **cfg)
+    o, lse = attn_ex.attention(q, k, v, causal, ws=True, **cfg)
     assert is_poisoned(o, poison) and is_poisoned(lse, poison)
     ro, rl = attn_ex.reference(q, k, v, causal)
     assert_rows_close(o, ro, 1e-2, "attention (ws) output")
@@ -544,16 +527,14 @@ WS_CPU = [  # (helper, M, N, K, config)
                               for h, m, n, k, c in WS_CPU])
 def test_interp_warp_specialized(helper, M, N, K, cfg, poison):
     a, b = randn(M, K, seed=6), randn(K, N, seed=7)
-    with three_warpgroups():
-        c = getattr(WS, helper)(a, b, **cfg)
+    c = getattr(WS, helper)(a, b, **cfg)
     assert is_poisoned(c, poison)
     assert_rows_close(c, a.double() @ b.double(), 1e-2, f"{helper} {M}x{N}x{K}")
 
 
 def test_interp_wsp_fp16(poison):
     a, b = randn(136, 72, dtype=torch.float16, seed=8), randn(72, 200, dtype=torch.float16)
-    with three_warpgroups():
-        c = WS.wsp(a, b, BM=128, BN=64, BK=32, STAGES=2)
+    c = WS.wsp(a, b, BM=128, BN=64, BK=32, STAGES=2)
     assert is_poisoned(c, poison) and c.dtype == torch.float16
     assert_rows_close(c, a.double() @ b.double(), 1e-2, "wsp fp16")
 
@@ -628,8 +609,7 @@ def test_gpu_attention_wrapper(B, H, S, D, causal, g, poison):
                          ids=["B2H4S1000D128g2", "B1H8S2048D64"])
 def test_gpu_attention_ws(B, H, S, D, g, causal, poison):
     q, k, v = qkv(B, H, S, D, g, torch.bfloat16, device="cuda", seed=7)
-    with three_warpgroups():
-        o, lse = attn_ex.attention(q, k, v, causal, ws=True)
+    o, lse = attn_ex.attention(q, k, v, causal, ws=True)
     torch.cuda.synchronize()
     assert is_poisoned(o, poison) and is_poisoned(lse, poison)
     ro, rl = attn_ex.reference(q, k, v, causal)
@@ -684,8 +664,7 @@ def test_gpu_matmul_4096_sampled(poison):
 def test_gpu_warp_specialized(helper, M, N, K, poison):
     a = randn(M, K, seed=1, device="cuda")
     b = randn(K, N, seed=2, device="cuda")
-    with three_warpgroups():
-        c = getattr(WS, helper)(a, b)
+    c = getattr(WS, helper)(a, b)
     torch.cuda.synchronize()
     assert is_poisoned(c, poison)
     assert_rows_close(c, a.double() @ b.double(), 1e-2, f"{helper} {M}x{N}x{K}")
@@ -700,8 +679,7 @@ def test_gpu_warp_specialized_fp16_repeat(helper, poison):
     b = randn(1024, 2048, dtype=torch.float16, seed=4, device="cuda")
     ref = a.double() @ b.double()
     for i in range(3):
-        with three_warpgroups():
-            c = getattr(WS, helper)(a, b)
+        c = getattr(WS, helper)(a, b)
         torch.cuda.synchronize()
         assert is_poisoned(c, poison)
         assert_rows_close(c, ref, 1e-2, f"{helper} fp16 run {i}")
