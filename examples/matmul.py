@@ -36,10 +36,11 @@ def matmul_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr, BK: ki
     n_tiles = kit.cdiv(M, BM) * kit.cdiv(N, BN)
     step = kit.num_programs(0)                               # persistent: tiles pid, pid+step..
     first = kit.program_id(0)
-    m0, n0 = tile_origin(first, M, N, BM, BN, GROUP)
-    for s in kit.static_range(STAGES - 1):                   # prologue: fill the ring
-        if s < n_k and first < n_tiles:
-            load_stage(a, b, ready, A, B, m0, n0, s, s, BK, STAGES)
+    for s in kit.static_range(STAGES - 1):                   # prologue: fill the ring with
+        t = first + s // n_k * step                          # this program's first k-steps
+        if t < n_tiles:                                      # (several tiles when K is short)
+            m0, n0 = tile_origin(t, M, N, BM, BN, GROUP)
+            load_stage(a, b, ready, A, B, m0, n0, s % n_k, s, BK, STAGES)
     it = 0                                                   # k-steps done by this program
     for tile in range(first, n_tiles, step):
         m0, n0 = tile_origin(tile, M, N, BM, BN, GROUP)
@@ -51,8 +52,13 @@ def matmul_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr, BK: ki
             j = kk + STAGES - 1        # refill the stage MMA it-1 freed, running into the
             if j < n_k:                # next tile so its loads fly during this epilogue
                 load_stage(a, b, ready, A, B, m0, n0, j, it + STAGES - 1, BK, STAGES)
-            elif tile + step < n_tiles:
-                load_stage(a, b, ready, A, B, m1, n1, j - n_k, it + STAGES - 1, BK, STAGES)
+            elif j < 2 * n_k:
+                if tile + step < n_tiles:
+                    load_stage(a, b, ready, A, B, m1, n1, j - n_k, it + STAGES - 1, BK,
+                               STAGES)
+            elif tile + j // n_k * step < n_tiles:           # K shorter than the ring
+                mj, nj = tile_origin(tile + j // n_k * step, M, N, BM, BN, GROUP)
+                load_stage(a, b, ready, A, B, mj, nj, j % n_k, it + STAGES - 1, BK, STAGES)
             it += 1
         rm = m0 + kit.arange(0, BM)    # the epilogue: straight from the accumulator
         rn = n0 + kit.arange(0, BN)    # registers (kit.tma_store measured slower here: its
