@@ -30,7 +30,6 @@ import pytest
 import torch
 
 import kitjit as kit
-from kitjit.interpreter import DeadlockError
 from kitjit.testing import rel_error
 from kitjit.tools import ToolError, disassemble, find_tool
 
