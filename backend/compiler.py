@@ -95,10 +95,22 @@ def nvjitlink_version() -> str:
 
 
 def ptx_to_cubin(ptx: str, arch: str, name: str = "kernel") -> tuple[bytes, Resources]:
+    # nvJitLink assembles PTX as a separately compiled unit, and ptxas then drops setmaxnreg
+    # (C7504); a whole-program ptxas keeps it, so kernels with roles prefer ptxas
+    if "setmaxnreg" in ptx and _ptxas_exe():
+        try:
+            return _ptxas(ptx, arch)
+        except RuntimeError:
+            pass
     try:
         return _nvjitlink(ptx, arch, name)
     except ImportError:
         return _ptxas(ptx, arch)
+
+
+def _ptxas_exe() -> str | None:
+    exe = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
+    return exe if os.path.exists(exe) else None
 
 
 def _nvjitlink(ptx: str, arch: str, name: str) -> tuple[bytes, Resources]:

@@ -1120,14 +1120,19 @@ class Lowering:
                     f"{{{outs}}}, ${n_out}, ${n_out + 1}, p, 1, 1, 0, {trans_b}; }}")
             cons = ",".join(["=f"] * n_out + ["l", "l", "r"] + [str(i) for i in range(n_out)])
         ret = ir.LiteralStructType([F32] * n_out)
-        asm(b, VOID, "wgmma.fence.sync.aligned;", "~{memory}", [])
+        # every operand (descriptors, packed A registers, accumulators) is computed before
+        # wgmma.fence, so nothing writes a register the wgmmas read between them: ptxas
+        # then issues them back to back instead of serializing them (C7517 / C7519)
+        steps = []
         for r0 in range(0, M, 16 * nw):
             idx = [ic[(r0 + 8 * ((i // 2) % 2), 8 * (i // 4) + (i % 2))] for i in range(n_out)]
-            regs = [C[i] for i in idx]
+            ks = []
             for k0 in range(0, K, 16):
                 if a_regs:
                     a_ops = [pack2(A[ia[(r0 + r, k0 + c)]], A[ia[(r0 + r, k0 + c + 1)]])
                              for r, c in ((0, 0), (8, 0), (0, 8), (8, 8))]
+                    a_ops = [asm(b, I32, "mov.b32 $0, $1;", "=r,r", [x], side_effect=True)
+                             for x in a_ops]
                 else:
                     a_addr = b.add(a_wg, self.c32((k0 // ca) * M * sa + r0 * sa +
                                                   (k0 % ca) * e))
@@ -1140,6 +1145,13 @@ class Lowering:
                     ins = a_ops + [self._desc(b_addr, db), self.c32(1)]
                 else:
                     ins = [self._desc(a_addr, da), self._desc(b_addr, db), self.c32(1)]
+                ks.append(ins)
+            regs = [asm(b, F32, "mov.b32 $0, $1;", "=f,f", [C[i]], side_effect=True)
+                    for i in idx]
+            steps.append((idx, regs, ks))
+        asm(b, VOID, "wgmma.fence.sync.aligned;", "~{memory}", [])
+        for idx, regs, ks in steps:
+            for ins in ks:
                 r = asm(b, ret, text, cons, ins + regs)
                 regs = [b.extract_value(r, i) for i in range(n_out)]
             for i, v in zip(idx, regs):
