@@ -60,7 +60,7 @@ for M, N, K in SHAPES:
     t_pp = bench(lambda: pp(a, b))
     fl = 2 * M * N * K / 1e9
     t_ws = bench(lambda: ws(a, b))
-    t_ex = bench(lambda: matmul.matmul(a, b, STAGES=4))
+    t_ex = bench(lambda: matmul.matmul(a, b, BM=128, BN=256, BK=64, STAGES=4, num_warps=8))
     t_cb = bench(lambda: a @ b)
     print(f"{M}x{N}x{K}: err {err:.1e} {err2:.1e} {err3:.1e} ws {fl / t_ws:.0f} "
           f"wsp {fl / t_wsp:.0f} pingpong {fl / t_pp:.0f} "

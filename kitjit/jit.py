@@ -144,7 +144,7 @@ class JITFunction:
                            "calls without one work only inside other @kit.jit functions")
 
     def __getitem__(self, grid):
-        return functools.partial(self.run, grid=grid)
+        return functools.partial(self._run, grid=grid)
 
     def __repr__(self) -> str:
         return f"JITFunction({self.fn.__module__}:{self.__name__})"
@@ -152,19 +152,19 @@ class JITFunction:
     # -------------------------------------------------------------- launch
     def run(self, *args, grid, **kwargs):
         """Launch on `grid` (what `kernel[grid](...)` calls)."""
-        try:
-            return self._run(*args, grid=grid, **kwargs)
-        except TypeError as e:
-            msg = str(e)
-            if msg.startswith(f"{self._run.__name__}()") and "missing" in msg and \
-                    any(f"'{c}'" in msg for c in self.constexprs):
-                raise TypeError(msg + " (constexprs are passed by keyword: "
-                                "kernel[grid](..., BLOCK=1024))") from None
-            raise
+        return self._run(*args, grid=grid, **kwargs)
 
     def _miss(self, key, rt_args, consts, num_warps):
         """A specialization not seen in this process: compile (or interpret) it and return
         its launcher, a function (grid, *run-time args). KITJIT_INTERPRET is read here."""
+        missing = [n for n, a in zip(self.runtime_params, rt_args) if a is MISSING_ARG]
+        missing += [n for n, a in zip(self.constexprs, consts) if a is MISSING_ARG]
+        if missing:
+            hint = " (constexprs are passed by keyword: kernel[grid](..., BLOCK=1024))" \
+                if any(n in self.constexprs for n in missing) else ""
+            raise TypeError(f"{self.__name__}() missing required argument"
+                            f"{'s' if len(missing) > 1 else ''}: "
+                            f"{', '.join(repr(n) for n in missing)}{hint}")
         if not isinstance(num_warps, int) or not 1 <= num_warps <= 32 or \
                 (num_warps & (num_warps - 1) and num_warps % 4):
             raise ValueError(f"{self.__name__}: num_warps must be a power of two from 1 to "
@@ -333,22 +333,20 @@ def _key_part(a):
 
 _LAUNCH_TEMPLATE = """
 def launch(grid, {args}):
-    if grid.__class__ is tuple and 0 < len(grid) <= 3:
-        g = grid + _ONES[len(grid):]
-    elif callable(grid):
-        g = _grid3(grid(_META), _NAME)
+    if grid.__class__ is tuple and len(grid) == 1:
+        g0 = grid[0]
+        g1 = g2 = 1
     else:
-        g = _grid3(grid, _NAME)
-    g0, g1, g2 = g
+        g0, g1, g2 = _grid3(grid(_META) if callable(grid) else grid, _NAME)
     if not (0 < g0 <= 2147483647 and 0 < g1 <= 65535 and 0 < g2 <= 65535):
-        if g0 * g1 * g2 == 0 and _grid3(g, _NAME):
+        if g0 * g1 * g2 == 0 and _grid3((g0, g1, g2), _NAME):
             return _CK
-        _grid3(g, _NAME)
+        _grid3((g0, g1, g2), _NAME)
 {sets}
     try:
         r = _launch(_FN, g0, g1, g2, _THREADS, 1, 1, _SHARED, _stream(_DEV), _ADDR, 0)[0]
     except TypeError:
-        _grid3(g, _NAME)
+        _grid3((g0, g1, g2), _NAME)
         raise
     if r:
         _fail(int(r))
@@ -406,6 +404,14 @@ class _LazyAsm(dict):
 
 
 _MISSING = object()
+
+
+class _MissingArg:
+    def __repr__(self) -> str:
+        return "<missing argument>"
+
+
+MISSING_ARG = _MissingArg()
 
 
 def _guard(kernel: str, stage: str, thunk):
@@ -548,7 +554,7 @@ def _make_runner(jf: JITFunction, sig):
 
     params = []
     ns: dict[str, Any] = {"_kit_kp": _key_part, "_kit_get": jf.cache.get,
-                          "_kit_miss": jf._miss, "_kit_T": torch.Tensor}
+                          "_kit_miss": jf._miss, "_kit_T": torch.Tensor, "_kit_M": MISSING_ARG}
     for i, (pname, p) in enumerate(sig.parameters.items()):
         if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY):
             raise TypeError(f"{jf.__name__}: kernels take plain parameters (no *args/**kwargs)")
@@ -558,8 +564,8 @@ def _make_runner(jf: JITFunction, sig):
         if p.default is not p.empty:
             ns[f"_kit_d{i}"] = p.default
             params.append(f"{pname}=_kit_d{i}")
-        else:
-            params.append(pname)
+        else:  # checked on a cache miss only: a missing argument never reaches a kernel
+            params.append(f"{pname}=_kit_M")
     rt = jf.runtime_params
     consts = "(" + "".join(c + ", " for c in jf.constexprs) + ")"
     parts = "".join(f", ({n}.get_device(), {n}.dtype, {n}.data_ptr() & 15 == 0) "
