@@ -218,6 +218,16 @@ def raw_launch():
         return (lambda *a: (lib.cuLaunchKernel(*a),)), (lambda h: h)
 
 
+def launch_ok():
+    """What the launch call returns on success (compared by identity on the hot path)."""
+    try:
+        from cuda.bindings import driver as cu
+
+        return cu.CUresult.CUDA_SUCCESS
+    except ImportError:  # pragma: no cover
+        return 0
+
+
 def launch_failed(code: int) -> None:
     check(code, "cuLaunchKernel")
 
