@@ -34,7 +34,7 @@ stream = torch._C._cuda_getCurrentRawStream
 rows = {
     "full kernel[grid](...)": lambda: empty_kernel[(1,)](x, 1024, BLOCK=128),
     "prebound partial(...)": lambda: k(x, 1024, BLOCK=128),
-    "_run(grid=g)": lambda: empty_kernel._run(x, 1024, BLOCK=128, grid=g),
+    "_launch(g, ...)": lambda: empty_kernel._launch(g, x, 1024, BLOCK=128),
     "launcher(g, x, n)": lambda: launcher(g, x, 1024),
     "partial creation": lambda: empty_kernel[(1,)],
     "x.data_ptr()": lambda: x.data_ptr(),

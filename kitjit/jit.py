@@ -111,7 +111,7 @@ class JITFunction:
         self.params = list(sig.parameters)
         self.constexprs = [n for n, p in sig.parameters.items() if _is_constexpr(p.annotation)]
         self.runtime_params = [n for n in self.params if n not in self.constexprs]
-        self._run = _make_runner(self, sig)
+        self._launch = _make_runner(self, sig)
 
     # -------------------------------------------------------------- source
     @property
@@ -144,7 +144,8 @@ class JITFunction:
                            "calls without one work only inside other @kit.jit functions")
 
     def __getitem__(self, grid):
-        return functools.partial(self._run, grid=grid)
+        # grid bound positionally: calling a partial then merges no keyword dicts
+        return functools.partial(self._launch, grid)
 
     def __repr__(self) -> str:
         return f"JITFunction({self.fn.__module__}:{self.__name__})"
@@ -152,7 +153,10 @@ class JITFunction:
     # -------------------------------------------------------------- launch
     def run(self, *args, grid, **kwargs):
         """Launch on `grid` (what `kernel[grid](...)` calls)."""
-        return self._run(*args, grid=grid, **kwargs)
+        return self._launch(grid, *args, **kwargs)
+
+    def _run(self, *args, grid, **kwargs):  # grid by keyword (the autotuner's entry)
+        return self._launch(grid, *args, **kwargs)
 
     def _miss(self, key, rt_args, consts, num_warps):
         """A specialization not seen in this process: compile (or interpret) it and return
@@ -573,7 +577,7 @@ def _make_runner(jf: JITFunction, sig):
                     f"if {n}.__class__ is _kit_T else _kit_kp({n})" for n in rt)
     args = ", ".join(rt)
     name = jf.__name__ if jf.__name__.isidentifier() else "kernel"
-    src = (f"def {name}({', '.join(params + ['num_warps=4', 'num_stages=None'])}, *, grid):\n"
+    src = (f"def {name}(grid, {', '.join(params + ['num_warps=4', 'num_stages=None'])}):\n"
            f"    _kit_key = ({consts}, num_warps{parts})\n"
            f"    _kit_l = _kit_get(_kit_key)\n"
            f"    if _kit_l is None:\n"
