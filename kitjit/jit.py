@@ -300,6 +300,7 @@ class JITFunction:
     def _interpret_launch(self, consts, num_warps, grid, *rt_args):
         from . import interpreter
 
+        rt_args = rt_args[:len(self.runtime_params)]  # then the launch values: not needed
         _check_launch_args(self, rt_args, gpu=False)
         specs = [_arg_spec(n, a) for n, a in zip(self.runtime_params, rt_args)]
         key = (tuple(map(tuple, specs)), consts, num_warps)
@@ -366,16 +367,15 @@ def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tup
     block = ck.params()
     launch_fn, wrap = driver.raw_launch()
     names = [f"a{i}" for i in range(len(jf.runtime_params))]
+    values = [f"v{i}" for i in range(len(jf.runtime_params))]
     sets = []
-    for j, i in enumerate(ck.runtime_index):
-        if ck.arg_kinds[i] == "ptr":
-            sets.append(f"    _ST.{block.names[j]} = {names[i]}.data_ptr()")
-        else:
-            sets.append(f"    _ST.{block.names[j]} = {names[i]}")
+    for j, i in enumerate(ck.runtime_index):  # v_i: a tensor's data pointer, or the value
+        sets.append(f"    _ST.{block.names[j]} = {values[i]}")
     for j, t in enumerate(ck.metadata.get("tma", [])):
         sets.append(f"    _PTRS[{block.desc_base + j}] = _tmap({names[t['param']]}, "
                     f"{t['box'][0]}, {t['box'][1]}, {t['swizzle']}, '{t['dtype']}')")
-    src = _LAUNCH_TEMPLATE.format(args=", ".join(names) or "*_", sets="\n".join(sets) or "    pass")
+    src = _LAUNCH_TEMPLATE.format(args=", ".join(names + values) or "*_",
+                                  sets="\n".join(sets) or "    pass")
     ns = {
         "_ONES": (1, 1, 1), "_grid3": _grid3, "_NAME": jf.__name__, "_CK": ck,
         "_META": dict(zip(jf.constexprs, consts),
@@ -572,18 +572,28 @@ def _make_runner(jf: JITFunction, sig):
             params.append(f"{pname}=_kit_M")
     rt = jf.runtime_params
     consts = "(" + "".join(c + ", " for c in jf.constexprs) + ")"
-    # (nested tuples measured faster than one flat tuple built with star-unpacking)
-    parts = "".join(f", ({n}.get_device(), {n}.dtype, {n}.data_ptr() & 15 == 0) "
-                    f"if {n}.__class__ is _kit_T else _kit_kp({n})" for n in rt)
+    # per run-time argument: its key part, and the value the launcher stores (a tensor's
+    # data pointer, read once here; anything else as it is)
+    body = []
+    for i, n in enumerate(rt):
+        body += [f"    if {n}.__class__ is _kit_T:",
+                 f"        _kit_v{i} = {n}.data_ptr()",
+                 f"        _kit_k{i} = ({n}.get_device(), {n}.dtype, _kit_v{i} & 15 == 0)",
+                 "    else:",
+                 f"        _kit_v{i} = {n}",
+                 f"        _kit_k{i} = _kit_kp({n})"]
+    parts = "".join(f", _kit_k{i}" for i in range(len(rt)))
+    vals = "".join(f", _kit_v{i}" for i in range(len(rt)))
     args = ", ".join(rt)
     name = jf.__name__ if jf.__name__.isidentifier() else "kernel"
     src = (f"def {name}(grid, {', '.join(params + ['num_warps=4', 'num_stages=None'])}):\n"
+           + "".join(line + "\n" for line in body) +
            f"    _kit_key = ({consts}, num_warps{parts})\n"
            f"    _kit_l = _kit_get(_kit_key)\n"
            f"    if _kit_l is None:\n"
            f"        _kit_l = _kit_miss(_kit_key, ({args}{',' if len(rt) == 1 else ''}), "
            f"{consts}, num_warps)\n"
-           f"    return _kit_l(grid{', ' if rt else ''}{args})\n")
+           f"    return _kit_l(grid{', ' if rt else ''}{args}{vals})\n")
     exec(src, ns)
     return ns[name]
 
