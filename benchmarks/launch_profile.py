@@ -35,7 +35,7 @@ rows = {
     "full kernel[grid](...)": lambda: empty_kernel[(1,)](x, 1024, BLOCK=128),
     "prebound partial(...)": lambda: k(x, 1024, BLOCK=128),
     "_launch(g, ...)": lambda: empty_kernel._launch(g, x, 1024, BLOCK=128),
-    "launcher(g, x, n)": lambda: launcher(g, x, 1024),
+    "launcher(g, x, n, ptr, n)": lambda: launcher(g, x, 1024, x.data_ptr(), 1024),
     "partial creation": lambda: empty_kernel[(1,)],
     "x.data_ptr()": lambda: x.data_ptr(),
     "x.get_device()": lambda: x.get_device(),
