@@ -20,17 +20,20 @@ def tile_origin(tile, M, N, BM: kit.constexpr, BN: kit.constexpr, GROUP: kit.con
 
 
 @kit.jit
-def load_stage(a, b, ready, A, B, m0, n0, kk, it, BK: kit.constexpr, STAGES: kit.constexpr):
+def load_stage(a, b, ready, A, B, m0, n0, kk, it, BK: kit.constexpr, STAGES: kit.constexpr,
+               TRANS_B: kit.constexpr):
     s = it % STAGES
     kit.tma_load(a[s], A, (m0, kk * BK), ready[s])   # both land on ready[s]: one arrival
-    kit.tma_load(b[s], B, (kk * BK, n0), ready[s])
+    kit.tma_load(b[s], B, (n0, kk * BK) if TRANS_B else (kk * BK, n0), ready[s])
 
 
 @kit.jit
 def matmul_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr,
-                  STAGES: kit.constexpr, GROUP: kit.constexpr):
+                  STAGES: kit.constexpr, GROUP: kit.constexpr,
+                  TRANS_B: kit.constexpr = False):
     a = kit.shared((STAGES, BM, BK), A.dtype.element_ty)   # 128-byte swizzle, from the width
-    b = kit.shared((STAGES, BK, BN), B.dtype.element_ty)
+    # B is [K, N], or [N, K] when TRANS_B (then b[s].T is a K-major view for WGMMA)
+    b = kit.shared((STAGES, BN, BK) if TRANS_B else (STAGES, BK, BN), B.dtype.element_ty)
     ready = kit.mbarriers(STAGES)                            # stage s has landed
     n_k = kit.cdiv(K, BK)
     n_tiles = kit.cdiv(M, BM) * kit.cdiv(N, BN)
@@ -40,7 +43,7 @@ def matmul_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr, BK: ki
         t = first + s // n_k * step                          # this program's first k-steps
         if t < n_tiles:                                      # (several tiles when K is short)
             m0, n0 = tile_origin(t, M, N, BM, BN, GROUP)
-            load_stage(a, b, ready, A, B, m0, n0, s % n_k, s, BK, STAGES)
+            load_stage(a, b, ready, A, B, m0, n0, s % n_k, s, BK, STAGES, TRANS_B)
     it = 0                                                   # k-steps done by this program
     for tile in range(first, n_tiles, step):
         m0, n0 = tile_origin(tile, M, N, BM, BN, GROUP)
@@ -48,17 +51,20 @@ def matmul_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr, BK: ki
         acc = kit.zeros((BM, BN), kit.float32)               # wgmma accumulator layout
         for kk in range(n_k):
             kit.mbarrier_wait(ready[it % STAGES], it // STAGES % 2)
-            acc = kit.mma(a[it % STAGES], b[it % STAGES], acc, pending=1)
+            bs = b[it % STAGES].T if TRANS_B else b[it % STAGES]
+            acc = kit.mma(a[it % STAGES], bs, acc, pending=1)
             j = kk + STAGES - 1        # refill the stage MMA it-1 freed, running into the
             if j < n_k:                # next tile so its loads fly during this epilogue
-                load_stage(a, b, ready, A, B, m0, n0, j, it + STAGES - 1, BK, STAGES)
+                load_stage(a, b, ready, A, B, m0, n0, j, it + STAGES - 1, BK, STAGES,
+                           TRANS_B)
             elif j < 2 * n_k:
                 if tile + step < n_tiles:
                     load_stage(a, b, ready, A, B, m1, n1, j - n_k, it + STAGES - 1, BK,
-                               STAGES)
+                               STAGES, TRANS_B)
             elif tile + j // n_k * step < n_tiles:           # K shorter than the ring
                 mj, nj = tile_origin(tile + j // n_k * step, M, N, BM, BN, GROUP)
-                load_stage(a, b, ready, A, B, mj, nj, j % n_k, it + STAGES - 1, BK, STAGES)
+                load_stage(a, b, ready, A, B, mj, nj, j % n_k, it + STAGES - 1, BK, STAGES,
+                           TRANS_B)
             it += 1
         rm = m0 + kit.arange(0, BM)    # the epilogue: straight from the accumulator
         rn = n0 + kit.arange(0, BN)    # registers (kit.tma_store measured slower here: its
@@ -85,10 +91,10 @@ CONFIGS = [kit.Config(dict(BM=128, BN=256, BK=64, STAGES=s), num_warps=8) for s 
 matmul_tuned = kit.autotune(CONFIGS, key=["M", "N", "K"])(matmul_kernel)
 
 
-def matmul(a: torch.Tensor, b: torch.Tensor, **config) -> torch.Tensor:
-    """a @ b; with no config, the autotuned choice for this shape."""
+def matmul(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False, **config) -> torch.Tensor:
+    """a @ b (a @ b.T when trans_b: b is [N, K]); with no config, the autotuned choice."""
     M, K = a.shape
-    N = b.shape[1]
+    N = b.shape[0] if trans_b else b.shape[1]
     c = torch.empty(M, N, device=a.device, dtype=a.dtype)
     sms = num_sms(a.device)
 
@@ -96,9 +102,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, **config) -> torch.Tensor:
         return (min(kit.cdiv(M, meta["BM"]) * kit.cdiv(N, meta["BN"]), sms),)
 
     if config:
-        matmul_kernel[grid](a, b, c, M, N, K, GROUP=8, **config)
+        matmul_kernel[grid](a, b, c, M, N, K, GROUP=8, TRANS_B=trans_b, **config)
     else:
-        matmul_tuned[grid](a, b, c, M, N, K, GROUP=8)
+        matmul_tuned[grid](a, b, c, M, N, K, GROUP=8, TRANS_B=trans_b)
     return c
 
 
@@ -109,7 +115,9 @@ def main() -> None:
         a = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
         b = torch.randn(K, N, device=dev, dtype=torch.bfloat16)
         err = check(matmul(a, b), a.double() @ b.double(), 1e-2)
-        print(f"matmul {M}x{N}x{K} bf16: rel err {err:.2e} "
+        bt = b.t().contiguous()                              # B given as [N, K]
+        check(matmul(a, bt, trans_b=True), a.double() @ b.double(), 1e-2, "a @ bt.T")
+        print(f"matmul {M}x{N}x{K} bf16 (B and B transposed): rel err {err:.2e} "
               f"({'GPU' if has_gpu() else 'interpreter'})")
     if has_gpu():
         for M, N, K in ((4096, 4096, 4096), (8192, 8192, 8192)):

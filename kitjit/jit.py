@@ -653,6 +653,11 @@ def compile_aot(path: str, kernel_name: str, signature: list[str], constexprs: d
             raise ValueError(f"unknown type '{parts[0]}' for '{name}' (use *bf16, i32, fp32, "
                              "...)") from None
         specs.append((parts[0], 16 if len(parts) == 2 and parts[1] == "16" else 1))
+    import inspect
+
+    defaults = {n: p.default for n, p in inspect.signature(jf.fn).parameters.items()
+                if p.default is not p.empty}
+    constexprs = {**{c: defaults[c] for c in jf.constexprs if c in defaults}, **constexprs}
     missing = [c for c in jf.constexprs if c not in constexprs]
     if missing:
         raise ValueError(f"missing constexpr values: {', '.join(missing)}")
