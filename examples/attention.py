@@ -13,9 +13,11 @@ from kitjit.testing import bench, check, device, has_gpu
 
 
 @kit.jit
-def attend(q, k, v, ready, K, V, acc, m_i, l_i, rows, j, n_kv, kvh, S, qk_scale,
-           BM: kit.constexpr, BN: kit.constexpr, STAGES: kit.constexpr, MASK: kit.constexpr):
-    """One K/V block: S = Q Kᵀ, online softmax, O += P V; refill the stage for block j+STAGES."""
+def attend(q, k, v, ready, empty, K, V, acc, m_i, l_i, rows, j, n_kv, kvh, S, qk_scale,
+           BM: kit.constexpr, BN: kit.constexpr, STAGES: kit.constexpr, MASK: kit.constexpr,
+           WS: kit.constexpr):
+    """One K/V block: S = Q Kᵀ, online softmax, O += P V; then hand the stage back to the
+    producer warpgroup (WS), or refill it with block j+STAGES ourselves."""
     s = j % STAGES
     kit.mbarrier_wait(ready[s], j // STAGES % 2)
     sc = kit.mma(q, k[s].T, kit.zeros((BM, BN), kit.float32)) * qk_scale   # log2 domain
@@ -28,7 +30,9 @@ def attend(q, k, v, ready, K, V, acc, m_i, l_i, rows, j, n_kv, kvh, S, qk_scale,
     alpha = kit.exp2(m_i - m_new)
     l_i = l_i * alpha + kit.sum(p, axis=1)
     acc = kit.mma(p.to(v.dtype), v[s], acc * alpha[:, None])   # P straight from registers
-    if j + STAGES < n_kv:                          # both MMAs are done with stage s: refill
+    if WS:
+        kit.mbarrier_arrive(empty[s])              # both MMAs are done with stage s
+    elif j + STAGES < n_kv:                        # both MMAs are done with stage s: refill
         kit.tma_load(k[s], K, (kvh * S + (j + STAGES) * BN, 0), ready[s])
         kit.tma_load(v[s], V, (kvh * S + (j + STAGES) * BN, 0), ready[s])
     return acc, m_new, l_i
@@ -62,11 +66,11 @@ def attention_kernel(Q, K, V, O, L, S, H, G, qk_scale, BM: kit.constexpr, BN: ki
     acc = kit.zeros((BM, D), kit.float32)
     kit.mbarrier_wait(q_ready[0], 0)
     for j in range(n_full):
-        acc, m_i, l_i = attend(q, k, v, ready, K, V, acc, m_i, l_i, rows, j, n_kv, kvh, S,
-                               qk_scale, BM, BN, STAGES, False)
+        acc, m_i, l_i = attend(q, k, v, ready, ready, K, V, acc, m_i, l_i, rows, j, n_kv,
+                               kvh, S, qk_scale, BM, BN, STAGES, False, False)
     for j in range(n_full, n_kv):
-        acc, m_i, l_i = attend(q, k, v, ready, K, V, acc, m_i, l_i, rows, j, n_kv, kvh, S,
-                               qk_scale, BM, BN, STAGES, True)
+        acc, m_i, l_i = attend(q, k, v, ready, ready, K, V, acc, m_i, l_i, rows, j, n_kv,
+                               kvh, S, qk_scale, BM, BN, STAGES, True, False)
     out = acc / l_i[:, None]
     rows = m0 + kit.arange(0, BM)
     live = rows < S
@@ -74,26 +78,6 @@ def attention_kernel(Q, K, V, O, L, S, H, G, qk_scale, BM: kit.constexpr, BN: ki
     kit.store(O + (bh * S + rows)[:, None] * D + dcol[None, :], out.to(O.dtype.element_ty),
               mask=live[:, None])
     kit.store(L + bh * S + rows, (m_i + kit.log2(l_i)) * 0.6931471805599453, mask=live)
-
-
-@kit.jit
-def attend_ws(q, k, v, ready, empty, acc, m_i, l_i, rows, j, S, qk_scale, BM: kit.constexpr,
-              BN: kit.constexpr, STAGES: kit.constexpr, MASK: kit.constexpr):
-    """Consumer side of one K/V block; the producer warpgroup refills the stage."""
-    s = j % STAGES
-    kit.mbarrier_wait(ready[s], j // STAGES % 2)
-    sc = kit.mma(q, k[s].T, kit.zeros((BM, BN), kit.float32)) * qk_scale
-    if MASK:
-        cols = j * BN + kit.arange(0, BN)
-        sc = kit.where((cols[None, :] < S) & (cols[None, :] <= rows[:, None]), sc,
-                       -float("inf"))
-    m_new = kit.maximum(m_i, kit.max(sc, axis=1))
-    p = kit.exp2(sc - m_new[:, None])
-    alpha = kit.exp2(m_i - m_new)
-    l_i = l_i * alpha + kit.sum(p, axis=1)
-    acc = kit.mma(p.to(v.dtype), v[s], acc * alpha[:, None])
-    kit.mbarrier_arrive(empty[s])                  # both MMAs done: stage s is free
-    return acc, m_new, l_i
 
 
 @kit.jit
@@ -130,11 +114,11 @@ def attention_ws_kernel(Q, K, V, O, L, S, H, G, qk_scale, BM: kit.constexpr,
         acc = kit.zeros((BM, D), kit.float32)
         kit.mbarrier_wait(q_ready[0], 0)
         for j in range(n_full):
-            acc, m_i, l_i = attend_ws(q, k, v, ready, empty, acc, m_i, l_i, rows, j, S,
-                                      qk_scale, BM, BN, STAGES, False)
+            acc, m_i, l_i = attend(q, k, v, ready, empty, K, V, acc, m_i, l_i, rows, j, n_kv,
+                                   kvh, S, qk_scale, BM, BN, STAGES, False, True)
         for j in range(n_full, n_kv):
-            acc, m_i, l_i = attend_ws(q, k, v, ready, empty, acc, m_i, l_i, rows, j, S,
-                                      qk_scale, BM, BN, STAGES, True)
+            acc, m_i, l_i = attend(q, k, v, ready, empty, K, V, acc, m_i, l_i, rows, j, n_kv,
+                                   kvh, S, qk_scale, BM, BN, STAGES, True, True)
         out = acc / l_i[:, None]
         rows = m0 + kit.arange(0, BM)
         live = rows < S
