@@ -21,7 +21,7 @@ import warnings
 from typing import Any
 
 from . import __version__
-from .ir.types import PointerDType, TileType, dtype_from_name, float32, from_torch, int1
+from .ir.types import TileType, dtype_from_name, from_torch
 
 _MAX_GRID = (2 ** 31 - 1, 65535, 65535)
 _notice_shown = False
@@ -318,10 +318,6 @@ class JITFunction:
         args += [rt_args[self.runtime_params.index(name)] for name in fn.attrs.get("tma", {})]
         interpreter.run(fn, g, args)
         return None
-
-
-def _has_tensor(args) -> bool:
-    return any(hasattr(a, "data_ptr") for a in args)
 
 
 def _key_part(a):
@@ -665,5 +661,4 @@ def compile_aot(path: str, kernel_name: str, signature: list[str], constexprs: d
     return jf.compile(specs, consts, num_warps, arch)
 
 
-__all__ = ["jit", "JITFunction", "CompiledKernel", "compile_aot", "interpret_mode",
-           "PointerDType", "float32", "int1"]
+__all__ = ["jit", "JITFunction", "CompiledKernel", "compile_aot", "interpret_mode"]
