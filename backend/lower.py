@@ -180,7 +180,16 @@ class Lowering:
     def const(self, dt: DType, x) -> ir.Constant:
         t = llvm_type(dt)
         if dt.is_floating():
-            return ir.Constant(t, float(x))
+            x = float(x)
+            if dt.bits == 16:  # beyond the 16-bit range rounds to inf, as a cast would
+                import numpy as np
+
+                with np.errstate(over="ignore"):
+                    x = float(np.float16(x)) if dt.name == "fp16" else \
+                        float(np.float32(x)) if abs(x) < 3.4e38 else x * float("inf")
+                if dt.name == "bf16" and abs(x) >= 3.3961775292304087e38:
+                    x = float("inf") if x > 0 else float("-inf")
+            return ir.Constant(t, x)
         if dt.is_bool():
             return ir.Constant(I1, int(bool(x)))
         return ir.Constant(t, int(x) & ((1 << dt.bits) - 1))

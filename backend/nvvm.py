@@ -20,6 +20,10 @@ class BFloatType(ir.types._BaseFloatType):
         return "bfloat"
 
     def format_constant(self, value: float) -> str:
+        if value != value:
+            return "0xR7FC0"
+        if abs(value) >= 3.3961775292304087e38:  # rounds past bf16's largest finite value
+            return "0xR7F80" if value > 0 else "0xRFF80"
         bits = struct.unpack("<I", struct.pack("<f", value))[0]
         # round to nearest even, as fptrunc would
         bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 if value == value else 0x7FC0

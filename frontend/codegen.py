@@ -298,7 +298,12 @@ class FunctionCodegen:
             if any(isinstance(a, Value) for a in args) or kwargs:
                 raise self.err(it, "kit.static_range needs constexpr bounds",
                                "use range(...) for a loop whose bounds are known at run time")
-            for i in kl.static_range(*args):
+            try:
+                sr = kl.static_range(*args)
+                values = list(range(sr.start, sr.stop, sr.step))
+            except (TypeError, ValueError) as e:
+                raise self.err(it, f"kit.static_range{tuple(args)}: {e}") from None
+            for i in values:
                 self.assign(node.target, i)
                 self.block(node.body)
             return
@@ -509,7 +514,11 @@ class FunctionCodegen:
                     self.at(node)
                     r = self.b.compare(pred, left, right)
                 else:
-                    r = _PY_CMP[pred](left, right)
+                    try:
+                        r = _PY_CMP[pred](left, right)
+                    except Exception as e:
+                        raise self.err(node, f"cannot compare {describe(left)} with "
+                                       f"{describe(right)}: {e}") from None
             result = r if result is None else self.logical("and", result, r, node)
             left = right
         return result
@@ -615,8 +624,8 @@ class FunctionCodegen:
         for a in node.args:
             if isinstance(a, ast.Starred):
                 v = self.expr(a.value)
-                if isinstance(v, Value):
-                    raise self.err(a, "cannot unpack a tile with *")
+                if isinstance(v, Value) or not isinstance(v, (tuple, list)):
+                    raise self.err(a, f"cannot unpack {describe(v)} with *")
                 args.extend(v)
             else:
                 args.append(self.expr(a))
@@ -693,7 +702,7 @@ class FunctionCodegen:
                 di = i - (len(params) - len(defaults))
                 if di < 0:
                     raise self.err(node, f"'{jf.__name__}' is missing the argument '{p}'")
-                scope[p] = ast.literal_eval(defaults[di])
+                scope[p] = (jf.fn.__defaults__ or ())[di]
         for p, ann in zip(params, fnode.args.args):
             if ann.annotation is not None and _is_constexpr_ann(ann.annotation, parsed) and \
                     isinstance(scope[p], Value):
@@ -732,6 +741,15 @@ _MISSING = object()
 
 
 def _call_builtin(cg: FunctionCodegen, name: str, args: list, kwargs: dict, node) -> Any:
+    try:
+        return _call_builtin_checked(cg, name, args, kwargs, node)
+    except (TypeError, ValueError, ZeroDivisionError, OverflowError) as e:
+        # a user value that Python itself refused (kit.cdiv(4, 0), kit.minimum("a", 3))
+        raise cg.err(node, f"kit.{name}: {type(e).__name__}: {e}") from None
+
+
+def _call_builtin_checked(cg: FunctionCodegen, name: str, args: list, kwargs: dict,
+                          node) -> Any:
     b = cg.b
     try:
         sig = inspect.signature(_SIGS[name])

@@ -31,6 +31,7 @@ from kitjit.ir.types import (
 from .errors import CompileError
 
 Number = (int, float, bool)
+MAX_TILE_NUMEL = 1 << 20  # as Triton: every element is unrolled into registers
 
 
 def is_pow2(n: int) -> bool:
@@ -65,6 +66,10 @@ class Builder:
 
     # ---------------------------------------------------------------- constants
     def constant(self, value: Any, dtype: DType | None = None) -> Value:
+        if not isinstance(value, Number):
+            raise self.error(f"expected a number here, got {_describe(value)}")
+        if isinstance(value, int) and not -(2 ** 64) < value < 2 ** 64:
+            raise self.error("an integer constant this large fits no kernel dtype")
         if dtype is None:
             dtype = literal_dtype(value)
             if dtype is None:
@@ -100,6 +105,7 @@ class Builder:
                                  "each dim must match or be 1; use x[:, None] / x[None, :] "
                                  "to add a dim")
             out.append(max(x, y))
+        self.check_numel(tuple(out), "broadcasting")
         return tuple(out)
 
     def broadcast_to(self, v: Value, shape: tuple) -> Value:
@@ -252,6 +258,14 @@ class Builder:
         return self.emit1("select", [cond, x, y], x.type)
 
     # ---------------------------------------------------------------- creation
+    def check_numel(self, shape: tuple, what: str) -> None:
+        n = 1
+        for s in shape:
+            n *= s
+        if n > MAX_TILE_NUMEL:
+            raise self.error(f"{what}: a tile of {n} elements is over kitjit's limit of "
+                             f"{MAX_TILE_NUMEL}", "split the work over more programs")
+
     def check_shape(self, shape: Any, what: str) -> tuple[int, ...]:
         if isinstance(shape, int):
             shape = (shape,)
@@ -264,6 +278,7 @@ class Builder:
                 raise self.error(f"{what}: every dim of a tile must be a power of two, "
                                  f"got shape {_shape(tuple(shape))}",
                                  "round the block size up to a power of two and mask the tail")
+        self.check_numel(tuple(shape), what)
         return tuple(shape)
 
     def full(self, shape: Any, value: Any, dtype: Any) -> Value:
@@ -284,6 +299,7 @@ class Builder:
             raise self.error(f"kit.arange({start}, {end}) has {n} elements; tiles need a power "
                              "of two", "round the block up and mask the tail: "
                              "offs < n")
+        self.check_numel((n,), f"kit.arange({start}, {end})")
         return self.emit1("arange", [], TileType(int32, (n,)), {"start": start, "end": end})
 
     # ---------------------------------------------------------------- memory
@@ -616,6 +632,8 @@ def _shape(s: tuple) -> str:
 
 
 def _describe(x: Any) -> str:
+    if isinstance(x, int) and not isinstance(x, bool) and abs(x) > 10 ** 30:
+        return "a very large integer"
     if isinstance(x, Value):
         if x.type.is_scalar:
             return f"a {x.dtype} scalar"

@@ -24,7 +24,7 @@ a comparison or truncation closer than that bound. Then:
 - launch mistakes on valid kernels raise TypeError / ValueError before anything runs.
 
 Hypothesis runs derandomized (the same examples on every run) with small example counts.
-Kernels that crash the compiler are kept below as minimal reproducers (strict xfail).
+Kernels that once crashed the compiler are kept below as regression tests.
 """
 
 from __future__ import annotations
@@ -1285,9 +1285,9 @@ def test_launch_mistakes_raise_before_anything_runs(k, mistake, workdir):
 
 
 # ============================================================================ crashes found
-# Minimal reproducers of internal compiler errors the fuzzer (and its probes) found. Each is
-# a strict xfail: when kitjit is fixed it passes, the xfail turns into a failure, and the
-# marker (and the exclusion it explains in the generators above) should go.
+# Minimal reproducers of internal compiler errors the fuzzer (and its probes) found, fixed
+# the same day; they stay as regression tests. (The generators above still keep literals
+# small and leave these mistakes out; widening them is the next step.)
 def _x16(n=16):
     return torch.randn(n).to(torch.float16)
 
@@ -1305,10 +1305,6 @@ def bf16_big_constant_kernel(X, Out, n):
     kit.store(Out + offs, kit.full((16,), 1e300, kit.bfloat16))
 
 
-@pytest.mark.xfail(strict=True, raises=InternalCompilerError,
-                   reason="bug: a constant beyond fp16/bf16's range crashes LLVM lowering "
-                          "(OverflowError from struct.pack in the half/bfloat constant "
-                          "formatting) while the interpreter rounds it to inf")
 @pytest.mark.parametrize("jf,dt", [(fp16_big_constant_kernel, "fp16"),
                                    (bf16_big_constant_kernel, "bf16")], ids=["fp16", "bf16"])
 def test_repro_16bit_constant_out_of_range_compiles_for_sm90(jf, dt):
@@ -1327,10 +1323,6 @@ def helper_default_kernel(X, Out, n):
     kit.store(Out + offs, _helper_with_dtype_default(kit.load(X + offs)))
 
 
-@pytest.mark.xfail(strict=True, raises=InternalCompilerError,
-                   reason="bug: a called @kit.jit function's default that is not a Python "
-                          "literal (dtype=kit.float32) goes through ast.literal_eval "
-                          "(ValueError)")
 def test_repro_helper_with_non_literal_default():
     x, out = _x16(), torch.full((16,), float("nan"))
     helper_default_kernel[(1,)](x, out, 16)
@@ -1413,12 +1405,6 @@ def huge_int_literal_kernel(X, Out, n):
     kit.store(Out + offs, offs + 10 ** 5000)
 
 
-@pytest.mark.xfail(strict=True, raises=InternalCompilerError,
-                   reason="bug: user mistakes that reach Python inside the frontend "
-                          "unchecked (a non-number constant, compile-time folds of "
-                          "kit.cdiv/kit.minimum/comparisons, static_range's arguments, "
-                          "`*` of a non-sequence, str() of a huge int) crash instead of "
-                          "raising CompileError")
 @pytest.mark.parametrize("jf,line_has", [
     (full_of_string_kernel, 'kit.full((16,), "x"'),
     (full_of_none_kernel, "kit.full((16,), None"),
@@ -1451,9 +1437,6 @@ def huge_tile_kernel(X, Out, n):
     kit.store(Out + offs, 1.0, mask=offs < n)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: no limit on tile sizes: kit.arange(0, 2**40) "
-                   "builds; the interpreter then dies with MemoryError and the sm_90a "
-                   "compile runs for minutes (per-element unrolled lowering)")
 def test_repro_huge_tile_is_a_compile_error():
     with pytest.raises(CompileError, match="arange"):
         huge_tile_kernel.build_ir([("*fp32", 16), ("*fp32", 16), ("i32", 1)], (), 4)
