@@ -39,6 +39,32 @@ def attend(q, k, v, ready, empty, K, V, acc, m_i, l_i, rows, j, n_kv, kvh, S, qk
 
 
 @kit.jit
+def consume(q, k, v, ready, empty, K, V, O, L, m0, bh, kvh, S, n_full, n_kv, qk_scale,
+            BM: kit.constexpr, BN: kit.constexpr, D: kit.constexpr, CAUSAL: kit.constexpr,
+            STAGES: kit.constexpr, WS: kit.constexpr):
+    """All K/V blocks for BM query rows (unmasked ones first), then O and the LSE."""
+    rows = m0 + kit.arange(0, BM)
+    if not CAUSAL:
+        rows = rows * 0 + S                        # no diagonal: only the tail is masked
+    m_i = kit.full((BM,), -float("inf"), kit.float32)
+    l_i = kit.zeros((BM,), kit.float32)
+    acc = kit.zeros((BM, D), kit.float32)
+    for j in range(n_full):
+        acc, m_i, l_i = attend(q, k, v, ready, empty, K, V, acc, m_i, l_i, rows, j, n_kv,
+                               kvh, S, qk_scale, BM, BN, STAGES, False, WS)
+    for j in range(n_full, n_kv):
+        acc, m_i, l_i = attend(q, k, v, ready, empty, K, V, acc, m_i, l_i, rows, j, n_kv,
+                               kvh, S, qk_scale, BM, BN, STAGES, True, WS)
+    out = acc / l_i[:, None]
+    rows = m0 + kit.arange(0, BM)
+    live = rows < S
+    dcol = kit.arange(0, D)
+    kit.store(O + (bh * S + rows)[:, None] * D + dcol[None, :], out.to(O.dtype.element_ty),
+              mask=live[:, None])
+    kit.store(L + bh * S + rows, (m_i + kit.log2(l_i)) * 0.6931471805599453, mask=live)
+
+
+@kit.jit
 def attention_kernel(Q, K, V, O, L, S, H, G, qk_scale, BM: kit.constexpr, BN: kit.constexpr,
                      D: kit.constexpr, CAUSAL: kit.constexpr, STAGES: kit.constexpr):
     m0 = kit.program_id(0) * BM
@@ -58,26 +84,9 @@ def attention_kernel(Q, K, V, O, L, S, H, G, qk_scale, BM: kit.constexpr, BN: ki
         if s < n_kv:
             kit.tma_load(k[s], K, (kvh * S + s * BN, 0), ready[s])
             kit.tma_load(v[s], V, (kvh * S + s * BN, 0), ready[s])
-    rows = m0 + kit.arange(0, BM)
-    if not CAUSAL:
-        rows = rows * 0 + S                        # no diagonal: only the tail is masked
-    m_i = kit.full((BM,), -float("inf"), kit.float32)
-    l_i = kit.zeros((BM,), kit.float32)
-    acc = kit.zeros((BM, D), kit.float32)
     kit.mbarrier_wait(q_ready[0], 0)
-    for j in range(n_full):
-        acc, m_i, l_i = attend(q, k, v, ready, ready, K, V, acc, m_i, l_i, rows, j, n_kv,
-                               kvh, S, qk_scale, BM, BN, STAGES, False, False)
-    for j in range(n_full, n_kv):
-        acc, m_i, l_i = attend(q, k, v, ready, ready, K, V, acc, m_i, l_i, rows, j, n_kv,
-                               kvh, S, qk_scale, BM, BN, STAGES, True, False)
-    out = acc / l_i[:, None]
-    rows = m0 + kit.arange(0, BM)
-    live = rows < S
-    dcol = kit.arange(0, D)
-    kit.store(O + (bh * S + rows)[:, None] * D + dcol[None, :], out.to(O.dtype.element_ty),
-              mask=live[:, None])
-    kit.store(L + bh * S + rows, (m_i + kit.log2(l_i)) * 0.6931471805599453, mask=live)
+    consume(q, k, v, ready, ready, K, V, O, L, m0, bh, kvh, S, n_full, n_kv, qk_scale, BM, BN,
+            D, CAUSAL, STAGES, False)
 
 
 @kit.jit
@@ -106,26 +115,9 @@ def attention_ws_kernel(Q, K, V, O, L, S, H, G, qk_scale, BM: kit.constexpr,
             kit.tma_load(v[s], V, (kvh * S + j * BN, 0), ready[s])
     else:                                          # consumers: 64 query rows each
         kit.setmaxnreg(240)
-        rows = m0 + kit.arange(0, BM)
-        if not CAUSAL:
-            rows = rows * 0 + S
-        m_i = kit.full((BM,), -float("inf"), kit.float32)
-        l_i = kit.zeros((BM,), kit.float32)
-        acc = kit.zeros((BM, D), kit.float32)
         kit.mbarrier_wait(q_ready[0], 0)
-        for j in range(n_full):
-            acc, m_i, l_i = attend(q, k, v, ready, empty, K, V, acc, m_i, l_i, rows, j, n_kv,
-                                   kvh, S, qk_scale, BM, BN, STAGES, False, True)
-        for j in range(n_full, n_kv):
-            acc, m_i, l_i = attend(q, k, v, ready, empty, K, V, acc, m_i, l_i, rows, j, n_kv,
-                                   kvh, S, qk_scale, BM, BN, STAGES, True, True)
-        out = acc / l_i[:, None]
-        rows = m0 + kit.arange(0, BM)
-        live = rows < S
-        dcol = kit.arange(0, D)
-        kit.store(O + (bh * S + rows)[:, None] * D + dcol[None, :],
-                  out.to(O.dtype.element_ty), mask=live[:, None])
-        kit.store(L + bh * S + rows, (m_i + kit.log2(l_i)) * 0.6931471805599453, mask=live)
+        consume(q, k, v, ready, empty, K, V, O, L, m0, bh, kvh, S, n_full, n_kv, qk_scale,
+                BM, BN, D, CAUSAL, STAGES, True)
 
 
 def attention(q, k, v, causal: bool = False, sm_scale: float | None = None, **config):
