@@ -287,10 +287,14 @@ class JITFunction:
         ck = CompiledKernel(fn.name, {"tir": tir, "llir": llir, "ptx": ptx, "cubin": cubin},
                             meta)
         _check_shared(ck, max_shared, self)
-        if res.spills:
-            warnings.warn(f"kernel '{fn.name}' spills {res.spills} bytes of registers to local "
-                          f"memory ({res.registers} registers used); it will be slower. "
-                          "Use smaller blocks or fewer live tiles.", stacklevel=4)
+        if res.spills:  # reported at the kernel's own definition
+            from kitjit.frontend.errors import CompileWarning
+
+            warnings.warn_explicit(
+                f"kernel '{fn.name}' spills {res.spills} bytes of registers to local memory "
+                f"({res.registers} registers used); it will be slower. Use smaller blocks, "
+                "fewer live tiles, or more warps.", CompileWarning,
+                self.parsed.file, self.parsed.first_line)
         if store is not None:
             store.put(key, {"kernel.tir": tir, "kernel.ll": llir, "kernel.ptx": ptx,
                             "kernel.cubin": cubin}, meta)
