@@ -969,9 +969,10 @@ is_constexpr_annotation = _is_constexpr_ann
 
 
 def _tdesc(t: TileType) -> str:
+    art = "an" if t.dtype.name[0] in "aeiou" else "a"
     if t.is_scalar:
-        return f"a {t.dtype} scalar"
-    return f"a {t.dtype} tile of shape {shape_str(t.shape)}"
+        return f"{art} {t.dtype} scalar"
+    return f"{art} {t.dtype} tile of shape {shape_str(t.shape)}"
 
 
 def _dtype_attr_of(dt: DType) -> str:

@@ -635,11 +635,17 @@ def _describe(x: Any) -> str:
     if isinstance(x, int) and not isinstance(x, bool) and abs(x) > 10 ** 30:
         return "a very large integer"
     if isinstance(x, Value):
+        art = "an" if x.dtype.name[0] in "aeiou" else "a"
         if x.type.is_scalar:
-            return f"a {x.dtype} scalar"
-        return f"a {x.dtype} tile of shape {_shape(x.shape)}"
+            return f"{art} {x.dtype} scalar"
+        if x.type.is_shared:
+            return f"{art} {x.dtype} shared tile of shape {_shape(x.shape)}"
+        return f"{art} {x.dtype} tile of shape {_shape(x.shape)}"
     if isinstance(x, PointerDType):
         return f"the pointer type {x}"
+    if isinstance(x, (tuple, list)) and any(isinstance(e, Value) for e in x):
+        inner = ", ".join(_describe(e) if isinstance(e, Value) else repr(e) for e in x)
+        return f"{type(x).__name__} ({inner})"
     return f"{type(x).__name__} {x!r}"
 
 

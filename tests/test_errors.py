@@ -394,7 +394,7 @@ def test_bitwise_on_floats():
 
 
 @pytest.mark.parametrize("jf,match,line_has,at", [
-    (runtime_arange_kernel, r"kit.arange: 'end' must be a constexpr, got a i32 scalar",
+    (runtime_arange_kernel, r"kit.arange: 'end' must be a constexpr, got an i32 scalar",
      "kit.arange(0, n)", "kit.arange"),
     (runtime_static_range_kernel, "kit.static_range needs constexpr bounds", "static_range(n)",
      "kit.static_range"),
@@ -414,7 +414,7 @@ def test_runtime_value_for_constexpr_of_a_callee():
 def test_loop_carried_type_change():
     e = expect_compile_error(loop_type_change_kernel, [X(64), 3], {"BLOCK": 16},
                              match=r"loop-carried variable 'acc' changes type in the loop: it "
-                             r"enters as a i32 scalar and is reassigned as a fp32 tile of "
+                             r"enters as an i32 scalar and is reassigned as a fp32 tile of "
                              r"shape \[16\]", line_has="acc += kit.load", at="acc",
                              hint="initialise 'acc' before the loop")
     assert "kit.zeros" in e.hint and "kit.float32" in e.hint
@@ -424,11 +424,11 @@ def test_loop_carried_type_change():
 
 def test_if_branches_disagree():
     expect_compile_error(if_type_mismatch_kernel, [X(64), 3],
-                         match=r"'y' is a i32 tile of shape \[16\] in one branch and a fp32 "
+                         match=r"'y' is an i32 tile of shape \[16\] in one branch and a fp32 "
                          r"tile of shape \[16\] in the other", line_has="y = offs.to",
                          at="y", hint="same dtype")
     expect_compile_error(if_float_into_int_tile_kernel, [X(64), 3],
-                         match=r"'y' is a i32 tile of shape \[16\] in one branch and the "
+                         match=r"'y' is an i32 tile of shape \[16\] in one branch and the "
                          r"number 0.5", line_has="y = 0.5", at="y", hint=".to()")
     expect_compile_error(if_on_tile_kernel, [X(64), 3], match="an `if` needs a scalar "
                          "condition", line_has="if offs > 2", at="offs > 2",
