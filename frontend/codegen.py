@@ -965,8 +965,6 @@ def _is_constexpr_ann(ann: ast.expr, parsed: ParsedFunction) -> bool:
     return False
 
 
-is_constexpr_annotation = _is_constexpr_ann
-
 
 def _tdesc(t: TileType) -> str:
     art = "an" if t.dtype.name[0] in "aeiou" else "a"

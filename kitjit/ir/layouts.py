@@ -56,17 +56,6 @@ class LinearLayout:
         terms += [("warp", k, b[dim]) for k, b in enumerate(self.warp) if b[dim]]
         return terms
 
-    def coord_of(self, r: int, lane: int, warp: int) -> Coord:
-        """Host-side evaluation (tests, shared-memory planning)."""
-        c = list(self.reg_coords()[r])
-        for k, b in enumerate(self.lane):
-            if lane >> k & 1:
-                c = [x ^ y for x, y in zip(c, b)]
-        for k, b in enumerate(self.warp):
-            if warp >> k & 1:
-                c = [x ^ y for x, y in zip(c, b)]
-        return tuple(c)
-
 
 @cache
 def _reg_coords(reg: tuple[Coord, ...], rank: int) -> list[Coord]:

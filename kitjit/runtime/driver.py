@@ -58,7 +58,6 @@ def _load() -> Any:
             "cuFuncGetAttribute": [P(i), i, vp],
             "cuLaunchKernel": [vp, u, u, u, u, u, u, u, vp, vp, vp],
             "cuGetErrorString": [i, P(ctypes.c_char_p)],
-            "cuCtxSynchronize": [],
         }
         for name, args in sigs.items():
             f = getattr(lib, name)
@@ -230,7 +229,3 @@ def launch_ok():
 
 def launch_failed(code: int) -> None:
     check(code, "cuLaunchKernel")
-
-
-def synchronize() -> None:
-    check(_load().cuCtxSynchronize(), "cuCtxSynchronize")
