@@ -15,7 +15,7 @@ from kitjit.testing import bench, check, device, has_gpu
 @kit.jit
 def attend(q, k, v, ready, empty, K, V, acc, m_i, l_i, rows, j, n_kv, kvh, S, qk_scale,
            BM: kit.constexpr, BN: kit.constexpr, STAGES: kit.constexpr, MASK: kit.constexpr,
-           WS: kit.constexpr):
+           CAUSAL: kit.constexpr, WS: kit.constexpr):
     """One K/V block: S = Q Kᵀ, online softmax, O += P V; then hand the stage back to the
     producer warpgroup (WS), or refill it with block j+STAGES ourselves."""
     s = j % STAGES
@@ -23,8 +23,10 @@ def attend(q, k, v, ready, empty, K, V, acc, m_i, l_i, rows, j, n_kv, kvh, S, qk
     sc = kit.mma(q, k[s].T, kit.zeros((BM, BN), kit.float32)) * qk_scale   # log2 domain
     if MASK:                                       # ragged tail or causal diagonal only
         cols = j * BN + kit.arange(0, BN)
-        sc = kit.where((cols[None, :] < S) & (cols[None, :] <= rows[:, None]), sc,
-                       -float("inf"))
+        keep = cols[None, :] < S
+        if CAUSAL:
+            keep = keep & (cols[None, :] <= rows[:, None])
+        sc = kit.where(keep, sc, -float("inf"))
     m_new = kit.maximum(m_i, kit.max(sc, axis=1))
     p = kit.exp2(sc - m_new[:, None])
     alpha = kit.exp2(m_i - m_new)
@@ -44,19 +46,16 @@ def consume(q, k, v, ready, empty, K, V, O, L, m0, bh, kvh, S, n_full, n_kv, qk_
             STAGES: kit.constexpr, WS: kit.constexpr):
     """All K/V blocks for BM query rows (unmasked ones first), then O and the LSE."""
     rows = m0 + kit.arange(0, BM)
-    if not CAUSAL:
-        rows = rows * 0 + S                        # no diagonal: only the tail is masked
     m_i = kit.full((BM,), -float("inf"), kit.float32)
     l_i = kit.zeros((BM,), kit.float32)
     acc = kit.zeros((BM, D), kit.float32)
     for j in range(n_full):
         acc, m_i, l_i = attend(q, k, v, ready, empty, K, V, acc, m_i, l_i, rows, j, n_kv,
-                               kvh, S, qk_scale, BM, BN, STAGES, False, WS)
+                               kvh, S, qk_scale, BM, BN, STAGES, False, CAUSAL, WS)
     for j in range(n_full, n_kv):
         acc, m_i, l_i = attend(q, k, v, ready, empty, K, V, acc, m_i, l_i, rows, j, n_kv,
-                               kvh, S, qk_scale, BM, BN, STAGES, True, WS)
+                               kvh, S, qk_scale, BM, BN, STAGES, True, CAUSAL, WS)
     out = acc / l_i[:, None]
-    rows = m0 + kit.arange(0, BM)
     live = rows < S
     dcol = kit.arange(0, D)
     kit.store(O + (bh * S + rows)[:, None] * D + dcol[None, :], out.to(O.dtype.element_ty),
