@@ -12,7 +12,9 @@ from kitjit.testing import bench  # noqa: E402
 F = torch.nn.functional.scaled_dot_product_attention
 CONFIGS = [dict(BM=64, BN=128, STAGES=2, num_warps=4), dict(BM=64, BN=128, STAGES=3, num_warps=4),
            dict(BM=64, BN=256, STAGES=2, num_warps=4), dict(BM=128, BN=128, STAGES=3, num_warps=8),
-           dict(BM=128, BN=256, STAGES=2, num_warps=8)]
+           dict(BM=128, BN=128, STAGES=2, num_warps=8, ws=True),
+           dict(BM=128, BN=128, STAGES=3, num_warps=8, ws=True),
+           dict(BM=128, BN=64, STAGES=4, num_warps=8, ws=True)]
 for causal in (False, True):
     B, H, S, D = 4, 32, 4096, 64
     q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))

@@ -1,3 +1,9 @@
+"""Warp-specialized GEMM variants, measured against examples/matmul.py by
+benchmarks/ws_try.py: `matmul_ws` (one tile per CTA), `matmul_wsp` (persistent, two
+consumer warpgroups on one 128-row tile) and `matmul_pingpong` (persistent, two consumer
+warpgroups on alternate tiles taking turns on the tensor cores). Host wrappers at the end."""
+import torch
+
 import kitjit as kit
 
 
@@ -84,60 +90,97 @@ def matmul_wsp(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr, BK: kit.c
 
 
 @kit.jit
-def consumer(a, b, ready, empty, C, M, N, n_k, n_tiles, first, step, p,
-             BM: kit.constexpr, BN: kit.constexpr, S2: kit.constexpr, GROUP: kit.constexpr):
-    # consumer p takes every other tile of the program and owns ring p (stages p*S2 ..
-    # p*S2+S2-1): a waiter is never more than one phase ahead of its barrier
-    it = 0
+def pp_consumer(a, b, ready, empty, turn, C, M, N, n_k, n_tiles, first, step, p,
+                BM: kit.constexpr, BN: kit.constexpr, STAGES: kit.constexpr,
+                GROUP: kit.constexpr):
+    # consumer p takes tiles first + p*step, first + (2+p)*step, ... of this program; the
+    # two consumers share one ring and take turns on the tensor cores (turn[p] is theirs),
+    # so one's epilogue runs while the other's MMAs do
+    j = 0
     for tile in range(first + p * step, n_tiles, 2 * step):
+        it = (2 * j + p) * n_k                     # ring position of this tile's first step
+        if j > 0 or p == 1:
+            kit.mbarrier_wait(turn[p], (j - 1 + p) % 2)
         acc = kit.zeros((BM, BN), kit.float32)
         for kk in range(n_k):
-            s = p * S2 + it % S2
-            kit.mbarrier_wait(ready[s], it // S2 % 2)
+            s = it % STAGES
+            kit.mbarrier_wait(ready[s], it // STAGES % 2)
             acc = kit.mma(a[s], b[s], acc, pending=1)
             if kk > 0:
-                kit.mbarrier_arrive(empty[p * S2 + (it - 1) % S2])
+                kit.mbarrier_arrive(empty[(it - 1) % STAGES])
             it += 1
-        out = acc.to(C.dtype.element_ty)
-        kit.mbarrier_arrive(empty[p * S2 + (it - 1) % S2])
+        kit.mbarrier_arrive(turn[1 - p])           # all MMAs issued: the other may go
+        out = acc.to(C.dtype.element_ty)           # waits for the last MMA
+        kit.mbarrier_arrive(empty[(it - 1) % STAGES])
         m0, n0 = tile_origin(tile, M, N, BM, BN, GROUP)
         rm = m0 + kit.arange(0, BM)
         rn = n0 + kit.arange(0, BN)
         kit.store(C + rm[:, None] * N + rn[None, :], out,
                   mask=(rm[:, None] < M) & (rn[None, :] < N))
+        j += 1
 
 
 @kit.jit
 def matmul_pingpong(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr,
                     STAGES: kit.constexpr, GROUP: kit.constexpr):
-    S2 = STAGES // 2                               # two rings, one per consumer
     a = kit.shared((STAGES, BM, BK), A.dtype.element_ty)
     b = kit.shared((STAGES, BK, BN), B.dtype.element_ty)
     ready = kit.mbarriers(STAGES)
     empty = kit.mbarriers(STAGES)                  # one consumer warpgroup per stage
+    turn = kit.mbarriers(2)                        # consumer p may issue its MMAs
     n_k = kit.cdiv(K, BK)
     n_tiles = kit.cdiv(M, BM) * kit.cdiv(N, BN)
     first = kit.program_id(0)
     step = kit.num_programs(0)
-    if kit.warpgroup_id() == 0:                    # producer
+    if kit.warpgroup_id() == 0:                    # producer: the tiles in order, one ring
         kit.setmaxnreg(40)
-        j = 0
+        it = 0
         for tile in range(first, n_tiles, step):
             m0, n0 = tile_origin(tile, M, N, BM, BN, GROUP)
-            p = j % 2
-            base = (j // 2) * n_k                  # k-steps ring p has seen before this tile
             for kk in range(n_k):
-                it = base + kk
-                s = p * S2 + it % S2
-                kit.mbarrier_wait(empty[s], it // S2 % 2 ^ 1)
+                s = it % STAGES
+                kit.mbarrier_wait(empty[s], it // STAGES % 2 ^ 1)
                 kit.tma_load(a[s], A, (m0, kk * BK), ready[s])
                 kit.tma_load(b[s], B, (kk * BK, n0), ready[s])
-            j += 1
+                it += 1
     else:
         kit.setmaxnreg(232)
-        if kit.warpgroup_id() == 1:                # two consumers, alternate tiles: one's
-            consumer(a, b, ready, empty, C, M, N, n_k, n_tiles, first, step, 0,  # epilogue
-                     BM, BN, S2, GROUP)            # overlaps the other's MMAs
+        if kit.warpgroup_id() == 1:
+            pp_consumer(a, b, ready, empty, turn, C, M, N, n_k, n_tiles, first, step, 0,
+                        BM, BN, STAGES, GROUP)
         else:
-            consumer(a, b, ready, empty, C, M, N, n_k, n_tiles, first, step, 1,
-                     BM, BN, S2, GROUP)
+            pp_consumer(a, b, ready, empty, turn, C, M, N, n_k, n_tiles, first, step, 1,
+                        BM, BN, STAGES, GROUP)
+
+
+def _grid(M, N, BM, BN, device):
+    sms = torch.cuda.get_device_properties(device).multi_processor_count \
+        if device.type == "cuda" else 4
+    return (min(kit.cdiv(M, BM) * kit.cdiv(N, BN), sms),)
+
+
+def ws(a, b, c=None, BM=128, BN=256, BK=64, STAGES=4):
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty(M, N, device=a.device, dtype=a.dtype) if c is None else c
+    matmul_ws[(kit.cdiv(M, BM), kit.cdiv(N, BN))](a, b, c, M, N, K, BM=BM, BN=BN, BK=BK,
+                                                  STAGES=STAGES, num_warps=12)
+    return c
+
+
+def wsp(a, b, c=None, BM=128, BN=256, BK=64, STAGES=4):
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty(M, N, device=a.device, dtype=a.dtype) if c is None else c
+    matmul_wsp[_grid(M, N, BM, BN, a.device)](a, b, c, M, N, K, BM=BM, BN=BN, BK=BK,
+                                              STAGES=STAGES, GROUP=8, num_warps=12)
+    return c
+
+
+def pp(a, b, c=None, BM=128, BN=128, BK=64, STAGES=6):
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty(M, N, device=a.device, dtype=a.dtype) if c is None else c
+    matmul_pingpong[_grid(M, N, BM, BN, a.device)](a, b, c, M, N, K, BM=BM, BN=BN, BK=BK,
+                                                   STAGES=STAGES, GROUP=8, num_warps=12)
+    return c

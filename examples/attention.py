@@ -66,7 +66,8 @@ def consume(q, k, v, ready, empty, K, V, O, L, m0, bh, kvh, S, n_full, n_kv, qk_
 @kit.jit
 def attention_kernel(Q, K, V, O, L, S, H, G, qk_scale, BM: kit.constexpr, BN: kit.constexpr,
                      D: kit.constexpr, CAUSAL: kit.constexpr, STAGES: kit.constexpr):
-    m0 = kit.program_id(0) * BM
+    # causal: the longest rows first, so the short ones fill the tail of the grid
+    m0 = (kit.num_programs(0) - 1 - kit.program_id(0) if CAUSAL else kit.program_id(0)) * BM
     bh = kit.program_id(1)                         # batch * H + head
     kvh = bh // H * (H // G) + bh % H // G         # G query heads share one K/V head
     q = kit.shared((BM, D), Q.dtype.element_ty)
@@ -92,7 +93,7 @@ def attention_kernel(Q, K, V, O, L, S, H, G, qk_scale, BM: kit.constexpr, BN: ki
 def attention_ws_kernel(Q, K, V, O, L, S, H, G, qk_scale, BM: kit.constexpr,
                         BN: kit.constexpr, D: kit.constexpr, CAUSAL: kit.constexpr,
                         STAGES: kit.constexpr, CONSUMERS: kit.constexpr):
-    m0 = kit.program_id(0) * BM
+    m0 = (kit.num_programs(0) - 1 - kit.program_id(0) if CAUSAL else kit.program_id(0)) * BM
     bh = kit.program_id(1)
     kvh = bh // H * (H // G) + bh % H // G
     q = kit.shared((BM, D), Q.dtype.element_ty)

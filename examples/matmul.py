@@ -67,8 +67,8 @@ def matmul_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr, BK: ki
                            TRANS_B)
             it += 1
         rm = m0 + kit.arange(0, BM)    # the epilogue: straight from the accumulator
-        rn = n0 + kit.arange(0, BN)    # registers (kit.tma_store measured slower here: its
-        mask = (rm[:, None] < M) & (rn[None, :] < N)   # staging tile costs a 4th stage)
+        rn = n0 + kit.arange(0, BN)    # registers, shuffled into 16-byte stores by the
+        mask = (rm[:, None] < M) & (rn[None, :] < N)   # compiler (no staging tile: 4 stages)
         kit.store(C + rm[:, None] * N + rn[None, :], acc.to(C.dtype.element_ty), mask=mask)
 
 

@@ -1,6 +1,6 @@
 """Level-2 (Hopper) kernels end to end: the persistent TMA+WGMMA GEMM (examples/matmul.py),
 FlashAttention forward (examples/attention.py) and the warp-specialized GEMMs
-(benchmarks/ws_kernel.py, through the helpers of benchmarks/ws_try.py).
+(benchmarks/ws_kernel.py, through its host wrappers).
 
 Three parts:
 - compile-to-SASS (no GPU): each kernel built with `kit.compile_aot(..., arch="sm_90a")` and
@@ -19,12 +19,10 @@ programs.
 
 from __future__ import annotations
 
-import ast
 import math
 import pathlib
 import re
 import sys
-import types
 
 import pytest
 import torch
@@ -48,20 +46,7 @@ LOG2E = 1.4426950408889634
 NAN = float("nan")
 
 
-def _ws_try_helpers() -> types.SimpleNamespace:
-    """`ws`, `wsp` and `pp` from benchmarks/ws_try.py, as written there. That file runs its
-    benchmark (on "cuda") when imported, so only its function definitions are executed."""
-    path = BENCH / "ws_try.py"
-    tree = ast.parse(path.read_text())
-    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
-    ns = {"torch": torch, "kit": kit, "matmul": mm_ex, "ws_kernel": ws_kernel}
-    exec(compile(ast.Module(body=defs, type_ignores=[]), str(path), "exec"), ns)
-    missing = {"ws", "wsp", "pp"} - ns.keys()
-    assert not missing, f"benchmarks/ws_try.py no longer defines {missing}"
-    return types.SimpleNamespace(ws=ns["ws"], wsp=ns["wsp"], pp=ns["pp"])
-
-
-WS = _ws_try_helpers()
+WS = ws_kernel   # its host wrappers ws, wsp, pp
 
 
 # ============================================================================ helpers
@@ -242,6 +227,21 @@ def test_sass_matmul(dt):
     assert {t["param"] for t in md["tma"]} == {0, 1}, md["tma"]   # A and B; C is stored
 
 
+@needs_sass
+@pytest.mark.parametrize("dt", ["bf16", "fp16"])
+def test_sass_matmul_epilogue_16_byte_stores(dt):
+    """The accumulator holds column pairs per thread; the store swaps register and lane
+    bits (shuffles) so that each thread writes 8 consecutive columns: 16 STG.E.128 per
+    thread for a 128x256 tile instead of 64 4-byte stores (the epilogue was bound by the
+    number of memory requests)."""
+    c = sass(EXAMPLES / "matmul.py", "matmul_kernel", gemm_sig(dt),
+             dict(BM=128, BN=256, BK=64, STAGES=3, GROUP=8), 8)
+    assert len(re.findall(r"st\.global\.v4\.b32", c.ptx)) == 16, c.summary()
+    assert not re.search(r"st\.global(\.v2)?\.b32", c.ptx)
+    assert len(re.findall(r"shfl\.sync\.bfly", c.ptx)) == 64
+    assert len(c.find(r"STG\.E\.128")) == 16, c.summary()
+
+
 # ----------------------------------------------------------------------------- attention
 ATTN_SASS = [  # (D, BM, BN, num_warps): the wrapper's defaults for D=128 and D=64
     (128, 128, 128, 8),
@@ -306,7 +306,7 @@ def test_sass_attention_ws(D, BM, BN, warps, causal):
 
 
 # ----------------------------------------------------------------------------- roles
-WS_SASS = {  # kernel: the constexprs benchmarks/ws_try.py launches it with
+WS_SASS = {  # kernel: the constexprs its host wrapper launches it with
     "matmul_wsp": dict(BM=128, BN=256, BK=64, STAGES=4, GROUP=8),
     "matmul_pingpong": dict(BM=128, BN=128, BK=64, STAGES=6, GROUP=8),
     "matmul_ws": dict(BM=128, BN=256, BK=64, STAGES=4),
@@ -508,7 +508,7 @@ WS_CPU = [  # (helper, M, N, K, config)
     ("pp", 300, 264, 200, {}),
     ("ws", 200, 136, 200, dict(BM=128, BN=64, BK=32, STAGES=2)),    # 7 k-steps, 2 stages
     ("wsp", 200, 136, 200, dict(BM=128, BN=64, BK=32, STAGES=2)),   # 6 tiles on 4 programs
-    ("pp", 200, 136, 104, dict(BM=64, BN=64, BK=32, STAGES=4)),     # 12 tiles, 2 rings of 2
+    ("pp", 200, 136, 104, dict(BM=64, BN=64, BK=32, STAGES=4)),     # 12 tiles, turns
 ]
 
 
@@ -627,6 +627,26 @@ def test_gpu_matmul_ragged(cfg, dtype, poison):
     torch.cuda.synchronize()
     assert is_poisoned(c, poison)
     assert_rows_close(c, a.double() @ b.double(), 1e-2, f"matmul {M}x{N}x{K} {cfg}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", [dict(c.kwargs, num_warps=c.num_warps) for c in mm_ex.CONFIGS],
+                         ids=["BM{BM}BN{BN}BK{BK}S{STAGES}".format(**c.kwargs)
+                              for c in mm_ex.CONFIGS])
+@pytest.mark.parametrize("M,N,K", [(1000, 1040, 1032), (72, 4112, 520)])
+def test_gpu_matmul_ragged_wide_stores(cfg, M, N, K, poison):
+    """N a multiple of 16 but not of the tile: the epilogue takes the shuffled 16-byte store
+    path (see test_sass_matmul_epilogue_16_byte_stores), with the column mask cutting the
+    last tile 16 columns in, and rows cut by M."""
+    a = randn(M, K, seed=3, device="cuda")
+    b = randn(K, N, seed=4, device="cuda")
+    c = mm_ex.matmul(a, b, **cfg)
+    torch.cuda.synchronize()
+    assert is_poisoned(c, poison)
+    assert_rows_close(c, a.double() @ b.double(), 1e-2, f"matmul {M}x{N}x{K} {cfg}")
+    ct = mm_ex.matmul(a, b.t().contiguous(), trans_b=True, **cfg)
+    torch.cuda.synchronize()
+    assert_rows_close(ct, a.double() @ b.double(), 1e-2, f"matmul B^T {M}x{N}x{K} {cfg}")
 
 
 @pytest.mark.gpu
