@@ -367,8 +367,12 @@ class Lowering:
                     return lambda x, y: self.from_f32(g(self.to_f32(x), self.to_f32(y)), t)
                 return g
 
+            # 'contract': a multiply feeding an add may become one FFMA (one rounding), as
+            # nvcc's default --fmad=true and Triton's enable_fp_fusion do
             fl = {
-                "add": b.fadd, "sub": b.fsub, "mul": b.fmul, "mod": b.frem,
+                "add": lambda x, y: b.fadd(x, y, flags=("contract",)),
+                "sub": lambda x, y: b.fsub(x, y, flags=("contract",)),
+                "mul": lambda x, y: b.fmul(x, y, flags=("contract",)), "mod": b.frem,
                 # like Triton's `/`: div.full.f32 (2 ulp, no slow path); fp64 stays exact
                 "div": (lambda x, y: asm(b, F32, "div.full.f32 $0, $1, $2;", "=f,f,f", [x, y],
                                          side_effect=False)) if t in (F32, F16, BF16)
@@ -452,20 +456,23 @@ class Lowering:
                 out = [b.select(b.icmp_signed("<", x, ir.Constant(t, 0)), b.neg(x), x)
                        for x in xs]
         else:
-            out = [self.float_math(name, x, t) for x in xs]
+            out = [self.float_math(name, x, t, op.attrs.get("ftz", False)) for x in xs]
         self.set(op.result, out)
 
-    def float_math(self, name: str, x, t):
+    def float_math(self, name: str, x, t, ftz: bool = False):
         b = self.b
         if t is F64:
             if name in ("sqrt", "floor", "ceil"):
                 return self.call_math(name, x)
             raise LoweringError(f"{name} on fp64")
         y = self.to_f32(x)
+        # without .ftz, ptxas wraps MUFU.EX2 in a range check and two multiplies to get
+        # subnormal results right; kit.exp2(x, ftz=True) is the bare instruction
+        ex2 = "ex2.approx.ftz.f32" if ftz else "ex2.approx.f32"
         if name == "exp":
-            r = self.approx("ex2.approx.f32", b.fmul(y, ir.Constant(F32, LOG2E)))
+            r = self.approx(ex2, b.fmul(y, ir.Constant(F32, LOG2E)))
         elif name == "exp2":
-            r = self.approx("ex2.approx.f32", y)
+            r = self.approx(ex2, y)
         elif name == "log":
             r = b.fmul(self.approx("lg2.approx.f32", y), ir.Constant(F32, LN2))
         elif name == "log2":

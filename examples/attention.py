@@ -20,16 +20,16 @@ def attend(q, k, v, ready, empty, K, V, acc, m_i, l_i, rows, j, n_kv, kvh, S, qk
     producer warpgroup (WS), or refill it with block j+STAGES ourselves."""
     s = j % STAGES
     kit.mbarrier_wait(ready[s], j // STAGES % 2)
-    sc = kit.mma(q, k[s].T, kit.zeros((BM, BN), kit.float32)) * qk_scale   # log2 domain
+    sc = kit.mma(q, k[s].T, kit.zeros((BM, BN), kit.float32))   # raw scores
     if MASK:                                       # ragged tail or causal diagonal only
         cols = j * BN + kit.arange(0, BN)
         keep = cols[None, :] < S
         if CAUSAL:
             keep = keep & (cols[None, :] <= rows[:, None])
         sc = kit.where(keep, sc, -float("inf"))
-    m_new = kit.maximum(m_i, kit.max(sc, axis=1))
-    p = kit.exp2(sc - m_new[:, None])
-    alpha = kit.exp2(m_i - m_new)
+    m_new = kit.maximum(m_i, kit.max(sc, axis=1) * qk_scale)      # log2 domain (scale > 0)
+    p = kit.exp2(sc * qk_scale - m_new[:, None], ftz=True)        # one FFMA + MUFU.EX2 each
+    alpha = kit.exp2(m_i - m_new, ftz=True)
     l_i = l_i * alpha + kit.sum(p, axis=1)
     acc = kit.mma(p.to(v.dtype), v[s], acc * alpha[:, None])   # P straight from registers
     if WS:
@@ -133,6 +133,8 @@ def attention(q, k, v, causal: bool = False, sm_scale: float | None = None, **co
     ws = cfg.pop("ws", False)  # producer warpgroup + consumers (kit.warpgroup_id roles)
     Hkv = k.shape[1]
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)
+    if not scale > 0:
+        raise ValueError(f"attention: the softmax scale must be positive, got {scale}")
     q2, k2, v2 = (t.contiguous().view(-1, D) for t in (q, k, v))
     o = torch.empty_like(q)
     lse = torch.empty(B, H, S, device=q.device, dtype=torch.float32)

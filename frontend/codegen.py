@@ -790,9 +790,10 @@ def _call_builtin_checked(cg: FunctionCodegen, name: str, args: list, kwargs: di
     if name in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "sin", "cos", "sigmoid",
                 "floor", "ceil"):
         x = a["x"]
+        ftz = bool(const("ftz", "True or False")) if name in ("exp", "exp2") else False
         if not isinstance(x, Value):
             return _fold_math(cg, node, name, x)
-        return b.unary(name, x)
+        return b.unary(name, x, ftz=ftz)
     if name in ("sum", "max", "min", "argmax", "argmin"):
         axis = const("axis")
         return b.reduce(name, a["x"], axis, bool(const("keep_dims")))
@@ -870,9 +871,10 @@ _SIGS["store"] = lambda pointer, value, mask=None, cache_modifier=None, \
 _SIGS["where"] = lambda condition, x, y: None
 _SIGS["minimum"] = lambda x, y: None
 _SIGS["maximum"] = lambda x, y: None
-for _n in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "sin", "cos", "sigmoid",
-           "floor", "ceil"):
+for _n in ("log", "log2", "sqrt", "rsqrt", "abs", "sin", "cos", "sigmoid", "floor", "ceil"):
     _SIGS[_n] = lambda x: None
+for _n in ("exp", "exp2"):
+    _SIGS[_n] = lambda x, ftz=False: None
 for _n in ("sum", "max", "min"):
     _SIGS[_n] = lambda x, axis=None, keep_dims=False: None
 for _n in ("argmax", "argmin"):

@@ -218,7 +218,7 @@ class Builder:
         a, b = self.binary_operands(a, b, _CMP_SYMBOL[pred])
         return self.emit1("cmp", [a, b], TileType(int1, a.shape), {"pred": pred})
 
-    def unary(self, opname: str, x: Any) -> Value:
+    def unary(self, opname: str, x: Any, ftz: bool = False) -> Value:
         x = self.to_value(x)
         dt = x.dtype
         if dt.is_ptr():
@@ -237,7 +237,7 @@ class Builder:
             if x.dtype is float64 and opname not in ("sqrt", "floor", "ceil"):
                 raise self.error(f"kit.{opname} on fp64 is not supported yet",
                                  "compute in fp32: x.to(kit.float32)")
-            return self.emit1(opname, [x], x.type)
+            return self.emit1(opname, [x], x.type, {"ftz": True} if ftz else None)
         if opname == "neg" and dt.is_bool():
             x = self.cast(x, int32)
         if opname == "abs" and dt.is_int_unsigned() or opname == "abs" and dt.is_bool():

@@ -755,6 +755,12 @@ def _unary(op: Op) -> Callable:
     if not dt.is_floating():
         raise NotImplementedError(f"interpreter: '{name}' on {dt} (the frontend casts to "
                                   "float first)")
+    if op.attrs.get("ftz"):                        # results below 2**-126 flush to zero
+        g = f
+
+        def f(x):
+            r = g(x)
+            return np.where(np.abs(r) < np.float32(2.0 ** -126), r.dtype.type(0), r)
     return _compute_in_f32(f, dt)
 
 

@@ -124,13 +124,14 @@ def maximum(x, y):
 
 
 @builtin
-def exp(x):
-    """e**x (fp32 inputs use the hardware's exp2 with a scale)."""
+def exp(x, ftz=False):
+    """e**x (fp32 inputs use the hardware's exp2 with a scale). ftz: see kit.exp2."""
 
 
 @builtin
-def exp2(x):
-    """2**x."""
+def exp2(x, ftz=False):
+    """2**x. ftz=True flushes results below 2**-126 to zero: the bare MUFU.EX2 instead of
+    three instructions (what softmax wants: such terms vanish in its sums anyway)."""
 
 
 @builtin
