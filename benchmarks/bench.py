@@ -302,14 +302,17 @@ def bench_gemm(tri, quick: bool) -> None:
 
 
 # ----------------------------------------------------------------------------- attention
-ATTN_CASES = [(4, 32, 4096, 128), (4, 32, 4096, 64), (2, 16, 16384, 128)]
+ATTN_CASES = [(4, 32, 4096, 128), (4, 32, 4096, 64), (2, 16, 16384, 128),
+              (2, 16, 4096, 256)]                       # D=256: beyond the six
 ATTN_CONFIGS = [dict(BM=128, BN=64, STAGES=2), dict(BM=128, BN=128, STAGES=2),
                 dict(BM=128, BN=64, STAGES=3), dict(BM=128, BN=128, STAGES=3),
                 dict(BM=64, BN=128, STAGES=2, num_warps=4),
                 dict(BM=64, BN=64, STAGES=3, num_warps=4),
                 dict(BM=128, BN=128, STAGES=2, num_warps=8, ws=True),
                 dict(BM=128, BN=64, STAGES=3, num_warps=8, ws=True),
-                dict(BM=64, BN=128, STAGES=2, num_warps=4, ws=True)]
+                dict(BM=64, BN=128, STAGES=2, num_warps=4, ws=True),
+                dict(BM=64, BN=64, STAGES=2, num_warps=4),
+                dict(BM=128, BN=64, STAGES=1, num_warps=8, ws=True)]
 
 
 def bench_attention(tri) -> None:

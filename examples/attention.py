@@ -127,7 +127,8 @@ def attention(q, k, v, causal: bool = False, sm_scale: float | None = None, **co
     # measured on an H200 (benchmarks/NOTES.md): for D=128 a producer warpgroup and two
     # consumer warpgroups on 128 query rows; for D=64 one warpgroup on 64 rows, so several
     # CTAs share an SM and one's softmax overlaps another's MMAs
-    cfg = dict(BM=128, BN=128, STAGES=2, num_warps=8, ws=True) if D > 64 else \
+    cfg = dict(BM=128, BN=64, STAGES=2, num_warps=8, ws=True) if D > 128 else \
+        dict(BM=128, BN=128, STAGES=2, num_warps=8, ws=True) if D > 64 else \
         dict(BM=64, BN=128, STAGES=2, num_warps=4)
     cfg.update(config)
     ws = cfg.pop("ws", False)  # producer warpgroup + consumers (kit.warpgroup_id roles)

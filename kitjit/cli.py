@@ -510,7 +510,13 @@ def cmd_compile(args: argparse.Namespace) -> int:
         ".tir": ("tir",),
     }
     keys = suffix_keys.get(os.path.splitext(out)[1], ("cubin",))
-    blob = next((asm[k] for k in keys if k in asm), None)
+    blob = None
+    for k in keys:          # a cache hit holds the stages lazily: ask, don't test `in`
+        try:
+            blob = asm[k]
+            break
+        except KeyError:
+            continue
     if blob is None:
         raise CliError(f"compiler produced no {keys[0]} (have: {', '.join(asm)})")
     mode = "w" if isinstance(blob, str) else "wb"

@@ -564,3 +564,9 @@ def test_compile_real_kernel(tmp_path, root, capsys):
     if tools.find_tool("cuobjdump") is not None:
         assert run("cache", "show", "copy", "--sass") == 0
         assert "LDG" in capsys.readouterr().out
+    # a second compile is a disk-cache hit whose stages load lazily: every -o kind works
+    for suffix, marker in ((".ptx", ".entry copy"), (".ll", "define"), (".tir", "copy")):
+        out = tmp_path / f"again{suffix}"
+        argv[-1] = str(out)
+        assert run(*argv) == 0, capsys.readouterr().err
+        assert marker in out.read_text()

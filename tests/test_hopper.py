@@ -243,16 +243,17 @@ def test_sass_matmul_epilogue_16_byte_stores(dt):
 
 
 # ----------------------------------------------------------------------------- attention
-ATTN_SASS = [  # (D, BM, BN, num_warps): the wrapper's defaults for D=128 and D=64
+ATTN_SASS = [  # (D, BM, BN, num_warps): the unspecialized kernel's configs per head dim
     (128, 128, 128, 8),
     (64, 64, 128, 4),
+    (256, 64, 64, 4),
 ]
 
 
 @needs_sass
 @pytest.mark.parametrize("dt,causal", [("bf16", False), ("bf16", True), ("fp16", True)],
                          ids=["bf16-full", "bf16-causal", "fp16-causal"])
-@pytest.mark.parametrize("D,BM,BN,warps", ATTN_SASS, ids=["D128", "D64"])
+@pytest.mark.parametrize("D,BM,BN,warps", ATTN_SASS, ids=["D128", "D64", "D256"])
 def test_sass_attention(D, BM, BN, warps, dt, causal):
     c = sass(EXAMPLES / "attention.py", "attention_kernel", attn_sig(dt),
              dict(BM=BM, BN=BN, D=D, CAUSAL=causal, STAGES=2), warps)
@@ -279,6 +280,7 @@ def test_sass_attention(D, BM, BN, warps, dt, causal):
 ATTN_WS_SASS = [  # (D, BM, BN, num_warps): what attention(..., ws=True) launches by default
     (128, 128, 128, 12),
     (64, 64, 128, 8),
+    (256, 128, 64, 12),                            # the wrapper's default for D=256
 ]
 
 
@@ -290,7 +292,7 @@ def attn_ws_sass(D, BM, BN, warps, causal=True, dt="bf16") -> Sass:
 
 @needs_sass
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("D,BM,BN,warps", ATTN_WS_SASS, ids=["D128", "D64"])
+@pytest.mark.parametrize("D,BM,BN,warps", ATTN_WS_SASS, ids=["D128", "D64", "D256"])
 def test_sass_attention_ws(D, BM, BN, warps, causal):
     c = attn_ws_sass(D, BM, BN, warps, causal)
     ss = c.find(rf"HGMMA\.64x{BN}x16\.F32\.BF16 R\d+, gdesc\[")
@@ -412,7 +414,7 @@ ATTN_CPU = [  # (B, H, S, D, GQA group)
     (B, H, S, D, g)
     for B, H, S, D in [(1, 2, 130, 64), (1, 1, 64, 64), (2, 2, 70, 64)]
     for g in (1, 2) if H % g == 0
-]
+] + [(1, 2, 70, 256, 2)]
 DTYPES = pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16],
                                  ids=["fp16", "bf16"])
 CAUSAL = pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
@@ -533,13 +535,15 @@ def test_interp_wsp_fp16(poison):
 ATTN_GPU = [  # (B, H, S, D)
     (2, 4, 1000, 128),
     (1, 8, 2048, 64),
+    (1, 4, 1000, 256),
 ]
 
 
 def default_config(D):
     """What examples/attention.py's wrapper picks (kept in step by test_gpu_attention_wrapper,
     which goes through the wrapper itself)."""
-    return dict(BM=128, BN=128, STAGES=2, num_warps=8) if D > 64 else \
+    return dict(BM=64, BN=64, STAGES=2, num_warps=4) if D > 128 else \
+        dict(BM=128, BN=128, STAGES=2, num_warps=8) if D > 64 else \
         dict(BM=64, BN=128, STAGES=2, num_warps=4)
 
 
@@ -578,7 +582,7 @@ def test_gpu_attention_configs(D, cfg, causal):
 @pytest.mark.gpu
 @pytest.mark.parametrize("B,H,S,D,causal,g", [
     (2, 4, 1000, 128, True, 2), (1, 8, 2048, 64, False, 1), (3, 2, 257, 128, False, 1),
-    (1, 4, 1, 64, True, 4),
+    (1, 4, 1, 64, True, 4), (1, 4, 777, 256, True, 2), (2, 2, 300, 256, False, 1),
 ])
 def test_gpu_attention_wrapper(B, H, S, D, causal, g, poison):
     q, k, v = qkv(B, H, S, D, g, torch.bfloat16, device="cuda", seed=4)
