@@ -11,43 +11,48 @@ from kitjit.testing import bench, check, device, has_gpu
 
 
 @kit.jit
-def tile_origin(tile, M, N, BM: kit.constexpr, BN: kit.constexpr, GROUP: kit.constexpr):
-    # L2-friendly order: GROUP row-blocks of C are swept column by column
+def tile_origin(tile, M, N, n_k, BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr,
+                GROUP: kit.constexpr, SPLIT_K: kit.constexpr):
+    # L2-friendly order: GROUP row-blocks of C are swept column by column; with split-K,
+    # the SPLIT_K parts of one tile's K range are neighbours
+    t = tile // SPLIT_K
     n_m, n_n = kit.cdiv(M, BM), kit.cdiv(N, BN)
-    first_m = tile // (GROUP * n_n) * GROUP
+    first_m = t // (GROUP * n_n) * GROUP
     rows = kit.minimum(n_m - first_m, GROUP)
-    return (first_m + tile % (GROUP * n_n) % rows) * BM, tile % (GROUP * n_n) // rows * BN
+    return ((first_m + t % (GROUP * n_n) % rows) * BM, t % (GROUP * n_n) // rows * BN,
+            tile % SPLIT_K * n_k * BK)
 
 
 @kit.jit
-def load_stage(a, b, ready, A, B, m0, n0, kk, it, BK: kit.constexpr, STAGES: kit.constexpr,
-               TRANS_B: kit.constexpr):
+def load_stage(a, b, ready, A, B, m0, n0, k0, kk, it, BK: kit.constexpr,
+               STAGES: kit.constexpr, TRANS_B: kit.constexpr):
     s = it % STAGES
-    kit.tma_load(a[s], A, (m0, kk * BK), ready[s])   # both land on ready[s]: one arrival
-    kit.tma_load(b[s], B, (n0, kk * BK) if TRANS_B else (kk * BK, n0), ready[s])
+    k = k0 + kk * BK                                 # past K, TMA reads zeros
+    kit.tma_load(a[s], A, (m0, k), ready[s])         # both land on ready[s]: one arrival
+    kit.tma_load(b[s], B, (n0, k) if TRANS_B else (k, n0), ready[s])
 
 
 @kit.jit
-def matmul_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr,
-                  STAGES: kit.constexpr, GROUP: kit.constexpr,
-                  TRANS_B: kit.constexpr = False):
+def matmul_kernel(A, B, C, W, M, N, K, BM: kit.constexpr, BN: kit.constexpr,
+                  BK: kit.constexpr, STAGES: kit.constexpr, GROUP: kit.constexpr,
+                  TRANS_B: kit.constexpr = False, SPLIT_K: kit.constexpr = 1):
     a = kit.shared((STAGES, BM, BK), A.dtype.element_ty)   # 128-byte swizzle, from the width
     # B is [K, N], or [N, K] when TRANS_B (then b[s].T is a K-major view for WGMMA)
     b = kit.shared((STAGES, BN, BK) if TRANS_B else (STAGES, BK, BN), B.dtype.element_ty)
     ready = kit.mbarriers(STAGES)                            # stage s has landed
-    n_k = kit.cdiv(K, BK)
-    n_tiles = kit.cdiv(M, BM) * kit.cdiv(N, BN)
+    n_k = kit.cdiv(kit.cdiv(K, BK), SPLIT_K)                 # k-steps per tile (and split)
+    n_tiles = kit.cdiv(M, BM) * kit.cdiv(N, BN) * SPLIT_K
     step = kit.num_programs(0)                               # persistent: tiles pid, pid+step..
     first = kit.program_id(0)
     for s in kit.static_range(STAGES - 1):                   # prologue: fill the ring with
         t = first + s // n_k * step                          # this program's first k-steps
         if t < n_tiles:                                      # (several tiles when K is short)
-            m0, n0 = tile_origin(t, M, N, BM, BN, GROUP)
-            load_stage(a, b, ready, A, B, m0, n0, s % n_k, s, BK, STAGES, TRANS_B)
+            m0, n0, k0 = tile_origin(t, M, N, n_k, BM, BN, BK, GROUP, SPLIT_K)
+            load_stage(a, b, ready, A, B, m0, n0, k0, s % n_k, s, BK, STAGES, TRANS_B)
     it = 0                                                   # k-steps done by this program
     for tile in range(first, n_tiles, step):
-        m0, n0 = tile_origin(tile, M, N, BM, BN, GROUP)
-        m1, n1 = tile_origin(tile + step, M, N, BM, BN, GROUP)
+        m0, n0, k0 = tile_origin(tile, M, N, n_k, BM, BN, BK, GROUP, SPLIT_K)
+        m1, n1, k1 = tile_origin(tile + step, M, N, n_k, BM, BN, BK, GROUP, SPLIT_K)
         acc = kit.zeros((BM, BN), kit.float32)               # wgmma accumulator layout
         for kk in range(n_k):
             kit.mbarrier_wait(ready[it % STAGES], it // STAGES % 2)
@@ -55,21 +60,34 @@ def matmul_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr, BK: ki
             acc = kit.mma(a[it % STAGES], bs, acc, pending=1)
             j = kk + STAGES - 1        # refill the stage MMA it-1 freed, running into the
             if j < n_k:                # next tile so its loads fly during this epilogue
-                load_stage(a, b, ready, A, B, m0, n0, j, it + STAGES - 1, BK, STAGES,
+                load_stage(a, b, ready, A, B, m0, n0, k0, j, it + STAGES - 1, BK, STAGES,
                            TRANS_B)
             elif j < 2 * n_k:
                 if tile + step < n_tiles:
-                    load_stage(a, b, ready, A, B, m1, n1, j - n_k, it + STAGES - 1, BK,
+                    load_stage(a, b, ready, A, B, m1, n1, k1, j - n_k, it + STAGES - 1, BK,
                                STAGES, TRANS_B)
             elif tile + j // n_k * step < n_tiles:           # K shorter than the ring
-                mj, nj = tile_origin(tile + j // n_k * step, M, N, BM, BN, GROUP)
-                load_stage(a, b, ready, A, B, mj, nj, j % n_k, it + STAGES - 1, BK, STAGES,
-                           TRANS_B)
+                mj, nj, kj = tile_origin(tile + j // n_k * step, M, N, n_k, BM, BN, BK, GROUP,
+                                         SPLIT_K)
+                load_stage(a, b, ready, A, B, mj, nj, kj, j % n_k, it + STAGES - 1, BK,
+                           STAGES, TRANS_B)
             it += 1
         rm = m0 + kit.arange(0, BM)    # the epilogue: straight from the accumulator
         rn = n0 + kit.arange(0, BN)    # registers, shuffled into 16-byte stores by the
         mask = (rm[:, None] < M) & (rn[None, :] < N)   # compiler (no staging tile: 4 stages)
-        kit.store(C + rm[:, None] * N + rn[None, :], acc.to(C.dtype.element_ty), mask=mask)
+        if SPLIT_K == 1:
+            kit.store(C + rm[:, None] * N + rn[None, :], acc.to(C.dtype.element_ty), mask=mask)
+        else:                          # fp32 partial sums, one slab per split: splitk_sum
+            kit.store(W + (tile % SPLIT_K * M + rm[:, None]) * N + rn[None, :], acc, mask=mask)
+
+
+@kit.jit
+def splitk_sum(W, C, n, SPLIT_K: kit.constexpr, BLOCK: kit.constexpr):
+    offs = kit.program_id(0) * BLOCK + kit.arange(0, BLOCK)
+    acc = kit.zeros((BLOCK,), kit.float32)
+    for s in kit.static_range(SPLIT_K):
+        acc += kit.load(W + s * n + offs, mask=offs < n)
+    kit.store(C + offs, acc.to(C.dtype.element_ty), mask=offs < n)
 
 
 _SMS: dict = {}
@@ -97,15 +115,33 @@ def matmul(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False, **config) ->
     N = b.shape[0] if trans_b else b.shape[1]
     c = torch.empty(M, N, device=a.device, dtype=a.dtype)
     sms = num_sms(a.device)
+    split = config.get("SPLIT_K", 1) if config else splitk_for(M, N, K, sms)
 
     def grid(meta):
-        return (min(kit.cdiv(M, meta["BM"]) * kit.cdiv(N, meta["BN"]), sms),)
+        return (min(kit.cdiv(M, meta["BM"]) * kit.cdiv(N, meta["BN"]) * split, sms),)
 
-    if config:
-        matmul_kernel[grid](a, b, c, M, N, K, GROUP=8, TRANS_B=trans_b, **config)
+    if split > 1:      # too few tiles to fill the GPU: split K, then add the partial sums
+        w = torch.empty(split, M, N, device=a.device, dtype=torch.float32)
+        cfg = config or dict(BM=64 if M <= 64 else 128, BN=128, BK=64, STAGES=4,
+                             num_warps=4 if M <= 64 else 8)
+        matmul_kernel[grid](a, b, c, w, M, N, K, GROUP=8, TRANS_B=trans_b,
+                            **dict(cfg, SPLIT_K=split))
+        splitk_sum[(kit.cdiv(M * N, 1024),)](w, c, M * N, SPLIT_K=split, BLOCK=1024)
+    elif config:
+        matmul_kernel[grid](a, b, c, c, M, N, K, GROUP=8, TRANS_B=trans_b, **config)
     else:
-        matmul_tuned[grid](a, b, c, M, N, K, GROUP=8, TRANS_B=trans_b)
+        matmul_tuned[grid](a, b, c, c, M, N, K, GROUP=8, TRANS_B=trans_b)
     return c
+
+
+def splitk_for(M: int, N: int, K: int, sms: int) -> int:
+    """Parts to split K into when 128-wide tiles leave most SMs idle (skinny, LLM-decode
+    shapes) and each part keeps at least 16 k-steps of 64."""
+    tiles = kit.cdiv(M, 128) * kit.cdiv(N, 128)
+    split = 1
+    while tiles * split * 2 <= sms and K // (split * 2) >= 1024:
+        split *= 2
+    return split
 
 
 def main() -> None:

@@ -198,6 +198,11 @@ def gemm_sig(dt):
     return [f"*{dt}:16"] * 3 + ["i32:16"] * 3
 
 
+def mm_sig(dt):
+    """examples/matmul.py's kernel: A, B, C, the split-K workspace W (fp32), M, N, K."""
+    return [f"*{dt}:16"] * 3 + ["*fp32:16"] + ["i32:16"] * 3
+
+
 def attn_sig(dt):
     return [f"*{dt}:16"] * 4 + ["*fp32:16", "i32:16", "i32", "i32", "fp32"]
 
@@ -210,7 +215,7 @@ SMEM_MAX = 227 * 1024
 @needs_sass
 @pytest.mark.parametrize("dt", ["bf16", "fp16"])
 def test_sass_matmul(dt):
-    c = sass(EXAMPLES / "matmul.py", "matmul_kernel", gemm_sig(dt),
+    c = sass(EXAMPLES / "matmul.py", "matmul_kernel", mm_sig(dt),
              dict(BM=128, BN=256, BK=64, STAGES=3, GROUP=8), 8)
     # two warpgroups, 64 rows each, the whole 256-wide tile per instruction, B from shared
     # memory transposed (N-major tile): HGMMA.64x256x16.F32.BF16 R24, gdesc[UR56].tnspB, R24
@@ -234,7 +239,7 @@ def test_sass_matmul_epilogue_16_byte_stores(dt):
     bits (shuffles) so that each thread writes 8 consecutive columns: 16 STG.E.128 per
     thread for a 128x256 tile instead of 64 4-byte stores (the epilogue was bound by the
     number of memory requests)."""
-    c = sass(EXAMPLES / "matmul.py", "matmul_kernel", gemm_sig(dt),
+    c = sass(EXAMPLES / "matmul.py", "matmul_kernel", mm_sig(dt),
              dict(BM=128, BN=256, BK=64, STAGES=3, GROUP=8), 8)
     assert len(re.findall(r"st\.global\.v4\.b32", c.ptx)) == 16, c.summary()
     assert not re.search(r"st\.global(\.v2)?\.b32", c.ptx)
@@ -476,11 +481,17 @@ MM_CPU = [  # (M, N, K, config): N and K multiples of 8 (TMA rows of 16 bytes)
     (130, 200, 264, dict(BM=128, BN=128, BK=64, STAGES=3, num_warps=8)),
     (190, 72, 200, dict(BM=64, BN=64, BK=64, STAGES=4, num_warps=4)),
     (70, 64, 40, dict(BM=64, BN=64, BK=64, STAGES=3, num_warps=4)),     # 1 k-step, 3 stages
+    # split-K: fp32 partial sums per split, then splitk_sum; the last split runs past K
+    # (7 k-steps in 3 parts of 3: TMA reads zeros), the ring runs across splits
+    (100, 72, 200, dict(BM=64, BN=64, BK=32, STAGES=3, num_warps=4, SPLIT_K=3)),
+    (16, 136, 264, dict(BM=64, BN=64, BK=32, STAGES=4, num_warps=4, SPLIT_K=4)),
+    (130, 64, 512, dict(BM=128, BN=64, BK=64, STAGES=3, num_warps=8, SPLIT_K=2)),
 ]
 
 
 @DTYPES
-@pytest.mark.parametrize("M,N,K,cfg", MM_CPU, ids=[f"{m}x{n}x{k}" for m, n, k, _ in MM_CPU])
+@pytest.mark.parametrize("M,N,K,cfg", MM_CPU, ids=[
+    f"{m}x{n}x{k}" + (f"-split{c['SPLIT_K']}" if "SPLIT_K" in c else "") for m, n, k, c in MM_CPU])
 def test_interp_matmul(M, N, K, cfg, dtype, poison):
     a, b = randn(M, K, dtype=dtype, seed=1), randn(K, N, dtype=dtype, seed=2)
     c = mm_ex.matmul(a, b, **cfg)
@@ -651,6 +662,29 @@ def test_gpu_matmul_ragged_wide_stores(cfg, M, N, K, poison):
     ct = mm_ex.matmul(a, b.t().contiguous(), trans_b=True, **cfg)
     torch.cuda.synchronize()
     assert_rows_close(ct, a.double() @ b.double(), 1e-2, f"matmul B^T {M}x{N}x{K} {cfg}")
+
+
+def test_splitk_heuristic():
+    assert mm_ex.splitk_for(16, 4096, 4096, 132) == 4       # 32 tiles -> 128 programs
+    assert mm_ex.splitk_for(128, 4096, 4096, 132) == 4
+    assert mm_ex.splitk_for(128, 4096, 1024, 132) == 1      # parts keep >= 16 k-steps
+    assert mm_ex.splitk_for(4096, 4096, 512, 132) == 1
+    assert mm_ex.splitk_for(512, 14336, 4096, 132) == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M,N,K,cfg", [
+    (16, 4096, 4096, {}), (128, 4096, 4096, {}), (1, 1040, 2048, {}),      # the heuristic
+    (100, 1040, 3000, dict(BM=64, BN=128, BK=64, STAGES=4, num_warps=4, SPLIT_K=4)),
+    (300, 264, 1000, dict(BM=128, BN=128, BK=64, STAGES=3, num_warps=8, SPLIT_K=3)),
+])
+def test_gpu_matmul_splitk(M, N, K, cfg, poison):
+    a = randn(M, K, seed=5, device="cuda")
+    b = randn(K, N, seed=6, device="cuda")
+    c = mm_ex.matmul(a, b, **cfg)
+    torch.cuda.synchronize()
+    assert is_poisoned(c, poison)
+    assert_rows_close(c, a.double() @ b.double(), 1e-2, f"split-K {M}x{N}x{K} {cfg}")
 
 
 @pytest.mark.gpu
