@@ -13,14 +13,9 @@ from kitjit.testing import bench, check, device, has_gpu
 
 
 @kit.jit
-def attend(q, k, v, ready, empty, K, V, acc, m_i, l_i, rows, j, n_kv, kvh, S, qk_scale,
-           BM: kit.constexpr, BN: kit.constexpr, STAGES: kit.constexpr, MASK: kit.constexpr,
-           CAUSAL: kit.constexpr, WS: kit.constexpr):
-    """One K/V block: S = Q Kᵀ, online softmax, O += P V; then hand the stage back to the
-    producer warpgroup (WS), or refill it with block j+STAGES ourselves."""
-    s = j % STAGES
-    kit.mbarrier_wait(ready[s], j // STAGES % 2)
-    sc = kit.mma(q, k[s].T, kit.zeros((BM, BN), kit.float32))   # raw scores
+def softmax(sc, m_i, l_i, rows, j, S, qk_scale, BN: kit.constexpr, MASK: kit.constexpr,
+            CAUSAL: kit.constexpr):
+    """Online softmax of raw scores block j: P, the rescale of what came before, m, l."""
     if MASK:                                       # ragged tail or causal diagonal only
         cols = j * BN + kit.arange(0, BN)
         keep = cols[None, :] < S
@@ -30,7 +25,19 @@ def attend(q, k, v, ready, empty, K, V, acc, m_i, l_i, rows, j, n_kv, kvh, S, qk
     m_new = kit.maximum(m_i, kit.max(sc, axis=1) * qk_scale)      # log2 domain (scale > 0)
     p = kit.exp2(sc * qk_scale - m_new[:, None], ftz=True)        # one FFMA + MUFU.EX2 each
     alpha = kit.exp2(m_i - m_new, ftz=True)
-    l_i = l_i * alpha + kit.sum(p, axis=1)
+    return p, alpha, m_new, l_i * alpha + kit.sum(p, axis=1)
+
+
+@kit.jit
+def attend(q, k, v, ready, empty, K, V, acc, m_i, l_i, rows, j, n_kv, kvh, S, qk_scale,
+           BM: kit.constexpr, BN: kit.constexpr, STAGES: kit.constexpr, MASK: kit.constexpr,
+           CAUSAL: kit.constexpr, WS: kit.constexpr):
+    """One K/V block: S = Q Kᵀ, online softmax, O += P V; then hand the stage back to the
+    producer warpgroup (WS), or refill it with block j+STAGES ourselves."""
+    s = j % STAGES
+    kit.mbarrier_wait(ready[s], j // STAGES % 2)
+    sc = kit.mma(q, k[s].T, kit.zeros((BM, BN), kit.float32))   # raw scores
+    p, alpha, m_new, l_i = softmax(sc, m_i, l_i, rows, j, S, qk_scale, BN, MASK, CAUSAL)
     acc = kit.mma(p.to(v.dtype), v[s], acc * alpha[:, None])   # P straight from registers
     if WS:
         kit.mbarrier_arrive(empty[s])              # both MMAs are done with stage s
@@ -38,6 +45,57 @@ def attend(q, k, v, ready, empty, K, V, acc, m_i, l_i, rows, j, n_kv, kvh, S, qk
         kit.tma_load(k[s], K, (kvh * S + (j + STAGES) * BN, 0), ready[s])
         kit.tma_load(v[s], V, (kvh * S + (j + STAGES) * BN, 0), ready[s])
     return acc, m_new, l_i
+
+
+@kit.jit
+def overlapped(q, k, v, ready, empty, acc, p, m_i, l_i, rows, j, S, qk_scale,
+               BM: kit.constexpr, BN: kit.constexpr, STAGES: kit.constexpr,
+               MASK: kit.constexpr, CAUSAL: kit.constexpr):
+    """Block j, FA3-style: S_j = Q K_jᵀ and O += P_{j-1} V_{j-1} are issued together and
+    the softmax of S_j runs while the second MMA does; then stage j-1 goes back."""
+    s = j % STAGES
+    kit.mbarrier_wait(ready[s], j // STAGES % 2)
+    sc = kit.mma(q, k[s].T, kit.zeros((BM, BN), kit.float32), pending=1)
+    acc = kit.mma(p, v[(j - 1) % STAGES], acc, pending=1)      # S_j is done on return
+    p, alpha, m_i, l_i = softmax(sc, m_i, l_i, rows, j, S, qk_scale, BN, MASK, CAUSAL)
+    acc = acc * alpha[:, None]                     # waits for P_{j-1} V_{j-1}
+    kit.mbarrier_arrive(empty[(j - 1) % STAGES])
+    return acc, p.to(v.dtype), m_i, l_i
+
+
+@kit.jit
+def consume_overlapped(q, k, v, ready, empty, O, L, m0, bh, S, n_full, n_kv, qk_scale,
+                       BM: kit.constexpr, BN: kit.constexpr, D: kit.constexpr,
+                       CAUSAL: kit.constexpr, STAGES: kit.constexpr):
+    """consume() for a consumer warpgroup with registers to spare: P V of one block
+    overlaps the scores and softmax of the next (needs 3 stages to keep loads ahead)."""
+    rows = m0 + kit.arange(0, BM)
+    kit.mbarrier_wait(ready[0], 0)
+    sc = kit.mma(q, k[0].T, kit.zeros((BM, BN), kit.float32))
+    p, alpha, m_i, l_i = softmax(sc, kit.full((BM,), -float("inf"), kit.float32),
+                                 kit.zeros((BM,), kit.float32), rows, 0, S, qk_scale, BN,
+                                 True, CAUSAL)
+    p = p.to(v.dtype)
+    acc = kit.zeros((BM, D), kit.float32)
+    for j in range(1, n_full):
+        acc, p, m_i, l_i = overlapped(q, k, v, ready, empty, acc, p, m_i, l_i, rows, j, S,
+                                      qk_scale, BM, BN, STAGES, False, CAUSAL)
+    for j in range(kit.maximum(n_full, 1), n_kv):
+        acc, p, m_i, l_i = overlapped(q, k, v, ready, empty, acc, p, m_i, l_i, rows, j, S,
+                                      qk_scale, BM, BN, STAGES, True, CAUSAL)
+    acc = kit.mma(p, v[(n_kv - 1) % STAGES], acc)
+    kit.mbarrier_arrive(empty[(n_kv - 1) % STAGES])
+    store_out(O, L, acc, m_i, l_i, rows, bh, S, D)
+
+
+@kit.jit
+def store_out(O, L, acc, m_i, l_i, rows, bh, S, D: kit.constexpr):
+    out = acc / l_i[:, None]
+    live = rows < S
+    dcol = kit.arange(0, D)
+    kit.store(O + (bh * S + rows)[:, None] * D + dcol[None, :], out.to(O.dtype.element_ty),
+              mask=live[:, None])
+    kit.store(L + bh * S + rows, (m_i + kit.log2(l_i)) * 0.6931471805599453, mask=live)
 
 
 @kit.jit
@@ -55,12 +113,7 @@ def consume(q, k, v, ready, empty, K, V, O, L, m0, bh, kvh, S, n_full, n_kv, qk_
     for j in range(n_full, n_kv):
         acc, m_i, l_i = attend(q, k, v, ready, empty, K, V, acc, m_i, l_i, rows, j, n_kv,
                                kvh, S, qk_scale, BM, BN, STAGES, True, CAUSAL, WS)
-    out = acc / l_i[:, None]
-    live = rows < S
-    dcol = kit.arange(0, D)
-    kit.store(O + (bh * S + rows)[:, None] * D + dcol[None, :], out.to(O.dtype.element_ty),
-              mask=live[:, None])
-    kit.store(L + bh * S + rows, (m_i + kit.log2(l_i)) * 0.6931471805599453, mask=live)
+    store_out(O, L, acc, m_i, l_i, rows, bh, S, D)
 
 
 @kit.jit
@@ -92,7 +145,8 @@ def attention_kernel(Q, K, V, O, L, S, H, G, qk_scale, BM: kit.constexpr, BN: ki
 @kit.jit
 def attention_ws_kernel(Q, K, V, O, L, S, H, G, qk_scale, BM: kit.constexpr,
                         BN: kit.constexpr, D: kit.constexpr, CAUSAL: kit.constexpr,
-                        STAGES: kit.constexpr, CONSUMERS: kit.constexpr):
+                        STAGES: kit.constexpr, CONSUMERS: kit.constexpr,
+                        OVERLAP: kit.constexpr = False):
     m0 = (kit.num_programs(0) - 1 - kit.program_id(0) if CAUSAL else kit.program_id(0)) * BM
     bh = kit.program_id(1)
     kvh = bh // H * (H // G) + bh % H // G
@@ -116,8 +170,12 @@ def attention_ws_kernel(Q, K, V, O, L, S, H, G, qk_scale, BM: kit.constexpr,
     else:                                          # consumers: 64 query rows each
         kit.setmaxnreg(240)
         kit.mbarrier_wait(q_ready[0], 0)
-        consume(q, k, v, ready, empty, K, V, O, L, m0, bh, kvh, S, n_full, n_kv, qk_scale,
-                BM, BN, D, CAUSAL, STAGES, True)
+        if OVERLAP:
+            consume_overlapped(q, k, v, ready, empty, O, L, m0, bh, S, n_full, n_kv, qk_scale,
+                               BM, BN, D, CAUSAL, STAGES)
+        else:
+            consume(q, k, v, ready, empty, K, V, O, L, m0, bh, kvh, S, n_full, n_kv,
+                    qk_scale, BM, BN, D, CAUSAL, STAGES, True)
 
 
 def attention(q, k, v, causal: bool = False, sm_scale: float | None = None, **config):
@@ -132,6 +190,8 @@ def attention(q, k, v, causal: bool = False, sm_scale: float | None = None, **co
         dict(BM=64, BN=128, STAGES=2, num_warps=4)
     cfg.update(config)
     ws = cfg.pop("ws", False)  # producer warpgroup + consumers (kit.warpgroup_id roles)
+    if not ws and "OVERLAP" in cfg:
+        raise ValueError("attention: OVERLAP needs the warp-specialized kernel (ws=True)")
     Hkv = k.shape[1]
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)
     if not scale > 0:
