@@ -182,15 +182,18 @@ def attention(q, k, v, causal: bool = False, sm_scale: float | None = None, **co
     """q: (B, H, S, D), k and v: (B, H_kv, S, D) with H a multiple of H_kv.
     Returns (o, lse): o like q, lse (B, H, S) fp32 (natural log)."""
     B, H, S, D = q.shape
-    # measured on an H200 (benchmarks/NOTES.md): for D=128 a producer warpgroup and two
-    # consumer warpgroups on 128 query rows; for D=64 one warpgroup on 64 rows, so several
-    # CTAs share an SM and one's softmax overlaps another's MMAs
+    # measured on an H100 (benchmarks/NOTES.md): for D=128 a producer warpgroup and two
+    # consumer warpgroups on 128 query rows, each overlapping P V with the next softmax;
+    # for D=64 one warpgroup on 64 rows, so several CTAs share an SM and one's softmax
+    # overlaps another's MMAs; for D=256 the producer and two plain consumers (registers)
     cfg = dict(BM=128, BN=64, STAGES=2, num_warps=8, ws=True) if D > 128 else \
-        dict(BM=128, BN=128, STAGES=2, num_warps=8, ws=True) if D > 64 else \
+        dict(BM=128, BN=128, STAGES=3, num_warps=8, ws=True, OVERLAP=True) if D > 64 else \
         dict(BM=64, BN=128, STAGES=2, num_warps=4)
+    if "BM" in config:   # a whole config: nothing inherited from the default
+        cfg = dict(STAGES=2, num_warps=4 if config["BM"] == 64 else 8)
     cfg.update(config)
     ws = cfg.pop("ws", False)  # producer warpgroup + consumers (kit.warpgroup_id roles)
-    if not ws and "OVERLAP" in cfg:
+    if not ws and cfg.pop("OVERLAP", False):
         raise ValueError("attention: OVERLAP needs the warp-specialized kernel (ws=True)")
     Hkv = k.shape[1]
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)

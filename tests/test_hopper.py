@@ -282,24 +282,26 @@ def test_sass_attention(D, BM, BN, warps, dt, causal):
     assert md["shared"] >= need > SMEM_48K and md["shared"] <= SMEM_MAX, md["shared"]
 
 
-ATTN_WS_SASS = [  # (D, BM, BN, num_warps): what attention(..., ws=True) launches by default
-    (128, 128, 128, 12),
-    (64, 64, 128, 8),
-    (256, 128, 64, 12),                            # the wrapper's default for D=256
+ATTN_WS_SASS = [  # (D, BM, BN, num_warps, stages, overlap): what attention(..., ws=True)
+    (128, 128, 128, 12, 3, True),                  # launches by default
+    (64, 64, 128, 8, 2, False),
+    (256, 128, 64, 12, 2, False),
+    (128, 128, 128, 12, 2, False),                 # the plain consumer at D=128
 ]
 
 
-def attn_ws_sass(D, BM, BN, warps, causal=True, dt="bf16") -> Sass:
+def attn_ws_sass(D, BM, BN, warps, stages=2, overlap=False, causal=True, dt="bf16") -> Sass:
     return sass(EXAMPLES / "attention.py", "attention_ws_kernel", attn_sig(dt),
-                dict(BM=BM, BN=BN, D=D, CAUSAL=causal, STAGES=2, CONSUMERS=warps // 4 - 1),
-                warps)
+                dict(BM=BM, BN=BN, D=D, CAUSAL=causal, STAGES=stages,
+                     CONSUMERS=warps // 4 - 1, OVERLAP=overlap), warps)
 
 
 @needs_sass
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("D,BM,BN,warps", ATTN_WS_SASS, ids=["D128", "D64", "D256"])
-def test_sass_attention_ws(D, BM, BN, warps, causal):
-    c = attn_ws_sass(D, BM, BN, warps, causal)
+@pytest.mark.parametrize("D,BM,BN,warps,stages,overlap", ATTN_WS_SASS,
+                         ids=["D128-overlap", "D64", "D256", "D128"])
+def test_sass_attention_ws(D, BM, BN, warps, stages, overlap, causal):
+    c = attn_ws_sass(D, BM, BN, warps, stages, overlap, causal)
     ss = c.find(rf"HGMMA\.64x{BN}x16\.F32\.BF16 R\d+, gdesc\[")
     rs = c.find(rf"HGMMA\.64x{D}x16\.F32\.BF16 R\d+, R\d+, gdesc\[")
     assert len(ss) >= D // 16 and len(rs) >= BN // 16, c.hgmma()
@@ -308,7 +310,7 @@ def test_sass_attention_ws(D, BM, BN, warps, causal):
     c.assert_no_spills()
     assert re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+24;", c.ptx), "producer"
     assert re.search(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+240;", c.ptx), "consumers"
-    need = (BM * D + 2 * 2 * BN * D) * 2
+    need = (BM * D + stages * 2 * BN * D) * 2
     assert c.md["shared"] >= need > SMEM_48K and c.md["shared"] <= SMEM_MAX, c.md["shared"]
 
 
@@ -456,8 +458,13 @@ def test_interp_attention_wrapper(B, H, S, D, causal, g, cfg, poison):
 @pytest.mark.parametrize("B,H,S,D,causal,g,cfg", [
     (1, 2, 130, 64, True, 2, dict(BM=64, BN=64, STAGES=2, num_warps=4)),   # 8 warps
     (2, 2, 70, 64, False, 1, dict(BM=64, BN=64, STAGES=3, num_warps=4)),
-    (1, 2, 100, 128, True, 1, {}),                 # D=128 default: 12 warps
-], ids=["causal-g2", "full-stages3", "D128-default"])
+    (1, 2, 100, 128, True, 1, {}),                 # D=128 default: 12 warps, overlapped
+    (2, 2, 200, 64, False, 2, dict(BM=128, BN=64, STAGES=3, OVERLAP=True)),
+    (1, 2, 130, 64, True, 1, dict(BM=64, BN=64, STAGES=3, OVERLAP=True)),
+    (1, 1, 40, 64, True, 1, dict(BM=64, BN=64, STAGES=3, OVERLAP=True)),  # one block
+    (1, 2, 100, 128, False, 1, dict(BM=128, BN=64, STAGES=2)),            # plain consumer
+], ids=["causal-g2", "full-stages3", "D128-default", "overlap-g2", "overlap-causal",
+        "overlap-one-block", "D128-plain"])
 def test_interp_attention_ws(B, H, S, D, causal, g, cfg, poison):
     q, k, v = qkv(B, H, S, D, g, torch.bfloat16, seed=6)
     o, lse = attn_ex.attention(q, k, v, causal, ws=True, **cfg)
