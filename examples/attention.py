@@ -51,8 +51,8 @@ def attend(q, k, v, ready, empty, K, V, acc, m_i, l_i, rows, j, n_kv, kvh, S, qk
 def overlapped(q, k, v, ready, empty, acc, p, m_i, l_i, rows, j, S, qk_scale,
                BM: kit.constexpr, BN: kit.constexpr, STAGES: kit.constexpr,
                MASK: kit.constexpr, CAUSAL: kit.constexpr):
-    """Block j, FA3-style: S_j = Q K_jᵀ and O += P_{j-1} V_{j-1} are issued together and
-    the softmax of S_j runs while the second MMA does; then stage j-1 goes back."""
+    """Block j, FA3-style: S_j = Q K_jᵀ and O += P_{j-1} V_{j-1} issued together; the
+    softmax of S_j runs under the second MMA."""
     s = j % STAGES
     kit.mbarrier_wait(ready[s], j // STAGES % 2)
     sc = kit.mma(q, k[s].T, kit.zeros((BM, BN), kit.float32), pending=1)
@@ -67,16 +67,14 @@ def overlapped(q, k, v, ready, empty, acc, p, m_i, l_i, rows, j, S, qk_scale,
 def consume_overlapped(q, k, v, ready, empty, O, L, m0, bh, S, n_full, n_kv, qk_scale,
                        BM: kit.constexpr, BN: kit.constexpr, D: kit.constexpr,
                        CAUSAL: kit.constexpr, STAGES: kit.constexpr):
-    """consume() for a consumer warpgroup with registers to spare: P V of one block
-    overlaps the scores and softmax of the next (needs 3 stages to keep loads ahead)."""
+    """consume(), overlapped: 3 stages keep the loads ahead (stage j-1 is freed late)."""
     rows = m0 + kit.arange(0, BM)
     kit.mbarrier_wait(ready[0], 0)
     sc = kit.mma(q, k[0].T, kit.zeros((BM, BN), kit.float32))
-    p, alpha, m_i, l_i = softmax(sc, kit.full((BM,), -float("inf"), kit.float32),
-                                 kit.zeros((BM,), kit.float32), rows, 0, S, qk_scale, BN,
-                                 True, CAUSAL)
-    p = p.to(v.dtype)
-    acc = kit.zeros((BM, D), kit.float32)
+    p, _, m_i, l_i = softmax(sc, kit.full((BM,), -float("inf"), kit.float32),
+                             kit.zeros((BM,), kit.float32), rows, 0, S, qk_scale, BN, True,
+                             CAUSAL)
+    p, acc = p.to(v.dtype), kit.zeros((BM, D), kit.float32)
     for j in range(1, n_full):
         acc, p, m_i, l_i = overlapped(q, k, v, ready, empty, acc, p, m_i, l_i, rows, j, S,
                                       qk_scale, BM, BN, STAGES, False, CAUSAL)
