@@ -331,10 +331,7 @@ ATTN_CONFIGS = [dict(BM=128, BN=64, STAGES=2), dict(BM=128, BN=128, STAGES=2),
                 dict(BM=128, BN=64, STAGES=3, num_warps=8, ws=True),
                 dict(BM=128, BN=64, STAGES=2, num_warps=8, ws=True),
                 dict(BM=128, BN=128, STAGES=3, num_warps=8, ws=True, OVERLAP=True),
-                dict(BM=128, BN=64, STAGES=3, num_warps=8, ws=True, OVERLAP=True),
-                dict(BM=64, BN=64, STAGES=2, num_warps=4, OVERLAP=True),
-                dict(BM=64, BN=64, STAGES=3, num_warps=4, OVERLAP=True),
-                dict(BM=64, BN=128, STAGES=2, num_warps=4, OVERLAP=True)]
+                dict(BM=128, BN=64, STAGES=3, num_warps=8, ws=True, OVERLAP=True)]
 
 
 def bench_attention(tri) -> None:
