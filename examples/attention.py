@@ -32,20 +32,25 @@ def softmax(sc, m_i, l_i, rows, j, S, qk_scale, BN: kit.constexpr, MASK: kit.con
 def attend(q, k, v, ready, empty, K, V, acc, m_i, l_i, rows, j, n_kv, kvh, S, qk_scale,
            BM: kit.constexpr, BN: kit.constexpr, STAGES: kit.constexpr, MASK: kit.constexpr,
            CAUSAL: kit.constexpr, WS: kit.constexpr):
-    """One K/V block: S = Q Kᵀ, online softmax, O += P V, then release the stage."""
+    """One K/V block: S = Q Kᵀ, online softmax, O += P V; then hand the stage back to the
+    producer warpgroup (WS), or refill it with block j+STAGES ourselves."""
     s = j % STAGES
     kit.mbarrier_wait(ready[s], j // STAGES % 2)
     sc = kit.mma(q, k[s].T, kit.zeros((BM, BN), kit.float32))   # raw scores
     p, alpha, m_new, l_i = softmax(sc, m_i, l_i, rows, j, S, qk_scale, BN, MASK, CAUSAL)
     acc = kit.mma(p.to(v.dtype), v[s], acc * alpha[:, None])   # P straight from registers
-    release(k, v, ready, empty, K, V, j, n_kv, kvh, S, BN, STAGES, WS)
+    if WS:
+        kit.mbarrier_arrive(empty[s])              # both MMAs are done with stage s
+    elif j + STAGES < n_kv:                        # both MMAs are done with stage s: refill
+        kit.tma_load(k[s], K, (kvh * S + (j + STAGES) * BN, 0), ready[s])
+        kit.tma_load(v[s], V, (kvh * S + (j + STAGES) * BN, 0), ready[s])
     return acc, m_new, l_i
 
 
 @kit.jit
-def overlapped(q, k, v, ready, empty, K, V, acc, p, m_i, l_i, rows, j, n_kv, kvh, S, qk_scale,
+def overlapped(q, k, v, ready, empty, acc, p, m_i, l_i, rows, j, S, qk_scale,
                BM: kit.constexpr, BN: kit.constexpr, STAGES: kit.constexpr,
-               MASK: kit.constexpr, CAUSAL: kit.constexpr, WS: kit.constexpr):
+               MASK: kit.constexpr, CAUSAL: kit.constexpr):
     """Block j, FA3-style: S_j = Q K_jᵀ and O += P_{j-1} V_{j-1} issued together; the
     softmax of S_j runs under the second MMA."""
     s = j % STAGES
@@ -54,26 +59,14 @@ def overlapped(q, k, v, ready, empty, K, V, acc, p, m_i, l_i, rows, j, n_kv, kvh
     acc = kit.mma(p, v[(j - 1) % STAGES], acc, pending=1)      # S_j is done on return
     p, alpha, m_i, l_i = softmax(sc, m_i, l_i, rows, j, S, qk_scale, BN, MASK, CAUSAL)
     acc = acc * alpha[:, None]                     # waits for P_{j-1} V_{j-1}
-    release(k, v, ready, empty, K, V, j - 1, n_kv, kvh, S, BN, STAGES, WS)
+    kit.mbarrier_arrive(empty[(j - 1) % STAGES])
     return acc, p.to(v.dtype), m_i, l_i
 
 
 @kit.jit
-def release(k, v, ready, empty, K, V, j, n_kv, kvh, S, BN: kit.constexpr,
-            STAGES: kit.constexpr, WS: kit.constexpr):
-    """Both MMAs are done with block j's stage: tell the producer warpgroup (WS), or
-    refill the stage with block j+STAGES ourselves."""
-    if WS:
-        kit.mbarrier_arrive(empty[j % STAGES])
-    elif j + STAGES < n_kv:
-        kit.tma_load(k[j % STAGES], K, (kvh * S + (j + STAGES) * BN, 0), ready[j % STAGES])
-        kit.tma_load(v[j % STAGES], V, (kvh * S + (j + STAGES) * BN, 0), ready[j % STAGES])
-
-
-@kit.jit
-def consume_overlapped(q, k, v, ready, empty, K, V, O, L, m0, bh, kvh, S, n_full, n_kv,
-                       qk_scale, BM: kit.constexpr, BN: kit.constexpr, D: kit.constexpr,
-                       CAUSAL: kit.constexpr, STAGES: kit.constexpr, WS: kit.constexpr):
+def consume_overlapped(q, k, v, ready, empty, O, L, m0, bh, S, n_full, n_kv, qk_scale,
+                       BM: kit.constexpr, BN: kit.constexpr, D: kit.constexpr,
+                       CAUSAL: kit.constexpr, STAGES: kit.constexpr):
     """consume(), overlapped: 3 stages keep the loads ahead (stage j-1 is freed late)."""
     rows = m0 + kit.arange(0, BM)
     kit.mbarrier_wait(ready[0], 0)
@@ -83,13 +76,13 @@ def consume_overlapped(q, k, v, ready, empty, K, V, O, L, m0, bh, kvh, S, n_full
                              CAUSAL)
     p, acc = p.to(v.dtype), kit.zeros((BM, D), kit.float32)
     for j in range(1, n_full):
-        acc, p, m_i, l_i = overlapped(q, k, v, ready, empty, K, V, acc, p, m_i, l_i, rows, j,
-                                      n_kv, kvh, S, qk_scale, BM, BN, STAGES, False, CAUSAL, WS)
+        acc, p, m_i, l_i = overlapped(q, k, v, ready, empty, acc, p, m_i, l_i, rows, j, S,
+                                      qk_scale, BM, BN, STAGES, False, CAUSAL)
     for j in range(kit.maximum(n_full, 1), n_kv):
-        acc, p, m_i, l_i = overlapped(q, k, v, ready, empty, K, V, acc, p, m_i, l_i, rows, j,
-                                      n_kv, kvh, S, qk_scale, BM, BN, STAGES, True, CAUSAL, WS)
+        acc, p, m_i, l_i = overlapped(q, k, v, ready, empty, acc, p, m_i, l_i, rows, j, S,
+                                      qk_scale, BM, BN, STAGES, True, CAUSAL)
     acc = kit.mma(p, v[(n_kv - 1) % STAGES], acc)
-    release(k, v, ready, empty, K, V, n_kv - 1, n_kv, kvh, S, BN, STAGES, WS)
+    kit.mbarrier_arrive(empty[(n_kv - 1) % STAGES])
     store_out(O, L, acc, m_i, l_i, rows, bh, S, D)
 
 
@@ -123,8 +116,7 @@ def consume(q, k, v, ready, empty, K, V, O, L, m0, bh, kvh, S, n_full, n_kv, qk_
 
 @kit.jit
 def attention_kernel(Q, K, V, O, L, S, H, G, qk_scale, BM: kit.constexpr, BN: kit.constexpr,
-                     D: kit.constexpr, CAUSAL: kit.constexpr, STAGES: kit.constexpr,
-                     OVERLAP: kit.constexpr = False):
+                     D: kit.constexpr, CAUSAL: kit.constexpr, STAGES: kit.constexpr):
     # causal: the longest rows first, so the short ones fill the tail of the grid
     m0 = (kit.num_programs(0) - 1 - kit.program_id(0) if CAUSAL else kit.program_id(0)) * BM
     bh = kit.program_id(1)                         # batch * H + head
@@ -144,12 +136,8 @@ def attention_kernel(Q, K, V, O, L, S, H, G, qk_scale, BM: kit.constexpr, BN: ki
             kit.tma_load(k[s], K, (kvh * S + s * BN, 0), ready[s])
             kit.tma_load(v[s], V, (kvh * S + s * BN, 0), ready[s])
     kit.mbarrier_wait(q_ready[0], 0)
-    if OVERLAP:
-        consume_overlapped(q, k, v, ready, ready, K, V, O, L, m0, bh, kvh, S, n_full, n_kv,
-                           qk_scale, BM, BN, D, CAUSAL, STAGES, False)
-    else:
-        consume(q, k, v, ready, ready, K, V, O, L, m0, bh, kvh, S, n_full, n_kv, qk_scale,
-                BM, BN, D, CAUSAL, STAGES, False)
+    consume(q, k, v, ready, ready, K, V, O, L, m0, bh, kvh, S, n_full, n_kv, qk_scale, BM, BN,
+            D, CAUSAL, STAGES, False)
 
 
 @kit.jit
@@ -181,8 +169,8 @@ def attention_ws_kernel(Q, K, V, O, L, S, H, G, qk_scale, BM: kit.constexpr,
         kit.setmaxnreg(240)
         kit.mbarrier_wait(q_ready[0], 0)
         if OVERLAP:
-            consume_overlapped(q, k, v, ready, empty, K, V, O, L, m0, bh, kvh, S, n_full, n_kv,
-                               qk_scale, BM, BN, D, CAUSAL, STAGES, True)
+            consume_overlapped(q, k, v, ready, empty, O, L, m0, bh, S, n_full, n_kv, qk_scale,
+                               BM, BN, D, CAUSAL, STAGES)
         else:
             consume(q, k, v, ready, empty, K, V, O, L, m0, bh, kvh, S, n_full, n_kv,
                     qk_scale, BM, BN, D, CAUSAL, STAGES, True)
@@ -203,6 +191,8 @@ def attention(q, k, v, causal: bool = False, sm_scale: float | None = None, **co
         cfg = dict(STAGES=2, num_warps=4 if config["BM"] == 64 else 8)
     cfg.update(config)
     ws = cfg.pop("ws", False)  # producer warpgroup + consumers (kit.warpgroup_id roles)
+    if not ws and cfg.pop("OVERLAP", False):
+        raise ValueError("attention: OVERLAP needs the warp-specialized kernel (ws=True)")
     Hkv = k.shape[1]
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)
     if not scale > 0:
