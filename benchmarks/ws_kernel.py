@@ -153,12 +153,6 @@ def matmul_pingpong(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr, BK: 
                         BM, BN, STAGES, GROUP)
 
 
-def _grid(M, N, BM, BN, device):
-    sms = torch.cuda.get_device_properties(device).multi_processor_count \
-        if device.type == "cuda" else 4
-    return (min(kit.cdiv(M, BM) * kit.cdiv(N, BN), sms),)
-
-
 def ws(a, b, c=None, BM=128, BN=256, BK=64, STAGES=4):
     M, K = a.shape
     N = b.shape[1]
@@ -168,19 +162,20 @@ def ws(a, b, c=None, BM=128, BN=256, BK=64, STAGES=4):
     return c
 
 
-def wsp(a, b, c=None, BM=128, BN=256, BK=64, STAGES=4):
+def _persistent(kernel, a, b, c, BM, BN, BK, STAGES):
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty(M, N, device=a.device, dtype=a.dtype) if c is None else c
-    matmul_wsp[_grid(M, N, BM, BN, a.device)](a, b, c, M, N, K, BM=BM, BN=BN, BK=BK,
-                                              STAGES=STAGES, GROUP=8, num_warps=12)
+    sms = torch.cuda.get_device_properties(a.device).multi_processor_count \
+        if a.device.type == "cuda" else 4
+    kernel[(min(kit.cdiv(M, BM) * kit.cdiv(N, BN), sms),)](
+        a, b, c, M, N, K, BM=BM, BN=BN, BK=BK, STAGES=STAGES, GROUP=8, num_warps=12)
     return c
+
+
+def wsp(a, b, c=None, BM=128, BN=256, BK=64, STAGES=4):
+    return _persistent(matmul_wsp, a, b, c, BM, BN, BK, STAGES)
 
 
 def pp(a, b, c=None, BM=128, BN=128, BK=64, STAGES=6):
-    M, K = a.shape
-    N = b.shape[1]
-    c = torch.empty(M, N, device=a.device, dtype=a.dtype) if c is None else c
-    matmul_pingpong[_grid(M, N, BM, BN, a.device)](a, b, c, M, N, K, BM=BM, BN=BN, BK=BK,
-                                                   STAGES=STAGES, GROUP=8, num_warps=12)
-    return c
+    return _persistent(matmul_pingpong, a, b, c, BM, BN, BK, STAGES)

@@ -651,6 +651,17 @@ def test_gpu_matmul_ragged(cfg, dtype, poison):
     assert_rows_close(c, a.double() @ b.double(), 1e-2, f"matmul {M}x{N}x{K} {cfg}")
 
 
+def check_gpu_matmul(M, N, K, cfg, poison, what):
+    """examples/matmul.py's wrapper on fresh inputs against float64, output poisoned."""
+    a = randn(M, K, seed=M + K, device="cuda")
+    b = randn(K, N, seed=N, device="cuda")
+    c = mm_ex.matmul(a, b, **cfg)
+    torch.cuda.synchronize()
+    assert is_poisoned(c, poison)
+    assert_rows_close(c, a.double() @ b.double(), 1e-2, f"{what} {M}x{N}x{K} {cfg}")
+    return a, b
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("cfg", [dict(c.kwargs, num_warps=c.num_warps) for c in mm_ex.CONFIGS],
                          ids=["BM{BM}BN{BN}BK{BK}S{STAGES}".format(**c.kwargs)
@@ -660,12 +671,7 @@ def test_gpu_matmul_ragged_wide_stores(cfg, M, N, K, poison):
     """N a multiple of 16 but not of the tile: the epilogue takes the shuffled 16-byte store
     path (see test_sass_matmul_epilogue_16_byte_stores), with the column mask cutting the
     last tile 16 columns in, and rows cut by M."""
-    a = randn(M, K, seed=3, device="cuda")
-    b = randn(K, N, seed=4, device="cuda")
-    c = mm_ex.matmul(a, b, **cfg)
-    torch.cuda.synchronize()
-    assert is_poisoned(c, poison)
-    assert_rows_close(c, a.double() @ b.double(), 1e-2, f"matmul {M}x{N}x{K} {cfg}")
+    a, b = check_gpu_matmul(M, N, K, cfg, poison, "wide stores")
     ct = mm_ex.matmul(a, b.t().contiguous(), trans_b=True, **cfg)
     torch.cuda.synchronize()
     assert_rows_close(ct, a.double() @ b.double(), 1e-2, f"matmul B^T {M}x{N}x{K} {cfg}")
@@ -686,12 +692,7 @@ def test_splitk_heuristic():
     (300, 264, 1000, dict(BM=128, BN=128, BK=64, STAGES=3, num_warps=8, SPLIT_K=3)),
 ])
 def test_gpu_matmul_splitk(M, N, K, cfg, poison):
-    a = randn(M, K, seed=5, device="cuda")
-    b = randn(K, N, seed=6, device="cuda")
-    c = mm_ex.matmul(a, b, **cfg)
-    torch.cuda.synchronize()
-    assert is_poisoned(c, poison)
-    assert_rows_close(c, a.double() @ b.double(), 1e-2, f"split-K {M}x{N}x{K} {cfg}")
+    check_gpu_matmul(M, N, K, cfg, poison, "split-K")
 
 
 @pytest.mark.gpu
