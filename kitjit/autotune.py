@@ -488,6 +488,7 @@ class Autotuner:
                     else:
                         new[str(cfg)] = ms
                         progress.step((ms, str(cfg)))
+                self._retime_close_calls(compiled, new, named, kw, grid, saved, target)
             finally:
                 for n in self.reset_to_zero:
                     named[n].zero_()
@@ -496,6 +497,27 @@ class Autotuner:
         finally:
             progress.close()
         return new, transient
+
+    def _retime_close_calls(self, compiled: list[Config], new: dict[str, float | str],
+                            named: dict[str, Any], kw: dict[str, Any], grid: Any,
+                            saved: dict[str, Any], target: Target) -> None:
+        """Time the configs within 10% of the best once more, slowest first, and
+        keep each one's better median. A GPU's clocks follow what it ran just before (on
+        an H100 the same kernel timed 5-10% apart depending on its neighbour), so a close
+        call decided by one pass is often decided by the order. Only with the built-in
+        timer: a do_bench of the user's is their method."""
+        if self.do_bench is not None:
+            return
+        done = [(new[str(c)], c) for c in compiled if isinstance(new.get(str(c)), float)]
+        if len(done) < 2:
+            return
+        best = min(ms for ms, _ in done)
+        for ms, cfg in sorted(done, key=lambda t: -t[0]):
+            if ms <= 1.1 * best:
+                try:
+                    new[str(cfg)] = min(ms, self._measure(cfg, named, kw, grid, saved, target))
+                except Exception:  # it ran once already: keep that figure
+                    pass
 
     def _measure(self, cfg: Config, named: dict[str, Any], kw: dict[str, Any], grid: Any,
                  saved: dict[str, Any], target: Target) -> float:
