@@ -697,6 +697,8 @@ class Lowering:
         epilogue was bound by the number of 16-byte requests, not by bytes.
         Returns (V, pointers, values, masks), one entry per vector group, or None."""
         e = ptrv.dtype.element_ty.itemsize
+        if e > 4:
+            return None
         info = self.axis[ptrv]
         rank = len(ptrv.shape)
         best = None
@@ -735,12 +737,11 @@ class Lowering:
         dt = ptrv.dtype.element_ty
         ptrs = self.get(ptrv)
         masks = self.get(mask) if mask is not None else None
-        # move packed words (all the leading contiguous bits that fit in 32 bits) as units
+        # move packed 32-bit words (the leading contiguous bits, run >= 1, as units)
         u = 0
         while u < run and (e << (u + 1)) <= 4:
             u += 1
-        words = [self.pack(vals[i:i + (1 << u)], dt, 1 << u)[0] if u or e == 4 else
-                 b.zext(b.bitcast(self.to_mem(vals[i], dt), ir.IntType(8 * e)), I32)
+        words = [self.pack(vals[i:i + (1 << u)], dt, 1 << u)[0]
                  for i in range(0, len(vals), 1 << u)]
         ys = {l_: b.icmp_unsigned("!=", b.and_(self.lane, self.c32(1 << l_)), self.c32(0))
               for _, l_ in swaps}
@@ -752,36 +753,28 @@ class Lowering:
                 w0, w1 = words[i0], words[i0 | bit]
                 got = self.shfl_xor(b.select(y, w0, w1), 1 << l_)
                 words[i0], words[i0 | bit] = b.select(y, got, w0), b.select(y, w1, got)
-        if u or e == 4:
-            new_vals = [x for w in words for x in self.unpack([w], dt, 1 << u)]
-        else:
-            new_vals = [self.from_mem(b.bitcast(b.trunc(w, ir.IntType(8 * e)), mem_type(dt)),
-                                      dt) for w in words]
+        new_vals = [x for w in words for x in self.unpack([w], dt, 1 << u)]
+        # the first element of a group sits, before the swaps, in this thread's register
+        # g | (y << p), moved by -y * (lane base) along dim: the same aligned group, so its
+        # pointer (contiguous there) and its mask (constant there) serve the group
+        def pick(lst, g, j=0):
+            if j == len(swaps):
+                return lst[g]
+            p, l_ = swaps[j]
+            return b.select(ys[l_], pick(lst, g | (1 << p), j + 1), pick(lst, g, j + 1))
+
+        off = None
+        for p, l_ in swaps:
+            d = b.select(ys[l_], self.c32(-(1 << p)), self.c32(0))
+            off = d if off is None else b.add(off, d)
         V2 = 1 << k
-        out_p, out_m = [], []
+        new_p: list = [None] * len(ptrs)
+        new_m: list | None = [None] * len(ptrs) if masks is not None else None
         for g in range(0, len(ptrs), V2):
-            # the group's first element sits, before the swaps, in this thread's register
-            # g | (y << p) moved by -y * (lane base) along dim: same aligned group, so its
-            # pointer (contiguous) and mask (constant) give the group's
-            def pick(lst, j=0, idx=g):
-                if j == len(swaps):
-                    return lst[idx]
-                p, l_ = swaps[j]
-                return b.select(ys[l_], pick(lst, j + 1, idx | (1 << p)), pick(lst, j + 1, idx))
-            off = None
-            for p, l_ in swaps:
-                d = b.select(ys[l_], self.c32(-(1 << p)), self.c32(0))
-                off = d if off is None else b.add(off, d)
-            out_p.append(b.gep(pick(ptrs), [off], source_etype=mem_type(dt)))
-            if masks is not None:
-                out_m.append(pick(masks))
-        full_p = [None] * len(ptrs)
-        full_m = [None] * len(ptrs) if masks is not None else None
-        for j, g in enumerate(range(0, len(ptrs), V2)):
-            full_p[g] = out_p[j]
-            if full_m is not None:
-                full_m[g] = out_m[j]
-        return V2, full_p, new_vals, full_m
+            new_p[g] = b.gep(pick(ptrs, g), [off], source_etype=mem_type(dt))
+            if new_m is not None:
+                new_m[g] = pick(masks, g)
+        return V2, new_p, new_vals, new_m
 
     def duplicate_pred(self, lin: LinearLayout):
         """True in the one thread of each group of copies (lane/warp bits with zero bases)."""
