@@ -53,6 +53,32 @@ def _vec(rank: int, dim: int, val: int) -> tuple[int, ...]:
     return tuple(val if d == dim else 0 for d in range(rank))
 
 
+def _ctas_per_sm(fn: Function, num_warps: int) -> int:
+    """CTAs of a kernel with roles that fit on one SM by the register budgets its
+    `kit.setmaxnreg` calls give each warpgroup (a later call in a nested role wins): the
+    entry cap is set so that many can start, and each role then takes what it asked for.
+    Without setmaxnreg: 1 (the cap is then unused)."""
+    regs: dict[int, int] = {}
+
+    def walk(block: Block, first: int, count: int) -> None:
+        for op in block.ops:
+            if op.name == "setmaxnreg":
+                for w in range(first, first + count):
+                    regs[w] = op.attrs["count"]
+            roles = op.attrs.get("roles") if op.name == "if" else None
+            for i, region in enumerate(op.regions):
+                f, c = roles[i] if roles else (first, count)
+                walk(region, f, c)
+
+    groups = max(1, num_warps // 4)
+    walk(fn.body, 0, groups)
+    if not regs:
+        return 1
+    cap = min(255, 65536 // (128 * groups)) // 8 * 8
+    budget = sum(128 * regs.get(w, cap) for w in range(groups))
+    return max(1, min(65536 // budget, 65536 // (128 * groups * 24)))
+
+
 def _lin(t: TileType) -> LinearLayout | None:
     if t.is_scalar:
         return None
@@ -100,6 +126,7 @@ class Lowering:
         tid = self.intr.sreg(self.b, "tid.x")
         self.tid = self.tid_abs = tid
         self.total_warps = self.num_warps
+        self.ctas_per_sm = _ctas_per_sm(fn, self.num_warps)
         self.role_bar = 0
         self.next_bar = 0
         self.lane = self.b.and_(tid, ir.Constant(I32, 31), name="lane")
@@ -119,7 +146,8 @@ class Lowering:
         md.add(self.module.add_metadata([self.kernel, "maxntidx",
                                          ir.Constant(I32, 32 * self.num_warps)]))
         if self.uses_setmaxnreg:  # setmaxnreg needs a register cap at entry
-            md.add(self.module.add_metadata([self.kernel, "minctasm", ir.Constant(I32, 1)]))
+            md.add(self.module.add_metadata([self.kernel, "minctasm",
+                                             ir.Constant(I32, self.ctas_per_sm)]))
         return self.module
 
     @property
@@ -1059,7 +1087,7 @@ class Lowering:
     def op_setmaxnreg(self, op: Op) -> None:
         n = op.attrs["count"]
         threads = 32 * self.total_warps
-        cap = min(255, 65536 // threads) // 8 * 8
+        cap = min(255, 65536 // (threads * self.ctas_per_sm)) // 8 * 8
         kind = "inc" if n > cap else "dec"
         asm(self.b, VOID, f"setmaxnreg.{kind}.sync.aligned.u32 {n};", "~{memory}", [])
         self.uses_setmaxnreg = True

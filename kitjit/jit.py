@@ -264,7 +264,7 @@ class JITFunction:
         llir = _guard(self.__name__, "lowering to LLVM", lowering.llvm_ir)
         ptx = _guard(self.__name__, "generating PTX for", lambda: llvm_to_ptx(llir, arch))
         cubin, res = _guard(self.__name__, "assembling",
-                            lambda: ptx_to_cubin(ptx, arch, self.__name__))
+                            lambda: _assemble(ptx_to_cubin, ptx, arch, self.__name__))
         meta = {
             "name": fn.name,
             "source_file": self.parsed.file,
@@ -429,6 +429,28 @@ def _guard(kernel: str, stage: str, thunk):
         raise InternalCompilerError(kernel, stage, e) from e
     except Exception as e:
         raise InternalCompilerError(kernel, stage, e) from e
+
+
+def _assemble(ptx_to_cubin, ptx: str, arch: str, name: str):
+    """ptx_to_cubin, with the one assembler failure a kernel's author causes said as such:
+    kit.setmaxnreg budgets too small for what a role's code holds live."""
+    import re
+
+    try:
+        return ptx_to_cubin(ptx, arch, name)
+    except RuntimeError as e:
+        m = re.search(r"Insufficient registers \((\d+)\)[^\n]*?(\d+) or higher", str(e))
+        if m is None:
+            raise
+        from kitjit.frontend.errors import CompileError
+
+        ctas = re.search(r"\.minnctapersm\s+(\d+)", ptx)
+        raise CompileError(
+            f"kernel '{name}' needs at least {m.group(2)} registers per thread where it has "
+            f"{m.group(1)}: the kit.setmaxnreg budgets are too small for what the code keeps "
+            f"live" + (f" ({ctas.group(1)} CTAs per SM were planned from them)" if ctas
+                       and ctas.group(1) != "1" else ""),
+            hint="raise the kit.setmaxnreg counts, or use smaller tiles") from None
 
 
 def _check_shared(ck: CompiledKernel, max_shared: int | None, jf: JITFunction) -> None:
