@@ -55,8 +55,12 @@ def _vec(rank: int, dim: int, val: int) -> tuple[int, ...]:
 
 def _ctas_per_sm(fn: Function, num_warps: int) -> int:
     """CTAs of a kernel with roles that fit on one SM by the register budgets its
-    `kit.setmaxnreg` calls give each warpgroup (a later call in a nested role wins): the
-    entry cap is set so that many can start, and each role then takes what it asked for.
+    `kit.setmaxnreg` calls give each warpgroup (a later call in a nested role wins).
+
+    setmaxnreg moves registers within a CTA only (measured: a CTA whose consumers asked for
+    more than its own producer gave back hung): the budgets must fit in what the CTA holds
+    at entry, threads x the entry cap, and the cap shrinks with each CTA more per SM.
+    Budgets that do not fit even once are a CompileError (the kernel would hang).
     Without setmaxnreg: 1 (the cap is then unused)."""
     regs: dict[int, int] = {}
 
@@ -74,9 +78,24 @@ def _ctas_per_sm(fn: Function, num_warps: int) -> int:
     walk(fn.body, 0, groups)
     if not regs:
         return 1
-    cap = min(255, 65536 // (128 * groups)) // 8 * 8
-    budget = sum(128 * regs.get(w, cap) for w in range(groups))
-    return max(1, min(65536 // budget, 65536 // (128 * groups * 24)))
+
+    def cap(ctas: int) -> int:
+        return min(255, 65536 // (128 * groups * ctas)) // 8 * 8
+
+    budget = sum(128 * regs.get(w, cap(1)) for w in range(groups))
+    if budget > 128 * groups * cap(1):
+        from kitjit.frontend.errors import CompileError
+
+        raise CompileError(
+            f"kernel '{fn.name}': the kit.setmaxnreg budgets add up to {budget} registers "
+            f"but a CTA of {32 * num_warps} threads holds at most {128 * groups * cap(1)}; "
+            "the warpgroups that ask for more would wait forever",
+            hint="lower the counts (e.g. a producer at 24-40 and consumers at 232-240 for "
+                 "three warpgroups)")
+    ctas = 1
+    while budget <= 128 * groups * cap(ctas + 1) and cap(ctas + 1) >= 24:
+        ctas += 1
+    return ctas
 
 
 def _lin(t: TileType) -> LinearLayout | None:

@@ -12,9 +12,7 @@ from bench import steady_bench  # noqa: E402
 
 F = torch.nn.functional.scaled_dot_product_attention
 CONFIGS = [dict(BM=64, BN=128, STAGES=2, num_warps=4), dict(BM=64, BN=64, STAGES=2, num_warps=4),
-           dict(BM=128, BN=64, STAGES=2, num_warps=8, ws=True, OVERLAP=True, REGS=112),
-           dict(BM=128, BN=64, STAGES=3, num_warps=8, ws=True, OVERLAP=True, REGS=112),
-           dict(BM=128, BN=64, STAGES=2, num_warps=8, ws=True, REGS=112)]
+           dict(BM=128, BN=128, STAGES=2), dict(BM=128, BN=64, STAGES=3, ws=True, OVERLAP=True)]
 for causal in (False, True):
     B, H, S, D = 4, 32, 4096, 64
     q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))

@@ -26,6 +26,7 @@ import sys
 
 import pytest
 import torch
+from kitjit.frontend.errors import CompileError
 
 import kitjit as kit
 from kitjit.testing import rel_error
@@ -739,3 +740,38 @@ def test_gpu_warp_specialized_fp16_repeat(helper, poison):
         torch.cuda.synchronize()
         assert is_poisoned(c, poison)
         assert_rows_close(c, ref, 1e-2, f"{helper} fp16 run {i}")
+
+
+# ============================================================================ register budgets
+@kit.jit
+def budgets(X, P: kit.constexpr, C: kit.constexpr):
+    """A producer warpgroup at P registers and two consumers at C: setmaxnreg only."""
+    if kit.warpgroup_id() == 0:
+        kit.setmaxnreg(P)
+    else:
+        kit.setmaxnreg(C)
+        offs = kit.arange(0, 256)
+        kit.store(X + offs, offs.to(kit.float32))
+
+
+def _budgets_ptx(P, C):
+    ck = kit.compile_aot(__file__, "budgets", ["*fp32:16"], dict(P=P, C=C), 12, arch="sm_90a")
+    return ck.asm["ptx"]
+
+
+@pytest.mark.parametrize("P,C,ctas,cap", [(24, 240, 1, 168), (40, 232, 1, 168),
+                                          (24, 104, 2, 80)])
+def test_setmaxnreg_budgets_plan_ctas_per_sm(P, C, ctas, cap):
+    """setmaxnreg moves registers within a CTA only: the budgets (128 x (P + 2C)) must fit
+    in what the CTA holds at entry (384 threads x the cap); when they fit twice, the entry
+    cap halves and two CTAs share an SM. (24, 112) would need 31744 > 384 x 80: one CTA
+    (two hung on an H100: the consumers waited for registers their producer never had)."""
+    ptx = _budgets_ptx(P, C)
+    assert re.search(rf"\.minnctapersm\s+{ctas}\b", ptx), ptx[:400]
+    kind = "inc" if C > cap else "dec"
+    assert re.search(rf"setmaxnreg\.{kind}\.sync\.aligned\.u32\s+{C};", ptx)
+
+
+def test_setmaxnreg_budgets_over_the_cta_are_an_error():
+    with pytest.raises(CompileError, match="would wait forever"):
+        _budgets_ptx(24, 248)          # 128 x (24 + 496) = 66560 > 384 x 168
