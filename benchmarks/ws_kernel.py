@@ -47,6 +47,32 @@ def tile_origin(tile, M, N, BM: kit.constexpr, BN: kit.constexpr, GROUP: kit.con
 
 
 @kit.jit
+def produce(a, b, ready, empty, A, B, M, N, n_k, n_tiles, first, step, BM: kit.constexpr,
+            BN: kit.constexpr, BK: kit.constexpr, STAGES: kit.constexpr,
+            GROUP: kit.constexpr):
+    """The producer warpgroup of a persistent kernel: every k-step of this program's tiles,
+    in order, into the ring (a stage is refilled once its consumers freed it)."""
+    it = 0
+    for tile in range(first, n_tiles, step):
+        m0, n0 = tile_origin(tile, M, N, BM, BN, GROUP)
+        for kk in range(n_k):
+            s = it % STAGES
+            kit.mbarrier_wait(empty[s], it // STAGES % 2 ^ 1)
+            kit.tma_load(a[s], A, (m0, kk * BK), ready[s])
+            kit.tma_load(b[s], B, (kk * BK, n0), ready[s])
+            it += 1
+
+
+@kit.jit
+def store_tile(C, out, tile, M, N, BM: kit.constexpr, BN: kit.constexpr,
+               GROUP: kit.constexpr):
+    m0, n0 = tile_origin(tile, M, N, BM, BN, GROUP)
+    rm = m0 + kit.arange(0, BM)
+    rn = n0 + kit.arange(0, BN)
+    kit.store(C + rm[:, None] * N + rn[None, :], out, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@kit.jit
 def matmul_wsp(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr,
                STAGES: kit.constexpr, GROUP: kit.constexpr):
     a = kit.shared((STAGES, BM, BK), A.dtype.element_ty)
@@ -59,15 +85,8 @@ def matmul_wsp(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr, BK: kit.c
     step = kit.num_programs(0)
     if kit.warpgroup_id() == 0:                    # producer: one warpgroup, few registers
         kit.setmaxnreg(40)
-        it = 0
-        for tile in range(first, n_tiles, step):
-            m0, n0 = tile_origin(tile, M, N, BM, BN, GROUP)
-            for kk in range(n_k):
-                s = it % STAGES
-                kit.mbarrier_wait(empty[s], it // STAGES % 2 ^ 1)
-                kit.tma_load(a[s], A, (m0, kk * BK), ready[s])
-                kit.tma_load(b[s], B, (kk * BK, n0), ready[s])
-                it += 1
+        produce(a, b, ready, empty, A, B, M, N, n_k, n_tiles, first, step, BM, BN, BK, STAGES,
+                GROUP)
     else:                                          # consumers: two warpgroups, 64 rows each
         kit.setmaxnreg(232)
         it = 0
@@ -82,11 +101,7 @@ def matmul_wsp(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr, BK: kit.c
                 it += 1
             out = acc.to(C.dtype.element_ty)       # waits for the last MMA
             kit.mbarrier_arrive(empty[(it - 1) % STAGES])
-            m0, n0 = tile_origin(tile, M, N, BM, BN, GROUP)
-            rm = m0 + kit.arange(0, BM)
-            rn = n0 + kit.arange(0, BN)
-            kit.store(C + rm[:, None] * N + rn[None, :], out,
-                      mask=(rm[:, None] < M) & (rn[None, :] < N))
+            store_tile(C, out, tile, M, N, BM, BN, GROUP)
 
 
 @kit.jit
@@ -112,11 +127,7 @@ def pp_consumer(a, b, ready, empty, turn, C, M, N, n_k, n_tiles, first, step, p,
         kit.mbarrier_arrive(turn[1 - p])           # all MMAs issued: the other may go
         out = acc.to(C.dtype.element_ty)           # waits for the last MMA
         kit.mbarrier_arrive(empty[(it - 1) % STAGES])
-        m0, n0 = tile_origin(tile, M, N, BM, BN, GROUP)
-        rm = m0 + kit.arange(0, BM)
-        rn = n0 + kit.arange(0, BN)
-        kit.store(C + rm[:, None] * N + rn[None, :], out,
-                  mask=(rm[:, None] < M) & (rn[None, :] < N))
+        store_tile(C, out, tile, M, N, BM, BN, GROUP)
         j += 1
 
 
@@ -134,15 +145,8 @@ def matmul_pingpong(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr, BK: 
     step = kit.num_programs(0)
     if kit.warpgroup_id() == 0:                    # producer: the tiles in order, one ring
         kit.setmaxnreg(40)
-        it = 0
-        for tile in range(first, n_tiles, step):
-            m0, n0 = tile_origin(tile, M, N, BM, BN, GROUP)
-            for kk in range(n_k):
-                s = it % STAGES
-                kit.mbarrier_wait(empty[s], it // STAGES % 2 ^ 1)
-                kit.tma_load(a[s], A, (m0, kk * BK), ready[s])
-                kit.tma_load(b[s], B, (kk * BK, n0), ready[s])
-                it += 1
+        produce(a, b, ready, empty, A, B, M, N, n_k, n_tiles, first, step, BM, BN, BK, STAGES,
+                GROUP)
     else:
         kit.setmaxnreg(232)
         if kit.warpgroup_id() == 1:
