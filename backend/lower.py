@@ -17,7 +17,7 @@ import llvmlite.ir as ir
 
 from kitjit.ir import ops as O
 from kitjit.ir.core import Block, Function, Op, Value
-from kitjit.ir.layouts import LinearLayout
+from kitjit.ir.layouts import LinearLayout, axis_vec
 from kitjit.ir.types import DType, TileType
 
 from .axis_info import AxisAnalysis, vector_width
@@ -47,10 +47,6 @@ LN2 = 0.6931471805599453
 
 class LoweringError(Exception):
     pass
-
-
-def _vec(rank: int, dim: int, val: int) -> tuple[int, ...]:
-    return tuple(val if d == dim else 0 for d in range(rank))
 
 
 def _ctas_per_sm(fn: Function, num_warps: int) -> int:
@@ -581,25 +577,31 @@ class Lowering:
         self.set(op.result, [self.b.gep(x, [y], source_etype=et) for x, y in zip(p, o)])
 
     # ------------------------------------------------------------------ memory
+    def run_and_width(self, lin: LinearLayout, ptr: Value, mask: Value | None,
+                      dim: int) -> tuple[int, int]:
+        """(register bits a thread holds consecutively along `dim`, the widest access in
+        elements that the pointers' contiguity and alignment and the mask's constancy
+        allow there)."""
+        rank = len(ptr.shape)
+        run = 0
+        while run < len(lin.reg) and lin.reg[run] == axis_vec(rank, dim, 1 << run):
+            run += 1
+        want = vector_width(self.axis[ptr], dim, ptr.dtype.element_ty.itemsize)
+        if mask is not None:
+            k = self.axis[mask].const[dim]
+            while want > 1 and k % want:
+                want //= 2
+        return run, want
+
     def access_plan(self, ptr: Value, mask: Value | None) -> tuple[int, int]:
         """(dim, vector width) for a load/store through the tile of pointers `ptr`."""
         if ptr.type.is_scalar:
             return 0, 1
         lin = _lin(ptr.type)
-        e = ptr.dtype.element_ty.itemsize
         best = (0, 1)
         for dim in range(len(ptr.shape)):
-            run = 0
-            while run < len(lin.reg) and lin.reg[run] == tuple(
-                    (1 << run) if d == dim else 0 for d in range(len(ptr.shape))):
-                run += 1
-            if run == 0:
-                continue
-            v = min(1 << run, vector_width(self.axis[ptr], dim, e))
-            if mask is not None:
-                k = self.axis[mask].const[dim]
-                while v > 1 and k % v:
-                    v //= 2
+            run, want = self.run_and_width(lin, ptr, mask, dim)
+            v = min(1 << run, want) if run else 1
             if v > best[1]:
                 best = (dim, v)
         return best
@@ -746,25 +748,17 @@ class Lowering:
         e = ptrv.dtype.element_ty.itemsize
         if e > 4:
             return None
-        info = self.axis[ptrv]
         rank = len(ptrv.shape)
         best = None
         for dim in range(rank):
-            want = vector_width(info, dim, e)
-            if mask is not None:
-                k = self.axis[mask].const[dim]
-                while want > 1 and k % want:
-                    want //= 2
-            run = 0
-            while run < len(lin.reg) and lin.reg[run] == _vec(rank, dim, 1 << run):
-                run += 1
+            run, want = self.run_and_width(lin, ptrv, mask, dim)
             if run == 0 or (1 << run) >= want:
                 continue
-            need = {_vec(rank, dim, 1 << k) for k in range(want.bit_length() - 1)}
+            need = {axis_vec(rank, dim, 1 << k) for k in range(want.bit_length() - 1)}
             swaps = []                                 # (register bit, lane bit)
             k = run
             while (1 << k) < want and k < len(lin.reg) and lin.reg[k] not in need:
-                base = _vec(rank, dim, 1 << k)
+                base = axis_vec(rank, dim, 1 << k)
                 if base not in lin.lane:
                     break
                 swaps.append((k, lin.lane.index(base)))

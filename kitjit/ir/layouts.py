@@ -24,7 +24,8 @@ def _log2(n: int) -> int:
     return n.bit_length() - 1
 
 
-def _vec(rank: int, dim: int, val: int) -> Coord:
+def axis_vec(rank: int, dim: int, val: int) -> Coord:
+    """The coordinate `val` along `dim`, zero elsewhere (a layout basis vector)."""
     return tuple(val if d == dim else 0 for d in range(rank))
 
 
@@ -110,7 +111,7 @@ class Blocked(Layout):
         assert rank == len(self.spt)
 
         def clip(d, v):
-            return _vec(rank, d, v if v < shape[d] else 0)
+            return axis_vec(rank, d, v if v < shape[d] else 0)
 
         reg, lane, warp = [], [], []
         for d in self.order:
@@ -122,7 +123,7 @@ class Blocked(Layout):
         for d in self.order:
             v = self.spt[d] * self.tpw[d] * self.wpc[d]
             while v < shape[d]:
-                reg.append(_vec(rank, d, v))
+                reg.append(axis_vec(rank, d, v))
                 v <<= 1
         return _finish(shape, reg, lane, warp)
 
