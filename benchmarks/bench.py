@@ -255,6 +255,18 @@ def steady_bench(fn, seconds: float = 0.25) -> float:
     return bench(fn)
 
 
+def interleaved(runs: dict) -> dict:
+    """Milliseconds of each of `runs` (name -> fn): ROUNDS rounds over all of them, each
+    one's best steady-state median. Clocks and power move between seconds on these machines
+    (cuBLAS's 8192^3 swung 686-807 TFLOP/s across runs), so no variant is timed in one
+    stretch of its own."""
+    ms = {n: steady_bench(f) for n, f in runs.items()}
+    for _ in range(ROUNDS - 1):
+        for n, f in runs.items():
+            ms[n] = min(ms[n], steady_bench(f))
+    return ms
+
+
 def bench_gemm(tri, quick: bool) -> None:
     import math
 
@@ -294,12 +306,7 @@ def bench_gemm(tri, quick: bool) -> None:
             grid = lambda meta: (triton.cdiv(M, meta["BM"]) * triton.cdiv(N, meta["BN"]),)  # noqa: E731
             tri["matmul"][grid](a, b, c, M, N, K)
             runs["triton"] = lambda: tri["matmul"][grid](a, b, c, M, N, K)
-        # clocks and power move between seconds on these machines (cuBLAS's 8192^3 swung
-        # 686-807 TFLOP/s across runs): interleave rounds, keep each one's best median
-        ms = {k: steady_bench(f) for k, f in runs.items()}
-        for _ in range(ROUNDS - 1):
-            for k, f in runs.items():
-                ms[k] = min(ms[k], steady_bench(f))
+        ms = interleaved(runs)
         if best:
             best = (ms["best"], best[1])
         if best is None or ms["tuned"] < best[0]:     # the wrapper's own path won
@@ -392,11 +399,7 @@ def bench_attention(tri) -> None:
                     runs["triton"] = run_tri
                 except Exception as e:
                     peers["triton"] = f"n/a: {type(e).__name__}"
-            # interleaved rounds, each one's best median (clocks move between seconds)
-            ms = {n: steady_bench(f) for n, f in runs.items()}
-            for _ in range(ROUNDS - 1):
-                for n, f in runs.items():
-                    ms[n] = min(ms[n], steady_bench(f))
+            ms = interleaved(runs)
             for n in ("flash", "cudnn", "efficient", "triton"):
                 if n in ms:
                     peers[n] = round(flop / ms[n], 1)
