@@ -1,5 +1,5 @@
 """Try attention configs for head dim 64 (the cases nearest the 1.4x-flash bar), each timed
-at steady state, in two interleaved rounds with the flash backend."""
+at steady state, in interleaved rounds with the flash backend."""
 import sys
 
 import torch
@@ -8,7 +8,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 sys.path.insert(0, "examples")
 sys.path.insert(0, "benchmarks")
 import attention as at  # noqa: E402
-from bench import steady_bench  # noqa: E402
+from bench import interleaved  # noqa: E402
 
 F = torch.nn.functional.scaled_dot_product_attention
 CONFIGS = [dict(BM=64, BN=128, STAGES=2, num_warps=4), dict(BM=64, BN=64, STAGES=2, num_warps=4),
@@ -32,9 +32,7 @@ for causal in (False, True):
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
             return F(q, k, v, is_causal=causal)
     runs["flash"] = flash
-    ms = {n: steady_bench(f) for n, f in runs.items()}
-    for n, f in runs.items():
-        ms[n] = min(ms[n], steady_bench(f))
+    ms = interleaved(runs)
     fl = flop / ms.pop("flash")
     print(f"D64 causal={causal} flash {fl:.0f}: " + "  ".join(
         f"[{i}] {flop / t:.0f} ({flop / t / fl:.2f})" for i, t in ms.items()), flush=True)
