@@ -257,14 +257,14 @@ class JITFunction:
                                f"{arch}", hint="compile for sm_90a, or use kit.dot and "
                                "kit.load for other GPUs")
         tir = str(fn)
-        from kitjit.backend.compiler import llvm_to_ptx, ptx_to_cubin
+        from kitjit.backend.compiler import llvm_to_ptx
         from kitjit.backend.lower import Lowering
 
         lowering = Lowering(fn)
         llir = _guard(self.__name__, "lowering to LLVM", lowering.llvm_ir)
         ptx = _guard(self.__name__, "generating PTX for", lambda: llvm_to_ptx(llir, arch))
         cubin, res = _guard(self.__name__, "assembling",
-                            lambda: _assemble(ptx_to_cubin, ptx, arch, self.__name__))
+                            lambda: _assemble(ptx, arch, self.__name__))
         meta = {
             "name": fn.name,
             "source_file": self.parsed.file,
@@ -431,10 +431,12 @@ def _guard(kernel: str, stage: str, thunk):
         raise InternalCompilerError(kernel, stage, e) from e
 
 
-def _assemble(ptx_to_cubin, ptx: str, arch: str, name: str):
+def _assemble(ptx: str, arch: str, name: str):
     """ptx_to_cubin, with the one assembler failure a kernel's author causes said as such:
     kit.setmaxnreg budgets too small for what a role's code holds live."""
     import re
+
+    from kitjit.backend.compiler import ptx_to_cubin
 
     try:
         return ptx_to_cubin(ptx, arch, name)
