@@ -10,24 +10,31 @@ __version__ = "0.1.0"
 
 def _mount_top_level_packages() -> None:
     """frontend/ and backend/ sit at the top of the repository and install as
-    kitjit.frontend / kitjit.backend. Imported from a checkout (python run in the repo root,
-    where ./kitjit shadows the installed package), make those names point at the folders."""
+    kitjit.frontend / kitjit.backend (pyproject's package-dir). Why this hook exists: when
+    this kitjit/ is a checkout's folder (python run in the repo root, where ./kitjit shadows
+    any installed kitjit), nothing in packaging maps the two names; and when another checkout
+    is installed editable, its finder would answer for them, mixing two trees. So a kitjit/
+    that has a sibling frontend/ and backend/ in a checkout (a pyproject.toml beside them)
+    always takes those; an installed kitjit (whose package holds frontend/ and backend/ or
+    whose editable finder maps them for this very tree) is left to packaging."""
     import importlib.util
     import os
     import sys
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(here)
+    if not os.path.exists(os.path.join(root, "pyproject.toml")):
+        return  # an installed wheel: frontend/ and backend/ are inside the package
     for sub in ("frontend", "backend"):
         name = f"{__name__}.{sub}"
-        if name in sys.modules or importlib.util.find_spec(name) is not None:
-            continue
         init = os.path.join(root, sub, "__init__.py")
-        if os.path.exists(init):
-            spec = importlib.util.spec_from_file_location(
-                name, init, submodule_search_locations=[os.path.join(root, sub)])
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules[name] = mod
-            spec.loader.exec_module(mod)
+        if name in sys.modules or not os.path.exists(init):
+            continue
+        spec = importlib.util.spec_from_file_location(
+            name, init, submodule_search_locations=[os.path.join(root, sub)])
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
 
 
 _mount_top_level_packages()

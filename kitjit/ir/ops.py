@@ -55,3 +55,20 @@ REDUCE_KINDS = frozenset({"sum", "max", "min", "argmax", "argmin"})
 ELEMENTWISE = BINARY | UNARY | {"cmp", "cast", "select", "addptr"}
 
 CONTROL = frozenset({"for", "if", "yield"})
+
+# ----------------------------------------------------------------------------- families
+# Every op above, declared with its family: each layer keeps the op in its module of that
+# name (see kitjit/ir/registry.py and docs/architecture.md).
+from .registry import declare  # noqa: E402
+
+declare("core", "constant", "program_id", "num_programs", "arange")
+declare("elementwise", *sorted(BINARY), *sorted(UNARY), "cmp", "cast", "select", "addptr")
+declare("memory", "load", "store")
+declare("reduction", "reduce")
+declare("shape", "splat", "broadcast", "expand_dims")
+declare("shape", "convert_layout", made_by="frontend/layout_pass.py")
+declare("dot", "dot", "wgmma")
+declare("tma", "smem_alloc", "smem_index", "smem_trans", "tma_load", "tma_store",
+        "mbar_wait", "mbar_arrive", "barrier", "warpgroup_id", "setmaxnreg")
+declare("control", "for", "if")
+declare("control", "yield", made_by="frontend/codegen (the end of a for/if region)")
