@@ -34,6 +34,7 @@ def _mount_top_level_packages() -> None:
             name, init, submodule_search_locations=[os.path.join(root, sub)])
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod
+        setattr(sys.modules[__name__], sub, mod)
         spec.loader.exec_module(mod)
 
 
