@@ -56,6 +56,12 @@ _TRASH_PREFIX = ".trash-"
 _STALE_TMP_S = 3600.0  # a temp dir this old belongs to a process that died mid-put
 
 _TRUE = {"1", "true", "yes", "on"}
+# The standard cache-directory tag (https://bford.info/cachedir/): backup tools skip the
+# directory, and it tells kitjit the root is a cache it made.
+MARKER = "CACHEDIR.TAG"
+_MARKER_TEXT = ("Signature: 8a477f597d28d172789f06886806bc55\n"
+                "# This directory is kitjit's kernel cache (kitjit cache dir / clear).\n")
+_USAGE_TMP = re.compile(r"^usage\.json\.\d+\.[0-9a-f]{8}\.tmp$")
 
 
 class KitCacheWarning(UserWarning):
@@ -161,17 +167,60 @@ def _write_json_atomic(path: pathlib.Path, obj: Any) -> None:
             tmp.unlink()
 
 
-def _rmtree(path: pathlib.Path) -> None:
-    """Remove a directory so that no reader sees it half-deleted: rename aside, then delete."""
-    root = path.parent.parent
+def _inside(path: pathlib.Path, root: pathlib.Path) -> bool:
+    """Whether `path` lies under `root` with no symlink on the way (neither `path` nor any
+    folder between it and `root`): what kitjit may delete never leads out of the cache."""
+    try:
+        rel = path.relative_to(root)
+    except ValueError:
+        return False
+    p = root
+    for part in rel.parts:
+        p = p / part
+        if p.is_symlink():
+            return False
+    try:
+        return path.resolve().is_relative_to(root.resolve())
+    except OSError:
+        return False
+
+
+def _is_entry_dir(path: pathlib.Path, need_meta: bool = True) -> bool:
+    """Whether `path` holds what `put` writes and nothing else: regular files only (meta.json
+    among them), named like stage files, usage.json or its temp files. A folder that holds
+    anything more is not kitjit's and is never deleted."""
+    try:
+        if path.is_symlink() or not path.is_dir():
+            return False
+        names = []
+        with os.scandir(path) as it:
+            for e in it:
+                if not e.is_file(follow_symlinks=False):
+                    return False
+                names.append(e.name)
+    except OSError:
+        return False
+    return (META in names or not need_meta) and all(
+        n in _RESERVED or _NAME_RE.match(n) or _USAGE_TMP.match(n) for n in names)
+
+
+def _rmtree(path: pathlib.Path, root: pathlib.Path | None = None,
+            need_meta: bool = True) -> bool:
+    """Remove an entry directory so that no reader sees it half-deleted: rename aside, then
+    delete. Refuses (silently) anything outside `root` (default: the path's grandparent, the
+    cache root), behind a symlink, or holding files `put` does not write."""
+    root = path.parent.parent if root is None else root
+    if not _inside(path, root) or not _is_entry_dir(path, need_meta):
+        return False
     trash = root / f"{_TRASH_PREFIX}{path.name[:16]}-{uuid.uuid4().hex[:8]}"
     try:
         os.rename(path, trash)
     except FileNotFoundError:
-        return
+        return False
     except OSError:
         trash = path  # cannot move it aside: delete in place
     shutil.rmtree(trash, ignore_errors=True)
+    return True
 
 
 def _dir_size(path: pathlib.Path) -> int:
@@ -405,7 +454,7 @@ class KernelCache:
             break
         if problem is not None:
             if path.is_dir():  # still there: not merely removed by someone else meanwhile
-                _rmtree(path)
+                _rmtree(path, self.root, need_meta=False)  # our own key: meta may be gone
                 _warn(f"kitjit: corrupt cache entry {key[:12]} ({problem}); removed, recompiling")
             entry = None
         if entry is None:
@@ -433,12 +482,14 @@ class KernelCache:
         except OSError:
             return
         for shard in shards:
-            if len(shard.name) != 2 or shard.name.startswith(".") or not shard.is_dir():
-                continue
+            if len(shard.name) != 2 or shard.name.startswith(".") or \
+                    not shard.is_dir(follow_symlinks=False):
+                continue  # a symlinked shard leads out of the cache: never entered
             try:
                 with os.scandir(shard.path) as it:
                     for d in it:
-                        if d.name[:2] == shard.name and _KEY_RE.match(d.name) and d.is_dir():
+                        if d.name[:2] == shard.name and _KEY_RE.match(d.name) and \
+                                d.is_dir(follow_symlinks=False):
                             yield d.name, pathlib.Path(d.path)
             except OSError:
                 continue
@@ -502,13 +553,14 @@ class KernelCache:
         tmp: pathlib.Path | None = None
         try:
             self.root.mkdir(parents=True, exist_ok=True)
+            self._mark()
             tmp = pathlib.Path(tempfile.mkdtemp(prefix=_TMP_PREFIX, dir=self.root))
             for fname, blob in blobs.items():
                 (tmp / fname).write_bytes(blob)
             (tmp / USAGE).write_text(json.dumps({"last_used": now, "hits": 0}))
             # meta.json last: its presence means the directory is complete.
             (tmp / META).write_text(json.dumps(full_meta, indent=1, default=str))
-            path.parent.mkdir(exist_ok=True)
+            self._shard_dir(path.parent)
             for _attempt in range(3):
                 try:
                     os.rename(tmp, path)
@@ -533,6 +585,32 @@ class KernelCache:
         entry = CacheEntry(key, path, full_meta, data=blobs)
         self._auto_prune(keep=key)
         return entry
+
+    def _mark(self) -> None:
+        """Tag the root as kitjit's cache (CACHEDIR.TAG), once."""
+        tag = self.root / MARKER
+        if not tag.exists() and not tag.is_symlink():
+            try:
+                with open(tag, "x", encoding="utf-8") as f:
+                    f.write(_MARKER_TEXT)
+            except OSError:
+                pass
+
+    def _shard_dir(self, shard: pathlib.Path) -> None:
+        """Make the shard folder; where something that is not a folder took its name (a
+        plain file, a symlink), move it aside (renamed, never deleted) with one warning, so
+        the cache repairs itself instead of staying memory-only."""
+        try:
+            shard.mkdir(exist_ok=True)
+            return
+        except FileExistsError:
+            pass
+        if shard.is_dir() and not shard.is_symlink():
+            return
+        aside = self.root / f".displaced-{shard.name}-{uuid.uuid4().hex[:8]}"
+        os.rename(shard, aside)
+        _warn(f"kitjit: {shard} was not a cache folder; moved aside to {aside.name}")
+        shard.mkdir(exist_ok=True)
 
     def _auto_prune(self, keep: str) -> None:
         limit = os.environ.get("KITJIT_CACHE_MAX_SIZE", "").strip()
@@ -560,23 +638,76 @@ class KernelCache:
         """Remove the entries of kernel ``name``, or everything (tuning and stats too)."""
         removed = 0
         for entry in self.entries():
-            if name is None or entry.meta.get("name") == name:
-                _rmtree(entry.path)
+            if (name is None or entry.meta.get("name") == name) and \
+                    _rmtree(entry.path, self.root):
                 removed += 1
         if name is None:
-            shutil.rmtree(self.tuning_dir, ignore_errors=True)
-            for p in (self.root / STATS, self.root / (STATS + ".lock")):
-                try:
-                    p.unlink()
-                except OSError:
-                    pass
+            self._clear_tuning()
+            self._remove_stats()
             self._sweep(tmp_age=60.0)  # a younger temp dir may be a put in progress
             for shard in self.root.glob("??"):
+                if shard.is_symlink():
+                    continue
                 try:
                     shard.rmdir()  # only succeeds when empty
                 except OSError:
                     pass
         return removed
+
+    def _clear_tuning(self) -> None:
+        """Delete the tuning records (JSON objects with a version and timings, and their
+        temp files) and the folders they leave empty; anything else stays."""
+        tdir = self.tuning_dir
+        if not _inside(tdir, self.root) or not tdir.is_dir():
+            return
+        for dirpath, dirnames, filenames in os.walk(tdir, topdown=False):
+            d = pathlib.Path(dirpath)
+            for fname in filenames:
+                f = d / fname
+                if f.is_symlink() or not (fname.endswith(".json") or fname.endswith(".tmp")):
+                    continue
+                if fname.endswith(".json"):
+                    try:
+                        rec = _read_json(f)
+                    except (OSError, ValueError):
+                        continue
+                    if not (isinstance(rec, dict) and "version" in rec and "timings" in rec):
+                        continue
+                elif not fname.startswith("."):
+                    continue
+                try:
+                    f.unlink()
+                except OSError:
+                    pass
+            for sub in dirnames:
+                if not (d / sub).is_symlink():
+                    try:
+                        (d / sub).rmdir()
+                    except OSError:
+                        pass
+        try:
+            tdir.rmdir()
+        except OSError:
+            pass
+
+    def _remove_stats(self) -> None:
+        """Delete stats.json and its lock when they are what `_bump` writes."""
+        st = self.root / STATS
+        try:
+            obj = _read_json(st) if not st.is_symlink() else None
+        except (OSError, ValueError):
+            obj = None
+        if isinstance(obj, dict) and set(obj) <= {"hits", "misses"}:
+            try:
+                st.unlink()
+            except OSError:
+                pass
+        lock = self.root / (STATS + ".lock")
+        try:
+            if not lock.is_symlink() and lock.is_file() and lock.stat().st_size == 0:
+                lock.unlink()
+        except OSError:
+            pass
 
     def _sweep(self, tmp_age: float = _STALE_TMP_S) -> None:
         """Delete trash directories, and temp directories older than ``tmp_age`` seconds
@@ -587,7 +718,8 @@ class KernelCache:
         except OSError:
             return
         for d in it:
-            if not d.name.startswith((_TMP_PREFIX, _TRASH_PREFIX)) or not d.is_dir():
+            if not d.name.startswith((_TMP_PREFIX, _TRASH_PREFIX)) or \
+                    not d.is_dir(follow_symlinks=False):
                 continue
             try:
                 if d.name.startswith(_TRASH_PREFIX) or d.stat().st_mtime <= now - tmp_age:
@@ -617,8 +749,7 @@ class KernelCache:
                 continue
             too_old = cutoff is not None and last_used < cutoff
             too_big = max_size is not None and total > max_size
-            if too_old or too_big:
-                _rmtree(entry.path)
+            if (too_old or too_big) and _rmtree(entry.path, self.root):
                 removed.append(key)
                 total -= size
         return removed

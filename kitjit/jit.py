@@ -240,6 +240,13 @@ class JITFunction:
         store = kcache.KernelCache() if kcache.disk_cache_enabled() else None
         if store is not None:
             entry = store.get(key)
+            problem = _meta_problem(entry.meta) if entry is not None else None
+            if problem is not None:  # hand-edited, or written by another kitjit: rebuild
+                warnings.warn(f"kitjit: cache entry {key[:12]} has a bad meta.json "
+                              f"({problem}); removed, recompiling", kcache.KitCacheWarning,
+                              stacklevel=2)
+                store.remove(key)
+                entry = None
             if entry is not None:
                 meta = entry.meta
                 asm = {"cubin": entry.read("kernel.cubin")}
@@ -462,6 +469,29 @@ def _check_shared(ck: CompiledKernel, max_shared: int | None, jf: JITFunction) -
         raise CompileError(f"kernel '{ck.name}' needs {ck.shared} bytes of shared memory but "
                            f"the device allows {max_shared} per block",
                            hint="use smaller tiles or fewer warps")
+
+
+# What a cache hit reads from meta.json, with the types it needs.
+_META_TYPES: dict[str, type | tuple[type, ...]] = {
+    "name": str, "num_warps": int, "arch": str, "shared": int, "registers": int,
+    "spills": int, "arg_kinds": list, "tma": list}
+
+
+def _meta_problem(meta: dict) -> str | None:
+    """Why `meta` (a cache entry's meta.json) cannot describe a kernel, or None."""
+    for field, ty in _META_TYPES.items():
+        v = meta.get(field)
+        if not isinstance(v, ty) or isinstance(v, bool):
+            return f"'{field}' is {type(v).__name__}, expected {getattr(ty, '__name__', ty)}"
+    if not all(isinstance(k, str) for k in meta["arg_kinds"]):
+        return "'arg_kinds' holds a non-string"
+    for t in meta["tma"]:
+        if not (isinstance(t, dict) and isinstance(t.get("param"), int)
+                and isinstance(t.get("box"), list) and len(t["box"]) == 2
+                and all(isinstance(b, int) for b in t["box"])
+                and isinstance(t.get("swizzle"), int) and isinstance(t.get("dtype"), str)):
+            return "a 'tma' record is malformed"
+    return None
 
 
 def _tma_meta(param: int, entry: dict) -> dict:

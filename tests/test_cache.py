@@ -379,7 +379,7 @@ def test_clear_all(kc):
     _filled(kc, 3)
     kc.get(key_of(0))
     kc.tuning_dir.mkdir(parents=True)
-    (kc.tuning_dir / "x.json").write_text("{}")
+    (kc.tuning_dir / "x.json").write_text('{"version": 1, "timings": {}}')  # a record
     assert kc.clear() == 3
     assert kc.entries() == []
     assert not kc.tuning_dir.exists()
@@ -480,3 +480,100 @@ def test_readers_never_see_half_an_entry(tmp_path):
     procs += [ctx.Process(target=_reader, args=(root, barrier, results)) for _ in range(2)]
     seen = _run_all(procs, results, 2)
     assert seen == [40, 40]
+
+
+# --------------------------------------------------------------------------- data safety
+def _outside_files(tmp_path):
+    """A folder outside the cache whose files a cache command must never touch."""
+    out = tmp_path / "precious"
+    key = "ff" + key_of(3)[2:]
+    (out / key).mkdir(parents=True)
+    for name in ("meta.json", "kernel.cubin", "usage.json"):
+        (out / key / name).write_text("mine")
+    (out / "notes.txt").write_text("mine")
+    return out, key
+
+
+def test_clear_never_follows_a_symlinked_shard(kc, tmp_path):
+    _filled(kc, 1)
+    out, key = _outside_files(tmp_path)
+    (kc.root / key[:2]).symlink_to(out, target_is_directory=True)
+    kc.clear()
+    kc.prune(max_size=0)
+    kc.remove(key)
+    assert sorted(p.name for p in (out / key).iterdir()) == ["kernel.cubin", "meta.json",
+                                                             "usage.json"]
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_get_of_a_corrupt_key_behind_a_symlink_deletes_nothing(kc, tmp_path):
+    kc.root.mkdir(parents=True, exist_ok=True)
+    out, key = _outside_files(tmp_path)
+    (kc.root / key[:2]).symlink_to(out, target_is_directory=True)
+    assert kc.get(key) is None  # "corrupt" (meta.json is not JSON): but not ours to remove
+    assert (out / key / "kernel.cubin").read_text() == "mine"
+
+
+def test_clear_in_a_folder_of_other_files_removes_only_kitjits(kc):
+    _filled(kc, 2)
+    root = kc.root
+    (root / "notes.txt").write_text("mine")
+    (root / "stats.json").write_text('{"budget": 3}')  # a user's, not kitjit's counters
+    key = "ee" + key_of(9)[2:]
+    (root / key[:2] / key).mkdir(parents=True)  # looks like an entry, but holds a folder
+    (root / key[:2] / key / "meta.json").write_text("{}")
+    (root / key[:2] / key / "data").mkdir()
+    (root / key[:2] / key / "data" / "x.csv").write_text("1,2")
+    (root / "tuning" / "mine").mkdir(parents=True)
+    (root / "tuning" / "mine" / "plan.json").write_text('{"todo": 1}')
+    (root / "tuning" / "mine" / "plan.txt").write_text("todo")
+    assert kc.clear() == 2
+    assert (root / "notes.txt").read_text() == "mine"
+    assert (root / "stats.json").read_text() == '{"budget": 3}'
+    assert (root / key[:2] / key / "data" / "x.csv").read_text() == "1,2"
+    assert (root / "tuning" / "mine" / "plan.json").exists()
+    assert (root / "tuning" / "mine" / "plan.txt").exists()
+
+
+def test_cache_root_is_tagged(kc):
+    _filled(kc, 1)
+    assert (kc.root / "CACHEDIR.TAG").read_text().startswith(
+        "Signature: 8a477f597d28d172789f06886806bc55")
+
+
+def test_a_shard_replaced_by_a_file_is_repaired(kc):
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        kc.root.mkdir(parents=True)
+        (kc.root / key_of(1)[:2]).write_text("in the way")
+        e = kc.put(key_of(1), FILES, meta_of())
+    assert e.persisted and kc.get(key_of(1)) is not None
+    moved = list(kc.root.glob(".displaced-*"))
+    assert len(moved) == 1 and moved[0].read_text() == "in the way"  # kept, not deleted
+    assert len([w for w in rec if issubclass(w.category, KitCacheWarning)]) == 1
+
+
+@pytest.mark.parametrize("field, bad", [("num_warps", "4"), ("arg_kinds", 7),
+                                        ("tma", [{"param": "x"}]), ("name", None)])
+def test_meta_with_wrong_field_types_is_rebuilt(tmp_path, monkeypatch, field, bad):
+    """A meta.json that is valid JSON with fields of the wrong type (hand-edited, another
+    kitjit) is a corrupt entry: one warning, then a rebuild, never a TypeError."""
+    import pathlib
+
+    import kitjit as kit
+
+    monkeypatch.setenv("KITJIT_CACHE_DIR", str(tmp_path / "c"))
+    src = pathlib.Path(__file__).resolve().parents[1] / "examples" / "vector_add.py"
+    sig = ["*fp32:16", "*fp32:16", "*fp32:16", "i32"]
+    kit.compile_aot(str(src), "add_kernel", sig, {"BLOCK": 256}, 4, "sm_90a")
+    [e] = KernelCache(tmp_path / "c").entries()
+    meta = json.loads((e.path / "meta.json").read_text())
+    meta[field] = bad
+    (e.path / "meta.json").write_text(json.dumps(meta))
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        ck = kit.compile_aot(str(src), "add_kernel", sig, {"BLOCK": 256}, 4, "sm_90a")
+    assert ck.num_warps == 4 and isinstance(ck.metadata["arg_kinds"], list)
+    assert any("bad meta.json" in str(w.message) for w in rec)
+    [e2] = KernelCache(tmp_path / "c").entries()
+    assert json.loads((e2.path / "meta.json").read_text())[field] != bad

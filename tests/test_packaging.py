@@ -34,9 +34,10 @@ def test_a_second_checkout_uses_its_own_frontend_and_backend(tmp_path):
 
 
 def test_this_checkout_imports_its_own_tree():
-    import kitjit
     import kitjit.backend
     import kitjit.frontend
+
+    import kitjit
 
     base = pathlib.Path(kitjit.__file__).resolve().parents[1]
     assert pathlib.Path(kitjit.frontend.__file__).resolve().parent == base / "frontend"
