@@ -1,0 +1,126 @@
+"""The entry points: `ParsedFunction` (a function's AST and source locations),
+`FunctionCodegen` (the walk of one body) and `build_kernel_ir` (a kernel's tile IR)."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from typing import Any
+
+from kitjit.ir.core import Function, Loc, Value
+from kitjit.ir.types import TileType
+
+from ..errors import CompileError
+from ..semantic import Builder
+from .calls import CallsMixin
+from .expressions import ExpressionsMixin
+from .helpers import _Return
+from .statements import StatementsMixin
+
+
+class ParsedFunction:
+    """The AST of a Python function, with what error messages need to point into its file."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        try:
+            lines, first = inspect.getsourcelines(fn)
+        except (OSError, TypeError) as e:
+            raise CompileError(f"cannot read the source of '{fn.__name__}': {e}",
+                               hint="define kernels in a .py file") from None
+        src = "".join(lines)
+        self.indent = len(src) - len(src.lstrip()) if src[:1] in " \t" else 0
+        self.source = textwrap.dedent(src)
+        self.first_line = first
+        self.file = inspect.getsourcefile(fn) or "<unknown>"
+        tree = ast.parse(self.source)
+        node = tree.body[0]
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            raise CompileError(f"'{fn.__name__}' is not a plain function")
+        self.node: ast.FunctionDef = node
+        self.params = [a.arg for a in node.args.args]
+
+    def loc(self, node: ast.AST) -> Loc:
+        line = getattr(node, "lineno", self.node.lineno) + self.first_line - 1
+        col = getattr(node, "col_offset", 0) + self.indent
+        end = getattr(node, "end_col_offset", None)
+        if end is not None and getattr(node, "end_lineno", None) == getattr(node, "lineno", None):
+            end += self.indent
+        else:
+            end = None
+        return Loc(self.file, line, col, end, self.fn.__name__)
+
+
+class FunctionCodegen(StatementsMixin, ExpressionsMixin, CallsMixin):
+    """Compiles one function body (the kernel, or an inlined @kit.jit callee) into the
+    builder's current block."""
+
+    def __init__(self, parsed: ParsedFunction, builder: Builder, scope: dict[str, Any],
+                 depth: int = 0):
+        self.p = parsed
+        self.b = builder
+        self.scope = scope
+        self.depth = depth
+        self.globals = parsed.fn.__globals__
+        self.closure = _closure_vars(parsed.fn)
+        self.return_value: Any = None
+        self.assign_locs: dict[str, Loc] = {}
+
+    # ------------------------------------------------------------------ helpers
+    def err(self, node: ast.AST, msg: str, hint: str | None = None) -> CompileError:
+        return CompileError(msg, self.p.loc(node), hint)
+
+    def at(self, node: ast.AST):
+        self.b.loc = self.p.loc(node)
+
+    def run(self) -> Any:
+        try:
+            self.block(self.p.node.body)
+        except _Return:
+            pass
+        return self.return_value
+
+    def block(self, stmts: list[ast.stmt]) -> None:
+        for s in stmts:
+            self.stmt(s)
+
+
+def build_kernel_ir(jf, arg_specs: dict[str, Any], num_warps: int) -> Function:
+    """The tile IR of kernel `jf` for one specialization.
+
+    `arg_specs` maps each parameter to either a `TileType` (a run-time argument: a pointer,
+    an int, a float) or ('const', value) for values folded in (constexprs, ints equal to 1,
+    None).
+    """
+    parsed = jf.parsed
+    args = []
+    scope: dict[str, Any] = {}
+    for p in parsed.params:
+        spec = arg_specs[p]
+        if isinstance(spec, TileType):
+            v = Value(spec, p)
+            args.append(v)
+            scope[p] = v
+        else:
+            scope[p] = spec[1]
+    fn = Function(parsed.fn.__name__, args, {"num_warps": num_warps})
+    builder = Builder(fn)
+    cg = FunctionCodegen(parsed, builder, scope)
+    cg.run()
+    return fn
+
+
+def _closure_vars(fn) -> dict[str, Any]:
+    if not fn.__closure__:
+        return {}
+    return {n: c.cell_contents for n, c in zip(fn.__code__.co_freevars, fn.__closure__)
+            if _cell_ok(c)}
+
+
+def _cell_ok(c) -> bool:
+    try:
+        c.cell_contents  # noqa: B018
+        return True
+    except ValueError:
+        return False

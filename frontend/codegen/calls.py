@@ -1,0 +1,175 @@
+"""Calls: kit builtins (through the call rules of `frontend/semantic`, one table keyed by
+the builtin's name), inlined @kit.jit functions, tile methods (x.to, x.sum, ...), Python
+builtins on tiles, and plain Python functions run at compile time."""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING, Any
+
+from kitjit.ir.core import Value
+from kitjit.ir.types import DType, float32, int1, int32
+
+from ..errors import CompileError
+from ..semantic import CALL_RULES, Call, describe
+from .helpers import _dtype_attr_of
+
+if TYPE_CHECKING:
+    from .build import FunctionCodegen, ParsedFunction
+
+MAX_INLINE_DEPTH = 32
+
+
+class CallsMixin:
+    """The call part of FunctionCodegen."""
+
+    def expr_Call(self, node: ast.Call) -> Any:
+        fn = self.expr(node.func)
+        args = []
+        for a in node.args:
+            if isinstance(a, ast.Starred):
+                v = self.expr(a.value)
+                if isinstance(v, Value) or not isinstance(v, (tuple, list)):
+                    raise self.err(a, f"cannot unpack {describe(v)} with *")
+                args.extend(v)
+            else:
+                args.append(self.expr(a))
+        kwargs = {}
+        for k in node.keywords:
+            if k.arg is None:
+                raise self.err(k, "**kwargs is not supported in kernels")
+            kwargs[k.arg] = self.expr(k.value)
+        self.at(node)
+        return self.call(fn, args, kwargs, node)
+
+    def call(self, fn: Any, args: list, kwargs: dict, node) -> Any:
+        from kitjit.jit import JITFunction
+
+        if isinstance(fn, _Method):
+            return fn.call(args, kwargs, node)
+        name = getattr(fn, "__kit_builtin__", None)
+        if name is not None:
+            return _call_builtin(self, name, args, kwargs, node)
+        if isinstance(fn, JITFunction):
+            return self.inline(fn, args, kwargs, node)
+        if isinstance(fn, DType):
+            raise self.err(node, f"use x.to(kit.{_dtype_attr_of(fn)}) to convert a tile")
+        values = [a for a in list(args) + list(kwargs.values()) if isinstance(a, Value)]
+        if values:
+            return self.python_builtin_on_values(fn, args, kwargs, node)
+        if callable(fn):
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:
+                raise self.err(node, f"calling {getattr(fn, '__name__', fn)!r} at compile time "
+                               f"failed: {type(e).__name__}: {e}",
+                               "only @kit.jit functions and kit builtins can take tiles") from e
+        raise self.err(node, f"{describe(fn)} is not callable")
+
+    def python_builtin_on_values(self, fn, args, kwargs, node) -> Any:
+        b = self.b
+        if fn in (min, max) and len(args) == 2 and not kwargs:
+            return b.binary("minimum" if fn is min else "maximum", args[0], args[1])
+        if fn is abs and len(args) == 1:
+            return b.unary("abs", args[0])
+        if fn in (float, int, bool) and len(args) == 1:
+            return b.cast(args[0], {float: float32, int: int32, bool: int1}[fn])
+        if fn is print:
+            raise self.err(node, "print() of tiles is not supported on the GPU",
+                           "run with KITJIT_INTERPRET=1 and inspect values in Python")
+        name = getattr(fn, "__name__", repr(fn))
+        raise self.err(node, f"'{name}' cannot take tiles or run-time values",
+                       "only @kit.jit functions and kit builtins run on the GPU; "
+                       "decorate helpers with @kit.jit")
+
+    def inline(self, jf, args: list, kwargs: dict, node) -> Any:
+        if self.depth >= MAX_INLINE_DEPTH:
+            raise self.err(node, f"calls nest deeper than {MAX_INLINE_DEPTH} (recursion?)",
+                           "kitjit inlines every call; recursion is not supported")
+        parsed = jf.parsed
+        params = parsed.params
+        fnode = parsed.node
+        defaults = fnode.args.defaults
+        scope: dict[str, Any] = {}
+        if len(args) > len(params):
+            raise self.err(node, f"'{jf.__name__}' takes {len(params)} arguments, got "
+                           f"{len(args)}")
+        for p, a in zip(params, args):
+            scope[p] = a
+        for k, v in kwargs.items():
+            if k not in params:
+                raise self.err(node, f"'{jf.__name__}' has no parameter '{k}'")
+            if k in scope:
+                raise self.err(node, f"'{jf.__name__}' got two values for '{k}'")
+            scope[k] = v
+        for i, p in enumerate(params):
+            if p not in scope:
+                di = i - (len(params) - len(defaults))
+                if di < 0:
+                    raise self.err(node, f"'{jf.__name__}' is missing the argument '{p}'")
+                scope[p] = (jf.fn.__defaults__ or ())[di]
+        for p, ann in zip(params, fnode.args.args):
+            if ann.annotation is not None and _is_constexpr_ann(ann.annotation, parsed) and \
+                    isinstance(scope[p], Value):
+                raise self.err(node, f"'{p}' of '{jf.__name__}' is a kit.constexpr but gets a "
+                               "run-time value")
+        sub = type(self)(parsed, self.b, scope, self.depth + 1)
+        call_loc = self.p.loc(node)
+        try:
+            result = sub.run()
+        except CompileError as e:
+            e.add_note(f"in the call of '{jf.__name__}' from here", call_loc)
+            raise
+        self.b.loc = call_loc
+        return result
+
+
+class _Method:
+    """A tile method (x.to, x.sum, ...) waiting for its call."""
+
+    def __init__(self, cg: FunctionCodegen, value: Value, name: str):
+        self.cg, self.value, self.name = cg, value, name
+
+    def call(self, args, kwargs, node):
+        if self.name == "to":
+            dtype = args[0] if args else kwargs.get("dtype")
+            if kwargs.get("bitcast"):
+                raise self.cg.err(node, "bitcast is not supported yet")
+            if not isinstance(dtype, DType):
+                raise self.cg.err(node, f".to() needs a dtype such as kit.float32, got "
+                                  f"{describe(dtype)}")
+            return self.cg.b.cast(self.value, dtype)
+        return _call_builtin(self.cg, self.name, [self.value, *args], kwargs, node)
+
+
+def _call_builtin(cg: FunctionCodegen, name: str, args: list, kwargs: dict, node) -> Any:
+    try:
+        return _call_builtin_checked(cg, name, args, kwargs, node)
+    except (TypeError, ValueError, ZeroDivisionError, OverflowError) as e:
+        # a user value that Python itself refused (kit.cdiv(4, 0), kit.minimum("a", 3))
+        raise cg.err(node, f"kit.{name}: {type(e).__name__}: {e}") from None
+
+
+def _call_builtin_checked(cg: FunctionCodegen, name: str, args: list, kwargs: dict,
+                          node) -> Any:
+    rule = CALL_RULES.get(name)
+    if rule is None:
+        raise cg.err(node, f"kit.{name} is not implemented yet")
+    try:
+        ba = rule.signature.bind(*args, **kwargs)
+    except TypeError as e:
+        raise cg.err(node, f"kit.{name}: {e}") from None
+    ba.apply_defaults()
+    return rule.fn(Call(cg, name, ba.arguments, node))
+
+
+def _is_constexpr_ann(ann: ast.expr, parsed: ParsedFunction) -> bool:
+    if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+        return "constexpr" in ann.value
+    try:
+        text = ast.unparse(ann)
+    except Exception:
+        return False
+    if text.endswith("constexpr"):
+        return True
+    return False

@@ -1,0 +1,356 @@
+"""Statements: assignments, assert, return, `if` (folded, a branch, or warpgroup roles),
+`for` over range (a loop with carried values) or kit.static_range (unrolled)."""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from kitjit import language as kl
+from kitjit.ir.core import Block, Value
+from kitjit.ir.types import TileType, int32, int64
+
+from ..errors import CompileError
+from ..semantic import describe, literal_dtype, promote, shape_str, weak_dtype
+from .expressions import _BINOPS
+from .helpers import _HINTS, _MISSING, _dtype_attr_of, _Return
+
+
+class StatementsMixin:
+    """The statement part of FunctionCodegen."""
+
+    # ------------------------------------------------------------------ statements
+    def stmt(self, node: ast.stmt) -> None:
+        self.at(node)
+        meth = getattr(self, "stmt_" + type(node).__name__, None)
+        if meth is None:
+            raise self.err(node, f"'{type(node).__name__}' statements are not supported in "
+                                 "kitjit kernels", _HINTS.get(type(node).__name__))
+        meth(node)
+
+    def stmt_Expr(self, node: ast.Expr) -> None:
+        if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            return  # docstring
+        self.expr(node.value)
+
+    def stmt_Pass(self, node) -> None:
+        pass
+
+    def stmt_Assign(self, node: ast.Assign) -> None:
+        value = self.expr(node.value)
+        for target in node.targets:
+            self.assign(target, value)
+
+    def stmt_AnnAssign(self, node: ast.AnnAssign) -> None:
+        if node.value is None:
+            return
+        value = self.expr(node.value)
+        ann = self.try_eval(node.annotation)
+        if ann is kl.constexpr and isinstance(value, Value):
+            raise self.err(node.value, f"'{ast.unparse(node.target)}' is annotated "
+                           "kit.constexpr but its value is computed at run time")
+        self.assign(node.target, value)
+
+    def stmt_AugAssign(self, node: ast.AugAssign) -> None:
+        op = _BINOPS.get(type(node.op))
+        if op is None:
+            raise self.err(node, f"'{type(node.op).__name__}' is not supported")
+        cur = self.expr(_load_ctx(node.target))
+        self.at(node)
+        self.assign(node.target, self.binop(op, cur, self.expr(node.value), node))
+
+    def assign(self, target: ast.expr, value: Any) -> None:
+        if isinstance(target, ast.Name):
+            self.scope[target.id] = value
+            self.assign_locs[target.id] = self.p.loc(target)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            if not isinstance(value, (tuple, list)) or len(value) != len(target.elts):
+                raise self.err(target, f"cannot unpack {describe(value)} into "
+                               f"{len(target.elts)} names")
+            for t, v in zip(target.elts, value):
+                self.assign(t, v)
+        else:
+            raise self.err(target, "only plain names can be assigned in kernels",
+                           "tiles are values: compute a new tile instead of writing into one")
+
+    def stmt_Assert(self, node: ast.Assert) -> None:
+        cond = self.expr(node.test)
+        if isinstance(cond, Value):
+            raise self.err(node.test, "assert needs a compile-time condition",
+                           "use it on constexprs; runtime checks belong to the caller")
+        if not cond:
+            msg = self.expr(node.msg) if node.msg is not None else "assertion failed"
+            raise self.err(node, f"static assertion failed: {msg}")
+
+    def stmt_Return(self, node: ast.Return) -> None:
+        self.return_value = self.expr(node.value) if node.value is not None else None
+        raise _Return()
+
+    def stmt_If(self, node: ast.If) -> None:
+        cond = self.expr(node.test)
+        if not isinstance(cond, Value):
+            self.block(node.body if cond else node.orelse)
+            return
+        self.at(node.test)
+        if not cond.type.is_scalar:
+            raise self.err(node.test, f"an `if` needs a scalar condition, got {describe(cond)}",
+                           "use kit.where(cond, a, b) to choose per element")
+        if not cond.dtype.is_bool():
+            cond = self.b.compare("ne", cond, 0)
+        before = dict(self.scope)
+        branches = []
+        roles = _role_split(cond, self.b.role)
+        outer_warps, outer_role = self.b.warps, self.b.role
+        for i, body in enumerate((node.body, node.orelse)):
+            blk = Block()
+            self.scope = dict(before)
+            self.b.blocks.append(blk)
+            if roles is not None:
+                self.b.warps = 4 * roles[i][1]
+                self.b.role = roles[i]
+            try:
+                self.block(body)
+            except _Return:
+                raise self.err(node, "`return` inside an `if` on a run-time value is not "
+                               "supported", "assign to a variable and return it at the "
+                               "end") from None
+            finally:
+                self.b.blocks.pop()
+                self.b.warps, self.b.role = outer_warps, outer_role
+            branches.append((blk, self.scope))
+        self.scope = before
+        names = sorted(set(_assigned(node.body)) | set(_assigned(node.orelse)))
+        if roles is not None:  # roles run side by side: what they assign stays theirs
+            for n in names:
+                if n in self.scope and isinstance(self.scope[n], Value):
+                    self.scope.pop(n)
+            names = []
+        merged, types = [], []
+        for n in names:
+            vals = [sc.get(n, _MISSING) for _, sc in branches]
+            if any(v is _MISSING for v in vals):
+                self.scope.pop(n, None)
+                continue
+            if all(not isinstance(v, Value) for v in vals) and vals[0] is vals[1]:
+                self.scope[n] = vals[0]
+                continue
+            t = self._merge_type(n, vals, node)
+            merged.append(n)
+            types.append(t)
+        for (blk, sc), _ in zip(branches, range(2)):
+            self.b.blocks.append(blk)
+            try:
+                ys = [self._coerce(sc[n], t, node, n) for n, t in zip(merged, types)]
+                self.b.emit("yield", ys, [])
+            finally:
+                self.b.blocks.pop()
+        self.at(node)
+        op = self.b.if_op(cond, types, branches[0][0], branches[1][0])
+        if roles is not None:
+            op.attrs["roles"] = roles
+        for n, r in zip(merged, op.results):
+            r.name = n
+            self.scope[n] = r
+
+    def _merge_type(self, name: str, vals: list, node) -> TileType:
+        tys = [v.type for v in vals if isinstance(v, Value)]
+        if not tys:
+            # Python numbers in both branches (`s = 2` / `s = 3.5`): their literal dtypes
+            # meet by promotion, so neither side is truncated.
+            dt = None
+            for v in vals:
+                vd = literal_dtype(v) if isinstance(v, (int, float, bool)) else None
+                if vd is None:
+                    self.at(node)
+                    return self.b.to_value(v).type  # raises: not a number
+                dt = vd if dt is None else promote(dt, vd)
+            return TileType(dt)
+        t = tys[0]
+        for u in tys[1:]:
+            if u.shape != t.shape or u.dtype is not t.dtype:
+                raise CompileError(
+                    f"'{name}' is {_tdesc(t)} in one branch and {_tdesc(u)} in the other",
+                    self.assign_locs.get(name, self.p.loc(node)),
+                    "give it the same dtype and shape in both branches (.to(...), "
+                    "kit.broadcast_to)")
+        for v in vals:
+            # a Python number next to a tile takes the tile's dtype only where it fits
+            # (weak typing); a float next to an int tile would be silently truncated
+            if isinstance(v, (int, float, bool)) and weak_dtype(v, t.dtype) is not t.dtype:
+                raise CompileError(
+                    f"'{name}' is {_tdesc(t)} in one branch and the number {v!r} in the "
+                    "other, which does not fit that dtype",
+                    self.assign_locs.get(name, self.p.loc(node)),
+                    f"write the number as a {t.dtype} value, or convert the tile with .to()")
+        return TileType(t.dtype, t.shape)
+
+    def _coerce(self, v: Any, t: TileType, node, name: str) -> Value:
+        if isinstance(v, Value):
+            return v
+        self.at(node)
+        c = self.b.to_value(v) if not isinstance(v, (int, float, bool)) else \
+            self.b.constant(v, t.dtype)
+        return self.b.broadcast_to(c, t.shape)
+
+    def stmt_For(self, node: ast.For) -> None:
+        if node.orelse:
+            raise self.err(node, "for/else is not supported")
+        it = node.iter
+        if not isinstance(it, ast.Call):
+            raise self.err(it, "kernels loop over range(...) or kit.static_range(...)")
+        fn = self.expr(it.func)
+        args = [self.expr(a) for a in it.args]
+        kwargs = {k.arg: self.expr(k.value) for k in it.keywords}
+        if fn is kl.static_range:
+            if any(isinstance(a, Value) for a in args) or kwargs:
+                raise self.err(it, "kit.static_range needs constexpr bounds",
+                               "use range(...) for a loop whose bounds are known at run time")
+            try:
+                sr = kl.static_range(*args)
+                values = list(range(sr.start, sr.stop, sr.step))
+            except (TypeError, ValueError) as e:
+                raise self.err(it, f"kit.static_range{tuple(args)}: {e}") from None
+            for i in values:
+                self.assign(node.target, i)
+                self.block(node.body)
+            return
+        if fn is not range:
+            raise self.err(it, f"kernels loop over range(...) or kit.static_range(...), not "
+                           f"{describe(fn)}")
+        if kwargs:
+            raise self.err(it, "range() takes no keyword arguments here")
+        if not 1 <= len(args) <= 3:
+            raise self.err(it, "range() takes 1 to 3 arguments")
+        if len(args) == 1:
+            args = [0, args[0]]
+        lb, ub = args[0], args[1]
+        step = args[2] if len(args) > 2 else 1
+        if not isinstance(node.target, ast.Name):
+            raise self.err(node.target, "the loop variable must be a plain name")
+        self.at(it)
+        for name, v in (("start", lb), ("stop", ub), ("step", step)):
+            if isinstance(v, Value) and (not v.type.is_scalar or not v.dtype.is_int()):
+                raise self.err(it, f"range() {name} must be a scalar integer, got {describe(v)}")
+            if not isinstance(v, (Value, int)) or isinstance(v, bool):
+                raise self.err(it, f"range() {name} must be an integer, got {describe(v)}")
+        if isinstance(step, int) and step == 0:
+            raise self.err(it, "range() step must not be zero")
+        wide = any(isinstance(v, Value) and v.dtype.bits == 64 for v in (lb, ub, step)) or \
+            any(isinstance(v, int) and not -(2 ** 31) <= v < 2 ** 31 for v in (lb, ub, step))
+        ity = int64 if wide else int32
+        lbv, ubv, stv = (self.b.cast(v, ity) if isinstance(v, Value) else self.b.constant(v, ity)
+                         for v in (lb, ub, step))
+        assigned = _assigned(node.body)
+        carried = [n for n in assigned if n in self.scope and n != node.target.id
+                   and (isinstance(self.scope[n], Value)
+                        or isinstance(self.scope[n], (int, float)))]
+        for n in assigned:
+            if n in self.scope and n not in carried and n != node.target.id:
+                raise self.err(node, f"'{n}' holds {describe(self.scope[n])} and is reassigned "
+                               "inside a runtime loop", "only tiles and numbers can change "
+                               "from one iteration to the next")
+        inits = []
+        for n in carried:
+            v = self.scope[n]
+            if not isinstance(v, Value):
+                v = self.b.to_value(v)
+            inits.append(v)
+        body = Block()
+        iv = body.add_arg(TileType(ity), node.target.id)
+        args_ = [body.add_arg(TileType(v.dtype, v.shape), n) for n, v in zip(carried, inits)]
+        before = dict(self.scope)
+        self.scope[node.target.id] = iv
+        for n, a in zip(carried, args_):
+            self.scope[n] = a
+        self.b.blocks.append(body)
+        try:
+            try:
+                self.block(node.body)
+            except _Return:
+                raise self.err(node, "`return` inside a loop is not supported",
+                               "assign to a variable and return it after the loop") from None
+            ys = []
+            for n, a in zip(carried, args_):
+                v = self.scope.get(n, _MISSING)
+                if v is _MISSING:
+                    raise self.err(node, f"'{n}' is deleted inside the loop")
+                if not isinstance(v, Value):
+                    self.at(node)
+                    fits = isinstance(v, (int, float, bool)) and \
+                        weak_dtype(v, a.dtype) is a.dtype
+                    v = self.b.broadcast_to(self.b.constant(v, a.dtype), a.shape) \
+                        if fits else v  # a float into an int is a type change, not a cast
+                if not isinstance(v, Value) or v.shape != a.shape or v.dtype is not a.dtype:
+                    raise CompileError(
+                        f"loop-carried variable '{n}' changes type in the loop: it enters as "
+                        f"{_tdesc(a.type)} and is reassigned as {describe(v)}",
+                        self.assign_locs.get(n, self.p.loc(node)),
+                        f"initialise '{n}' before the loop with the type it has inside, e.g. "
+                        f"kit.zeros({shape_str(v.shape) if isinstance(v, Value) else '...'}, "
+                        f"kit.{_dtype_attr(v)})")
+                ys.append(v)
+            self.b.emit("yield", ys, [])
+        finally:
+            self.b.blocks.pop()
+        self.scope = before
+        self.at(node)
+        op = self.b.for_op([lbv, ubv, stv], inits, [a.type for a in args_], body)
+        for n, r in zip(carried, op.results):
+            r.name = n
+            self.scope[n] = r
+        for n in assigned:
+            if n not in carried and n not in before:
+                self.scope.pop(n, None)
+
+    def stmt_While(self, node) -> None:
+        raise self.err(node, "while loops are not supported in kitjit kernels",
+                       "use `for i in range(...)` with a bound known at launch")
+
+
+def _role_split(cond: Value, role: tuple[int, int]):
+    """((first warpgroup, count), (first, count)) of the then/else branches when `cond`
+    compares kit.warpgroup_id() with a constant, splitting the current role `role` (first,
+    count); None for any other condition."""
+    o = cond.owner
+    if not (getattr(o, "name", None) == "cmp"):
+        return None
+    x, k = o.operands
+    if getattr(x.owner, "name", None) != "warpgroup_id" or \
+            getattr(k.owner, "name", None) != "constant":
+        return None
+    first, n = role
+    k = k.owner.attrs["value"]
+    pred = o.attrs["pred"]
+    if n > 1 and pred in ("eq", "ne") and k in (first, first + n - 1):
+        one, rest = (k, 1), ((first + 1, n - 1) if k == first else (first, n - 1))
+        return (one, rest) if pred == "eq" else (rest, one)
+    if pred in ("lt", "ge") and first < k < first + n:
+        lo, hi = (first, k - first), (k, first + n - k)
+        return (lo, hi) if pred == "lt" else (hi, lo)
+    return None
+
+
+def _assigned(stmts: list[ast.stmt]) -> list[str]:
+    """Names a block of statements assigns, in order of first assignment."""
+    out: list[str] = []
+    for s in stmts:
+        for n in ast.walk(s):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id not in out:
+                out.append(n.id)
+    return out
+
+
+def _load_ctx(node: ast.expr) -> ast.expr:
+    n = ast.Name(id=node.id, ctx=ast.Load()) if isinstance(node, ast.Name) else node
+    return ast.copy_location(n, node)
+
+
+def _tdesc(t: TileType) -> str:
+    art = "an" if t.dtype.name[0] in "aeiou" else "a"
+    if t.is_scalar:
+        return f"{art} {t.dtype} scalar"
+    return f"{art} {t.dtype} tile of shape {shape_str(t.shape)}"
+
+
+def _dtype_attr(v: Any) -> str:
+    return _dtype_attr_of(v.dtype) if isinstance(v, Value) else "float32"

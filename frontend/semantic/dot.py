@@ -1,0 +1,89 @@
+"""Matrix products on tensor cores: kit.dot (mma.sync) and kit.mma (Hopper wgmma).
+
+Call rules: kit.dot, kit.mma.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kitjit.ir.core import Value
+from kitjit.ir.registry import typing_rule
+from kitjit.ir.types import bfloat16, float16, float32
+
+from .base import _describe, _shape
+from .call_rules import Call, call_rule
+
+
+class DotOps:
+    """Typing rules of the dot family."""
+
+    @typing_rule("dot")
+    def dot(self, a: Any, b: Any, acc: Any = None) -> Value:
+        for name, v in (("a", a), ("b", b)):
+            if not isinstance(v, Value) or len(v.shape) != 2:
+                raise self.error(f"kit.dot: '{name}' must be a 2-d tile, got {_describe(v)}")
+        (M, K), (K2, N) = a.shape, b.shape
+        if K != K2:
+            raise self.error(f"kit.dot: inner dims differ: a is {_shape(a.shape)}, "
+                             f"b is {_shape(b.shape)}",
+                             "a is [M, K] and b is [K, N]: load b with the K offsets on its "
+                             "rows")
+        if a.dtype not in (float16, bfloat16) or b.dtype not in (float16, bfloat16):
+            raise self.error(f"kit.dot takes fp16 or bf16 inputs for now, got {a.dtype} and "
+                             f"{b.dtype}", "convert the inputs with .to(kit.bfloat16)")
+        if a.dtype is not b.dtype:
+            raise self.error(f"kit.dot: a is {a.dtype} but b is {b.dtype}",
+                             "convert one side so both match")
+        if M < 16 or K < 16 or N < 8:
+            raise self.error(f"kit.dot needs M >= 16, K >= 16 and N >= 8 (tensor-core tile "
+                             f"16x8x16), got M={M}, N={N}, K={K}",
+                             "pad the block sizes up and mask the edges")
+        if acc is None:
+            acc = self.full((M, N), 0.0, float32)
+        elif not isinstance(acc, Value) or acc.shape != (M, N) or acc.dtype is not float32:
+            raise self.error(f"kit.dot: acc must be an fp32 tile of shape [{M}, {N}], got "
+                             f"{_describe(acc)}",
+                             f"start it as kit.zeros(({M}, {N}), kit.float32)")
+        return self.emit1("dot", [a, b, acc], acc.type)
+
+    @typing_rule("wgmma")
+    def wgmma(self, a: Any, b: Any, acc: Any, pending: Any) -> Value:
+        if not isinstance(a, Value) or len(a.shape) != 2:
+            raise self.error(f"kit.mma: 'a' must be a 2-d tile (shared, or registers), got "
+                             f"{_describe(a)}")
+        if not isinstance(b, Value) or not b.type.is_shared or len(b.shape) != 2:
+            raise self.error(f"kit.mma: 'b' must be a 2-d shared tile, got {_describe(b)}",
+                             "load it with kit.tma_load into kit.shared(...)")
+        (M, K), (K2, N) = a.shape, b.shape
+        nw = self.warps
+        if a.dtype not in (float16, bfloat16) or a.dtype is not b.dtype:
+            raise self.error(f"kit.mma takes fp16 or bf16 tiles of one dtype, got {a.dtype} "
+                             f"and {b.dtype}")
+        if K != K2:
+            raise self.error(f"kit.mma: inner dims differ: a is {_shape(a.shape)}, b is "
+                             f"{_shape(b.shape)}")
+        if nw % 4 or M % (16 * nw) or K % 16 or N % 8 or N > 256:
+            raise self.error(f"kit.mma needs num_warps a multiple of 4 (warpgroups), M a "
+                             f"multiple of 16*num_warps (64 rows per warpgroup), K a multiple "
+                             f"of 16 and N a multiple of 8 up to 256; got M={M}, N={N}, K={K}, "
+                             f"num_warps={nw}")
+        if not isinstance(acc, Value) or acc.shape != (M, N) or acc.dtype is not float32:
+            raise self.error(f"kit.mma: acc must be an fp32 register tile of shape [{M}, {N}], "
+                             f"got {_describe(acc)}",
+                             f"start it as kit.zeros(({M}, {N}), kit.float32)")
+        if not isinstance(pending, int) or pending < 0:
+            raise self.error("kit.mma: pending must be a constexpr int >= 0")
+        return self.emit1("wgmma", [a, b, acc], acc.type, {"pending": pending})
+
+
+# -------------------------------------------------------------------- kit.<name> calls
+@call_rule("dot", lambda a, b, acc=None, input_precision=None, allow_tf32=None,
+           out_dtype=float32: None)
+def _dot(c: Call) -> Any:
+    return c.b.dot(c["a"], c["b"], c["acc"])
+
+
+@call_rule("mma", lambda a, b, acc, pending=0: None)
+def _mma(c: Call) -> Any:
+    return c.b.wgmma(c["a"], c["b"], c["acc"], c.const("pending"))

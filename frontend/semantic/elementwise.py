@@ -1,0 +1,208 @@
+"""Elementwise ops: casts, arithmetic, pointer offsets, comparisons, unary math, select.
+
+Call rules: kit.where, kit.minimum, kit.maximum, the math functions (kit.exp, ...),
+kit.cdiv, kit.cast.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+from typing import Any
+
+from kitjit.ir import ops as O
+from kitjit.ir.core import Value
+from kitjit.ir.registry import typing_rule
+from kitjit.ir.types import DType, TileType, float32, float64, int1, int32, int64
+
+from .base import promote
+from .call_rules import Call, call_rule
+
+
+class ElementwiseOps:
+    """Typing rules of the elementwise family."""
+
+    @typing_rule("cast")
+    def cast(self, v: Value, dtype: DType) -> Value:
+        if v.dtype is dtype:
+            return v
+        if v.dtype.is_ptr() or dtype.is_ptr():
+            raise self.error(f"cannot convert {v.dtype} to {dtype}",
+                             "pointers only change by adding integer offsets")
+        return self.emit1("cast", [v], TileType(dtype, v.shape))
+
+    def binary_operands(self, a: Any, b: Any, opname: str) -> tuple[Value, Value]:
+        """Both operands as Values of one dtype and shape, ready for an elementwise op."""
+        if not isinstance(a, Value) and not isinstance(b, Value):
+            raise self.error(f"internal: '{opname}' on two constants")
+        if not isinstance(a, Value):
+            a = self.to_value(a, b)
+        if not isinstance(b, Value):
+            b = self.to_value(b, a)
+        dt = promote(a.dtype, b.dtype)
+        if dt is None:
+            raise self.error(f"'{opname}' cannot combine {a.dtype} and {b.dtype}",
+                             "convert one side with .to(kit.<dtype>)")
+        shape = self.broadcast_shapes(a.shape, b.shape)
+        return (self.broadcast_to(self.cast(a, dt), shape),
+                self.broadcast_to(self.cast(b, dt), shape))
+
+    # ---------------------------------------------------------------- arithmetic
+    @typing_rule(*sorted(O.BINARY))
+    def binary(self, opname: str, a: Any, b: Any) -> Value:
+        """Python operators: add sub mul div floordiv mod and or xor shl shr minimum maximum."""
+        va = a.dtype if isinstance(a, Value) else None
+        vb = b.dtype if isinstance(b, Value) else None
+        if opname in ("add", "sub") and ((va and va.is_ptr()) or (vb and vb.is_ptr())):
+            return self.pointer_arith(opname, a, b)
+        if opname == "div":
+            a, b = self._float_operands(a, b)
+        a, b = self.binary_operands(a, b, opname)
+        dt = a.dtype
+        if opname in ("and", "or", "xor", "shl", "shr") and dt.is_floating():
+            raise self.error(f"bitwise '{_SYMBOL[opname]}' needs integer or bool operands, "
+                             f"got {dt}", "convert with .to(kit.int32) first")
+        if opname in ("shl", "shr") and dt.is_bool():
+            raise self.error("shifts need integer operands, got bool")
+        if dt.is_bool() and opname in ("add", "sub", "mul", "floordiv", "mod", "div"):
+            a, b = self.cast(a, int32), self.cast(b, int32)
+        return self.emit1(opname, [a, b], a.type)
+
+    def _float_operands(self, a, b):
+        def f(x, other):
+            if isinstance(x, Value) and not x.dtype.is_floating():
+                return self.cast(x, float32)
+            if isinstance(x, (int, bool)) and not isinstance(other, Value):
+                return float(x)
+            if isinstance(x, (int, bool)) and not other.dtype.is_floating():
+                return float(x)
+            return x
+        return f(a, b), f(b, a)
+
+    @typing_rule("addptr")
+    def pointer_arith(self, opname: str, a: Any, b: Any) -> Value:
+        if isinstance(b, Value) and b.dtype.is_ptr():
+            if opname == "sub" or (isinstance(a, Value) and a.dtype.is_ptr()):
+                raise self.error("pointers can only be offset by integers (ptr + int)",
+                                 _PTR_HINT)
+            a, b = b, a
+        if isinstance(b, Value):
+            if not b.dtype.is_int():
+                raise self.error(f"a pointer offset must be an integer tile, got {b.dtype}",
+                                 _PTR_HINT)
+        elif not isinstance(b, int) or isinstance(b, bool):
+            raise self.error(f"a pointer offset must be an integer, got {b!r}", _PTR_HINT)
+        if not isinstance(b, Value):
+            b = self.constant(b, int32 if -(2 ** 31) <= b < 2 ** 31 else int64)
+        if opname == "sub":
+            b = self.emit1("neg", [b], b.type)
+        shape = self.broadcast_shapes(a.shape, b.shape)
+        a, b = self.broadcast_to(a, shape), self.broadcast_to(b, shape)
+        return self.emit1("addptr", [a, b], a.type)
+
+    @typing_rule("cmp")
+    def compare(self, pred: str, a: Any, b: Any) -> Value:
+        if isinstance(a, Value) and a.dtype.is_ptr() or isinstance(b, Value) and b.dtype.is_ptr():
+            raise self.error("pointers cannot be compared")
+        a, b = self.binary_operands(a, b, _CMP_SYMBOL[pred])
+        return self.emit1("cmp", [a, b], TileType(int1, a.shape), {"pred": pred})
+
+    @typing_rule(*sorted(O.UNARY))
+    def unary(self, opname: str, x: Any, ftz: bool = False) -> Value:
+        x = self.to_value(x)
+        dt = x.dtype
+        if dt.is_ptr():
+            raise self.error(f"'{opname}' does not apply to pointers")
+        if opname == "not":
+            if not dt.is_bool():
+                x = self.compare("ne", x, 0)
+            return self.emit1("not", [x], x.type)
+        if opname == "invert":
+            if dt.is_floating():
+                raise self.error("'~' needs an integer or bool operand")
+            return self.emit1("not" if dt.is_bool() else "invert", [x], x.type)
+        if opname in O.FLOAT_MATH:
+            if not dt.is_floating():
+                x = self.cast(x, float32)
+            if x.dtype is float64 and opname not in ("sqrt", "floor", "ceil"):
+                raise self.error(f"kit.{opname} on fp64 is not supported yet",
+                                 "compute in fp32: x.to(kit.float32)")
+            return self.emit1(opname, [x], x.type, {"ftz": True} if ftz else None)
+        if opname == "neg" and dt.is_bool():
+            x = self.cast(x, int32)
+        if opname == "abs" and dt.is_int_unsigned() or opname == "abs" and dt.is_bool():
+            return x
+        return self.emit1(opname, [x], x.type)
+
+    @typing_rule("select")
+    def where(self, cond: Any, x: Any, y: Any) -> Value:
+        if not isinstance(cond, Value):
+            raise self.error("kit.where needs a tile condition (use Python's `x if c else y` "
+                             "for constants)")
+        if not cond.dtype.is_bool():
+            cond = self.compare("ne", cond, 0)
+        if not isinstance(x, Value) and not isinstance(y, Value):
+            x = self.to_value(x)
+        x, y = self.binary_operands(x, y, "where")
+        shape = self.broadcast_shapes(cond.shape, x.shape)
+        cond, x, y = (self.broadcast_to(v, shape) for v in (cond, x, y))
+        return self.emit1("select", [cond, x, y], x.type)
+
+
+_PTR_HINT = ("a pointer moves by a whole number of elements: add an integer tile such as "
+             "kit.arange(0, BLOCK) (convert floats with .to(kit.int32))")
+_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%",
+           "and": "&", "or": "|", "xor": "^", "shl": "<<", "shr": ">>"}
+_CMP_SYMBOL = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+
+
+# -------------------------------------------------------------------- kit.<name> calls
+@call_rule("where", lambda condition, x, y: None)
+def _where(c: Call) -> Any:
+    return c.b.where(c["condition"], c["x"], c["y"])
+
+
+@call_rule(("minimum", "maximum"), lambda x, y: None)
+def _min_max(c: Call) -> Any:
+    if not isinstance(c["x"], Value) and not isinstance(c["y"], Value):
+        return (min if c.name == "minimum" else max)(c["x"], c["y"])
+    return c.b.binary(c.name, c["x"], c["y"])
+
+
+@call_rule(("exp", "exp2"), lambda x, ftz=False: None)
+@call_rule(("log", "log2", "sqrt", "rsqrt", "abs", "sin", "cos", "sigmoid", "floor", "ceil"),
+           lambda x: None)
+def _math(c: Call) -> Any:
+    x = c["x"]
+    ftz = bool(c.const("ftz", "True or False")) if c.name in ("exp", "exp2") else False
+    if not isinstance(x, Value):
+        return _fold_math(c.cg, c.node, c.name, x)
+    return c.b.unary(c.name, x, ftz=ftz)
+
+
+@call_rule("cdiv", lambda x, div: None)
+def _cdiv(c: Call) -> Any:
+    b = c.b
+    x, d = c["x"], c["div"]
+    if not isinstance(x, Value) and not isinstance(d, Value):
+        return -(-x // d)
+    return b.binary("floordiv", b.binary("sub", b.binary("add", x, d), 1), d)
+
+
+@call_rule("cast", lambda x, dtype: None)
+def _cast(c: Call) -> Any:
+    dt = c.const("dtype")
+    if not isinstance(c["x"], Value):
+        return c.b.constant(c["x"], dt)
+    return c.b.cast(c["x"], dt)
+
+
+def _fold_math(cg, node, name, x):
+    fns = {"exp": math.exp, "exp2": lambda v: 2.0 ** v, "log": math.log, "log2": math.log2,
+           "sqrt": math.sqrt, "rsqrt": lambda v: 1 / math.sqrt(v), "abs": builtins.abs,
+           "sin": math.sin, "cos": math.cos, "sigmoid": lambda v: 1 / (1 + math.exp(-v)),
+           "floor": math.floor, "ceil": math.ceil}
+    try:
+        return fns[name](x)
+    except Exception as e:
+        raise cg.err(node, f"kit.{name}({x!r}) failed at compile time: {e}") from None

@@ -1,0 +1,209 @@
+"""Level 2 (Hopper): shared tiles, mbarriers, TMA copies, warpgroup roles and barriers.
+
+Call rules: kit.shared, kit.mbarriers, kit.mbarrier_arrive, kit.mbarrier_wait,
+kit.tma_load, kit.tma_store, kit.warpgroup_id, kit.setmaxnreg, kit.barrier.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kitjit.ir.core import Op, Value
+from kitjit.ir.registry import typing_rule
+from kitjit.ir.types import DType, TileType, int32, mbarrier, tma_desc
+
+from .base import _describe, _shape, is_pow2
+from .call_rules import Call, call_rule
+
+
+class TmaOps:
+    """Typing rules of the tma family."""
+
+    @typing_rule("smem_alloc")
+    def shared(self, shape: Any, dtype: Any) -> Value:
+        if isinstance(shape, int):
+            shape = (shape,)
+        if not isinstance(shape, (tuple, list)) or not all(isinstance(s, int) for s in shape):
+            raise self.error(f"kit.shared needs a shape of constexpr ints, got {_describe(shape)}")
+        shape = tuple(shape)
+        tile = shape[1:] if len(shape) == 3 else shape
+        if len(tile) != 2 or not all(is_pow2(s) for s in tile) or (len(shape) == 3 and
+                                                                  shape[0] < 1):
+            raise self.error(f"kit.shared takes (rows, cols) or (stages, rows, cols) with "
+                             f"power-of-two rows and cols, got {_shape(shape)}")
+        if not isinstance(dtype, DType) or dtype.is_ptr():
+            raise self.error(f"kit.shared needs an element dtype, got {_describe(dtype)}")
+        return self.emit1("smem_alloc", [], TileType(dtype, shape, space="smem"))
+
+    def mbarriers(self, count: Any, arrivals: Any = 1) -> Value:
+        if not isinstance(count, int) or count < 1:
+            raise self.error(f"kit.mbarriers needs a positive constexpr count, got {count!r}")
+        if not isinstance(arrivals, int) or arrivals < 1:
+            raise self.error(f"kit.mbarriers: arrivals must be a positive constexpr, got "
+                             f"{arrivals!r}")
+        return self.emit1("smem_alloc", [], TileType(mbarrier, (count,), space="smem"),
+                          {"init": arrivals})
+
+    @typing_rule("mbar_arrive")
+    def mbarrier_arrive(self, bar: Any) -> None:
+        if not isinstance(bar, Value) or bar.dtype is not mbarrier or bar.shape != ():
+            raise self.error(f"kit.mbarrier_arrive needs one mbarrier (bars[s]), got "
+                             f"{_describe(bar)}")
+        self.emit("mbar_arrive", [bar], [])
+
+    @typing_rule("smem_index")
+    def smem_index(self, x: Value, idx: Any) -> Value:
+        if len(x.shape) < 1 or (x.dtype is not mbarrier and len(x.shape) != 3):
+            raise self.error(f"only the stage dim of a shared tile can be indexed, and this "
+                             f"tile has shape {_shape(x.shape)}")
+        if isinstance(idx, int):
+            if not 0 <= idx < x.shape[0]:
+                raise self.error(f"index {idx} is out of range for {x.shape[0]} stages")
+            idx = self.constant(idx, int32)
+        elif not isinstance(idx, Value) or not idx.type.is_scalar or not idx.dtype.is_int():
+            raise self.error(f"a stage index must be a scalar int, got {_describe(idx)}")
+        else:
+            idx = self.cast(idx, int32)
+        return self.emit1("smem_index", [x, idx],
+                          TileType(x.dtype, x.shape[1:], space="smem"))
+
+    def tma_desc_arg(self, tensor: Value, box: tuple, what: str) -> Value:
+        """The TMA descriptor kernel parameter of tensor argument `tensor` (added on first
+        use; the runtime builds it from the torch tensor and the box)."""
+        fn = self.fn
+        if not isinstance(tensor, Value) or not tensor.dtype.is_ptr() or \
+                tensor not in fn.args:
+            raise self.error(f"{what} needs a tensor argument of the kernel (TMA copies whole "
+                             f"boxes of a 2-d tensor), got {_describe(tensor)}")
+        tma = fn.attrs.setdefault("tma", {})
+        entry = tma.get(tensor.name)
+        if entry is None:
+            d = Value(TileType(tma_desc), f"{tensor.name}.desc")
+            fn.body.args.append(d)
+            d.owner = fn.body
+            tma[tensor.name] = entry = {"box": list(box), "dtype": tensor.dtype.element_ty.name,
+                                        "desc": d}
+        elif tuple(entry["box"]) != tuple(box):
+            raise self.error(f"{what}: '{tensor.name}' is copied with boxes of "
+                             f"{_shape(tuple(entry['box']))} elsewhere and {_shape(box)} here",
+                             "use one box shape per tensor argument")
+        return entry["desc"]
+
+    @typing_rule("tma_load")
+    def tma_load(self, dst: Any, tensor: Any, coords: Any, bar: Any) -> None:
+        if not isinstance(dst, Value) or not dst.type.is_shared or len(dst.shape) != 2 or \
+                (isinstance(dst.owner, Op) and dst.owner.name == "smem_trans"):
+            raise self.error(f"kit.tma_load: 'dst' must be a 2-d shared tile (a stage a[s]), "
+                             f"got {_describe(dst)}")
+        if isinstance(tensor, Value) and tensor.dtype.is_ptr() and \
+                tensor.dtype.element_ty is not dst.dtype:
+            raise self.error(f"kit.tma_load: the tensor holds {tensor.dtype.element_ty} but the "
+                             f"shared tile holds {dst.dtype}")
+        if not isinstance(coords, (tuple, list)) or len(coords) != 2:
+            raise self.error("kit.tma_load: coords must be (row, col)")
+        cs = [self.cast(c, int32) if isinstance(c, Value) else self.constant(c, int32)
+              for c in coords]
+        if not isinstance(bar, Value) or bar.dtype is not mbarrier or bar.shape != ():
+            raise self.error(f"kit.tma_load: 'barrier' must be one mbarrier (bars[s]), got "
+                             f"{_describe(bar)}")
+        desc = self.tma_desc_arg(tensor, dst.shape, "kit.tma_load")
+        self.emit("tma_load", [dst, desc, *cs, bar], [],
+                  {"bytes": dst.type.numel * dst.dtype.itemsize})
+
+    @typing_rule("smem_trans")
+    def smem_trans(self, x: Value) -> Value:
+        if len(x.shape) != 2:
+            raise self.error(f".T needs a 2-d shared tile (a stage a[s]), got shape "
+                             f"{_shape(x.shape)}")
+        return self.emit1("smem_trans", [x], TileType(x.dtype, x.shape[::-1], space="smem"))
+
+    @typing_rule("tma_store")
+    def tma_store(self, tensor: Any, coords: Any, value: Any) -> None:
+        if not isinstance(value, Value) or value.type.is_shared or len(value.shape) != 2:
+            raise self.error(f"kit.tma_store stores a 2-d register tile, got {_describe(value)}")
+        if isinstance(tensor, Value) and tensor.dtype.is_ptr() and \
+                tensor.dtype.element_ty is not value.dtype:
+            raise self.error(f"kit.tma_store: the tensor holds {tensor.dtype.element_ty} but the "
+                             f"tile is {value.dtype}", "convert it with .to(...)")
+        if not isinstance(coords, (tuple, list)) or len(coords) != 2:
+            raise self.error("kit.tma_store: coords must be (row, col)")
+        for s in value.shape:
+            if not is_pow2(s) or s > 256:
+                raise self.error(f"kit.tma_store: tile dims must be powers of two up to 256, "
+                                 f"got {_shape(value.shape)}")
+        cs = [self.cast(c, int32) if isinstance(c, Value) else self.constant(c, int32)
+              for c in coords]
+        desc = self.tma_desc_arg(tensor, value.shape, "kit.tma_store")
+        staging = self.emit1("smem_alloc", [], TileType(value.dtype, value.shape, space="smem"))
+        self.emit("tma_store", [desc, *cs, value, staging], [])
+
+    @typing_rule("mbar_wait")
+    def mbarrier_wait(self, bar: Any, phase: Any) -> None:
+        if not isinstance(bar, Value) or bar.dtype is not mbarrier or bar.shape != ():
+            raise self.error(f"kit.mbarrier_wait needs one mbarrier (bars[s]), got "
+                             f"{_describe(bar)}")
+        ph = self.cast(phase, int32) if isinstance(phase, Value) else self.constant(phase, int32)
+        self.emit("mbar_wait", [bar, ph], [])
+
+    @typing_rule("warpgroup_id")
+    def warpgroup_id(self) -> Value:
+        return self.emit1("warpgroup_id", [], TileType(int32))
+
+    @typing_rule("setmaxnreg")
+    def setmaxnreg(self, count: int) -> None:
+        self.emit("setmaxnreg", [], [], {"count": count})
+
+    @typing_rule("barrier")
+    def barrier(self) -> None:
+        self.emit("barrier", [], [])
+
+
+# -------------------------------------------------------------------- kit.<name> calls
+@call_rule("shared", lambda shape, dtype: None)
+def _shared(c: Call) -> Any:
+    return c.b.shared(c.const("shape"), c.const("dtype"))
+
+
+@call_rule("mbarriers", lambda count, arrivals=1: None)
+def _mbarriers(c: Call) -> Any:
+    return c.b.mbarriers(c.const("count"), c.const("arrivals"))
+
+
+@call_rule("mbarrier_arrive", lambda barrier: None)
+def _mbarrier_arrive(c: Call) -> Any:
+    return c.b.mbarrier_arrive(c["barrier"])
+
+
+@call_rule("warpgroup_id", lambda: None)
+def _warpgroup_id(c: Call) -> Any:
+    return c.b.warpgroup_id()
+
+
+@call_rule("setmaxnreg", lambda count: None)
+def _setmaxnreg(c: Call) -> Any:
+    n = c.const("count")
+    if not isinstance(n, int) or not 24 <= n <= 256 or n % 8:
+        raise c.err(f"kit.setmaxnreg takes a multiple of 8 in [24, 256], got {n!r}")
+    c.b.setmaxnreg(n)
+    return None
+
+
+@call_rule("tma_load", lambda dst, tensor, coords, barrier: None)
+def _tma_load(c: Call) -> Any:
+    return c.b.tma_load(c["dst"], c["tensor"], c["coords"], c["barrier"])
+
+
+@call_rule("mbarrier_wait", lambda barrier, phase: None)
+def _mbarrier_wait(c: Call) -> Any:
+    return c.b.mbarrier_wait(c["barrier"], c["phase"])
+
+
+@call_rule("tma_store", lambda tensor, coords, value: None)
+def _tma_store(c: Call) -> Any:
+    return c.b.tma_store(c["tensor"], c["coords"], c["value"])
+
+
+@call_rule("barrier", lambda: None)
+def _barrier(c: Call) -> Any:
+    c.b.barrier()
+    return None
