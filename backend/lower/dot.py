@@ -1,0 +1,170 @@
+"""The `dot` family: dot (mma.sync m16n8k16 on registers) and wgmma (Hopper's
+warpgroup MMA on shared-memory descriptors or register A fragments).
+
+`wgmma_wait` is in `base.py`: `block()` calls it before an op reads an accumulator that is
+still in flight.
+"""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from kitjit.ir.core import Op
+from kitjit.ir.registry import lowering
+
+from ..nvvm import F32, I32, I64, VOID, asm, llvm_type
+from .base import LoweringBase, LoweringError, _lin
+
+
+class DotLowering(LoweringBase):
+    """Tensor-core matrix multiply-accumulate."""
+
+    @lowering("dot")
+    def op_dot(self, op: Op) -> None:
+        a, bb, acc = op.operands
+        la, lb, lc = _lin(a.type), _lin(bb.type), _lin(acc.type)
+        A, B, C = self.get(a), self.get(bb), list(self.get(acc))
+        ia, ib, ic = la.reg_index(), lb.reg_index(), lc.reg_index()
+        M, K = a.shape
+        N = bb.shape[1]
+        mma = op.result.type.layout
+        wm, wn = mma.wm, mma.wn
+        kind = "bf16" if a.dtype.name == "bf16" else "f16"
+        et = llvm_type(a.dtype)
+        b = self.b
+
+        def pack2(x, y):
+            v = ir.Constant(ir.VectorType(et, 2), ir.Undefined)
+            v = b.insert_element(v, x, self.c32(0))
+            v = b.insert_element(v, y, self.c32(1))
+            return b.bitcast(v, I32)
+
+        text = (f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 "
+                "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};")
+        cons = "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f"
+        ret = ir.LiteralStructType([F32] * 4)
+        for m0 in range(0, M, 16 * wm):
+            for n0 in range(0, N, 8 * wn):
+                cidx = [ic[(m0, n0)], ic[(m0, n0 + 1)], ic[(m0 + 8, n0)], ic[(m0 + 8, n0 + 1)]]
+                cv = [C[i] for i in cidx]
+                for k0 in range(0, K, 16):
+                    av = [pack2(A[ia[(m0 + r, k0 + c)]], A[ia[(m0 + r, k0 + c + 1)]])
+                          for r, c in ((0, 0), (8, 0), (0, 8), (8, 8))]
+                    bv = [pack2(B[ib[(k0 + r, n0)]], B[ib[(k0 + r + 1, n0)]]) for r in (0, 8)]
+                    r = asm(b, ret, text, cons, av + bv + cv, side_effect=False)
+                    cv = [b.extract_value(r, i) for i in range(4)]
+                for i, v in zip(cidx, cv):
+                    C[i] = v
+        self.set(op.result, C)
+
+    @staticmethod
+    def _desc_const(lbo: int, sbo: int, swizzle: int) -> int:
+        mode = {128: 1, 64: 2, 32: 3, 0: 0}[swizzle]
+        return ((lbo >> 4) & 0x3FFF) << 16 | ((sbo >> 4) & 0x3FFF) << 32 | mode << 62
+
+    def _desc(self, addr, const: int):
+        b = self.b
+        a = b.zext(b.and_(b.lshr(addr, self.c32(4)), self.c32(0x3FFF)), I64)
+        return b.or_(a, ir.Constant(I64, const))
+
+    @lowering("wgmma")
+    def op_wgmma(self, op: Op) -> None:
+        a, bt, acc = op.operands
+        b = self.b
+        a_regs = not a.type.is_shared
+        if a_regs:
+            A = self.get(a)
+            ia = _lin(a.type).reg_index()
+            aaddr = None
+        else:
+            (aaddr,) = self.get(a)
+        (baddr,) = self.get(bt)
+        M, K = a.shape
+        N = bt.shape[1]
+        e = a.dtype.itemsize
+        la, lb = (None if a_regs else a.type.layout), bt.type.layout
+        lc = _lin(acc.type)
+        C = list(self.get(acc))
+        ic = lc.reg_index()
+        nw = self.num_warps
+        kind = "bf16" if a.dtype.name == "bf16" else "f16"
+        # A: K-major rows of `swizzle` bytes, column chunks one after another
+        sa, ca = (la.swizzle, la.chunk) if la else (128, 64)
+        da = self._desc_const(16, 8 * sa, sa)
+        if la is not None and la.transposed:
+            raise LoweringError("kit.mma: a transposed A operand is not supported")
+        sb, cb = lb.swizzle, lb.chunk
+        if lb.transposed:  # B stored [N, K], K contiguous (K-major, imm-trans-b = 0)
+            db = self._desc_const(16, 8 * sb, sb)
+            trans_b = 0
+        else:  # B stored [K, N], N contiguous (MN-major, imm-trans-b = 1): column chunks
+            db = self._desc_const(K * sb, 8 * sb, sb)
+            trans_b = 1
+        wg = b.lshr(self.warp, self.c32(2))
+        a_wg = b.add(aaddr, b.mul(wg, self.c32(64 * sa))) if not a_regs else None
+        n_out = N // 2
+        outs = ", ".join(f"${i}" for i in range(n_out))
+        if a_regs:  # four 32-bit registers of the A fragment, then B's descriptor
+            text = (f"{{ .reg .pred p; setp.ne.b32 p, ${n_out + 5}, 0; "
+                    f"wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{kind}.{kind} "
+                    f"{{{outs}}}, {{${n_out}, ${n_out + 1}, ${n_out + 2}, ${n_out + 3}}}, "
+                    f"${n_out + 4}, p, 1, 1, {trans_b}; }}")
+            cons = ",".join(["=f"] * n_out + ["r"] * 4 + ["l", "r"] +
+                            [str(i) for i in range(n_out)])
+            et = llvm_type(a.dtype)
+
+            def pack2(x, y):
+                v = ir.Constant(ir.VectorType(et, 2), ir.Undefined)
+                v = b.insert_element(v, x, self.c32(0))
+                v = b.insert_element(v, y, self.c32(1))
+                return b.bitcast(v, I32)
+        else:
+            text = (f"{{ .reg .pred p; setp.ne.b32 p, ${n_out + 2}, 0; "
+                    f"wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{kind}.{kind} "
+                    f"{{{outs}}}, ${n_out}, ${n_out + 1}, p, 1, 1, 0, {trans_b}; }}")
+            cons = ",".join(["=f"] * n_out + ["l", "l", "r"] + [str(i) for i in range(n_out)])
+        ret = ir.LiteralStructType([F32] * n_out)
+        # every operand (descriptors, packed A registers, accumulators) is computed before
+        # wgmma.fence, so nothing writes a register the wgmmas read between them: ptxas
+        # then issues them back to back instead of serializing them (C7517 / C7519)
+        steps = []
+        for r0 in range(0, M, 16 * nw):
+            idx = [ic[(r0 + 8 * ((i // 2) % 2), 8 * (i // 4) + (i % 2))] for i in range(n_out)]
+            ks = []
+            for k0 in range(0, K, 16):
+                if a_regs:
+                    a_ops = [pack2(A[ia[(r0 + r, k0 + c)]], A[ia[(r0 + r, k0 + c + 1)]])
+                             for r, c in ((0, 0), (8, 0), (0, 8), (8, 8))]
+                    a_ops = [asm(b, I32, "mov.b32 $0, $1;", "=r,r", [x], side_effect=True)
+                             for x in a_ops]
+                else:
+                    a_addr = b.add(a_wg, self.c32((k0 // ca) * M * sa + r0 * sa +
+                                                  (k0 % ca) * e))
+                if lb.transposed:
+                    b_off = (k0 // cb) * N * sb + (k0 % cb) * e
+                else:
+                    b_off = k0 * sb
+                b_addr = b.add(baddr, self.c32(b_off))
+                if a_regs:
+                    ins = a_ops + [self._desc(b_addr, db), self.c32(1)]
+                else:
+                    ins = [self._desc(a_addr, da), self._desc(b_addr, db), self.c32(1)]
+                ks.append(ins)
+            regs = [asm(b, F32, "mov.b32 $0, $1;", "=f,f", [C[i]], side_effect=True)
+                    for i in idx]
+            steps.append((idx, regs, ks))
+        asm(b, VOID, "wgmma.fence.sync.aligned;", "~{memory}", [])
+        for idx, regs, ks in steps:
+            for ins in ks:
+                r = asm(b, ret, text, cons, ins + regs)
+                regs = [b.extract_value(r, i) for i in range(n_out)]
+            for i, v in zip(idx, regs):
+                C[i] = v
+        asm(b, VOID, "wgmma.commit_group.sync.aligned;", "~{memory}", [])
+        self.set(op.result, C)
+        pending = op.attrs.get("pending", 0)
+        if pending == 0:
+            self.wgmma_wait(op.result, 0)
+        else:
+            self.wgmma_wait(op.result, pending)
+            self.inflight.add(op.result.id)

@@ -1,0 +1,153 @@
+"""The `elementwise` family: binary and unary arithmetic, cmp, cast, select, addptr.
+
+Every op maps register to register in the layout it has, so nothing crosses threads.
+`binary_fn` (with `minmax`/`call_math`) is in `base.py` because the reductions combine with
+it too; the fp32 math of fp16/bf16 (`float_math`, `approx`) is used here only.
+"""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from kitjit.ir import ops as O
+from kitjit.ir.core import Op
+from kitjit.ir.registry import lowering
+from kitjit.ir.types import DType
+
+from ..nvvm import F32, F64, I1, asm, llvm_type, mem_type
+from .base import LoweringBase, LoweringError
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+class ElementwiseLowering(LoweringBase):
+    """Register-by-register ops, unrolled over a thread's registers."""
+
+    @lowering(*sorted(O.BINARY))
+    def op_binary(self, op: Op) -> None:
+        a, c = self.get(op.operands[0]), self.get(op.operands[1])
+        dt = op.operands[0].dtype
+        f = self.binary_fn(op.name, dt)
+        self.set(op.result, [f(x, y) for x, y in zip(a, c)])
+
+    @lowering("cmp")
+    def op_cmp(self, op: Op) -> None:
+        a, c = self.get(op.operands[0]), self.get(op.operands[1])
+        dt = op.operands[0].dtype
+        sym = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}[
+            op.attrs["pred"]]
+        b = self.b
+        if dt.is_floating():
+            if sym == "!=":
+                f = lambda x, y: b.fcmp_unordered("!=", x, y)  # noqa: E731
+            else:
+                f = lambda x, y: b.fcmp_ordered(sym, x, y)  # noqa: E731
+        elif dt.is_int_signed():
+            f = lambda x, y: b.icmp_signed(sym, x, y)  # noqa: E731
+        else:
+            f = lambda x, y: b.icmp_unsigned(sym, x, y)  # noqa: E731
+        self.set(op.result, [f(x, y) for x, y in zip(a, c)])
+
+    @lowering(*sorted(O.UNARY))
+    def op_unary(self, op: Op) -> None:
+        xs = self.get(op.operands[0])
+        dt = op.operands[0].dtype
+        b = self.b
+        name = op.name
+        t = llvm_type(dt)
+        if name == "neg":
+            out = [b.fneg(x) if dt.is_floating() else b.neg(x) for x in xs]
+        elif name == "not":
+            out = [b.xor(x, ir.Constant(I1, 1)) for x in xs]
+        elif name == "invert":
+            out = [b.xor(x, ir.Constant(t, -1)) for x in xs]
+        elif name == "abs":
+            if dt.is_floating():
+                out = [self.call_math("fabs", x) for x in xs]
+            else:
+                out = [b.select(b.icmp_signed("<", x, ir.Constant(t, 0)), b.neg(x), x)
+                       for x in xs]
+        else:
+            out = [self.float_math(name, x, t, op.attrs.get("ftz", False)) for x in xs]
+        self.set(op.result, out)
+
+    def approx(self, instr: str, x):
+        return asm(self.b, F32, f"{instr} $0, $1;", "=f,f", [x], side_effect=False)
+
+    def float_math(self, name: str, x, t, ftz: bool = False):
+        b = self.b
+        if t is F64:
+            if name in ("sqrt", "floor", "ceil"):
+                return self.call_math(name, x)
+            raise LoweringError(f"{name} on fp64")
+        y = self.to_f32(x)
+        # without .ftz, ptxas wraps MUFU.EX2 in a range check and two multiplies to get
+        # subnormal results right; kit.exp2(x, ftz=True) is the bare instruction
+        ex2 = "ex2.approx.ftz.f32" if ftz else "ex2.approx.f32"
+        if name == "exp":
+            r = self.approx(ex2, b.fmul(y, ir.Constant(F32, LOG2E)))
+        elif name == "exp2":
+            r = self.approx(ex2, y)
+        elif name == "log":
+            r = b.fmul(self.approx("lg2.approx.f32", y), ir.Constant(F32, LN2))
+        elif name == "log2":
+            r = self.approx("lg2.approx.f32", y)
+        elif name in ("sqrt", "floor", "ceil"):
+            r = self.call_math(name, y)
+        elif name == "rsqrt":
+            r = self.approx("rsqrt.approx.f32", y)
+        elif name == "sin":
+            r = self.approx("sin.approx.f32", y)
+        elif name == "cos":
+            r = self.approx("cos.approx.f32", y)
+        elif name == "sigmoid":
+            e = self.approx("ex2.approx.f32", b.fmul(y, ir.Constant(F32, -LOG2E)))
+            r = b.fdiv(ir.Constant(F32, 1.0), b.fadd(ir.Constant(F32, 1.0), e))
+        else:
+            raise LoweringError(f"no lowering for {name}")
+        return self.from_f32(r, t)
+
+    @lowering("cast")
+    def op_cast(self, op: Op) -> None:
+        src, dst = op.operands[0].dtype, op.result.dtype
+        f = self.cast_fn(src, dst)
+        self.set(op.result, [f(x) for x in self.get(op.operands[0])])
+
+    def cast_fn(self, src: DType, dst: DType):
+        b = self.b
+        ts, td = llvm_type(src), llvm_type(dst)
+        if dst.is_bool():
+            if src.is_floating():
+                return lambda x: b.fcmp_unordered("!=", x, ir.Constant(ts, 0.0))
+            return lambda x: b.icmp_unsigned("!=", x, ir.Constant(ts, 0))
+        if src.is_floating() and dst.is_floating():
+            if src.bits == dst.bits:  # fp16 <-> bf16 through fp32
+                return lambda x: b.fptrunc(b.fpext(x, F32), td)
+            return (lambda x: b.fpext(x, td)) if dst.bits > src.bits else \
+                (lambda x: b.fptrunc(x, td))
+        if src.is_floating():
+            return (lambda x: b.fptosi(x, td)) if dst.is_int_signed() else \
+                (lambda x: b.fptoui(x, td))
+        if dst.is_floating():
+            if src.is_int_signed():
+                return lambda x: b.sitofp(x, td)
+            return lambda x: b.uitofp(x, td)
+        if dst.bits == src.bits:
+            return lambda x: x
+        if dst.bits < src.bits:
+            return lambda x: b.trunc(x, td)
+        if src.is_int_signed():
+            return lambda x: b.sext(x, td)
+        return lambda x: b.zext(x, td)
+
+    @lowering("select")
+    def op_select(self, op: Op) -> None:
+        c, x, y = (self.get(v) for v in op.operands)
+        self.set(op.result, [self.b.select(p, u, w) for p, u, w in zip(c, x, y)])
+
+    @lowering("addptr")
+    def op_addptr(self, op: Op) -> None:
+        p, o = self.get(op.operands[0]), self.get(op.operands[1])
+        et = mem_type(op.result.dtype.element_ty)
+        self.set(op.result, [self.b.gep(x, [y], source_etype=et) for x, y in zip(p, o)])
