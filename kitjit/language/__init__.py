@@ -1,0 +1,48 @@
+"""The kitjit language: the names a kernel body uses (`kit.load`, `kit.sum`, ...).
+
+These are markers: the frontend recognises them by identity and builds tile IR; calling one
+from plain Python raises. Names and semantics follow Triton's `triton.language` where Triton
+has the name, so a Triton kernel ports by changing the import. One module per op family, as
+in the frontend (frontend/semantic/<family>.py), the backend (backend/lower/<family>.py) and
+the interpreter (kitjit/interpreter/<family>.py).
+"""
+
+from ..ir.types import (  # noqa: F401
+    DType,
+    PointerDType,
+    bfloat16,
+    float16,
+    float32,
+    float64,
+    int1,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+)
+from . import control, core, dot, elementwise, memory, reduction, shape, tma  # noqa: F401
+from .base import (  # noqa: F401
+    BUILTINS,
+    bool_,
+    builtin,
+    constexpr,
+    dtype,
+    pointer_type,
+    range,
+    static_range,
+)
+from .core import next_power_of_2  # noqa: F401
+
+globals().update(BUILTINS)  # every marker is kit.<name>
+
+__all__ = [
+    "constexpr", "static_range", "range", "next_power_of_2", "builtin", "BUILTINS", "dtype",
+    "pointer_type",
+    "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
+    "uint8", "uint16", "uint32", "uint64", "int1", "bool_",
+    *BUILTINS,
+]

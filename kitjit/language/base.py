@@ -1,0 +1,62 @@
+"""The language's foundation: compile-time parameters (`kit.constexpr`), unrolled loops
+(`kit.static_range`), dtypes, and `builtin`, which makes the markers every family module
+declares (`kit.load`, `kit.sum`, ...): the frontend recognises them by identity and builds
+tile IR; called from plain Python they raise."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..ir.types import (
+    DType,
+    PointerDType,
+    int1,
+)
+
+bool_ = int1
+dtype = DType
+pointer_type = PointerDType
+
+
+class constexpr:
+    """Annotation for compile-time parameters (`BLOCK: kit.constexpr`); their values are part
+    of the specialization key and fold at compile time."""
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"constexpr({self.value!r})"
+
+
+class static_range:
+    """`for i in kit.static_range(4)`: unrolled at compile time; `i` is a constant."""
+
+    def __init__(self, start, stop=None, step=1):
+        if stop is None:
+            start, stop = 0, start
+        self.start, self.stop, self.step = start, stop, step
+
+    def __iter__(self):
+        return iter(range(self.start, self.stop, self.step))
+
+
+BUILTINS: dict[str, Any] = {}
+
+
+def builtin(fn):
+    """Mark `fn` as a kitjit builtin: usable only inside @kit.jit functions."""
+    name = fn.__name__
+
+    def outside(*args, **kwargs):
+        raise RuntimeError(f"kit.{name} can only be used inside a @kit.jit function")
+
+    outside.__name__ = name
+    outside.__qualname__ = name
+    outside.__doc__ = fn.__doc__
+    outside.__kit_builtin__ = name
+    BUILTINS[name] = outside
+    return outside
+
+
+range = range  # noqa: A001 - Triton spells a runtime loop `tl.range`; Python's works as well

@@ -1,0 +1,59 @@
+"""What a program knows and makes from nothing: its id, the grid, ranges, filled tiles, and
+ceiling division."""
+
+from __future__ import annotations
+
+from .base import BUILTINS, builtin
+
+
+@builtin
+def program_id(axis):
+    """The index of this program (CTA) along grid axis 0, 1 or 2."""
+
+
+@builtin
+def num_programs(axis):
+    """The number of programs along grid axis 0, 1 or 2."""
+
+
+@builtin
+def arange(start, end):
+    """[start, start+1, ..., end-1] as an int32 tile; end-start a power of two."""
+
+
+@builtin
+def zeros(shape, dtype):
+    """A tile of zeros."""
+
+
+@builtin
+def full(shape, value, dtype):
+    """A tile filled with `value`."""
+
+
+@builtin
+def cdiv(x, div):
+    """Ceiling division (also usable on the host: kit.cdiv(n, BLOCK))."""
+
+
+def _host_cdiv(x, div):
+    if isinstance(x, int) and isinstance(div, int):
+        return -(-x // div)
+    raise RuntimeError("kit.cdiv takes ints on the host")
+
+
+def next_power_of_2(n: int) -> int:
+    """Host helper: the smallest power of two >= n."""
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+_host_cdiv.__kit_builtin__ = "cdiv"
+
+
+_host_cdiv.__name__ = "cdiv"
+
+
+_host_cdiv.__doc__ = cdiv.__doc__
+
+
+cdiv = BUILTINS["cdiv"] = _host_cdiv

@@ -1,0 +1,86 @@
+"""Elementwise math and selection on tiles (Triton's names and semantics)."""
+
+from __future__ import annotations
+
+from .base import builtin
+
+
+@builtin
+def where(condition, x, y):
+    """Elementwise select."""
+
+
+@builtin
+def minimum(x, y):
+    """Elementwise minimum."""
+
+
+@builtin
+def maximum(x, y):
+    """Elementwise maximum."""
+
+
+@builtin
+def exp(x, ftz=False):
+    """e**x (fp32 inputs use the hardware's exp2 with a scale). ftz: see kit.exp2."""
+
+
+@builtin
+def exp2(x, ftz=False):
+    """2**x. ftz=True flushes results below 2**-126 to zero: the bare MUFU.EX2 instead of
+    three instructions (what softmax wants: such terms vanish in its sums anyway)."""
+
+
+@builtin
+def log(x):
+    """Natural logarithm."""
+
+
+@builtin
+def log2(x):
+    """Base-2 logarithm."""
+
+
+@builtin
+def sqrt(x):
+    """Square root (correctly rounded)."""
+
+
+@builtin
+def rsqrt(x):
+    """1/sqrt(x) (approximate, like CUDA's rsqrtf)."""
+
+
+@builtin
+def abs(x):
+    """Absolute value."""
+
+
+@builtin
+def sin(x):
+    """Sine (hardware approximation)."""
+
+
+@builtin
+def cos(x):
+    """Cosine (hardware approximation)."""
+
+
+@builtin
+def sigmoid(x):
+    """1 / (1 + exp(-x))."""
+
+
+@builtin
+def floor(x):
+    """Round toward -inf."""
+
+
+@builtin
+def ceil(x):
+    """Round toward +inf."""
+
+
+@builtin
+def cast(x, dtype):
+    """Convert to `dtype` (same as `x.to(dtype)`)."""

@@ -1,0 +1,70 @@
+"""Level 2, Hopper: shared tiles, TMA copies, mbarriers, warpgroup roles and WGMMA."""
+
+from __future__ import annotations
+
+from .base import builtin
+
+
+@builtin
+def shared(shape, dtype):
+    """A tile in shared memory; a leading dim makes pipeline stages (`a[s]` is stage s). The
+    swizzle is chosen from the row width, the same for the TMA box and the WGMMA descriptor."""
+
+
+@builtin
+def mbarriers(count, arrivals=1):
+    """`count` mbarriers in shared memory, each completing a phase after `arrivals` arrivals
+    (and the bytes that TMA copies announced)."""
+
+
+@builtin
+def mbarrier_arrive(barrier):
+    """Arrive on `barrier`, once per warpgroup that runs this (its first thread arrives):
+    a consumer warpgroup tells the producer a stage is free."""
+
+
+@builtin
+def warpgroup_id():
+    """Which warpgroup (4 warps) this thread belongs to. `if kit.warpgroup_id() == 0:` splits
+    the CTA into roles (a producer and consumers); tiles inside a role are spread over that
+    role's warps only, and kit.barrier() syncs that role."""
+
+
+@builtin
+def setmaxnreg(count):
+    """Set this warpgroup's register budget (setmaxnreg): a producer gives registers up
+    (e.g. 40), consumers take them (e.g. 232)."""
+
+
+@builtin
+def tma_load(dst, tensor, coords, barrier):
+    """Copy the box of the 2-d `tensor` argument at `coords` (row, col) into shared tile `dst`
+    with the Tensor Memory Accelerator, completing on `barrier`. Out-of-range parts of the
+    box read as zero. One thread issues it; loads on the same barrier in a row share one
+    arrival with their total byte count."""
+
+
+@builtin
+def mbarrier_wait(barrier, phase):
+    """Wait until `barrier` completes phase `phase` (0 or 1, alternating)."""
+
+
+@builtin
+def mma(a, b, acc, pending=0):
+    """acc + a @ b on Hopper's warpgroup tensor cores (WGMMA), a and b in shared memory, acc in
+    registers. Returns with at most `pending` MMA groups still running: reading the result
+    before they finish is safe (the compiler waits), and `pending=1` overlaps the MMA with the
+    next loads."""
+
+
+@builtin
+def tma_store(tensor, coords, value):
+    """Store register tile `value` into the box of the 2-d `tensor` argument at `coords`
+    through shared memory and the Tensor Memory Accelerator: the registers go to a swizzled
+    staging tile, one thread issues the bulk copy, and the kernel goes on while it drains.
+    Parts of the box outside the tensor are not written."""
+
+
+@builtin
+def barrier():
+    """Synchronize the threads of the CTA (bar.sync)."""
