@@ -29,6 +29,19 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+from .cache_removal import (
+    META,
+    NAME_RE,
+    RESERVED,
+    STATS,
+    TRASH_PREFIX,
+    USAGE,
+    clear_tuning,
+    read_json,
+    remove_entry_dir,
+    remove_stats,
+)
+
 try:  # POSIX only; stats are best-effort elsewhere.
     import fcntl
 except ImportError:  # pragma: no cover - Windows
@@ -44,15 +57,12 @@ __all__ = [
     "parse_size",
 ]
 
-META = "meta.json"
-USAGE = "usage.json"
-STATS = "stats.json"
 TUNING = "tuning"
-_RESERVED = {META, USAGE}
+_RESERVED = RESERVED
 _KEY_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{1,199}$")
-_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$")
+_NAME_RE = NAME_RE
 _TMP_PREFIX = ".tmp-"
-_TRASH_PREFIX = ".trash-"
+_TRASH_PREFIX = TRASH_PREFIX
 _STALE_TMP_S = 3600.0  # a temp dir this old belongs to a process that died mid-put
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -61,7 +71,6 @@ _TRUE = {"1", "true", "yes", "on"}
 MARKER = "CACHEDIR.TAG"
 _MARKER_TEXT = ("Signature: 8a477f597d28d172789f06886806bc55\n"
                 "# This directory is kitjit's kernel cache (kitjit cache dir / clear).\n")
-_USAGE_TMP = re.compile(r"^usage\.json\.\d+\.[0-9a-f]{8}\.tmp$")
 
 
 class KitCacheWarning(UserWarning):
@@ -150,9 +159,7 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _read_json(path: pathlib.Path) -> Any:
-    with open(path, "rb") as f:
-        return json.loads(f.read())
+_read_json = read_json
 
 
 def _write_json_atomic(path: pathlib.Path, obj: Any) -> None:
@@ -165,62 +172,6 @@ def _write_json_atomic(path: pathlib.Path, obj: Any) -> None:
     finally:
         if tmp.exists():
             tmp.unlink()
-
-
-def _inside(path: pathlib.Path, root: pathlib.Path) -> bool:
-    """Whether `path` lies under `root` with no symlink on the way (neither `path` nor any
-    folder between it and `root`): what kitjit may delete never leads out of the cache."""
-    try:
-        rel = path.relative_to(root)
-    except ValueError:
-        return False
-    p = root
-    for part in rel.parts:
-        p = p / part
-        if p.is_symlink():
-            return False
-    try:
-        return path.resolve().is_relative_to(root.resolve())
-    except OSError:
-        return False
-
-
-def _is_entry_dir(path: pathlib.Path, need_meta: bool = True) -> bool:
-    """Whether `path` holds what `put` writes and nothing else: regular files only (meta.json
-    among them), named like stage files, usage.json or its temp files. A folder that holds
-    anything more is not kitjit's and is never deleted."""
-    try:
-        if path.is_symlink() or not path.is_dir():
-            return False
-        names = []
-        with os.scandir(path) as it:
-            for e in it:
-                if not e.is_file(follow_symlinks=False):
-                    return False
-                names.append(e.name)
-    except OSError:
-        return False
-    return (META in names or not need_meta) and all(
-        n in _RESERVED or _NAME_RE.match(n) or _USAGE_TMP.match(n) for n in names)
-
-
-def _rmtree(path: pathlib.Path, root: pathlib.Path | None = None,
-            need_meta: bool = True) -> bool:
-    """Remove an entry directory so that no reader sees it half-deleted: rename aside, then
-    delete. Refuses (silently) anything outside `root` (default: the path's grandparent, the
-    cache root), behind a symlink, or holding files `put` does not write."""
-    root = path.parent.parent if root is None else root
-    if not _inside(path, root) or not _is_entry_dir(path, need_meta):
-        return False
-    trash = root / f"{_TRASH_PREFIX}{path.name[:16]}-{uuid.uuid4().hex[:8]}"
-    try:
-        os.rename(path, trash)
-    except FileNotFoundError:
-        return False
-    except OSError:
-        trash = path  # cannot move it aside: delete in place
-    shutil.rmtree(trash, ignore_errors=True)
-    return True
 
 
 def _dir_size(path: pathlib.Path) -> int:
@@ -454,7 +405,7 @@ class KernelCache:
             break
         if problem is not None:
             if path.is_dir():  # still there: not merely removed by someone else meanwhile
-                _rmtree(path, self.root, need_meta=False)  # our own key: meta may be gone
+                remove_entry_dir(path, self.root, need_meta=False)  # our own key: meta may be gone
                 _warn(f"kitjit: corrupt cache entry {key[:12]} ({problem}); removed, recompiling")
             entry = None
         if entry is None:
@@ -632,18 +583,18 @@ class KernelCache:
     def remove(self, key: str) -> None:
         """Delete one entry (no error if it is absent)."""
         _check_key(key)
-        _rmtree(self._path(key))
+        remove_entry_dir(self._path(key))
 
     def clear(self, name: str | None = None) -> int:
         """Remove the entries of kernel ``name``, or everything (tuning and stats too)."""
         removed = 0
         for entry in self.entries():
             if (name is None or entry.meta.get("name") == name) and \
-                    _rmtree(entry.path, self.root):
+                    remove_entry_dir(entry.path, self.root):
                 removed += 1
         if name is None:
-            self._clear_tuning()
-            self._remove_stats()
+            clear_tuning(self.root, self.tuning_dir)
+            remove_stats(self.root)
             self._sweep(tmp_age=60.0)  # a younger temp dir may be a put in progress
             for shard in self.root.glob("??"):
                 if shard.is_symlink():
@@ -653,61 +604,6 @@ class KernelCache:
                 except OSError:
                     pass
         return removed
-
-    def _clear_tuning(self) -> None:
-        """Delete the tuning records (JSON objects with a version and timings, and their
-        temp files) and the folders they leave empty; anything else stays."""
-        tdir = self.tuning_dir
-        if not _inside(tdir, self.root) or not tdir.is_dir():
-            return
-        for dirpath, dirnames, filenames in os.walk(tdir, topdown=False):
-            d = pathlib.Path(dirpath)
-            for fname in filenames:
-                f = d / fname
-                if f.is_symlink() or not (fname.endswith(".json") or fname.endswith(".tmp")):
-                    continue
-                if fname.endswith(".json"):
-                    try:
-                        rec = _read_json(f)
-                    except (OSError, ValueError):
-                        continue
-                    if not (isinstance(rec, dict) and "version" in rec and "timings" in rec):
-                        continue
-                elif not fname.startswith("."):
-                    continue
-                try:
-                    f.unlink()
-                except OSError:
-                    pass
-            for sub in dirnames:
-                if not (d / sub).is_symlink():
-                    try:
-                        (d / sub).rmdir()
-                    except OSError:
-                        pass
-        try:
-            tdir.rmdir()
-        except OSError:
-            pass
-
-    def _remove_stats(self) -> None:
-        """Delete stats.json and its lock when they are what `_bump` writes."""
-        st = self.root / STATS
-        try:
-            obj = _read_json(st) if not st.is_symlink() else None
-        except (OSError, ValueError):
-            obj = None
-        if isinstance(obj, dict) and set(obj) <= {"hits", "misses"}:
-            try:
-                st.unlink()
-            except OSError:
-                pass
-        lock = self.root / (STATS + ".lock")
-        try:
-            if not lock.is_symlink() and lock.is_file() and lock.stat().st_size == 0:
-                lock.unlink()
-        except OSError:
-            pass
 
     def _sweep(self, tmp_age: float = _STALE_TMP_S) -> None:
         """Delete trash directories, and temp directories older than ``tmp_age`` seconds
@@ -749,7 +645,7 @@ class KernelCache:
                 continue
             too_old = cutoff is not None and last_used < cutoff
             too_big = max_size is not None and total > max_size
-            if (too_old or too_big) and _rmtree(entry.path, self.root):
+            if (too_old or too_big) and remove_entry_dir(entry.path, self.root):
                 removed.append(key)
                 total -= size
         return removed
