@@ -58,11 +58,8 @@ __all__ = [
 ]
 
 TUNING = "tuning"
-_RESERVED = RESERVED
 _KEY_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{1,199}$")
-_NAME_RE = NAME_RE
 _TMP_PREFIX = ".tmp-"
-_TRASH_PREFIX = TRASH_PREFIX
 _STALE_TMP_S = 3600.0  # a temp dir this old belongs to a process that died mid-put
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -159,7 +156,6 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-_read_json = read_json
 
 
 def _write_json_atomic(path: pathlib.Path, obj: Any) -> None:
@@ -237,7 +233,7 @@ class CacheEntry:
         if isinstance(listed, dict):
             return list(listed)
         try:
-            return sorted(p.name for p in self.path.iterdir() if p.name not in _RESERVED)
+            return sorted(p.name for p in self.path.iterdir() if p.name not in RESERVED)
         except OSError:
             return sorted(self._data)
 
@@ -249,7 +245,7 @@ class CacheEntry:
         """The bytes of one stage file (``kernel.cubin``, ...)."""
         if name in self._data:
             return self._data[name]
-        if not _NAME_RE.match(name):
+        if not NAME_RE.match(name):
             raise KeyError(f"invalid file name {name!r}")
         try:
             return (self.path / name).read_bytes()
@@ -280,7 +276,7 @@ class CacheEntry:
     def usage(self) -> dict:
         """``{"last_used": epoch, "hits": n}`` from usage.json (created / 0 when absent)."""
         try:
-            u = _read_json(self.path / USAGE)
+            u = read_json(self.path / USAGE)
             if not isinstance(u, dict):
                 raise ValueError
         except (OSError, ValueError):
@@ -316,7 +312,7 @@ class CacheEntry:
         for fname, info in files.items():
             if not isinstance(info, dict) or not isinstance(fname, str):
                 return f"bad file record for {fname!r}"
-            if not _NAME_RE.match(fname) or fname in _RESERVED:
+            if not NAME_RE.match(fname) or fname in RESERVED:
                 return f"bad file name {fname!r}"
             try:
                 blob = (self.path / fname).read_bytes()
@@ -371,7 +367,7 @@ class KernelCache:
 
     def _load_meta(self, key: str) -> CacheEntry:
         path = self._path(key)
-        meta = _read_json(path / META)
+        meta = read_json(path / META)
         if not isinstance(meta, dict):
             raise ValueError("meta.json is not an object")
         return CacheEntry(key, path, meta)
@@ -486,7 +482,7 @@ class KernelCache:
         _check_key(key)
         blobs: dict[str, bytes] = {}
         for fname, content in files.items():
-            if not isinstance(fname, str) or not _NAME_RE.match(fname) or fname in _RESERVED:
+            if not isinstance(fname, str) or not NAME_RE.match(fname) or fname in RESERVED:
                 raise ValueError(f"invalid cache file name {fname!r}")
             blobs[fname] = content.encode("utf-8") if isinstance(content, str) else bytes(content)
         if not blobs:
@@ -614,11 +610,11 @@ class KernelCache:
         except OSError:
             return
         for d in it:
-            if not d.name.startswith((_TMP_PREFIX, _TRASH_PREFIX)) or \
+            if not d.name.startswith((_TMP_PREFIX, TRASH_PREFIX)) or \
                     not d.is_dir(follow_symlinks=False):
                 continue
             try:
-                if d.name.startswith(_TRASH_PREFIX) or d.stat().st_mtime <= now - tmp_age:
+                if d.name.startswith(TRASH_PREFIX) or d.stat().st_mtime <= now - tmp_age:
                     shutil.rmtree(d.path, ignore_errors=True)
             except OSError:
                 pass
@@ -668,7 +664,7 @@ class KernelCache:
 
     def _read_stats(self) -> dict:
         try:
-            s = _read_json(self.root / STATS)
+            s = read_json(self.root / STATS)
             if not isinstance(s, dict):
                 raise ValueError
         except (OSError, ValueError):
