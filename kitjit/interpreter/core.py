@@ -1,0 +1,45 @@
+"""Semantics of the core family: constants, the program id and the grid, arange."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from kitjit.ir.core import Op
+from kitjit.ir.registry import semantics
+
+from .compiler import Env, Handler, _Compiler, pure
+from .numeric import _scalar_arg
+from .sync import _Ctx
+
+
+@semantics("constant")
+@pure
+def constant(op: Op, ctx: _Ctx) -> Callable:
+    v = _scalar_arg(op.result.dtype, op.attrs["value"])
+    return lambda: v
+
+
+@semantics("arange")
+@pure
+def arange(op: Op, ctx: _Ctx) -> Callable:
+    v = np.arange(op.attrs["start"], op.attrs["end"], dtype=np.int32)
+    return lambda: v
+
+
+@semantics("num_programs")
+@pure
+def num_programs(op: Op, ctx: _Ctx) -> Callable:
+    n = np.int32(ctx.grid[op.attrs["axis"]])
+    return lambda: n
+
+
+@semantics("program_id")
+def program_id(comp: _Compiler, op: Op) -> Handler:
+    """Read at run time: the program's id changes, so it is never hoisted."""
+    ctx, axis, r = comp.ctx, op.attrs["axis"], op.result.id
+
+    def pid(env: Env) -> None:
+        env[r] = np.int32(ctx.pid[axis])
+    return pid

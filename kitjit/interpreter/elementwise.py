@@ -1,0 +1,198 @@
+"""Semantics of the elementwise family: unary and binary arithmetic, cmp, cast, select and
+addptr. Float math on fp16/bf16 runs in fp32 and rounds back, as on the GPU; integer division
+and remainder truncate toward zero (and give 0 for a zero divisor)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from kitjit.ir import ops as O
+from kitjit.ir.core import Op
+from kitjit.ir.registry import semantics
+from kitjit.ir.types import DType, bfloat16, float16
+
+from .compiler import pure
+from .numeric import _fixer, _int_bounds, _np, round_bf16
+from .sync import _Ctx
+
+
+def _compute_in_f32(f: Callable, dt: DType) -> Callable:
+    """Float math on fp16/bf16 runs in fp32 and rounds back, as on the GPU."""
+    if dt is float16:
+        return lambda x: f(np.asarray(x, np.float32)).astype(np.float16)
+    if dt is bfloat16:
+        return lambda x: round_bf16(f(x))
+    return f
+
+
+def _rsqrt(x):
+    return np.reciprocal(np.sqrt(x))
+
+
+def _sigmoid(x):
+    one = np.asarray(x).dtype.type(1)
+    return one / (one + np.exp(-x))
+
+
+_FLOAT_UNARY = {"exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2,
+                "sqrt": np.sqrt, "rsqrt": _rsqrt, "sin": np.sin, "cos": np.cos,
+                "sigmoid": _sigmoid, "floor": np.floor, "ceil": np.ceil}
+
+
+def _unary(op: Op) -> Callable:
+    name, dt = op.name, op.operands[0].dtype
+    if name == "neg":
+        return np.negative
+    if name == "not":
+        return np.logical_not
+    if name == "invert":
+        return np.logical_not if dt.is_bool() else np.invert
+    if name == "abs":
+        return np.abs
+    f = _FLOAT_UNARY[name]
+    if not dt.is_floating():
+        raise NotImplementedError(f"interpreter: '{name}' on {dt} (the frontend casts to "
+                                  "float first)")
+    if op.attrs.get("ftz"):                        # results below 2**-126 flush to zero
+        g = f
+
+        def f(x):
+            r = g(x)
+            return np.where(np.abs(r) < np.float32(2.0 ** -126), r.dtype.type(0), r)
+    return _compute_in_f32(f, dt)
+
+
+def _int_floordiv(a, b):
+    zero = b == 0
+    bs = np.where(zero, 1, b).astype(np.asarray(b).dtype)
+    if np.asarray(a).dtype.kind == "u":
+        return np.where(zero, 0, np.floor_divide(a, bs)).astype(np.asarray(a).dtype)
+    r = np.fmod(a, bs)
+    # (a - r) is an exact multiple of b; floor division of it is exact, hence truncation.
+    return np.where(zero, 0, np.floor_divide(a - r, bs)).astype(np.asarray(a).dtype)
+
+
+def _int_mod(a, b):
+    zero = b == 0
+    bs = np.where(zero, 1, b).astype(np.asarray(b).dtype)
+    return np.where(zero, 0, np.fmod(a, bs)).astype(np.asarray(a).dtype)
+
+
+def _shifts(dt: DType):
+    bits = dt.bits
+    t = _np(dt).type
+
+    def amount(b):
+        big = (b >= bits) if dt.is_int_unsigned() else ((b < 0) | (b >= bits))
+        return big, np.where(big, 0, b).astype(_np(dt))
+
+    def shl(a, b):
+        big, s = amount(b)
+        return np.where(big, t(0), np.left_shift(a, s)).astype(_np(dt))
+
+    def shr(a, b):  # numpy: arithmetic for signed, logical for unsigned, like the GPU
+        big, s = amount(b)
+        fill = t(0) if dt.is_int_unsigned() else np.where(a < 0, t(-1), t(0))
+        return np.where(big, fill, np.right_shift(a, s)).astype(_np(dt))
+
+    return shl, shr
+
+
+def _binary(op: Op) -> Callable:
+    name, dt = op.name, op.operands[0].dtype
+    if name in ("add", "sub", "mul", "minimum", "maximum", "and", "or", "xor"):
+        f = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "minimum": np.minimum,
+             "maximum": np.maximum, "and": np.bitwise_and, "or": np.bitwise_or,
+             "xor": np.bitwise_xor}[name]
+        return f
+    if name in ("shl", "shr"):
+        if not dt.is_int():
+            raise NotImplementedError(f"interpreter: '{name}' on {dt}")
+        return _shifts(dt)[0 if name == "shl" else 1]
+    if dt.is_floating():
+        if name == "div":
+            return np.true_divide
+        if name == "floordiv":
+            return lambda a, b: np.floor(np.true_divide(a, b))
+        if name == "mod":
+            return np.fmod
+    elif dt.is_int():
+        if name == "floordiv":
+            return _int_floordiv
+        if name == "mod":
+            return _int_mod
+    raise NotImplementedError(f"interpreter: '{name}' on {dt}")
+
+
+_CMP = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+        "eq": np.equal, "ne": np.not_equal}
+
+
+def _rounded(op: Op, f: Callable) -> Callable:
+    """`f` with its result rounded back into the result dtype (bf16) where it can leave it."""
+    fix = _fixer(op.result.dtype)
+    if fix is not None and op.name not in ("minimum", "maximum", "neg", "abs"):
+        return lambda *xs: fix(f(*xs))
+    return f
+
+
+@semantics(*sorted(O.UNARY))
+@pure
+def unary(op: Op, ctx: _Ctx) -> Callable:
+    return _rounded(op, _unary(op))
+
+
+@semantics(*sorted(O.BINARY))
+@pure
+def binary(op: Op, ctx: _Ctx) -> Callable:
+    return _rounded(op, _binary(op))
+
+
+@semantics("cmp")
+@pure
+def cmp(op: Op, ctx: _Ctx) -> Callable:
+    return _CMP[op.attrs["pred"]]
+
+
+@semantics("cast")
+@pure
+def _cast(op: Op, ctx: _Ctx) -> Callable:
+    src, dst = op.operands[0].dtype, op.result.dtype
+    nd = _np(dst)
+    if dst.is_bool():
+        return lambda x: np.not_equal(x, 0)
+    if src.is_bool():
+        if dst is bfloat16:
+            return lambda x: np.asarray(x).astype(np.float32)
+        return lambda x: np.asarray(x).astype(nd)
+    if dst.is_int():
+        if src.is_int():
+            return lambda x: np.asarray(x).astype(nd)  # wraps
+        lo, hi = _int_bounds(dst)
+
+        def f2i(x):  # truncate toward zero, saturate, NaN -> 0 (cvt.rzi)
+            t = np.trunc(np.asarray(x, np.float64))
+            safe = np.where((t >= lo) & (t < float(hi) + 1), t, 0)
+            r = safe.astype(nd)
+            r = np.where(t >= float(hi) + 1, nd.type(hi), r)
+            return np.where(t < lo, nd.type(lo), r).astype(nd)
+        return f2i
+    if dst is bfloat16:
+        return round_bf16
+    # int/float -> fp16/fp32/fp64; bf16 sources are already float32.
+    return lambda x: np.asarray(x).astype(nd)
+
+
+@semantics("select")
+@pure
+def select(op: Op, ctx: _Ctx) -> Callable:
+    return np.where
+
+
+@semantics("addptr")
+@pure
+def addptr(op: Op, ctx: _Ctx) -> Callable:
+    size = np.int64(op.result.dtype.element_ty.itemsize)
+    return lambda p, o: p + np.asarray(o).astype(np.int64) * size

@@ -1,0 +1,345 @@
+"""Global memory: the interpreter's copies of the tensor arguments (`_Memory`, which maps
+byte addresses to them and names the nearest argument when an access misses), the tensors
+behind TMA descriptors (`_TmaTensor`), and the semantics of the memory family (load, store)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from kitjit.ir.core import Function, Op
+from kitjit.ir.registry import semantics
+from kitjit.ir.types import DType, bfloat16, from_torch, tma_desc
+
+from .errors import OutOfBoundsError, _lane, _where
+from .numeric import _bf16_bits, _mem_np, _np, _scalar_arg
+
+if TYPE_CHECKING:
+    from .compiler import Env, Handler, _Compiler
+    from .sync import _Ctx
+
+
+class _Buffer:
+    """The whole storage of one or more tensor arguments, as a uint8 numpy array."""
+
+    def __init__(self, u8: np.ndarray, writeback: Callable[[], None] | None = None):
+        self.u8 = u8
+        self.base = int(u8.ctypes.data) if u8.size else 0
+        self.end = self.base + u8.size
+        self.writeback = writeback
+        self.written = False
+        self._views: dict[Any, np.ndarray] = {}
+
+    def view(self, mdt: Any) -> np.ndarray:
+        v = self._views.get(mdt)
+        if v is None:
+            n = self.u8.size - self.u8.size % mdt.itemsize
+            v = self._views[mdt] = self.u8[:n].view(mdt)
+        return v
+
+
+class _ArgInfo:
+    def __init__(self, name: str, start: int, numel: int, itemsize: int, dtype: str):
+        self.name, self.start, self.numel = name, start, numel
+        self.itemsize, self.dtype = itemsize, dtype
+        self.end = start + numel * itemsize
+
+
+class _TmaTensor:
+    """What a TMA descriptor argument is in the interpreter: the 2-d tensor behind it, as a
+    strided view of the buffer that holds its storage (bf16 as uint16 bits)."""
+
+    def __init__(self, name: str, dt: DType, view: np.ndarray, buf: _Buffer | None):
+        self.name, self.dt, self.view, self.buf = name, dt, view, buf
+
+    def _clip(self, r0: int, c0: int, rows: int, cols: int) -> tuple[int, int, int, int]:
+        h, w = self.view.shape
+        return max(r0, 0), min(r0 + rows, h), max(c0, 0), min(c0 + cols, w)
+
+    def copy_box(self, dst: np.ndarray, r0: int, c0: int) -> None:
+        """dst[:] = the box of dst's shape at (r0, c0); zero outside the tensor."""
+        rows, cols = dst.shape
+        rs, re, cs, ce = self._clip(r0, c0, rows, cols)
+        if (rs, re, cs, ce) != (r0, r0 + rows, c0, c0 + cols):
+            dst[...] = 0
+        if rs < re and cs < ce:
+            raw = self.view[rs:re, cs:ce]
+            if self.dt is bfloat16:
+                raw = (raw.astype(np.uint32) << np.uint32(16)).view(np.float32)
+            elif self.dt.is_bool():
+                raw = raw != 0
+            dst[rs - r0:re - r0, cs - c0:ce - c0] = raw
+
+    def store_box(self, src: np.ndarray, r0: int, c0: int) -> None:
+        """The box of src's shape at (r0, c0) = src; what falls outside the tensor is dropped."""
+        rows, cols = src.shape
+        rs, re, cs, ce = self._clip(r0, c0, rows, cols)
+        if rs >= re or cs >= ce:
+            return
+        v = src[rs - r0:re - r0, cs - c0:ce - c0]
+        if self.dt is bfloat16:
+            v = (_bf16_bits(v) >> np.uint32(16)).astype(np.uint16)
+        elif self.dt.is_bool():
+            v = np.asarray(v).astype(np.uint8)
+        self.view[rs:re, cs:ce] = v
+        if self.buf is not None:
+            self.buf.written = True
+
+
+class _Memory:
+    """Maps byte addresses to argument buffers; owns the CPU copies of device tensors."""
+
+    def __init__(self, fn: Function, args: list):
+        import torch
+
+        self.bufs: list[_Buffer] = []
+        self.args: list[_ArgInfo] = []
+        self.values: list[Any] = []
+        self._by_storage: dict[tuple, tuple[_Buffer, int]] = {}
+        tma = {e["desc"].id: e for e in fn.attrs.get("tma", {}).values()
+               if hasattr(e.get("desc"), "id")}
+        for v, a in zip(fn.args, args):
+            dt = v.dtype
+            if dt is tma_desc:
+                self.values.append(self._tma_tensor(v, a, tma.get(v.id)))
+                continue
+            if not dt.is_ptr():
+                if isinstance(a, torch.Tensor) or hasattr(a, "data_ptr"):
+                    raise TypeError(f"argument '{v.name}' is a {dt} scalar but got a tensor")
+                self.values.append(_scalar_arg(dt, a))
+                continue
+            if not isinstance(a, torch.Tensor):
+                raise TypeError(f"argument '{v.name}' is a pointer ({dt}) and needs a torch "
+                                f"tensor, got {type(a).__name__}")
+            buf, off = self._locate_tensor(a)
+            ptr = buf.base + off
+            self.values.append(np.int64(ptr))
+            self.args.append(_ArgInfo(v.name or f"arg{len(self.values) - 1}", ptr, a.numel(),
+                                      a.element_size(), str(a.dtype).replace("torch.", "")))
+        self.bufs.sort(key=lambda b: b.base)
+        self.bases = np.array([b.base for b in self.bufs], dtype=np.int64)
+
+    def _locate_tensor(self, a: Any) -> tuple[_Buffer, int]:
+        """The buffer holding tensor `a`'s storage (one per storage) and `a`'s byte offset."""
+        st = a.untyped_storage()
+        key = (str(a.device), st.data_ptr(), st.nbytes())
+        if key not in self._by_storage:
+            self._by_storage[key] = (self._buffer(a, st), st.data_ptr())
+        buf, dev_base = self._by_storage[key]
+        return buf, a.data_ptr() - dev_base
+
+    def _tma_tensor(self, v: Any, a: Any, entry: dict | None) -> _TmaTensor:
+        """A TMA descriptor argument: the tensor behind it, checked as the GPU launcher
+        checks it, as a strided view of the interpreter's copy of its storage."""
+        import torch
+
+        name = v.name.removesuffix(".desc") if v.name else "?"
+        if not isinstance(a, torch.Tensor):
+            raise TypeError(f"argument '{v.name}' is a TMA descriptor and needs the torch "
+                            f"tensor behind it, got {type(a).__name__}")
+        dt = from_torch(a.dtype)
+        if dt is None:
+            raise TypeError(f"argument '{name}': TMA copies of {a.dtype} are not supported")
+        if entry is not None and entry.get("dtype") not in (None, dt.name):
+            raise TypeError(f"argument '{name}' holds {dt} but the kernel was built for "
+                            f"{entry['dtype']}")
+        # the launcher's checks (kitjit.runtime.driver.tensor_map), so that a kernel that
+        # runs here also launches on the GPU
+        e = a.element_size()
+        if a.dim() != 2 or a.stride(1) != 1 or a.data_ptr() % 16 or (a.stride(0) * e) % 16:
+            raise ValueError(f"a tensor copied by TMA must be 2-d, contiguous in its last dim, "
+                             f"16-byte aligned, with rows a multiple of 16 bytes apart; got "
+                             f"shape {tuple(a.shape)}, strides {tuple(a.stride())}, address "
+                             f"{a.data_ptr():#x} (argument '{name}')")
+        mdt = _mem_np(dt)
+        rows, cols = a.shape
+        if a.numel() == 0:
+            return _TmaTensor(name, dt, np.zeros((rows, cols), mdt), None)
+        buf, off = self._locate_tensor(a)
+        span = ((rows - 1) * a.stride(0) + (cols - 1) * a.stride(1) + 1) * e
+        flat = buf.u8[off:off + span].view(mdt)
+        view = np.lib.stride_tricks.as_strided(flat, (rows, cols),
+                                               (a.stride(0) * e, a.stride(1) * e))
+        return _TmaTensor(name, dt, view, buf)
+
+    def _buffer(self, t: Any, st: Any) -> _Buffer:
+        import torch
+
+        if t.device.type == "cpu":
+            buf = _Buffer(torch.empty(0, dtype=torch.uint8).set_(st).numpy())
+        else:
+            dev = torch.empty(0, dtype=torch.uint8, device=t.device).set_(st)
+            host = dev.cpu()
+            buf = _Buffer(host.numpy(), lambda: dev.copy_(host))
+        self.bufs.append(buf)
+        return buf
+
+    def write_back(self) -> None:
+        for b in self.bufs:
+            if b.written and b.writeback is not None:
+                b.writeback()
+
+    # -- address resolution
+    def locate(self, addrs: np.ndarray, mdt: Any, what: str, ctx: _Ctx, op: Op,
+               lanes: np.ndarray | None) -> list[tuple[_Buffer, np.ndarray, Any]]:
+        """Element indices into buffers for flat int64 `addrs`: [(buffer, index, sel)].
+
+        `lanes[i]` is the tile lane (flat index) of `addrs[i]`, None when they coincide;
+        it is only read to write error messages."""
+        size = mdt.itemsize
+        lo, hi = int(addrs.min()), int(addrs.max())
+        for b in self.bufs:
+            if b.base <= lo and hi + size <= b.end:
+                return [(b, self._index(b, addrs, size, what, ctx, op, lanes), None)]
+        if not self.bufs:
+            self._oob(addrs, np.ones(addrs.shape, bool), mdt, what, ctx, op, lanes)
+        which = np.searchsorted(self.bases, addrs, side="right") - 1
+        ends = np.array([b.end for b in self.bufs], dtype=np.int64)
+        bad = (which < 0) | (addrs + size > ends[np.maximum(which, 0)])
+        if bad.any():
+            self._oob(addrs, bad, mdt, what, ctx, op, lanes)
+        out = []
+        for k in np.unique(which):
+            sel = which == k
+            b = self.bufs[int(k)]
+            sub = np.flatnonzero(sel) if lanes is None else lanes[sel]
+            out.append((b, self._index(b, addrs[sel], size, what, ctx, op, sub), sel))
+        return out
+
+    def _index(self, b: _Buffer, addrs: np.ndarray, size: int, what: str, ctx: _Ctx, op: Op,
+               lanes: np.ndarray | None) -> np.ndarray:
+        off = addrs - b.base
+        if size == 1:
+            return off
+        rem = off % size
+        if rem.any():
+            i = int(np.flatnonzero(rem)[0])
+            raise OutOfBoundsError(_where(op, ctx, f"misaligned {what}") + "\n  lane "
+                             f"{_lane(ctx, lanes[i])} accesses address {int(addrs[i]):#x}, "
+                             f"which is not a multiple of the element size {size}")
+        return off // size
+
+    def _oob(self, addrs, bad, mdt, what, ctx, op, lanes) -> None:
+        n_bad = int(np.count_nonzero(bad))
+        i = int(np.flatnonzero(bad)[0])
+        a = int(addrs[i])
+        size = mdt.itemsize
+        msg = _where(op, ctx, f"out-of-bounds {what}")
+        msg += (f"\n  {n_bad} of {ctx.lanes_total} lanes {'read' if what == 'load' else 'write'}"
+                f" outside every tensor argument; first: lane "
+                f"{_lane(ctx, i if lanes is None else lanes[i])}")
+        if self.args:
+            near = min(self.args, key=lambda g: 0 if g.start <= a < g.end else
+                       min(abs(a - g.start), abs(a - g.end)))
+            rel = a - near.start
+            el = f"element {rel // size}" if rel % size == 0 else f"byte {rel}"
+            msg += (f" accesses '{near.name}' + {el} (byte offset {rel}), but '{near.name}' "
+                    f"has {near.numel} elements of {near.dtype}")
+            if near.itemsize != size:
+                msg += f" ({near.numel * near.itemsize // size} of {size} bytes)"
+        else:
+            msg += f" accesses address {a:#x} (the kernel has no tensor arguments)"
+        msg += "\n  hint: mask the access, e.g. kit.load(ptr, mask=offs < n)"
+        raise OutOfBoundsError(msg)
+
+    # -- gather / scatter
+    def load(self, addrs: np.ndarray, mdt: Any, ctx: _Ctx, op: Op,
+             lanes: np.ndarray | None) -> np.ndarray:
+        parts = self.locate(addrs, mdt, "load", ctx, op, lanes)
+        if len(parts) == 1:
+            b, idx, _ = parts[0]
+            return b.view(mdt)[idx]
+        out = np.empty(addrs.shape, mdt)
+        for b, idx, sel in parts:
+            out[sel] = b.view(mdt)[idx]
+        return out
+
+    def store(self, addrs: np.ndarray, vals: np.ndarray, mdt: Any, ctx: _Ctx, op: Op,
+              lanes: np.ndarray | None) -> None:
+        for b, idx, sel in self.locate(addrs, mdt, "store", ctx, op, lanes):
+            b.view(mdt)[idx] = vals if sel is None else vals[sel]
+            b.written = True
+
+
+# ----------------------------------------------------------------------------- load, store
+@semantics("load")
+def load(comp: _Compiler, op: Op) -> Handler:
+    mem, ctx = comp.mem, comp.ctx
+    dt = op.result.dtype
+    mdt, nd = _mem_np(dt), _np(dt)
+    if dt is bfloat16:
+        def conv(raw):
+            return (raw.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    elif dt.is_bool():
+        def conv(raw):
+            return raw != 0
+    else:
+        def conv(raw):
+            return raw
+    ids = [v.id for v in op.operands]
+    p_id = ids[0]
+    m_id = ids[1] if op.attrs.get("has_mask", len(ids) > 1) else None
+    o_id = ids[2] if op.attrs.get("has_other", len(ids) > 2) else None
+    shape = op.result.shape
+    r = op.result.id
+    n = int(np.prod(shape)) if shape else 1
+
+    def load(env: Env) -> None:
+        addrs = np.asarray(env[p_id]).reshape(-1)
+        mask = None
+        if m_id is not None:
+            mask = np.asarray(env[m_id]).reshape(-1)
+            if mask.all():
+                mask = None
+        ctx.shape, ctx.lanes_total = shape, n
+        if mask is None:
+            vals = conv(mem.load(addrs, mdt, ctx, op, None))
+            out = vals.reshape(shape)
+        else:
+            if o_id is not None:
+                out = np.array(np.broadcast_to(env[o_id], shape), dtype=nd).reshape(-1)
+            else:
+                out = np.zeros(n, nd)
+            if mask.any():
+                lanes = np.flatnonzero(mask)
+                out[lanes] = conv(mem.load(addrs[lanes], mdt, ctx, op, lanes))
+            out = out.reshape(shape)
+        env[r] = out if shape else out[()]
+    return load
+
+
+@semantics("store")
+def store(comp: _Compiler, op: Op) -> Handler:
+    mem, ctx = comp.mem, comp.ctx
+    dt = op.operands[1].dtype
+    mdt = _mem_np(dt)
+    if dt is bfloat16:
+        def conv(v):
+            return (_bf16_bits(v) >> np.uint32(16)).astype(np.uint16)
+    elif dt.is_bool():
+        def conv(v):
+            return np.asarray(v).astype(np.uint8)
+    else:
+        def conv(v):
+            return np.asarray(v, mdt)
+    ids = [v.id for v in op.operands]
+    p_id, v_id = ids[0], ids[1]
+    m_id = ids[2] if op.attrs.get("has_mask", len(ids) > 2) else None
+    shape = op.operands[0].shape
+    n = int(np.prod(shape)) if shape else 1
+
+    def store(env: Env) -> None:
+        addrs = np.asarray(env[p_id]).reshape(-1)
+        vals = np.broadcast_to(env[v_id], shape).reshape(-1)
+        ctx.shape, ctx.lanes_total = shape, n
+        if m_id is not None:
+            mask = np.asarray(env[m_id]).reshape(-1)
+            if not mask.all():
+                lanes = np.flatnonzero(mask)
+                if lanes.size:
+                    mem.store(addrs[lanes], conv(vals[lanes]), mdt, ctx, op, lanes)
+                return
+        mem.store(addrs, conv(vals), mdt, ctx, op, None)
+    return store

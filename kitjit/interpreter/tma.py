@@ -1,0 +1,189 @@
+"""Semantics of the tma family (level 2, Hopper): shared memory, TMA copies, mbarriers, and
+the warpgroup ops.
+
+Each program allocates its own shared memory (`smem_alloc`: zeroed numpy arrays; a stage and
+a transpose are views that alias them; an mbarrier allocation is an object array of `_MBar`).
+`tma_load` copies its box at issue, but its bytes count on the barrier only when it lands (at
+the next wait); `mbar_wait` blocks (yields a `_Wait`) inside roles and raises `DeadlockError`
+outside them. `barrier` and `setmaxnreg` have nothing to do here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from kitjit.ir.core import Op
+from kitjit.ir.registry import semantics
+from kitjit.ir.types import mbarrier
+
+from .compiler import Env, Handler, _Compiler, _nothing, _wrap
+from .errors import OutOfBoundsError, _where
+from .memory import _TmaTensor
+from .numeric import _np
+from .sync import _Ctx, _deadlock, _MBar, _mbar_names, _race, _Wait
+
+
+@semantics("smem_alloc")
+def smem_alloc(comp: _Compiler, op: Op) -> Handler:
+    t, r = op.result.type, op.result.id
+    shape = t.shape
+    if t.dtype is mbarrier:  # an object array of barrier states: bars[i] is a view
+        names, init = _mbar_names(op), int(op.attrs.get("init", 1))
+
+        def mbarriers(env: Env) -> None:
+            a = np.empty(shape, object)
+            for i, n in enumerate(names):
+                a.flat[i] = _MBar(n, init)
+            env[r] = a
+        return mbarriers
+    nd = _np(t.dtype)
+
+    def smem_alloc(env: Env) -> None:
+        env[r] = np.zeros(shape, nd)
+    return smem_alloc
+
+
+@semantics("smem_index")
+def smem_index(comp: _Compiler, op: Op) -> Handler:
+    x_id, i_id = (v.id for v in op.operands)
+    n, r = op.operands[0].shape[0], op.result.id
+    ctx = comp.ctx
+
+    def smem_index(env: Env) -> None:
+        i = int(env[i_id])
+        if not 0 <= i < n:
+            ctx.shape, ctx.lanes_total = (), 1
+            raise OutOfBoundsError(_where(op, ctx, "out-of-range shared-memory index") +
+                                   f"\n  index {i} of a shared tile with {n} stages")
+        env[r] = env[x_id][i, ...]  # a view: writes through it land in the allocation
+    return smem_index
+
+
+@semantics("smem_trans")
+def smem_trans(comp: _Compiler, op: Op) -> Handler:
+    x_id, r = op.operands[0].id, op.result.id
+
+    def smem_trans(env: Env) -> None:
+        env[r] = env[x_id].T  # a view, like the stage views
+    return smem_trans
+
+
+@semantics("tma_load")
+def tma_load(comp: _Compiler, op: Op) -> Handler:
+    d_id, t_id, r_id, c_id, b_id = (v.id for v in op.operands)
+    dt = op.operands[0].dtype
+    nbytes = int(op.attrs["bytes"])
+    expect = int(op.attrs.get("expect", nbytes))  # as the backend reads it
+    ctx, key = comp.ctx, comp.role.key
+
+    def tma_load(env: Env) -> None:
+        dst, t = env[d_id], env[t_id]
+        if t.dt is not dt:
+            raise TypeError(_where(op, ctx, "TMA load of another dtype") +
+                            f"\n  '{t.name}' holds {t.dt} but the shared tile holds {dt}")
+        r0, c0 = int(env[r_id]), int(env[c_id])
+        _check_box(op, ctx, t, r0, c0, "load")
+        for mma, a, b, _ in ctx.inflight:
+            if a is not None and np.may_share_memory(dst, a) or \
+                    b is not None and np.may_share_memory(dst, b):
+                _race(op, mma, ctx)
+        bar = env[b_id][()]
+        w = ctx.smem_write(op, dst, key, bar)
+        if expect:  # the group's one arrive.expect_tx
+            bar.arrive(ctx, op, key, 1, expect)
+        t.copy_box(dst, r0, c0)
+        ctx.copies.append((bar, nbytes, w))  # its bytes count when it lands (at a wait)
+    return tma_load
+
+
+@semantics("tma_store")
+def tma_store(comp: _Compiler, op: Op) -> Handler:
+    t_id, r_id, c_id, v_id, _ = (v.id for v in op.operands)
+    dt = op.operands[3].dtype
+    ctx = comp.ctx
+
+    def tma_store(env: Env) -> None:
+        t = env[t_id]
+        if t.dt is not dt:
+            raise TypeError(_where(op, ctx, "TMA store of another dtype") +
+                            f"\n  '{t.name}' holds {t.dt} but the tile holds {dt}")
+        r0, c0 = int(env[r_id]), int(env[c_id])
+        _check_box(op, ctx, t, r0, c0, "store")
+        # (the staging tile is the GPU's business: nothing reads it back)
+        t.store_box(np.asarray(env[v_id]), r0, c0)
+    return tma_store
+
+
+@semantics("mbar_wait")
+def mbar_wait(comp: _Compiler, op: Op, gen: bool = False) -> Any:
+    b_id, p_id = (v.id for v in op.operands)
+    ctx, role, key = comp.ctx, comp.role, comp.role.key
+
+    if gen:
+        def mbar_wait_g(env: Env) -> Iterator:
+            bar, parity = env[b_id][()], int(env[p_id]) & 1
+            while True:
+                ctx.land()
+                if bar.done(parity):
+                    ctx.acquire(key, bar)
+                    return
+                yield _Wait(op, bar, parity, role)
+        return mbar_wait_g
+
+    def mbar_wait(env: Env) -> None:  # one thread of control: nothing else can arrive
+        bar, parity = env[b_id][()], int(env[p_id]) & 1
+        ctx.land()
+        if not bar.done(parity):
+            raise _deadlock(ctx, [_Wait(op, bar, parity, role)])
+        ctx.acquire(key, bar)
+    return mbar_wait
+
+
+@semantics("mbar_arrive")
+def mbar_arrive(comp: _Compiler, op: Op) -> Handler:
+    b_id, n, ctx, key = op.operands[0].id, comp.role.count, comp.ctx, comp.role.key
+
+    def mbar_arrive(env: Env) -> None:
+        env[b_id][()].arrive(ctx, op, key, n)  # one arrival per warpgroup of the role
+    return mbar_arrive
+
+
+@semantics("barrier")
+def barrier(comp: _Compiler, op: Op) -> Handler:
+    return _nothing  # one thread per program
+
+
+@semantics("warpgroup_id")
+def warpgroup_id(comp: _Compiler, op: Op) -> Handler:
+    """Fixed per role: hoistable like a constant."""
+    wg = np.int32(comp.role.first)
+    return _wrap(lambda: wg, [], op.result.id)
+
+
+@semantics("setmaxnreg")
+def setmaxnreg(comp: _Compiler, op: Op) -> Handler:
+    return _nothing  # registers are not counted here
+
+
+def _check_box(op: Op, ctx: _Ctx, t: _TmaTensor, r0: int, c0: int, what: str) -> None:
+    """What makes the GPU stop a TMA copy with an illegal instruction (seen on an H200): a
+    box whose first column is not a multiple of 16 bytes into a row, and, for stores, a box
+    that starts at a negative row or column (loads read zeros there, stores trap)."""
+    e = t.dt.itemsize
+    if (c0 * e) % 16:
+        ctx.shape, ctx.lanes_total = (), 1
+        raise OutOfBoundsError(
+            _where(op, ctx, f"misaligned TMA {what}") +
+            f"\n  the box starts at column {c0} of '{t.name}', {c0 * e} bytes into a row; a "
+            f"TMA box must start a multiple of 16 bytes into a row (a multiple of {16 // e} "
+            f"{t.dt} elements), or the GPU stops the kernel with an illegal instruction")
+    if what == "store" and (r0 < 0 or c0 < 0):
+        ctx.shape, ctx.lanes_total = (), 1
+        raise OutOfBoundsError(
+            _where(op, ctx, "out-of-bounds TMA store") +
+            f"\n  the box starts at ({r0}, {c0}) of '{t.name}': a TMA store may run past the "
+            "end of a tensor (that part is dropped) but not start before it, or the GPU stops "
+            "the kernel with an illegal instruction")
