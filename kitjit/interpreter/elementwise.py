@@ -103,8 +103,10 @@ def _shifts(dt: DType):
 def _binary(op: Op) -> Callable:
     name, dt = op.name, op.operands[0].dtype
     if name in ("add", "sub", "mul", "minimum", "maximum", "and", "or", "xor"):
-        f = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "minimum": np.minimum,
-             "maximum": np.maximum, "and": np.bitwise_and, "or": np.bitwise_or,
+        # minimum/maximum: the GPU's min.f32/max.f32 (LLVM minnum/maxnum) return the other
+        # operand when one is NaN, as Triton does by default (propagate_nan=NONE): fmin/fmax
+        f = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "minimum": np.fmin,
+             "maximum": np.fmax, "and": np.bitwise_and, "or": np.bitwise_or,
              "xor": np.bitwise_xor}[name]
         return f
     if name in ("shl", "shr"):

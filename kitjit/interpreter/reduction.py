@@ -25,10 +25,11 @@ def _reduce(op: Op, ctx: _Ctx) -> Callable:
         def f(x):
             return np.sum(x, axis=axis, dtype=rdt)
     elif kind in ("max", "min"):
-        g = np.max if kind == "max" else np.min
+        # as the GPU's tree of maxnum/minnum: NaNs are skipped unless a row is all NaN
+        g = np.fmax.reduce if kind == "max" else np.fmin.reduce
 
         def f(x):
-            return g(x, axis=axis).astype(rdt)
+            return np.asarray(g(x, axis=axis)).astype(rdt)
     elif kind in ("argmax", "argmin"):
         g = np.argmax if kind == "argmax" else np.argmin  # first extreme element
 

@@ -1,0 +1,63 @@
+"""NaN through min/max: the interpreter gives what the GPU gives.
+
+The GPU lowers `kit.maximum` / `kit.minimum` and the `kit.max` / `kit.min` reductions to
+LLVM maxnum/minnum (PTX max.f32/min.f32), which return the other operand when one is NaN,
+as Triton does by default (propagate_nan=NONE): NaN comes out only where both (or a whole
+row) are NaN. The interpreter used numpy's NaN-propagating maximum: the same kernel gave
+different answers on the two paths.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kitjit as kit
+
+
+@kit.jit
+def minmax_kernel(X, Y, MX, MN, RMAX, RMIN, BLOCK: kit.constexpr):
+    row = kit.program_id(0)
+    offs = kit.arange(0, BLOCK)
+    x = kit.load(X + row * BLOCK + offs)
+    y = kit.load(Y + row * BLOCK + offs)
+    kit.store(MX + row * BLOCK + offs, kit.maximum(x, y))
+    kit.store(MN + row * BLOCK + offs, kit.minimum(x, y))
+    kit.store(RMAX + row, kit.max(x, axis=0))
+    kit.store(RMIN + row, kit.min(x, axis=0))
+
+
+def _inputs(device):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 32, generator=g)
+    y = torch.randn(3, 32, generator=g)
+    x[0, 3] = y[0, 5] = float("nan")
+    x[0, 7] = y[0, 7] = float("nan")        # both NaN: NaN
+    x[1] = float("nan")                      # a whole row NaN: its max/min are NaN
+    x[2, 0], y[2, 1] = float("inf"), float("-inf")
+    return x.to(device), y.to(device)
+
+
+def _check(device):
+    x, y = _inputs(device)
+    out = [torch.full_like(x, 7.0) for _ in range(2)] + \
+          [torch.full((3,), 7.0, device=device) for _ in range(2)]
+    minmax_kernel[(3,)](x, y, *out, BLOCK=32)
+    mx, mn, rmax, rmin = (o.cpu() for o in out)
+    xc, yc = x.cpu(), y.cpu()
+    assert torch.equal(mx.nan_to_num(123.0), torch.fmax(xc, yc).nan_to_num(123.0))
+    assert torch.equal(mn.nan_to_num(123.0), torch.fmin(xc, yc).nan_to_num(123.0))
+    ref_max = torch.stack([r[~r.isnan()].max() if (~r.isnan()).any() else r[0] for r in xc])
+    ref_min = torch.stack([r[~r.isnan()].min() if (~r.isnan()).any() else r[0] for r in xc])
+    assert torch.equal(rmax.nan_to_num(123.0), ref_max.nan_to_num(123.0))
+    assert torch.equal(rmin.nan_to_num(123.0), ref_min.nan_to_num(123.0))
+
+
+def test_interpreter_min_max_skip_nan_like_the_gpu(monkeypatch):
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    _check("cpu")
+
+
+@pytest.mark.gpu
+def test_gpu_min_max_skip_nan():
+    _check("cuda")
