@@ -731,3 +731,4 @@ def test_device_tensors_round_trip_and_stay_aliased():
     ref = base.clone()
     ref[100:250] *= 2
     assert torch.equal(w, ref)
+

@@ -31,6 +31,33 @@ class _Buffer:
         self.writeback = writeback
         self.written = False
         self._views: dict[Any, np.ndarray] = {}
+        # the byte ranges of the arguments that live here (merged, sorted), or None when
+        # they cover the whole storage: an access outside them is out of bounds even when
+        # it lands in the storage (a view of a larger tensor)
+        self.allowed: tuple[np.ndarray, np.ndarray] | None = None
+
+    def restrict(self, spans: list[tuple[int, int]]) -> None:
+        merged: list[list[int]] = []
+        for lo, hi in sorted(spans):
+            if merged and lo <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], hi)
+            else:
+                merged.append([lo, hi])
+        if merged and merged[0][0] <= self.base and merged[0][1] >= self.end:
+            self.allowed = None
+        else:
+            self.allowed = (np.array([m[0] for m in merged], np.int64),
+                            np.array([m[1] for m in merged], np.int64))
+
+    def outside(self, addrs: np.ndarray, size: int) -> np.ndarray | None:
+        """A mask of the accesses of `size` bytes at `addrs` that leave every argument's
+        range in this storage, or None when all stay inside."""
+        if self.allowed is None:
+            return None
+        starts, ends = self.allowed
+        k = np.searchsorted(starts, addrs, side="right") - 1
+        bad = (k < 0) | (addrs + size > ends[np.maximum(k, 0)])
+        return bad if bad.any() else None
 
     def view(self, mdt: Any) -> np.ndarray:
         v = self._views.get(mdt)
@@ -41,10 +68,12 @@ class _Buffer:
 
 
 class _ArgInfo:
-    def __init__(self, name: str, start: int, numel: int, itemsize: int, dtype: str):
+    def __init__(self, name: str, start: int, numel: int, itemsize: int, dtype: str,
+                 span: int | None = None):
         self.name, self.start, self.numel = name, start, numel
         self.itemsize, self.dtype = itemsize, dtype
-        self.end = start + numel * itemsize
+        # bytes from the first element to the end of the last (strides included)
+        self.end = start + (numel * itemsize if span is None else span)
 
 
 class _TmaTensor:
@@ -100,6 +129,7 @@ class _Memory:
         self._by_storage: dict[tuple, tuple[_Buffer, int]] = {}
         tma = {e["desc"].id: e for e in fn.attrs.get("tma", {}).values()
                if hasattr(e.get("desc"), "id")}
+        spans: dict[int, tuple[_Buffer, list[tuple[int, int]]]] = {}
         for v, a in zip(fn.args, args):
             dt = v.dtype
             if dt is tma_desc:
@@ -116,8 +146,14 @@ class _Memory:
             buf, off = self._locate_tensor(a)
             ptr = buf.base + off
             self.values.append(np.int64(ptr))
+            span = 0 if a.numel() == 0 else (
+                sum((n - 1) * st for n, st in zip(a.shape, a.stride())) + 1) * a.element_size()
             self.args.append(_ArgInfo(v.name or f"arg{len(self.values) - 1}", ptr, a.numel(),
-                                      a.element_size(), str(a.dtype).replace("torch.", "")))
+                                      a.element_size(), str(a.dtype).replace("torch.", ""),
+                                      span))
+            spans.setdefault(id(buf), (buf, []))[1].append((ptr, ptr + span))
+        for buf, sp in spans.values():
+            buf.restrict(sp)
         self.bufs.sort(key=lambda b: b.base)
         self.bases = np.array([b.base for b in self.bufs], dtype=np.int64)
 
@@ -192,12 +228,20 @@ class _Memory:
         lo, hi = int(addrs.min()), int(addrs.max())
         for b in self.bufs:
             if b.base <= lo and hi + size <= b.end:
+                bad = b.outside(addrs, size)
+                if bad is not None:
+                    self._oob(addrs, bad, mdt, what, ctx, op, lanes)
                 return [(b, self._index(b, addrs, size, what, ctx, op, lanes), None)]
         if not self.bufs:
             self._oob(addrs, np.ones(addrs.shape, bool), mdt, what, ctx, op, lanes)
         which = np.searchsorted(self.bases, addrs, side="right") - 1
         ends = np.array([b.end for b in self.bufs], dtype=np.int64)
         bad = (which < 0) | (addrs + size > ends[np.maximum(which, 0)])
+        for k in np.unique(which[~bad]):
+            sel = which == k
+            out_k = self.bufs[int(k)].outside(addrs[sel], size)
+            if out_k is not None:
+                bad[np.flatnonzero(sel)[out_k]] = True
         if bad.any():
             self._oob(addrs, bad, mdt, what, ctx, op, lanes)
         out = []
