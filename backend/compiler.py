@@ -4,14 +4,16 @@ assembler's verbose output. Needs no GPU."""
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 import threading
 from dataclasses import dataclass, field
 
+logger = logging.getLogger("kitjit")
 _lock = threading.Lock()
 _tm_cache: dict[str, object] = {}
 
@@ -35,6 +37,11 @@ def ptx_version_feature(arch: str) -> str:
 
 
 def llvm_to_ptx(llir: str, arch: str) -> str:
+    from kitjit.toolchain import SUPPORTED_ARCHS
+
+    if arch not in SUPPORTED_ARCHS:  # LLVM would abort the process, uncatchably
+        raise ValueError(f"llvm_to_ptx: unsupported target {arch!r} (supported: "
+                         f"{', '.join(SUPPORTED_ARCHS)})")
     llvm = _llvm()
     with _lock:
         tm = _tm_cache.get(arch)
@@ -84,6 +91,7 @@ def parse_ptxas_log(log: str) -> Resources:
     return r
 
 
+@functools.cache
 def nvjitlink_version() -> str:
     try:
         from cuda.bindings import nvjitlink
@@ -94,23 +102,36 @@ def nvjitlink_version() -> str:
         return "none"
 
 
+class AssemblerMissing(RuntimeError):
+    """No assembler that can build this PTX is installed (the message says what to install)."""
+
+
 def ptx_to_cubin(ptx: str, arch: str, name: str = "kernel") -> tuple[bytes, Resources]:
-    # nvJitLink assembles PTX as a separately compiled unit, and ptxas then drops setmaxnreg
-    # (C7504); a whole-program ptxas keeps it, so kernels with roles prefer ptxas
-    if "setmaxnreg" in ptx and _ptxas_exe():
-        try:
-            return _ptxas(ptx, arch)
-        except RuntimeError:
-            pass
+    """Assemble `ptx` for `arch`. Kernels with ``setmaxnreg`` need ptxas: nvJitLink assembles
+    PTX as a separately compiled unit and drops setmaxnreg (C7504) silently, which spills;
+    without ptxas they raise AssemblerMissing. Everything else goes through nvJitLink
+    (in-process), else ptxas. ``Resources.extra["assembler"]`` says which built it."""
+    from kitjit.tools import PTXAS_HINT, find_ptxas
+
+    if "setmaxnreg" in ptx:
+        exe = find_ptxas()
+        if exe is None:
+            raise AssemblerMissing(
+                f"kernel '{name}' uses kit.setmaxnreg, which only ptxas assembles (nvJitLink "
+                f"drops the register budgets silently and the kernel spills), and no ptxas "
+                f"was found (nvidia-cuda-nvcc wheel, PATH, /usr/local/cuda): {PTXAS_HINT}")
+        return _ptxas(ptx, arch, exe)
     try:
-        return _nvjitlink(ptx, arch, name)
+        cubin, res = _nvjitlink(ptx, arch, name)
     except ImportError:
-        return _ptxas(ptx, arch)
-
-
-def _ptxas_exe() -> str | None:
-    exe = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
-    return exe if os.path.exists(exe) else None
+        exe = find_ptxas()
+        if exe is None:
+            raise AssemblerMissing(
+                "neither nvJitLink (pip install nvidia-nvjitlink cuda-bindings) nor ptxas "
+                f"({PTXAS_HINT}) is available to assemble PTX") from None
+        return _ptxas(ptx, arch, exe)
+    logger.debug("assembled %s for %s with nvJitLink %s", name, arch, nvjitlink_version())
+    return cubin, res
 
 
 def _nvjitlink(ptx: str, arch: str, name: str) -> tuple[bytes, Resources]:
@@ -137,7 +158,9 @@ def _nvjitlink(ptx: str, arch: str, name: str) -> tuple[bytes, Resources]:
         log = buf.decode(errors="replace").rstrip("\x00")
     finally:
         _destroy(nvjitlink, h)
-    return bytes(cubin), parse_ptxas_log(log)
+    res = parse_ptxas_log(log)
+    res.extra["assembler"] = f"nvJitLink {nvjitlink_version()}"
+    return bytes(cubin), res
 
 
 def _destroy(nvjitlink, h) -> None:
@@ -147,11 +170,9 @@ def _destroy(nvjitlink, h) -> None:
         pass
 
 
-def _ptxas(ptx: str, arch: str) -> tuple[bytes, Resources]:
-    exe = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
-    if not os.path.exists(exe):
-        raise RuntimeError("neither nvJitLink (pip install nvidia-nvjitlink cuda-bindings) nor "
-                           "ptxas is available to assemble PTX")
+def _ptxas(ptx: str, arch: str, exe: str) -> tuple[bytes, Resources]:
+    from kitjit.tools import ptxas_version
+
     with tempfile.TemporaryDirectory() as d:
         src, out = os.path.join(d, "k.ptx"), os.path.join(d, "k.cubin")
         with open(src, "w") as f:
@@ -161,4 +182,7 @@ def _ptxas(ptx: str, arch: str) -> tuple[bytes, Resources]:
         if p.returncode:
             raise RuntimeError(f"ptxas failed:\n{p.stderr}")
         with open(out, "rb") as f:
-            return f.read(), parse_ptxas_log(p.stderr + p.stdout)
+            cubin = f.read()
+    res = parse_ptxas_log(p.stderr + p.stdout)
+    res.extra["assembler"] = f"ptxas {ptxas_version(exe)}"
+    return cubin, res

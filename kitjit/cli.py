@@ -470,18 +470,55 @@ def _parse_constexpr(item: str) -> tuple[str, Any]:
     return name, value
 
 
+_OUT_SUFFIXES = {  # -o suffix -> the asm keys that hold that stage
+    ".cubin": ("cubin",),
+    ".ptx": ("ptx",),
+    ".ll": ("llir", "llvm", "ll"),
+    ".tir": ("tir",),
+}
+
+
+def _kernel_constexprs(path: str, kernel: str) -> list[str] | None:
+    """The constexpr parameters of `def kernel` in `path`, read from its AST (the file is not
+    run); None when the file does not define it plainly (then compile_aot decides)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), filename=path)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == kernel:
+            args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+            return [a.arg for a in args if a.annotation is not None
+                    and ast.unparse(a.annotation).split(".")[-1] == "constexpr"]
+    return None
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
     path, sep, kernel = args.target.rpartition(":")
     if not sep or not path or not kernel.isidentifier():
         raise CliError(f"bad target {args.target!r} (want FILE.py:KERNEL)")
     if not os.path.isfile(path):
         raise CliError(f"no such file: {path}")
-    if not re.match(r"^sm_\d+[a-z]?$", args.arch):
-        raise CliError(f"bad --arch {args.arch!r} (want e.g. sm_90a)")
+    from kitjit.toolchain import SUPPORTED_ARCHS
+
+    if args.arch not in SUPPORTED_ARCHS:
+        raise CliError(f"unsupported --arch {args.arch!r} (use one of "
+                       f"{', '.join(SUPPORTED_ARCHS)})", code=2)
+    out = args.output or f"{kernel}.cubin"
+    if os.path.splitext(out)[1] not in _OUT_SUFFIXES:
+        raise CliError(f"-o {out!r}: unknown output suffix "
+                       f"{os.path.splitext(out)[1] or '(none)'!r} (use "
+                       f"{', '.join(_OUT_SUFFIXES)}: the suffix picks the stage)", code=2)
     if args.num_warps <= 0 or args.num_warps & (args.num_warps - 1):
         raise CliError(f"--num-warps must be a power of two, not {args.num_warps}")
     signature = parse_signature(args.signature)
     constexprs = dict(_parse_constexpr(c) for c in args.constexpr or [])
+    known = _kernel_constexprs(path, kernel)
+    unknown = sorted(set(constexprs) - set(known)) if known is not None else []
+    if unknown:
+        raise CliError(f"{kernel} has no constexpr {', '.join(map(repr, unknown))} (its "
+                       f"constexprs: {', '.join(known) or 'none'})", code=2)
     try:
         from kitjit.jit import compile_aot
     except (ImportError, AttributeError) as e:
@@ -502,14 +539,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     asm = getattr(compiled, "asm", None)
     if not isinstance(asm, dict):
         raise CliError("compile_aot returned no .asm dict")
-    out = args.output or f"{kernel}.cubin"
-    suffix_keys = {
-        ".cubin": ("cubin",),
-        ".ptx": ("ptx",),
-        ".ll": ("llir", "llvm", "ll"),
-        ".tir": ("tir",),
-    }
-    keys = suffix_keys.get(os.path.splitext(out)[1], ("cubin",))
+    keys = _OUT_SUFFIXES[os.path.splitext(out)[1]]
     blob = None
     for k in keys:          # a cache hit holds the stages lazily: ask, don't test `in`
         try:
@@ -523,6 +553,149 @@ def cmd_compile(args: argparse.Namespace) -> int:
     with open(out, mode) as f:
         f.write(blob)
     print(f"wrote {out} ({_fmt_size(len(blob))}, {kernel} for {args.arch})")
+    return 0
+
+
+# --------------------------------------------------------------------------- doctor
+
+
+def _probe(thunk) -> Any:
+    """thunk(), or 'error: ...' (doctor never fails on what it inspects)."""
+    try:
+        return thunk()
+    except Exception as e:  # noqa: BLE001 - a broken install is a fact to print
+        return f"error: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e) else ''}"
+
+
+def _doctor_driver() -> dict[str, Any]:
+    from kitjit.runtime import driver
+
+    if not driver.available():
+        return {"available": False, "reason": driver.unavailable_reason()}
+    import ctypes
+
+    v = ctypes.c_int(0)
+    lib = driver._load()
+    version = None
+    if hasattr(lib, "cuDriverGetVersion") and lib.cuDriverGetVersion(ctypes.byref(v)) == 0:
+        version = f"{v.value // 1000}.{v.value % 1000 // 10}"
+    return {"available": True, "cuda_version": version}
+
+
+def _doctor_gpus() -> list[dict[str, Any]]:
+    import torch
+
+    from kitjit.toolchain import SUPPORTED_ARCHS, compute_capability
+
+    out = []
+    for i in range(torch.cuda.device_count() if torch.cuda.is_available() else 0):
+        major, minor = torch.cuda.get_device_capability(i)
+        arch = f"sm_{major}{minor}{'a' if major >= 9 else ''}"
+        cc = compute_capability(arch)
+        support = ("supported" if arch in SUPPORTED_ARCHS else
+                   "newer than kitjit knows: compute_90 PTX, JIT-compiled by the driver"
+                   if cc and cc > (9, 0) else "not supported (kitjit needs sm_80 or newer)")
+        out.append({"index": i, "name": torch.cuda.get_device_name(i), "arch": arch,
+                    "kitjit": support})
+    return out
+
+
+def _doctor_tool(name: str) -> dict[str, Any]:
+    from kitjit.tools import find_ptxas, find_tool, ptxas_version
+
+    path = find_ptxas() if name == "ptxas" else find_tool(name)
+    rec: dict[str, Any] = {"path": path}
+    if name == "ptxas":
+        rec["version"] = ptxas_version(path) if path else None
+        if path is None:
+            from kitjit.tools import PTXAS_HINT
+
+            rec["note"] = f"kernels with kit.setmaxnreg cannot compile: {PTXAS_HINT}"
+    return rec
+
+
+def doctor_report(cache_dir: str | None = None) -> dict[str, Any]:
+    """Everything that decides how kitjit compiles and runs here, as a dict of facts."""
+    import platform
+
+    def torch_info() -> dict[str, Any]:
+        import torch
+
+        return {"version": torch.__version__, "cuda": torch.version.cuda,
+                "cuda_available": torch.cuda.is_available()}
+
+    def llvmlite_info() -> dict[str, Any]:
+        import llvmlite
+
+        return {"version": llvmlite.__version__}
+
+    def nvjitlink_info() -> dict[str, Any]:
+        from kitjit.backend.compiler import nvjitlink_version
+
+        v = nvjitlink_version()
+        return {"version": None if v == "none" else v}
+
+    def toolchain_info() -> dict[str, Any]:
+        from kitjit import toolchain
+
+        return {"supported_archs": list(toolchain.SUPPORTED_ARCHS),
+                "compiler_source_hash": toolchain.compiler_source_hash()[:16],
+                "assemblers": toolchain.assembler_fingerprint()}
+
+    def cache_info() -> dict[str, Any]:
+        from kitjit.cache import disk_cache_enabled
+
+        st = KernelCache(cache_dir).stats()
+        return {**st, "enabled": disk_cache_enabled()}
+
+    return {
+        "kitjit": _version(),
+        "python": f"{platform.python_version()} ({sys.executable})",
+        "platform": platform.platform(),
+        "driver": _probe(_doctor_driver),
+        "gpus": _probe(_doctor_gpus),
+        "torch": _probe(torch_info),
+        "llvmlite": _probe(llvmlite_info),
+        "nvjitlink": _probe(nvjitlink_info),
+        "ptxas": _probe(lambda: _doctor_tool("ptxas")),
+        "cuobjdump": _probe(lambda: _doctor_tool("cuobjdump")),
+        "nvdisasm": _probe(lambda: _doctor_tool("nvdisasm")),
+        "toolchain": _probe(toolchain_info),
+        "cache": _probe(cache_info),
+        "interpret": os.environ.get("KITJIT_INTERPRET", ""),
+    }
+
+
+def _fmt_fact(v: Any) -> str:
+    if isinstance(v, dict):
+        return ", ".join(f"{k} {'-' if x is None else x}" for k, x in v.items())
+    if isinstance(v, list):
+        return "; ".join(_fmt_fact(x) for x in v) or "none"
+    return "-" if v is None or v == "" else str(v)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    rep = doctor_report(args.cache_dir)
+    if args.json:
+        _print_json(rep)
+        return 0
+    rows = []
+    for k, v in rep.items():
+        if k == "gpus" and isinstance(v, list):
+            v = [f"{g['index']}: {g['name']} ({g['arch']}, {g['kitjit']})" for g in v] \
+                or "none visible to torch"
+        elif k in ("llvmlite", "nvjitlink") and isinstance(v, dict):
+            v = v["version"] or "not installed"
+        elif k == "cache" and isinstance(v, dict):
+            v = (f"{v['dir']} ({v['entries']} entries, {_fmt_size(v['bytes'])}, "
+                 f"{'enabled' if v['enabled'] else 'disabled'})")
+        elif k in ("ptxas", "cuobjdump", "nvdisasm") and isinstance(v, dict):
+            v = " ".join(str(x) for x in (v.get("path") or "not found", v.get("version"),
+                                          v.get("note")) if x)
+        rows.append((k, _fmt_fact(v)))
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k.ljust(width)}  {v}")
     return 0
 
 
@@ -615,6 +788,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="output file; .cubin/.ptx/.ll/.tir picks the stage (default: KERNEL.cubin)",
     )  # fmt: skip
     c.set_defaults(func=cmd_compile)
+
+    c = sub.add_parser("doctor", aliases=["env"],
+                       help="driver, GPU, arch, torch, llvmlite, nvJitLink, ptxas, cache",
+                       description="Print what decides how kitjit compiles and runs here.")
+    c.add_argument("--json", action="store_true", help="machine-readable output")
+    c.add_argument("--cache-dir", metavar="DIR", help="cache root to describe")
+    c.set_defaults(func=cmd_doctor)
     return p
 
 

@@ -223,19 +223,34 @@ class JITFunction:
         return _guard(self.__name__, "grouping TMA loads of", lambda: group_tma_loads(fn))
 
     def cache_key(self, specs: list, consts: tuple, num_warps: int, arch: str) -> str:
+        """Disk-cache key: everything that changes the cubin. The kernel's own sources
+        (`dep_hash`), the specialization, the target, and the compiler that builds it:
+        kitjit's version and a hash of all its compiler sources (read once per process),
+        llvmlite's version, and the assemblers (nvJitLink, ptxas) with their versions."""
         import llvmlite
 
-        from kitjit.backend.compiler import nvjitlink_version
+        from .toolchain import assembler_fingerprint, compiler_source_hash
 
-        text = repr((self.dep_hash, __version__, specs, [_const_repr(c) for c in consts],
-                     num_warps, arch, llvmlite.__version__, nvjitlink_version()))
+        text = repr((self.dep_hash, __version__, compiler_source_hash(), specs,
+                     [_const_repr(c) for c in consts], num_warps, arch, llvmlite.__version__,
+                     assembler_fingerprint()))
         return hashlib.sha256(text.encode()).hexdigest()[:48]
 
     def compile(self, specs: list, consts: tuple, num_warps: int, arch: str,
-                max_shared: int | None = None) -> CompiledKernel:
-        """Compile (or load from disk) one specialization for `arch`; needs no GPU."""
-        from . import cache as kcache
+                max_shared: int | None = None, *,
+                device_fallback: bool | None = None) -> CompiledKernel:
+        """Compile (or load from disk) one specialization for `arch`; needs no GPU.
 
+        `arch` must be one of `kitjit.toolchain.SUPPORTED_ARCHS` (else a CompileError, before
+        LLVM could abort the process). `device_fallback`: `arch` is the GPU the kernel will
+        run on (default: when `max_shared`, a device's limit, is given); a GPU newer than
+        kitjit knows then gets compute_90 PTX for the driver to JIT, with one notice."""
+        from . import cache as kcache
+        from .toolchain import resolve_target
+
+        if device_fallback is None:
+            device_fallback = max_shared is not None
+        target = resolve_target(arch, device_fallback=device_fallback)
         key = self.cache_key(specs, consts, num_warps, arch)
         store = kcache.KernelCache() if kcache.disk_cache_enabled() else None
         if store is not None:
@@ -255,23 +270,28 @@ class JITFunction:
                 return ck
         t0 = time.perf_counter()
         fn = self.build_ir(specs, consts, num_warps)
+        op_names = {op.name for op in fn.walk()}
         hopper = {"smem_alloc", "wgmma", "tma_load", "tma_store", "setmaxnreg"}
-        if not arch.startswith("sm_90") and any(op.name in hopper for op in fn.walk()):
+        if not target.ptx_arch.startswith("sm_90") and op_names & hopper:
             from kitjit.frontend.errors import CompileError
 
             raise CompileError(f"kernel '{fn.name}' uses Hopper instructions (shared tiles, "
                                f"TMA, WGMMA, setmaxnreg) that need sm_90a; the target is "
                                f"{arch}", hint="compile for sm_90a, or use kit.dot and "
                                "kit.load for other GPUs")
+        from .toolchain import check_target_ops
+
+        check_target_ops(fn.name, target, op_names)
         tir = str(fn)
         from kitjit.backend.compiler import llvm_to_ptx
         from kitjit.backend.lower import Lowering
 
         lowering = Lowering(fn)
         llir = _guard(self.__name__, "lowering to LLVM", lowering.llvm_ir)
-        ptx = _guard(self.__name__, "generating PTX for", lambda: llvm_to_ptx(llir, arch))
+        ptx = _guard(self.__name__, "generating PTX for",
+                     lambda: llvm_to_ptx(llir, target.ptx_arch))
         cubin, res = _guard(self.__name__, "assembling",
-                            lambda: _assemble(ptx, arch, self.__name__))
+                            lambda: _assemble(ptx, target, self.__name__))
         meta = {
             "name": fn.name,
             "source_file": self.parsed.file,
@@ -290,7 +310,10 @@ class JITFunction:
                     for name, e in fn.attrs.get("tma", {}).items()],
             "compile_seconds": round(time.perf_counter() - t0, 4),
             "versions": {"kitjit": __version__},
+            "assembler": res.extra.get("assembler", "unknown"),
         }
+        if target.driver_jit:
+            meta["ptx_target"] = target.ptx_arch
         ck = CompiledKernel(fn.name, {"tir": tir, "llir": llir, "ptx": ptx, "cubin": cubin},
                             meta)
         _check_shared(ck, max_shared, self)
@@ -438,21 +461,26 @@ def _guard(kernel: str, stage: str, thunk):
         raise InternalCompilerError(kernel, stage, e) from e
 
 
-def _assemble(ptx: str, arch: str, name: str):
-    """ptx_to_cubin, with the one assembler failure a kernel's author causes said as such:
-    kit.setmaxnreg budgets too small for what a role's code holds live."""
+def _assemble(ptx: str, target, name: str):
+    """ptx_to_cubin for `target` (a `kitjit.toolchain.Target`), with the assembler failures
+    a user can act on said as CompileErrors: kit.setmaxnreg budgets too small for what a
+    role's code holds live, and no assembler installed that can build the kernel. For a GPU
+    newer than kitjit knows the PTX itself is shipped (the driver compiles it at load), after
+    assembling it for sm_90 once to check it and read its resource use."""
     import re
 
-    from kitjit.backend.compiler import ptx_to_cubin
+    from kitjit.backend.compiler import AssemblerMissing, ptx_to_cubin
+    from kitjit.frontend.errors import CompileError
 
     try:
-        return ptx_to_cubin(ptx, arch, name)
+        cubin, res = ptx_to_cubin(ptx, target.ptx_arch, name)
+    except AssemblerMissing as e:
+        raise CompileError(str(e), hint="install ptxas: pip install 'kitjit[cu13]' (or "
+                           "'kitjit[cu12]' for a CUDA 12 driver)") from None
     except RuntimeError as e:
         m = re.search(r"Insufficient registers \((\d+)\)[^\n]*?(\d+) or higher", str(e))
         if m is None:
             raise
-        from kitjit.frontend.errors import CompileError
-
         ctas = re.search(r"\.minnctapersm\s+(\d+)", ptx)
         raise CompileError(
             f"kernel '{name}' needs at least {m.group(2)} registers per thread where it has "
@@ -460,6 +488,10 @@ def _assemble(ptx: str, arch: str, name: str):
             f"live" + (f" ({ctas.group(1)} CTAs per SM were planned from them)" if ctas
                        and ctas.group(1) != "1" else ""),
             hint="raise the kit.setmaxnreg counts, or use smaller tiles") from None
+    if target.driver_jit:  # cuModuleLoadData takes NUL-terminated PTX as well as a cubin
+        res.extra["assembler"] = f"driver JIT (compute_90 PTX for {target.arch})"
+        return ptx.encode() + b"\0", res
+    return cubin, res
 
 
 def _check_shared(ck: CompiledKernel, max_shared: int | None, jf: JITFunction) -> None:

@@ -1,11 +1,20 @@
 """Helpers the examples, tests and benchmarks share: checking against a float64 reference,
-and timing with CUDA events."""
+and timing with CUDA events (`do_bench` and `do_bench_cudagraph` with Triton's signatures
+and semantics, so benchmarks port by changing the import)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import numbers
+import statistics
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
+
+__all__ = ["has_gpu", "device", "rel_error", "check", "bench", "do_bench",
+           "do_bench_cudagraph"]
+
+_RETURN_MODES = ("min", "max", "mean", "median", "all")
+_L2_FLUSH_BYTES = 256 * 1024 * 1024  # what Triton writes between runs: more than any L2
 
 
 def has_gpu() -> bool:
@@ -63,3 +72,159 @@ def bench(fn: Callable[[], Any], warmup: int = 10, rep: int = 50,
         times.append(s.elapsed_time(e))
     times.sort()
     return times[len(times) // 2]
+
+
+# --------------------------------------------------------------------------- do_bench
+
+
+def _check_bench_args(fn: Any, grad_to_none: Any, quantiles: Any, return_mode: Any,
+                      **times: Any) -> list[float] | None:
+    """Argument checks shared by do_bench and do_bench_cudagraph (before any GPU work):
+    ValueError/TypeError naming the argument. Returns the quantiles as floats."""
+    if not callable(fn):
+        raise TypeError(f"fn must be callable (a function that runs the work once), got "
+                        f"{type(fn).__name__}")
+    for name, v in times.items():
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not v >= 0 \
+                or not math.isfinite(v):
+            raise ValueError(f"{name} is a time in milliseconds, a number >= 0; got {v!r}")
+    if return_mode not in _RETURN_MODES:
+        raise ValueError(f"return_mode must be one of {', '.join(map(repr, _RETURN_MODES))}; "
+                         f"got {return_mode!r}")
+    if grad_to_none is not None and (isinstance(grad_to_none, (str, bytes))
+                                     or not isinstance(grad_to_none, Iterable)):
+        raise TypeError("grad_to_none must be a sequence of tensors whose .grad is reset "
+                        f"before each run, got {type(grad_to_none).__name__}")
+    if quantiles is None:
+        return None
+    if isinstance(quantiles, (str, bytes)) or not isinstance(quantiles, Sequence) \
+            or not quantiles:
+        raise TypeError(f"quantiles must be a non-empty list of numbers in [0, 1], e.g. "
+                        f"[0.5, 0.2, 0.8]; got {quantiles!r}")
+    qs = []
+    for q in quantiles:
+        if isinstance(q, bool) or not isinstance(q, numbers.Real) or not 0 <= q <= 1:
+            raise ValueError(f"quantiles must lie in [0, 1]; got {q!r}")
+        qs.append(float(q))
+    return qs
+
+
+def _require_gpu(what: str) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"kit.testing.{what} times work on a CUDA GPU with CUDA events, and "
+                           "torch sees none here (torch.cuda.is_available() is False); on a "
+                           "machine without a GPU, time the interpreter with time.perf_counter")
+
+
+def _summarize(times: list[float], quantiles: list[float] | None,
+               return_mode: str) -> float | list[float]:
+    """Triton's summary: the quantiles when given (one value unwrapped), else by return_mode."""
+    if quantiles is not None:
+        import torch
+
+        ret = torch.quantile(torch.tensor(times, dtype=torch.float),
+                             torch.tensor(quantiles, dtype=torch.float)).tolist()
+        return ret[0] if len(ret) == 1 else ret
+    if return_mode == "all":
+        return times
+    return {"min": min, "max": max, "mean": statistics.mean,
+            "median": statistics.median}[return_mode](times)
+
+
+def do_bench(fn: Callable[[], Any], warmup: float = 25, rep: float = 100,
+             grad_to_none: Sequence[Any] | None = None, quantiles: Sequence[float] | None = None,
+             return_mode: str = "mean") -> float | list[float]:
+    """Milliseconds `fn()` takes on the GPU, as ``triton.testing.do_bench`` measures them.
+
+    Runs `fn` for about `warmup` ms, then times it for about `rep` ms, one CUDA event pair per
+    run, writing a 256 MB buffer before each run so that no run finds its data in L2. Before
+    each run the ``.grad`` of every tensor in `grad_to_none` is reset to None. Returns the
+    `quantiles` of the times when given (a float for one), else their `return_mode`:
+    "min", "max", "mean", "median", or "all" (the list). Needs a CUDA GPU: without one it
+    raises RuntimeError (after checking the arguments).
+    """
+    qs = _check_bench_args(fn, grad_to_none, quantiles, return_mode, warmup=warmup, rep=rep)
+    _require_gpu("do_bench")
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    cache = torch.empty(_L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        cache.zero_()
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    estimate_ms = start.elapsed_time(end) / 5
+    n_warmup = max(1, int(warmup / estimate_ms)) if estimate_ms > 0 else 1000
+    n_repeat = max(1, int(rep / estimate_ms)) if estimate_ms > 0 else 1000
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
+    for _ in range(n_warmup):
+        fn()
+    for i in range(n_repeat):
+        if grad_to_none is not None:
+            for x in grad_to_none:
+                x.grad = None
+        cache.zero_()
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize()
+    times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    return _summarize(times, qs, return_mode)
+
+
+def do_bench_cudagraph(fn: Callable[[], Any], rep: float = 20,
+                       grad_to_none: Sequence[Any] | None = None,
+                       quantiles: Sequence[float] | None = None,
+                       return_mode: str = "mean") -> float | list[float]:
+    """Milliseconds per `fn()` with launch overhead removed, as Triton's
+    ``do_bench_cudagraph`` measures them: `fn` is captured `n` times into one CUDA graph
+    (n from a first estimate, about `rep` ms of work) on a side stream, and the graph is
+    replayed 10 times, each replay's time divided by n. No L2 flush between runs.
+    `grad_to_none`, `quantiles` and `return_mode` as in :func:`do_bench`. Needs a CUDA GPU.
+    """
+    qs = _check_bench_args(fn, grad_to_none, quantiles, return_mode, rep=rep)
+    _require_gpu("do_bench_cudagraph")
+    import torch
+
+    with torch.cuda.stream(torch.cuda.Stream()):
+        fn()
+        if grad_to_none is not None:
+            for x in grad_to_none:
+                x.detach_()
+                x.requires_grad_(True)
+                x.grad = None
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(5):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        estimate_ms = start.elapsed_time(end) / 5
+        n_repeat = 1000 if estimate_ms == 0 else max(1, int(rep / estimate_ms))
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(n_repeat):
+                if grad_to_none is not None:
+                    for x in grad_to_none:
+                        x.grad = None
+                fn()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(10):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            g.replay()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end) / n_repeat)
+    return _summarize(times, qs, return_mode)

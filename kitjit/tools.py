@@ -1,8 +1,9 @@
-"""NVIDIA binary tools (cuobjdump, nvdisasm) found without a CUDA toolkit install.
+"""NVIDIA binary tools (cuobjdump, nvdisasm, ptxas) found without a CUDA toolkit install.
 
-kitjit is pip-only, so these come from the ``nvidia-cuda-cuobjdump`` and
-``nvidia-cuda-nvdisasm`` wheels (``site-packages/nvidia/<pkg>/bin``) when they are not on
-PATH. The JIT, the CLI and the SASS tests all go through :func:`disassemble` and
+kitjit is pip-only, so these come from the ``nvidia-cuda-cuobjdump``,
+``nvidia-cuda-nvdisasm`` and ``nvidia-cuda-nvcc`` wheels (``site-packages/nvidia/<pkg>/bin``,
+``nvidia/cu13/bin``) when they are not on PATH (ptxas prefers the wheel: see
+:func:`find_ptxas`). The JIT, the CLI and the SASS tests all go through :func:`disassemble` and
 :func:`resource_usage`, so there is one place that knows how to find and drive them.
 """
 
@@ -22,7 +23,9 @@ from collections import Counter
 __all__ = [
     "ToolError",
     "disassemble",
+    "find_ptxas",
     "find_tool",
+    "ptxas_version",
     "resource_usage",
     "sass_opcodes",
 ]
@@ -72,6 +75,44 @@ def find_tool(name: str) -> str | None:
         if exe.is_file() and os.access(exe, os.X_OK):
             return str(exe)
     return None
+
+
+PTXAS_HINT = ("pip install nvidia-cuda-nvcc (CUDA 13; nvidia-cuda-nvcc-cu12 for CUDA 12), "
+              "or pip install 'kitjit[cu13]', or set KITJIT_PTXAS=/path/to/ptxas")
+
+
+@functools.cache
+def find_ptxas() -> str | None:
+    """The ptxas kitjit assembles with: $KITJIT_PTXAS, then the ``nvidia-cuda-nvcc`` wheel
+    (``nvidia/cu13/bin`` or ``nvidia/cuda_nvcc/bin``: the version pip matched to the rest),
+    then PATH, then $CUDA_HOME/bin and /usr/local/cuda/bin. None when there is none."""
+    env = os.environ.get("KITJIT_PTXAS")
+    if env and os.path.isfile(env) and os.access(env, os.X_OK):
+        return env
+    candidates = [d / "ptxas" for d in _wheel_bin_dirs()]
+    found = shutil.which("ptxas")
+    if found:
+        candidates.append(pathlib.Path(found))
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            candidates.append(pathlib.Path(os.environ[var]) / "bin" / "ptxas")
+    candidates.append(pathlib.Path("/usr/local/cuda/bin/ptxas"))
+    for exe in candidates:
+        if exe.is_file() and os.access(exe, os.X_OK):
+            return str(exe)
+    return None
+
+
+@functools.cache
+def ptxas_version(exe: str) -> str:
+    """'13.0.88' from ``ptxas --version`` (its release line); 'unknown' if it says none."""
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    m = re.search(r"V(\d+\.\d+\.\d+)", out.stdout) or \
+        re.search(r"release (\d+\.\d+)", out.stdout)
+    return m.group(1) if m else "unknown"
 
 
 def _tool_env() -> dict[str, str]:
