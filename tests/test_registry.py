@@ -75,8 +75,8 @@ def test_pyproject_lists_every_package():
     """Packages are listed by hand (frontend/ and backend/ are mapped into kitjit): a new
     sub-package that is not listed would be missing from a wheel."""
     text = (ROOT / "pyproject.toml").read_text()
-    listed = set(re.findall(r'"(kitjit[\w.]*)"', text.split("[tool.setuptools]")[1]
-                            .split("[tool.setuptools.package-dir]")[0]))
+    section = text.split("[tool.setuptools]")[1].split("\n[", 1)[0]
+    listed = set(re.findall(r'"(kitjit[\w.]*)"', section))
     found = set()
     for top, name in (("kitjit", "kitjit"), ("frontend", "kitjit.frontend"),
                       ("backend", "kitjit.backend")):
