@@ -16,6 +16,15 @@ import os
 import pytest
 
 
+def pytest_addoption(parser):
+    parser.addoption("--fuzz-minutes", type=float, default=0.0,
+                     help="run the fuzz-marked tests for this many minutes (0: skip them)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "fuzz: long fuzzing runs (need --fuzz-minutes N)")
+
+
 @functools.cache
 def _gpu_available() -> bool:
     # Decided once, before any fixture sets KITJIT_INTERPRET (has_gpu() reads it).
