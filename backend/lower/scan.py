@@ -55,7 +55,7 @@ class ScanLowering(LoweringBase):
         if kind == "lane":
             return [self.shfl_xor(v, 1 << i) for v in regs]
         b = self.b
-        e = max(4, _bits(regs[0].type) // 8)
+        e = max(4, *(_bits(v.type) // 8 for v in regs))  # one slot size for mixed tuples
         wt = ir.IntType(8 * e)
         n = len(regs)
         slot = b.or_(self.lane, b.shl(self.warp, self.c32(5)))
