@@ -86,8 +86,15 @@ def infer_layouts(fn: Function) -> Function:
             n = op.name
             if n in O.ELEMENTWISE or n in ("broadcast", "load", "store"):
                 same(op.operands + op.results)
-            elif n == "reduce" and not op.result.type.is_scalar:
-                slice_edges.append(("reduce", op))
+            elif n in ("reduce", "reduce_combine"):
+                same(op.operands)
+                if not op.results[0].type.is_scalar:
+                    same(op.results)
+                    slice_edges.append(("reduce", op))
+            elif n == "scan" or n == "sort" and op.attrs["k"] == op.operands[0].shape[-1]:
+                same(op.operands + op.results)
+            elif n == "histogram":
+                same(op.operands)
             elif n == "expand_dims":
                 slice_edges.append(("expand", op))
             elif n in ("dot", "wgmma"):
@@ -155,7 +162,7 @@ def infer_layouts(fn: Function) -> Function:
     wants: dict[int, list[tuple[int, int, str]]] = {}
     for kind, op in slice_edges:
         if kind == "reduce":
-            child, parent, axis = cls(op.result), cls(op.operands[0]), op.attrs["axis"]
+            child, parent, axis = cls(op.results[0]), cls(op.operands[0]), op.attrs["axis"]
         else:
             child, parent, axis = cls(op.operands[0]), cls(op.result), op.attrs["axis"]
         wants.setdefault(child, []).append((parent, axis, kind))
@@ -232,17 +239,17 @@ def _insert_conversions(block: Block, fn: Function) -> None:
                 new_ops.append(cop)
                 op.operands[0] = y
             new_ops.append(op)
-        elif op.name == "reduce" and not op.result.type.is_scalar:
-            x, r = op.operands[0], op.result
-            want = Slice(x.type.layout, op.attrs["axis"])
+        elif op.name in ("reduce", "reduce_combine") and not op.results[0].type.is_scalar:
+            want = Slice(op.operands[0].type.layout, op.attrs["axis"])
             new_ops.append(op)
-            if r.type.layout != want:
-                t = Value(r.type.with_layout(want), r.name)
-                op.results = [t]
-                t.owner = op
-                cop = Op("convert_layout", [t], [r], {}, [], op.loc)
-                r.owner = cop
-                new_ops.append(cop)
+            for i, r in enumerate(list(op.results)):
+                if r.type.layout != want:
+                    t = Value(r.type.with_layout(want), r.name)
+                    op.results[i] = t
+                    t.owner = op
+                    cop = Op("convert_layout", [t], [r], {}, [], op.loc)
+                    r.owner = cop
+                    new_ops.append(cop)
         elif op.name == "wgmma" and not op.operands[0].type.is_shared:
             # A from registers: the m64nNk16 A fragment, which is the accumulator layout of
             # a previous wgmma converted to 16 bits (so P stays in registers for P @ V)

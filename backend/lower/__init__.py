@@ -24,12 +24,14 @@ from .dot import DotLowering
 from .elementwise import ElementwiseLowering
 from .memory import MemoryLowering
 from .reduction import ReductionLowering
+from .scan import ScanLowering
 from .shape import ShapeLowering
 from .tma import TmaLowering
 
 
 class Lowering(CoreLowering, ElementwiseLowering, MemoryLowering, ReductionLowering,
-               ShapeLowering, DotLowering, TmaLowering, ControlLowering, LoweringBase):
+               ScanLowering, ShapeLowering, DotLowering, TmaLowering, ControlLowering,
+               LoweringBase):
     """Lowers one kernel: `Lowering(fn).llvm_ir()` is its LLVM module's text."""
 
 

@@ -1,4 +1,5 @@
-"""The `reduction` family: reduce (sum, max, min, argmax, argmin) along one axis.
+"""The `reduction` family: reduce (sum, max, min, argmax, argmin) along one axis, and
+reduce_combine (kit.reduce with a combine function's region).
 
 A reduction runs inside the thread (a tree over its registers), then across lanes
 (`shfl_xor`, in `base.py` since the memory family's `widen_store` shuffles too), then across
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from kitjit.ir.core import Op
+from kitjit.ir.core import Block, Op
 from kitjit.ir.registry import lowering
 from kitjit.ir.types import DType
 
@@ -83,6 +84,46 @@ class ReductionLowering(LoweringBase):
         res = [partial[k][1] if arg else partial[k][0] for k in out_keys]
         self.set(op.result, res)
 
+    def region_fn(self, region: Block):
+        """A combine function's region as a Python function of 2N registers -> N: each call
+        emits the region's (scalar) ops again."""
+        def comb(p, q):
+            for a, v in zip(region.args, (*p, *q)):
+                self.vals[a.id] = [v]
+            return tuple(y[0] for y in self.block(region))
+        return comb
+
+    @lowering("reduce_combine")
+    def op_reduce_combine(self, op: Op) -> None:
+        """kit.reduce with a combine function: the steps of `reduce`, the region as the
+        combine (its tuples are the inputs' registers)."""
+        xs = op.operands
+        axis = op.attrs["axis"]
+        lin = _lin(xs[0].type)
+        comb = self.region_fn(op.regions[0])
+        srcs = [self.get(x) for x in xs]
+        groups: dict[tuple, list] = {}
+        for r, c in enumerate(lin.reg_coords()):
+            groups.setdefault(c[:axis] + c[axis + 1:], []).append(tuple(s[r] for s in srcs))
+        partial = {}
+        for key, its in groups.items():
+            while len(its) > 1:
+                its = [comb(its[i], its[i + 1]) if i + 1 < len(its) else its[i]
+                       for i in range(0, len(its), 2)]
+            partial[key] = its[0]
+        for k, base in enumerate(lin.lane):
+            if base[axis]:
+                for key, p in partial.items():
+                    partial[key] = comb(p, tuple(self.shfl_xor(v, 1 << k) for v in p))
+        wbits = [k for k, base in enumerate(lin.warp) if base[axis]]
+        r0 = op.results[0]
+        out_keys = [()] if r0.type.is_scalar else _lin(r0.type).reg_coords()
+        if wbits:
+            partial = self.reduce_warps(partial, out_keys, wbits, lin, axis, comb, None, False,
+                                        [llvm_type(x.dtype) for x in xs])
+        for i, r in enumerate(op.results):
+            self.set(r, [partial[k][i] for k in out_keys])
+
     def arg_better(self, kind: str, dt: DType):
         b = self.b
         signed = dt.is_int_signed()
@@ -99,13 +140,15 @@ class ReductionLowering(LoweringBase):
             return b.or_(strict, b.and_(eq, b.icmp_signed("<", q[1], p[1])))
         return better
 
-    def reduce_warps(self, partial, out_keys, wbits, lin, axis, comb, dt, arg):
-        """Warps along the reduced axis exchange partials through shared memory."""
+    def reduce_warps(self, partial, out_keys, wbits, lin, axis, comb, dt, arg, types=None):
+        """Warps along the reduced axis exchange partials through shared memory (`types`:
+        the LLVM types of a partial's items, for reduce_combine)."""
         b = self.b
         nw = 1 << len(wbits)
         nk = len(out_keys)
-        rt = llvm_type(dt)
-        e = max(dt.itemsize, 4)
+        if types is None:
+            types = [llvm_type(dt), I32] if arg else [llvm_type(dt)]
+        e = max(4, *(_bits(t) // 8 for t in types))
         # slot = (warp group along axis) * nk * T + key index * T + (thread's other coords)
         # keep it simple: each thread writes its partials for its own keys into
         # [wgroup][thread-slot][key]; thread-slot identifies the thread's non-axis position.
@@ -123,7 +166,7 @@ class ReductionLowering(LoweringBase):
             slot = b.or_(slot, b.shl(bit, self.c32(5 + j)))
         nslots = 32 << len(other_w)
         per_w = nslots * nk
-        stride_item = 2 if arg else 1
+        stride_item = len(types)
         total = nw * per_w * stride_item
         self.need_smem(total * e)
         self.sync()
@@ -146,7 +189,7 @@ class ReductionLowering(LoweringBase):
                 for j in range(stride_item):
                     ptr = self.smem_ptr(b.add(b.mul(off, self.c32(stride_item)), self.c32(j)),
                                         e)
-                    ty = rt if j == 0 else I32
+                    ty = types[j]
                     vals.append(self.narrow(b.load(ptr, typ=self.wide_type(ty, e)), ty))
                 item = tuple(vals)
                 acc = item if acc is None else comb(acc, item)

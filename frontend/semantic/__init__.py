@@ -1,6 +1,6 @@
 """Typing rules and op construction: what `a + b`, `kit.load(...)`, `kit.sum(...)` mean.
 
-One module per op family of `kitjit.ir.ops` (core, elementwise, memory, reduction, shape,
+One module per op family of `kitjit.ir.ops` (core, elementwise, memory, reduction, scan, shape,
 dot, tma, control). Each holds the family's Builder mixin, whose methods type-check operands,
 insert casts and broadcasts and emit the ops (each marked `@typing_rule("op")`), and the
 `kit.<name>(...)` call rules of the family (`@call_rule`, see `call_rules.py`). `base.py`
@@ -29,12 +29,13 @@ from .dot import DotOps
 from .elementwise import ElementwiseOps
 from .memory import MemoryOps
 from .reduction import ReductionOps
+from .scan import ScanOps
 from .shape import ShapeOps
 from .tma import TmaOps
 
 
-class Builder(CoreOps, ElementwiseOps, MemoryOps, ReductionOps, ShapeOps, DotOps, TmaOps,
-              ControlOps, BuilderBase):
+class Builder(CoreOps, ElementwiseOps, MemoryOps, ReductionOps, ScanOps, ShapeOps, DotOps,
+              TmaOps, ControlOps, BuilderBase):
     """Appends ops to the current block and checks every rule a user can break (shapes that
     cannot broadcast, dtypes that cannot meet, axes out of range), raising `CompileError` at
     the current source location."""

@@ -1,18 +1,25 @@
-"""Reductions along one axis: sum, max, min, argmax, argmin.
+"""Reductions along one axis: sum, max, min, argmax, argmin (the `reduce` op, one kind
+each), and `kit.reduce` with a `@kit.jit` combine function (`reduce_combine`: the function
+is inlined, on scalars, into the op's region), xor_sum and reduce_or.
 
-Call rules: kit.sum, kit.max, kit.min, kit.argmax, kit.argmin.
+Call rules: kit.sum, kit.max, kit.min, kit.argmax, kit.argmin, kit.reduce, kit.xor_sum,
+kit.reduce_or.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from kitjit.ir.core import Value
-from kitjit.ir.registry import typing_rule
-from kitjit.ir.types import TileType, bfloat16, float16, float32, int32
+from kitjit.ir.core import Block, Value
+from kitjit.ir.registry import family_of, typing_rule
+from kitjit.ir.types import DType, TileType, bfloat16, float16, float32, int32
 
 from .base import _describe, _shape
 from .call_rules import Call, call_rule
+
+# what a combine function's body may hold: computations on its scalar arguments
+_COMBINE_FAMILIES = frozenset({"elementwise", "core"})
 
 
 class ReductionOps:
@@ -31,13 +38,7 @@ class ReductionOps:
             while not v.type.is_scalar:
                 v = self.reduce(kind, v, len(v.shape) - 1)
             return v
-        if not isinstance(axis, int):
-            raise self.error("a reduction axis must be a constexpr int")
-        rank = len(x.shape)
-        if not -rank <= axis < rank:
-            raise self.error(f"axis {axis} is out of range for a {rank}-d tile of shape "
-                             f"{_shape(x.shape)}", f"use an axis in [{-rank}, {rank - 1}]")
-        axis %= rank
+        axis = self.reduction_axis(x, axis)
         if kind == "sum":
             dt = x.dtype
             if dt.is_bool() or dt.is_int() and dt.bits < 32:
@@ -51,10 +52,155 @@ class ReductionOps:
             r = self.expand_dims(r, axis)
         return r
 
+    def reduction_axis(self, x: Value, axis: Any) -> int:
+        """`axis` checked against `x`'s rank, made non-negative."""
+        if not isinstance(axis, int) or isinstance(axis, bool):
+            raise self.error("a reduction axis must be a constexpr int")
+        rank = len(x.shape)
+        if not -rank <= axis < rank:
+            raise self.error(f"axis {axis} is out of range for a {rank}-d tile of shape "
+                             f"{_shape(x.shape)}", f"use an axis in [{-rank}, {rank - 1}]")
+        return axis % rank
+
+    def combine_inputs(self, what: str, xs: Any) -> tuple[list[Value], bool]:
+        """The tiles a combine op works on (a tile or a tuple of tiles of one shape), and
+        whether they came as a tuple."""
+        multi = isinstance(xs, (tuple, list))
+        vs = list(xs) if multi else [xs]
+        if not vs:
+            raise self.error(f"{what} needs at least one tile")
+        for v in vs:
+            if not isinstance(v, Value) or v.type.is_scalar or v.type.is_shared:
+                raise self.error(f"{what} needs tiles, got {_describe(v)}")
+            if v.dtype.is_ptr():
+                raise self.error(f"{what} does not apply to pointers")
+            if v.shape != vs[0].shape:
+                raise self.error(f"{what}: the tiles of a tuple must have one shape, got "
+                                 f"{_shape(vs[0].shape)} and {_shape(v.shape)}",
+                                 "broadcast them first (kit.broadcast_to)")
+        return vs, multi
+
+    def combine_region(self, what: str, dtypes: list[DType],
+                       body: Callable[[list[Value]], Any]) -> Block:
+        """The region of a combine op: 2N scalar arguments (the left group, then the right)
+        and the yield of `body(args)`'s N scalars, which must keep the inputs' dtypes."""
+        blk = Block()
+        args = [blk.add_arg(TileType(dt), f"{side}{i}") for side in "lr"
+                for i, dt in enumerate(dtypes)]
+        self.blocks.append(blk)
+        try:
+            r = body(args)
+            rs = list(r) if isinstance(r, (tuple, list)) else [r]
+            if len(rs) != len(dtypes):
+                raise self.error(f"{what}: combine_fn returns {len(rs)} value(s) for "
+                                 f"{len(dtypes)} input(s)",
+                                 "return one value per input tile, as a tuple")
+            ys = []
+            for k, (v, dt) in enumerate(zip(rs, dtypes)):
+                v = self.to_value(v, args[k]) if not isinstance(v, Value) else v
+                if not v.type.is_scalar:
+                    raise self.error(f"{what}: combine_fn returns {_describe(v)}; it combines "
+                                     "scalars")
+                if v.dtype is not dt:
+                    name = (dt.aliases or (dt.name,))[0]
+                    raise self.error(f"{what}: combine_fn returns {v.dtype} for input {k} of "
+                                     f"dtype {dt}", f"convert it with .to(kit.{name}) or "
+                                     "convert the input first")
+                ys.append(v)
+            self.emit("yield", ys, [])
+        finally:
+            self.blocks.pop()
+        for op in blk.ops:
+            if op.name != "yield" and (family_of(op.name) not in _COMBINE_FAMILIES or
+                                       op.name in ("program_id", "num_programs", "arange")):
+                raise _not_allowed(self, op, what)
+        return blk
+
+    @typing_rule("reduce_combine")
+    def reduce_combine(self, xs: list[Value], axis: Any, region: Callable[[], Block],
+                       keep_dims: bool = False) -> list[Value]:
+        """`kit.reduce`: `region()` builds a fresh combine region (one per reduced axis)."""
+        if axis is None:
+            vs = xs
+            while not vs[0].type.is_scalar:
+                vs = self.reduce_combine(vs, len(vs[0].shape) - 1, region)
+            return vs
+        axis = self.reduction_axis(xs[0], axis)
+        shape = xs[0].shape[:axis] + xs[0].shape[axis + 1:]
+        op = self.emit("reduce_combine", list(xs), [TileType(x.dtype, shape) for x in xs],
+                       {"axis": axis}, [region()])
+        rs = list(op.results)
+        if keep_dims:
+            rs = [self.expand_dims(r, axis) for r in rs]
+        return rs
+
+
+def _not_allowed(b: Any, op: Any, what: str) -> Exception:
+    b.loc = op.loc or b.loc
+    return b.error(f"{what}: combine_fn may only compute on its scalar arguments "
+                   f"('{op.name}' is not allowed there)",
+                   "use kit.where instead of branches; no loads, loops or tiles")
+
+
+def _jit_region(c: Call, what: str, fn: Any, dtypes: list[DType]) -> Callable[[], Block]:
+    from kitjit.jit import JITFunction
+
+    if not isinstance(fn, JITFunction):
+        raise c.err(f"{what}: combine_fn must be a @kit.jit function, got {_describe(fn)}")
+
+    def make() -> Block:
+        return c.b.combine_region(what, dtypes,
+                                  lambda args: c.cg.inline(fn, list(args), {}, c.node))
+    return make
+
+
+def _binary_region(c: Call, what: str, name: str, dt: DType) -> Callable[[], Block]:
+    return lambda: c.b.combine_region(what, [dt], lambda a: c.b.binary(name, a[0], a[1]))
+
 
 # -------------------------------------------------------------------- kit.<name> calls
-@call_rule(("sum", "max", "min"), lambda x, axis=None, keep_dims=False: None)
-@call_rule(("argmax", "argmin"), lambda x, axis, keep_dims=False: None)
+@call_rule("sum", lambda x, axis=None, keep_dims=False: None)
 def _reduce(c: Call) -> Any:
     axis = c.const("axis")
     return c.b.reduce(c.name, c["x"], axis, bool(c.const("keep_dims")))
+
+
+@call_rule(("max", "min"), lambda x, axis=None, return_indices=False,
+           return_indices_tie_break_left=True, keep_dims=False: None)
+def _max_min(c: Call) -> Any:
+    axis, keep = c.const("axis"), bool(c.const("keep_dims"))
+    c.const("return_indices_tie_break_left")
+    if not c.const("return_indices"):
+        return c.b.reduce(c.name, c["x"], axis, keep)
+    if axis is None:
+        raise c.err(f"kit.{c.name}(..., return_indices=True) needs an axis")
+    x = c["x"]
+    if isinstance(x, Value) and x.dtype is bfloat16:  # as Triton
+        x = c.b.cast(x, float32)
+    return (c.b.reduce(c.name, x, axis, keep), c.b.reduce("arg" + c.name, x, axis, keep))
+
+
+@call_rule(("argmax", "argmin"), lambda x, axis, tie_break_left=True, keep_dims=False: None)
+def _argmax(c: Call) -> Any:
+    c.const("tie_break_left")  # kitjit always breaks ties to the left (Triton: any index)
+    return c.b.reduce(c.name, c["x"], c.const("axis"), bool(c.const("keep_dims")))
+
+
+@call_rule("reduce", lambda input, axis, combine_fn, keep_dims=False: None)
+def _reduce_fn(c: Call) -> Any:
+    xs, multi = c.b.combine_inputs("kit.reduce", c["input"])
+    region = _jit_region(c, "kit.reduce", c["combine_fn"], [x.dtype for x in xs])
+    rs = c.b.reduce_combine(xs, c.const("axis"), region, bool(c.const("keep_dims")))
+    return tuple(rs) if multi else rs[0]
+
+
+@call_rule(("xor_sum", "reduce_or"), lambda input, axis=None, keep_dims=False: None)
+def _bitwise(c: Call) -> Any:
+    what = f"kit.{c.name}"
+    xs, multi = c.b.combine_inputs(what, c["input"])
+    if multi or not xs[0].dtype.is_int() or xs[0].dtype.is_bool():
+        raise c.err(f"{what} needs an integer tile, got {_describe(c['input'])}")
+    if c.name == "reduce_or" and c["axis"] is None:
+        raise c.err("kit.reduce_or needs an axis (as Triton's)")
+    region = _binary_region(c, what, "xor" if c.name == "xor_sum" else "or", xs[0].dtype)
+    return c.b.reduce_combine(xs, c.const("axis"), region, bool(c.const("keep_dims")))[0]

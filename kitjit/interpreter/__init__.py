@@ -52,7 +52,7 @@ Layout of this package: `numeric` (dtypes, bf16), `errors` (what the interpreter
 the first lines of its messages), `sync` (roles, mbarriers, the scheduler, race and deadlock
 detection), `compiler` (`_Compiler`, hoisting, `run`), and one module per op family of
 kitjit/ir/ops.py holding the semantics of its ops: `core`, `elementwise`, `memory`,
-`reduction`, `shape`, `dot`, `tma`, `control`.
+`reduction`, `scan`, `shape`, `dot`, `tma`, `control`.
 
 Semantics: every op has an entry registered with `@semantics("name", ...)`
 (kitjit/ir/registry.py) in the module of its family, and `_Compiler.op` dispatches through
@@ -73,7 +73,7 @@ where it blocks (`_Compiler.gop`). `yield` is registered in control.py but never
 
 from __future__ import annotations
 
-from . import control, core, dot, elementwise, memory, reduction, shape, tma  # noqa: F401
+from . import control, core, dot, elementwise, memory, reduction, scan, shape, tma  # noqa: F401
 from .compiler import _Compiler as _Compiler
 from .compiler import _execute as _execute
 from .compiler import _pure as _pure

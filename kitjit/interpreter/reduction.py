@@ -1,5 +1,6 @@
 """Semantics of the reduction family: `reduce` along one axis (sum, max, min, argmax,
-argmin); sums accumulate in the result dtype, bf16 results are rounded."""
+argmin; sums accumulate in the result dtype, bf16 results are rounded) and
+`reduce_combine` (kit.reduce: the combine function's region run on whole arrays)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from kitjit.ir.core import Op
+from kitjit.ir.core import Block, Op
 from kitjit.ir.registry import semantics
 
-from .compiler import pure
+from .compiler import Env, _Compiler, pure
 from .numeric import _fixer, _np
 from .sync import _Ctx
 
@@ -40,3 +41,40 @@ def _reduce(op: Op, ctx: _Ctx) -> Callable:
     if fix is not None:
         return lambda x: fix(f(x))
     return f
+
+
+def region_fn(comp: _Compiler, region: Block) -> Callable:
+    """A combine function's region as `f(env, lhs, rhs) -> list`, vectorised: its scalar ops
+    run on whole arrays of left and right operands."""
+    handlers = comp.block(region)
+    arg_ids = [a.id for a in region.args]
+    ys = [v.id for v in region.terminator.operands]
+    dts = [_np(v.dtype) for v in region.terminator.operands]
+
+    def call(env: Env, lhs: list, rhs: list) -> list:
+        for i, v in zip(arg_ids, (*lhs, *rhs)):
+            env[i] = v
+        for h in handlers:
+            h(env)
+        return [np.asarray(env[y]).astype(dt, copy=False) for y, dt in zip(ys, dts)]
+    return call
+
+
+@semantics("reduce_combine")
+def _reduce_combine(comp: _Compiler, op: Op) -> Callable:
+    """Adjacent pairs along the axis, level by level (a tree that keeps the operands in
+    order)."""
+    axis = op.attrs["axis"]
+    comb = region_fn(comp, op.regions[0])
+    ins = [v.id for v in op.operands]
+    outs = [r.id for r in op.results]
+    dts = [_np(r.dtype) for r in op.results]
+
+    def h(env: Env) -> None:
+        vs = [np.moveaxis(np.asarray(env[i]), axis, 0) for i in ins]
+        while vs[0].shape[0] > 1:
+            vs = comb(env, [v[0::2] for v in vs], [v[1::2] for v in vs])
+        for o, v, dt in zip(outs, vs, dts):
+            r = v[0]
+            env[o] = dt.type(r) if r.ndim == 0 else r.astype(dt, copy=False)
+    return h

@@ -23,6 +23,12 @@ addptr     ptr, offset(int)               - (offset counts elements)            
 load       ptr [, mask [, other]]         has_mask, has_other                        element
 store      ptr, value [, mask]            has_mask                                   -
 reduce     a                              kind in REDUCE_KINDS, axis                 a minus axis
+reduce_combine *xs (same shape)           axis; region 0: 2N scalar args (lhs, rhs)  xs minus axis
+                                          ends in yield of N (the combine_fn)
+scan       *xs (same shape)               axis, reverse; region 0 as reduce_combine  like xs
+sort       x                              descending, k (the top k kept, <= the      [.., k]
+                                          last dim)
+histogram  x(int) [, mask]                num_bins, has_mask                         i32 [num_bins]
 dot        a [M,K], b [K,N], acc [M,N]    -                                          acc's type
 convert_layout a                          - (same shape and dtype, other layout)     tile
 for        lb, ub, step, *init            - ; region 0: args (iv, *carried), ends in yield   carried
@@ -64,7 +70,8 @@ from .registry import declare  # noqa: E402
 declare("core", "constant", "program_id", "num_programs", "arange")
 declare("elementwise", *sorted(BINARY), *sorted(UNARY), "cmp", "cast", "select", "addptr")
 declare("memory", "load", "store")
-declare("reduction", "reduce")
+declare("reduction", "reduce", "reduce_combine")
+declare("scan", "scan", "sort", "histogram")
 declare("shape", "splat", "broadcast", "expand_dims")
 declare("shape", "convert_layout", made_by="frontend/layout_pass.py")
 declare("dot", "dot", "wgmma")

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 # The families, in the order docs/architecture.md lists them. A family's module has the
 # same name in every layer.
-FAMILIES = ("core", "elementwise", "memory", "reduction", "shape", "dot", "tma", "control",
-            "random")
+FAMILIES = ("core", "elementwise", "memory", "reduction", "scan", "shape", "dot", "tma",
+            "control", "random")
 
 LAYERS = ("typing", "lowering", "semantics")
 

@@ -24,7 +24,7 @@ from ..ir.types import (  # noqa: F401
     uint32,
     uint64,
 )
-from . import control, core, dot, elementwise, memory, reduction, shape, tma  # noqa: F401
+from . import control, core, dot, elementwise, memory, reduction, scan, shape, tma  # noqa: F401
 from .base import (  # noqa: F401
     BUILTINS,
     bool_,
