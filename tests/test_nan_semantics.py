@@ -61,3 +61,37 @@ def test_interpreter_min_max_skip_nan_like_the_gpu(monkeypatch):
 @pytest.mark.gpu
 def test_gpu_min_max_skip_nan():
     _check("cuda")
+
+
+@kit.jit
+def argmaxmin_kernel(X, AMX, AMN, BLOCK: kit.constexpr):
+    row = kit.program_id(0)
+    x = kit.load(X + row * BLOCK + kit.arange(0, BLOCK))
+    kit.store(AMX + row, kit.argmax(x, axis=0))
+    kit.store(AMN + row, kit.argmin(x, axis=0))
+
+
+def _check_arg(device):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(4, 64, generator=g)
+    x[0, 9] = x[0, 40] = float("nan")   # the first NaN wins, for argmax and argmin alike
+    x[1] = float("nan")
+    x[2, 5] = x[2, 50] = 9.0             # ties: the first index
+    x[2, 7] = x[2, 60] = -9.0
+    x = x.to(device)
+    amx = torch.full((4,), -1, dtype=torch.int32, device=device)
+    amn = torch.full((4,), -1, dtype=torch.int32, device=device)
+    argmaxmin_kernel[(4,)](x, amx, amn, BLOCK=64)
+    xc = x.cpu()
+    assert amx.cpu().tolist() == torch.argmax(xc, dim=1).tolist() == [9, 0, 5,
+                                                                      int(xc[3].argmax())]
+    assert amn.cpu().tolist() == torch.argmin(xc, dim=1).tolist()
+
+
+def test_interpreter_argmax_argmin_nan_and_ties():
+    _check_arg("cpu")
+
+
+@pytest.mark.gpu
+def test_gpu_argmax_argmin_nan_and_ties():
+    _check_arg("cuda")

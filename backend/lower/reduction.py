@@ -131,8 +131,13 @@ class ReductionLowering(LoweringBase):
 
         def better(p, q):  # q beats p: strictly better value, or equal and smaller index
             if dt.is_floating():
-                strict = b.fcmp_ordered(sym, q[0], p[0])
-                eq = b.fcmp_ordered("==", q[0], p[0])
+                # NaN beats every number (the first NaN wins), as numpy's and torch's
+                # argmax/argmin: the result does not depend on the order of the tree
+                q_nan = b.fcmp_unordered("uno", q[0], q[0])
+                p_nan = b.fcmp_unordered("uno", p[0], p[0])
+                strict = b.or_(b.fcmp_ordered(sym, q[0], p[0]),
+                               b.and_(q_nan, b.not_(p_nan)))
+                eq = b.or_(b.fcmp_ordered("==", q[0], p[0]), b.and_(q_nan, p_nan))
             else:
                 cmp = b.icmp_signed if signed else b.icmp_unsigned
                 strict = cmp(sym, q[0], p[0])
