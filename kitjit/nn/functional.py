@@ -79,8 +79,6 @@ def _fallback_reasons(query, key, value, attn_mask, dropout_p, scale, enable_gqa
     # torch broadcasts a single K/V head; other head counts need enable_gqa (else it raises)
     if Hkv == 0 or Hq % Hkv or not (Hq == Hkv or Hkv == 1 or enable_gqa):
         why.append(f"{Hq} query heads with {Hkv} key/value heads")
-    if key.shape[-2] == 0:
-        why.append("no keys (S = 0)")
     return why
 
 
@@ -99,6 +97,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     LLMs transposed to (B, H, L, E), are copied to contiguous first (the kernels read rows
     through 2-D TMA descriptors): one extra read and write of each such tensor. Everything
     else runs through torch's own implementation with a KitjitFallbackWarning per reason.
+
+    No keys (S == 0): zeros (the empty sum over keys; torch's CPU kernel leaves that output
+    uninitialized).
     """
     why = _fallback_reasons(query, key, value, attn_mask, dropout_p, scale, enable_gqa)
     if why:
@@ -107,7 +108,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             scale=scale, enable_gqa=enable_gqa)   # raises torch's error for bad calls
         for reason in why:
             _warn_once(reason)
-        return out
+        return torch.zeros_like(out) if out.numel() and key.shape[-2] == 0 else out
+    if key.shape[-2] == 0:
+        return query.new_zeros(query.shape)
     lead = query.shape[:-3]
     B = math.prod(lead)
     q, k, v = (t.reshape(B, *t.shape[-3:]) for t in (query, key, value))
