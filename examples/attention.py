@@ -23,7 +23,7 @@ from kitjit.nn.attention import (  # noqa: F401  (the kernels, re-exported for t
     softmax,
     store_out,
 )
-from kitjit.nn.functional import sdpa  # noqa: F401
+from kitjit.nn.functional import sdpa
 from kitjit.testing import bench, check, device, has_gpu
 
 
@@ -55,6 +55,16 @@ def main() -> None:
         check(lse, rl, 1e-4, "lse")
         print(f"attention B{B} H{H} S{S} D{D} causal={causal} gqa={g}: rel err {err:.2e} "
               f"({'GPU' if has_gpu() else 'interpreter'})")
+    # as torch users call it: (B, S, H, D) transposed, one query against a KV cache, GQA;
+    # is_causal=False: torch's causal mask is top-left aligned (query 0 would see key 0 only)
+    q = torch.randn(2, 1, 4, 64, device=dev, dtype=torch.bfloat16).transpose(1, 2)
+    k, v = (torch.randn(2, 70, 2, 64, device=dev, dtype=torch.bfloat16).transpose(1, 2)
+            for _ in range(2))
+    o = sdpa(q, k, v, enable_gqa=True)
+    ro = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(),
+                                                          enable_gqa=True)
+    print(f"sdpa decode Sq=1 Skv=70 gqa=2 (B, S, H, D) layout: rel err "
+          f"{check(o, ro, 1e-2):.2e}")
     if has_gpu():
         for B, H, S, D, causal in ((4, 32, 4096, 128, False), (4, 32, 4096, 128, True)):
             q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
