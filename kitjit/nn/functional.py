@@ -88,8 +88,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
     query (..., H, L, E), key and value (..., H_kv, S, E) with H_kv == H, or H_kv dividing H
     when enable_gqa=True (torch's rule; H_kv == 1 broadcasts). `is_causal` is top-left
-    aligned as in torch: query i sees keys 0..i, also when L != S. The result has torch's
-    shape and values, in a new contiguous tensor.
+    aligned as in torch: query i sees keys 0..i, also when L != S (so one query against a KV
+    cache sees key 0 only: decoding passes is_causal=False). The result has torch's shape and
+    values, in a new contiguous tensor.
 
     The kitjit kernel runs for fp16/bf16 inputs with head dim 64, 128 or 256, no attn_mask,
     dropout_p == 0, no input requiring grad, on a Hopper GPU (or on CPU tensors under
