@@ -1,6 +1,6 @@
 """Level-2 (Hopper) kernels end to end: the persistent TMA+WGMMA GEMM (examples/matmul.py),
-FlashAttention forward (examples/attention.py) and the warp-specialized GEMMs
-(benchmarks/ws_kernel.py, through its host wrappers).
+FlashAttention forward (kitjit/nn/attention.py, through examples/attention.py) and the
+warp-specialized GEMMs (benchmarks/ws_kernel.py, through its host wrappers).
 
 Three parts:
 - compile-to-SASS (no GPU): each kernel built with `kit.compile_aot(..., arch="sm_90a")` and
@@ -34,6 +34,7 @@ from kitjit.tools import ToolError, disassemble, find_tool
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
+ATTN_SRC = ROOT / "kitjit" / "nn" / "attention.py"   # the kernels examples/attention.py uses
 BENCH = ROOT / "benchmarks"
 for _p in (EXAMPLES, BENCH):
     if str(_p) not in sys.path:
@@ -112,7 +113,7 @@ def is_poisoned(t, made) -> bool:
 
 
 def attention_direct(q, k, v, causal, sm_scale=None, *, BM, BN, STAGES=2, num_warps):
-    """attention_kernel launched by hand, as examples/attention.py's wrapper does, into
+    """attention_kernel launched by hand, as kitjit.nn.attention's wrapper does, into
     NaN-filled O and L that run one block of rows past the last head: every element must be
     written, and nothing past the end."""
     B, H, S, D = q.shape
@@ -122,8 +123,8 @@ def attention_direct(q, k, v, causal, sm_scale=None, *, BM, BN, STAGES=2, num_wa
     l_buf = torch.full((B * H * S + BM,), NAN, dtype=torch.float32, device=q.device)
     q2, k2, v2 = (t.contiguous().view(-1, D) for t in (q, k, v))
     grid = (kit.cdiv(S, BM), B * H)
-    attn_ex.attention_kernel[grid](q2, k2, v2, o_buf, l_buf, S, H, G, scale * LOG2E, BM=BM,
-                                   BN=BN, D=D, CAUSAL=causal, STAGES=STAGES,
+    attn_ex.attention_kernel[grid](q2, k2, v2, o_buf, l_buf, S, k.shape[2], H, G, scale * LOG2E,
+                                   BM=BM, BN=BN, D=D, CAUSAL=causal, STAGES=STAGES,
                                    num_warps=num_warps)
     n = B * H * S
     assert torch.isnan(o_buf[n:]).all() and torch.isnan(l_buf[n:]).all(), \
@@ -205,7 +206,8 @@ def mm_sig(dt):
 
 
 def attn_sig(dt):
-    return [f"*{dt}:16"] * 4 + ["*fp32:16", "i32:16", "i32", "i32", "fp32"]
+    """Q, K, V, O, L, S, SK, H, G, qk_scale."""
+    return [f"*{dt}:16"] * 4 + ["*fp32:16", "i32:16", "i32:16", "i32", "i32", "fp32"]
 
 
 SMEM_48K = 48 * 1024
@@ -261,7 +263,7 @@ ATTN_SASS = [  # (D, BM, BN, num_warps): the unspecialized kernel's configs per 
                          ids=["bf16-full", "bf16-causal", "fp16-causal"])
 @pytest.mark.parametrize("D,BM,BN,warps", ATTN_SASS, ids=["D128", "D64", "D256"])
 def test_sass_attention(D, BM, BN, warps, dt, causal):
-    c = sass(EXAMPLES / "attention.py", "attention_kernel", attn_sig(dt),
+    c = sass(ATTN_SRC, "attention_kernel", attn_sig(dt),
              dict(BM=BM, BN=BN, D=D, CAUSAL=causal, STAGES=2), warps)
     t = re.escape(DT[dt])
     # S = Q Kᵀ: both operands in shared memory, one descriptor pair
@@ -292,7 +294,7 @@ ATTN_WS_SASS = [  # (D, BM, BN, num_warps, stages, overlap): what attention(...,
 
 
 def attn_ws_sass(D, BM, BN, warps, stages=2, overlap=False, causal=True, dt="bf16") -> Sass:
-    return sass(EXAMPLES / "attention.py", "attention_ws_kernel", attn_sig(dt),
+    return sass(ATTN_SRC, "attention_ws_kernel", attn_sig(dt),
                 dict(BM=BM, BN=BN, D=D, CAUSAL=causal, STAGES=stages,
                      CONSUMERS=warps // 4 - 1, OVERLAP=overlap), warps)
 
@@ -559,7 +561,7 @@ ATTN_GPU = [  # (B, H, S, D)
 
 
 def default_config(D):
-    """What examples/attention.py's wrapper picks (kept in step by test_gpu_attention_wrapper,
+    """What kitjit.nn.attention's wrapper picks (kept in step by test_gpu_attention_wrapper,
     which goes through the wrapper itself)."""
     return dict(BM=64, BN=64, STAGES=2, num_warps=4) if D > 128 else \
         dict(BM=128, BN=128, STAGES=2, num_warps=8) if D > 64 else \

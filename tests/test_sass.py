@@ -256,7 +256,7 @@ def test_failed_aot_compile_leaves_no_entry(cache_dir):
 
 
 # ----------------------------------------------------------------------------- attention
-ATTN_SIG = ["*bf16:16"] * 4 + ["*fp32:16", "i32:16", "i32", "i32", "fp32"]
+ATTN_SIG = ["*bf16:16"] * 4 + ["*fp32:16", "i32:16", "i32:16", "i32", "i32", "fp32"]  # S, SK, H, G
 
 
 @pytest.mark.parametrize("D", [64, 128])

@@ -1,0 +1,245 @@
+"""FlashAttention forward on Hopper: Q stays in shared memory, K and V stream through a TMA
+ring; S = Q Kᵀ and O += P V run on WGMMA, with P kept in registers (the accumulator layout
+of the first MMA is the A-operand layout of the second, so P never touches shared memory).
+Online softmax in exp2 with the scale folded in; causal masking (top-left aligned, as torch's
+`is_causal`); GQA; ragged lengths; a query length S and a key length SK of their own (decode
+against a KV cache, cross-attention). Returns O and the log-sum-exp per row (what a backward
+pass needs). `kitjit.nn.functional.scaled_dot_product_attention` is the torch-facing entry."""
+
+import math
+
+import torch
+
+import kitjit as kit
+
+
+@kit.jit
+def softmax(sc, m_i, l_i, rows, j, SK, qk_scale, BN: kit.constexpr, MASK: kit.constexpr,
+            CAUSAL: kit.constexpr):
+    """Online softmax of raw scores block j: P, the rescale of what came before, m, l.
+    Keys at or past SK are masked; causal is top-left aligned (query i sees keys 0..i)."""
+    if MASK:                                       # ragged tail or causal diagonal only
+        cols = j * BN + kit.arange(0, BN)
+        keep = cols[None, :] < SK
+        if CAUSAL:
+            keep = keep & (cols[None, :] <= rows[:, None])
+        sc = kit.where(keep, sc, -float("inf"))
+    m_new = kit.maximum(m_i, kit.max(sc, axis=1) * qk_scale)      # log2 domain (scale > 0)
+    p = kit.exp2(sc * qk_scale - m_new[:, None], ftz=True)        # one FFMA + MUFU.EX2 each
+    alpha = kit.exp2(m_i - m_new, ftz=True)
+    return p, alpha, m_new, l_i * alpha + kit.sum(p, axis=1)
+
+
+@kit.jit
+def attend(q, k, v, ready, empty, K, V, acc, m_i, l_i, rows, j, n_kv, kvh, SK, qk_scale,
+           BM: kit.constexpr, BN: kit.constexpr, STAGES: kit.constexpr, MASK: kit.constexpr,
+           CAUSAL: kit.constexpr, WS: kit.constexpr):
+    """One K/V block: S = Q Kᵀ, online softmax, O += P V; then hand the stage back to the
+    producer warpgroup (WS), or refill it with block j+STAGES ourselves."""
+    s = j % STAGES
+    kit.mbarrier_wait(ready[s], j // STAGES % 2)
+    sc = kit.mma(q, k[s].T, kit.zeros((BM, BN), kit.float32))   # raw scores
+    p, alpha, m_new, l_i = softmax(sc, m_i, l_i, rows, j, SK, qk_scale, BN, MASK, CAUSAL)
+    acc = kit.mma(p.to(v.dtype), v[s], acc * alpha[:, None])   # P straight from registers
+    if WS:
+        kit.mbarrier_arrive(empty[s])              # both MMAs are done with stage s
+    elif j + STAGES < n_kv:                        # both MMAs are done with stage s: refill
+        kit.tma_load(k[s], K, (kvh * SK + (j + STAGES) * BN, 0), ready[s])
+        kit.tma_load(v[s], V, (kvh * SK + (j + STAGES) * BN, 0), ready[s])
+    return acc, m_new, l_i
+
+
+@kit.jit
+def overlapped(q, k, v, ready, empty, acc, p, m_i, l_i, rows, j, SK, qk_scale,
+               BM: kit.constexpr, BN: kit.constexpr, STAGES: kit.constexpr,
+               MASK: kit.constexpr, CAUSAL: kit.constexpr):
+    """Block j, FA3-style: S_j = Q K_jᵀ and O += P_{j-1} V_{j-1} issued together; the
+    softmax of S_j runs under the second MMA."""
+    s = j % STAGES
+    kit.mbarrier_wait(ready[s], j // STAGES % 2)
+    sc = kit.mma(q, k[s].T, kit.zeros((BM, BN), kit.float32), pending=1)
+    acc = kit.mma(p, v[(j - 1) % STAGES], acc, pending=1)      # S_j is done on return
+    p, alpha, m_i, l_i = softmax(sc, m_i, l_i, rows, j, SK, qk_scale, BN, MASK, CAUSAL)
+    acc = acc * alpha[:, None]                     # waits for P_{j-1} V_{j-1}
+    kit.mbarrier_arrive(empty[(j - 1) % STAGES])
+    return acc, p.to(v.dtype), m_i, l_i
+
+
+@kit.jit
+def consume_overlapped(q, k, v, ready, empty, O, L, m0, bh, S, SK, n_full, n_kv, qk_scale,
+                       BM: kit.constexpr, BN: kit.constexpr, D: kit.constexpr,
+                       CAUSAL: kit.constexpr, STAGES: kit.constexpr):
+    """consume(), overlapped: 3 stages keep the loads ahead (stage j-1 is freed late)."""
+    rows = m0 + kit.arange(0, BM)
+    kit.mbarrier_wait(ready[0], 0)
+    sc = kit.mma(q, k[0].T, kit.zeros((BM, BN), kit.float32))
+    p, _, m_i, l_i = softmax(sc, kit.full((BM,), -float("inf"), kit.float32),
+                             kit.zeros((BM,), kit.float32), rows, 0, SK, qk_scale, BN, True,
+                             CAUSAL)
+    p, acc = p.to(v.dtype), kit.zeros((BM, D), kit.float32)
+    for j in range(1, n_full):
+        acc, p, m_i, l_i = overlapped(q, k, v, ready, empty, acc, p, m_i, l_i, rows, j, SK,
+                                      qk_scale, BM, BN, STAGES, False, CAUSAL)
+    for j in range(kit.maximum(n_full, 1), n_kv):
+        acc, p, m_i, l_i = overlapped(q, k, v, ready, empty, acc, p, m_i, l_i, rows, j, SK,
+                                      qk_scale, BM, BN, STAGES, True, CAUSAL)
+    acc = kit.mma(p, v[(n_kv - 1) % STAGES], acc)
+    kit.mbarrier_arrive(empty[(n_kv - 1) % STAGES])
+    store_out(O, L, acc, m_i, l_i, rows, bh, S, D)
+
+
+@kit.jit
+def store_out(O, L, acc, m_i, l_i, rows, bh, S, D: kit.constexpr):
+    out = acc / l_i[:, None]
+    live = rows < S
+    dcol = kit.arange(0, D)
+    kit.store(O + (bh * S + rows)[:, None] * D + dcol[None, :], out.to(O.dtype.element_ty),
+              mask=live[:, None])
+    kit.store(L + bh * S + rows, (m_i + kit.log2(l_i)) * 0.6931471805599453, mask=live)
+
+
+@kit.jit
+def consume(q, k, v, ready, empty, K, V, O, L, m0, bh, kvh, S, SK, n_full, n_kv, qk_scale,
+            BM: kit.constexpr, BN: kit.constexpr, D: kit.constexpr, CAUSAL: kit.constexpr,
+            STAGES: kit.constexpr, WS: kit.constexpr):
+    """All K/V blocks for BM query rows (unmasked ones first), then O and the LSE."""
+    rows = m0 + kit.arange(0, BM)
+    m_i = kit.full((BM,), -float("inf"), kit.float32)
+    l_i = kit.zeros((BM,), kit.float32)
+    acc = kit.zeros((BM, D), kit.float32)
+    for j in range(n_full):
+        acc, m_i, l_i = attend(q, k, v, ready, empty, K, V, acc, m_i, l_i, rows, j, n_kv,
+                               kvh, SK, qk_scale, BM, BN, STAGES, False, CAUSAL, WS)
+    for j in range(n_full, n_kv):
+        acc, m_i, l_i = attend(q, k, v, ready, empty, K, V, acc, m_i, l_i, rows, j, n_kv,
+                               kvh, SK, qk_scale, BM, BN, STAGES, True, CAUSAL, WS)
+    store_out(O, L, acc, m_i, l_i, rows, bh, S, D)
+
+
+@kit.jit
+def attention_kernel(Q, K, V, O, L, S, SK, H, G, qk_scale, BM: kit.constexpr,
+                     BN: kit.constexpr, D: kit.constexpr, CAUSAL: kit.constexpr,
+                     STAGES: kit.constexpr):
+    """Q and O: (B*H*S, D) rows, K and V: (B*H_kv*SK, D) rows; one program per BM query rows
+    of one head. S query rows attend to SK keys (S != SK: decode, cross-attention)."""
+    # causal: the longest rows first, so the short ones fill the tail of the grid
+    m0 = (kit.num_programs(0) - 1 - kit.program_id(0) if CAUSAL else kit.program_id(0)) * BM
+    bh = kit.program_id(1)                         # batch * H + head
+    kvh = bh // H * (H // G) + bh % H // G         # G query heads share one K/V head
+    q = kit.shared((BM, D), Q.dtype.element_ty)
+    k = kit.shared((STAGES, BN, D), K.dtype.element_ty)
+    v = kit.shared((STAGES, BN, D), V.dtype.element_ty)
+    q_ready = kit.mbarriers(1)
+    ready = kit.mbarriers(STAGES)
+    kit.tma_load(q, Q, (bh * S + m0, 0), q_ready[0])
+    end = kit.minimum(SK, m0 + BM) if CAUSAL else SK   # causal: top-left, key j <= row
+    n_kv = kit.cdiv(end, BN)
+    # blocks that need no mask: fully below the diagonal (causal) and inside the sequence
+    n_full = kit.minimum(m0 // BN if CAUSAL else n_kv, SK // BN)
+    for s in kit.static_range(STAGES):
+        if s < n_kv:
+            kit.tma_load(k[s], K, (kvh * SK + s * BN, 0), ready[s])
+            kit.tma_load(v[s], V, (kvh * SK + s * BN, 0), ready[s])
+    kit.mbarrier_wait(q_ready[0], 0)
+    consume(q, k, v, ready, ready, K, V, O, L, m0, bh, kvh, S, SK, n_full, n_kv, qk_scale, BM,
+            BN, D, CAUSAL, STAGES, False)
+
+
+@kit.jit
+def attention_ws_kernel(Q, K, V, O, L, S, SK, H, G, qk_scale, BM: kit.constexpr,
+                        BN: kit.constexpr, D: kit.constexpr, CAUSAL: kit.constexpr,
+                        STAGES: kit.constexpr, CONSUMERS: kit.constexpr,
+                        OVERLAP: kit.constexpr = False):
+    m0 = (kit.num_programs(0) - 1 - kit.program_id(0) if CAUSAL else kit.program_id(0)) * BM
+    bh = kit.program_id(1)
+    kvh = bh // H * (H // G) + bh % H // G
+    q = kit.shared((BM, D), Q.dtype.element_ty)
+    k = kit.shared((STAGES, BN, D), K.dtype.element_ty)
+    v = kit.shared((STAGES, BN, D), V.dtype.element_ty)
+    q_ready = kit.mbarriers(1)
+    ready = kit.mbarriers(STAGES)
+    empty = kit.mbarriers(STAGES, arrivals=CONSUMERS)
+    end = kit.minimum(SK, m0 + BM) if CAUSAL else SK   # causal: top-left, key j <= row
+    n_kv = kit.cdiv(end, BN)
+    n_full = kit.minimum(m0 // BN if CAUSAL else n_kv, SK // BN)
+    if kit.warpgroup_id() == 0:                    # producer: Q once, then the K/V ring
+        kit.setmaxnreg(24)
+        kit.tma_load(q, Q, (bh * S + m0, 0), q_ready[0])
+        for j in range(n_kv):
+            s = j % STAGES
+            kit.mbarrier_wait(empty[s], j // STAGES % 2 ^ 1)
+            kit.tma_load(k[s], K, (kvh * SK + j * BN, 0), ready[s])
+            kit.tma_load(v[s], V, (kvh * SK + j * BN, 0), ready[s])
+    else:                                          # consumers: 64 query rows each
+        kit.setmaxnreg(240)
+        kit.mbarrier_wait(q_ready[0], 0)
+        if OVERLAP:
+            consume_overlapped(q, k, v, ready, empty, O, L, m0, bh, S, SK, n_full, n_kv,
+                               qk_scale, BM, BN, D, CAUSAL, STAGES)
+        else:
+            consume(q, k, v, ready, empty, K, V, O, L, m0, bh, kvh, S, SK, n_full, n_kv,
+                    qk_scale, BM, BN, D, CAUSAL, STAGES, True)
+
+
+def attention(q, k, v, causal: bool = False, sm_scale: float | None = None, **config):
+    """q: (B, H, S, D), k and v: (B, H_kv, SK, D) with H a multiple of H_kv, fp16 or bf16.
+    Returns (o, lse): o a new contiguous (B, H, S, D) tensor of q's dtype, lse (B, H, S) fp32
+    (natural log). Causal masking is top-left aligned (query i sees keys 0..i), as torch's.
+
+    Any strides are accepted: the kernels read rows of 2-D TMA descriptors over
+    `t.contiguous().view(-1, D)`, so an input that is not contiguous (e.g. the (B, S, H, D)
+    layout of LLMs, transposed to (B, H, S, D)) is first copied: one extra read and write of
+    that tensor in device memory, outside the kernel."""
+    if q.dim() != 4 or k.dim() != 4 or v.shape != k.shape:
+        raise ValueError(f"attention: q must be (B, H, S, D) and k, v (B, H_kv, SK, D) alike, "
+                         f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    B, H, S, D = q.shape
+    Hkv, SK = k.shape[1], k.shape[2]
+    if k.shape[0] != B or k.shape[3] != D or H % Hkv:
+        raise ValueError(f"attention: k and v {tuple(k.shape)} do not fit q {tuple(q.shape)} "
+                         "(same batch and head dim, H a multiple of H_kv)")
+    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.float16, torch.bfloat16):
+        raise TypeError(f"attention: q, k, v must all be fp16 or all bf16, got {q.dtype}, "
+                        f"{k.dtype}, {v.dtype}")
+    if SK == 0:
+        raise ValueError("attention: no keys (SK = 0): every softmax row would be empty")
+    # measured on an H100 (benchmarks/NOTES.md): for D=128 a producer warpgroup and two
+    # consumer warpgroups on 128 query rows, each overlapping P V with the next softmax;
+    # for D=64 one warpgroup on 64 rows, so several CTAs share an SM and one's softmax
+    # overlaps another's MMAs; for D=256 the producer and two plain consumers (registers)
+    cfg = dict(BM=128, BN=64, STAGES=2, num_warps=8, ws=True) if D > 128 else \
+        dict(BM=128, BN=128, STAGES=3, num_warps=8, ws=True, OVERLAP=True) if D > 64 else \
+        dict(BM=64, BN=128, STAGES=2, num_warps=4)
+    if "BM" in config:   # a whole config: nothing inherited from the default
+        cfg = dict(STAGES=2, num_warps=4 if config["BM"] == 64 else 8)
+    cfg.update(config)
+    ws = cfg.pop("ws", False)  # producer warpgroup + consumers (kit.warpgroup_id roles)
+    if not ws and cfg.pop("OVERLAP", False):
+        raise ValueError("attention: OVERLAP needs the warp-specialized kernel (ws=True)")
+    scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)
+    if not scale > 0:
+        raise ValueError(f"attention: the softmax scale must be positive, got {scale}")
+    q2, k2, v2 = (_rows(t, D) for t in (q, k, v))
+    o = torch.empty((B, H, S, D), device=q.device, dtype=q.dtype)   # contiguous, as written
+    lse = torch.empty((B, H, S), device=q.device, dtype=torch.float32)
+    if o.numel() == 0:
+        return o, lse
+    grid = (kit.cdiv(S, cfg["BM"]), B * H)
+    if ws:
+        cfg["num_warps"] = cfg["num_warps"] + 4
+        attention_ws_kernel[grid](q2, k2, v2, o, lse, S, SK, H, H // Hkv,
+                                  scale * 1.4426950408889634, D=D, CAUSAL=causal,
+                                  CONSUMERS=cfg["num_warps"] // 4 - 1, **cfg)
+    else:
+        attention_kernel[grid](q2, k2, v2, o, lse, S, SK, H, H // Hkv,
+                               scale * 1.4426950408889634, D=D, CAUSAL=causal, **cfg)
+    return o, lse
+
+
+def _rows(t, D):
+    """t as (rows, D) for a TMA descriptor: contiguous (a copy unless it already is) and
+    16-byte aligned (a contiguous view at an odd offset is copied too)."""
+    t = t.contiguous()
+    if t.data_ptr() % 16:
+        t = t.clone()
+    return t.view(-1, D)

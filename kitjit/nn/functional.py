@@ -1,0 +1,122 @@
+"""torch.nn.functional's attention, on kitjit's Hopper kernels where they cover the call.
+
+`scaled_dot_product_attention` has torch's signature and semantics. Calls the kernels do not
+cover run through torch's own implementation, with one `KitjitFallbackWarning` per distinct
+reason (per process): never a silently different result.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+
+from .attention import attention
+
+__all__ = ["KitjitFallbackWarning", "scaled_dot_product_attention", "sdpa"]
+
+HEAD_DIMS = (64, 128, 256)
+DTYPES = (torch.float16, torch.bfloat16)
+
+
+class KitjitFallbackWarning(UserWarning):
+    """A kitjit.nn call ran torch's implementation because no kitjit kernel covers it."""
+
+
+_warned: set[str] = set()   # reasons already warned about in this process
+
+
+def _warn_once(reason: str) -> None:
+    if reason not in _warned:
+        _warned.add(reason)
+        warnings.warn(f"kitjit.nn.functional.scaled_dot_product_attention: {reason}; running "
+                      "torch.nn.functional.scaled_dot_product_attention instead",
+                      KitjitFallbackWarning, stacklevel=3)
+
+
+def _interpreting() -> bool:
+    from ..jit import _env_flag
+
+    return _env_flag("KITJIT_INTERPRET")
+
+
+def _fallback_reasons(query, key, value, attn_mask, dropout_p, scale, enable_gqa) -> list[str]:
+    """Why the kitjit kernel cannot run this call (empty: it can). Shapes torch rejects
+    also land here; torch then raises its own error."""
+    why = []
+    if attn_mask is not None:
+        why.append("attn_mask is not supported by the kitjit kernel")
+    if dropout_p != 0.0:
+        why.append("dropout_p > 0 is not supported by the kitjit kernel")
+    ts = (query, key, value)
+    if not all(isinstance(t, torch.Tensor) for t in ts) or any(t.is_nested for t in ts):
+        return [*why, "inputs that are not plain tensors"]
+    if not (query.dtype == key.dtype == value.dtype) or query.dtype not in DTYPES:
+        why.append(f"dtype {query.dtype} (the kernel takes fp16 and bf16)")
+    if torch.is_grad_enabled() and any(t.requires_grad for t in ts):
+        why.append("inputs that require grad (the kernel has no backward yet)")
+    if scale is not None and not scale > 0:
+        why.append("a softmax scale that is not positive")
+    dev = query.device
+    if key.device != dev or value.device != dev:
+        why.append("inputs on different devices")
+    elif dev.type == "cuda":
+        if torch.cuda.get_device_capability(dev) != (9, 0):
+            why.append("a GPU other than Hopper (sm_90)")
+    elif dev.type != "cpu" or not _interpreting():
+        why.append(f"{dev.type} tensors (the kernels run on Hopper GPUs; KITJIT_INTERPRET=1 "
+                   "runs them on CPU tensors in the interpreter)")
+    if not (query.dim() == key.dim() == value.dim() >= 3) \
+            or not (query.shape[:-3] == key.shape[:-3] == value.shape[:-3]) \
+            or key.shape != value.shape or query.shape[-1] != key.shape[-1]:
+        why.append("shapes other than (..., H, L, E) queries with (..., H_kv, S, E) keys and "
+                   "values of the same leading dims")
+        return why
+    E, Hq, Hkv = query.shape[-1], query.shape[-3], key.shape[-3]
+    if E not in HEAD_DIMS:
+        why.append(f"head dim {E} (the kernel takes {', '.join(map(str, HEAD_DIMS))})")
+    # torch broadcasts a single K/V head; other head counts need enable_gqa (else it raises)
+    if Hkv == 0 or Hq % Hkv or not (Hq == Hkv or Hkv == 1 or enable_gqa):
+        why.append(f"{Hq} query heads with {Hkv} key/value heads")
+    return why
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None, enable_gqa=False):
+    """torch.nn.functional.scaled_dot_product_attention, forward only.
+
+    query (..., H, L, E), key and value (..., H_kv, S, E) with H_kv == H, or H_kv dividing H
+    when enable_gqa=True (torch's rule; H_kv == 1 broadcasts). `is_causal` is top-left
+    aligned as in torch: query i sees keys 0..i, also when L != S (so one query against a KV
+    cache sees key 0 only: decoding passes is_causal=False). The result has torch's shape and
+    values, in a new contiguous tensor.
+
+    The kitjit kernel runs for fp16/bf16 inputs with head dim 64, 128 or 256, no attn_mask,
+    dropout_p == 0, no input requiring grad, on a Hopper GPU (or on CPU tensors under
+    KITJIT_INTERPRET=1). Inputs that are not contiguous, such as the (B, L, H, E) layout of
+    LLMs transposed to (B, H, L, E), are copied to contiguous first (the kernels read rows
+    through 2-D TMA descriptors): one extra read and write of each such tensor. Everything
+    else runs through torch's own implementation with a KitjitFallbackWarning per reason.
+
+    No keys (S == 0): zeros (the empty sum over keys; torch's CPU kernel leaves that output
+    uninitialized).
+    """
+    why = _fallback_reasons(query, key, value, attn_mask, dropout_p, scale, enable_gqa)
+    if why:
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+            scale=scale, enable_gqa=enable_gqa)   # raises torch's error for bad calls
+        for reason in why:
+            _warn_once(reason)
+        return torch.zeros_like(out) if out.numel() and key.shape[-2] == 0 else out
+    if key.shape[-2] == 0:
+        return query.new_zeros(query.shape)
+    lead = query.shape[:-3]
+    B = math.prod(lead)
+    q, k, v = (t.reshape(B, *t.shape[-3:]) for t in (query, key, value))
+    o, _ = attention(q, k, v, causal=bool(is_causal), sm_scale=scale)
+    return o.view(query.shape)
+
+
+sdpa = scaled_dot_product_attention
