@@ -25,6 +25,13 @@ store      ptr, value [, mask]            has_mask                              
 reduce     a                              kind in REDUCE_KINDS, axis                 a minus axis
 dot        a [M,K], b [K,N], acc [M,N]    -                                          acc's type
 convert_layout a                          - (same shape and dtype, other layout)     tile
+permute    a                              dims (result dim i is a's dim dims[i])     tile
+reshape    a                              - (result shape; row-major order kept)     tile
+join       a, b (same type)               -                                          [..., 2]
+split      a [..., 2]                     -                                          2 tiles
+cat        a, b (same type)               - (along dim 0)                            [2n, ...]
+flip       a                              dim                                        tile
+gather     src, index(int)                axis                                       index's shape
 for        lb, ub, step, *init            - ; region 0: args (iv, *carried), ends in yield   carried
 if         cond(i1 scalar)                - ; regions then/else, each ends in yield  yielded
 yield      *values                        -                                          -
@@ -72,3 +79,4 @@ declare("tma", "smem_alloc", "smem_index", "smem_trans", "tma_load", "tma_store"
         "mbar_wait", "mbar_arrive", "barrier", "warpgroup_id", "setmaxnreg")
 declare("control", "for", "if")
 declare("control", "yield", made_by="frontend/codegen (the end of a for/if region)")
+declare("shape", "permute", "reshape", "join", "split", "cat", "flip", "gather")
