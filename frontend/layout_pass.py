@@ -6,6 +6,10 @@ layout, highest rank first:
   - a class holding a `dot` accumulator gets the mma accumulator layout (an anchor);
   - a class that is the result of a reduction, or the operand of `expand_dims`, is a slice
     of its parent's layout (so `x - kit.max(x, 1)[:, None]` needs no data movement);
+  - the result of a shape op that relabels coordinates (permute, reshape, join, split, cat)
+    takes its operand's layout relabeled (kitjit/ir/layouts.py: Permuted, ...), so each
+    thread keeps its elements and the op moves no data; flip keeps its operand's layout and
+    gather its index's;
   - any other class gets a coalesced blocked layout, 16 bytes per thread along the last dim
     for the widest element the class loads or stores.
 Where two demands disagree, an explicit `convert_layout` op goes in (through shared memory

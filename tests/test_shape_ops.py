@@ -392,3 +392,68 @@ def test_sass(kernel, sig, consts, regs):
         assert any(o.startswith("SHFL.BFLY") for o in ops), summary
     if kernel == "trans_dot":
         assert any(o.startswith("HMMA") for o in ops), summary
+
+
+# ============================================================================ layouts
+def _thread_coord(lin, lane, warp):
+    c = [0] * lin.rank
+    for k, v in enumerate(lin.lane):
+        if lane >> k & 1:
+            c = [a ^ b for a, b in zip(c, v)]
+    for k, v in enumerate(lin.warp):
+        if warp >> k & 1:
+            c = [a ^ b for a, b in zip(c, v)]
+    return tuple(c)
+
+
+@pytest.mark.parametrize("parent", ["blocked", "mma"])
+@pytest.mark.parametrize("case", ["permute", "reshape", "join", "split0", "split1", "cat"])
+def test_relabeled_layouts_keep_each_threads_elements(parent, case):
+    """The register path of backend/lower/shape.py, thread by thread without a GPU: with the
+    layout the layout pass gives the result (kitjit/ir/layouts.py), every result register of
+    every thread names a register of the same thread that holds that very element."""
+    from kitjit.backend.lower.shape import ShapeLowering
+
+    from kitjit.ir.layouts import (
+        Halved,
+        Joined,
+        Mma,
+        Permuted,
+        Reshaped,
+        Stacked,
+        default_blocked,
+        reshape_coord,
+    )
+
+    shape = (32, 16)
+    L = default_blocked(shape, 4, 4) if parent == "blocked" else Mma(2, 2)
+    if case == "permute":
+        R, rshape = Permuted(L, (1, 0)), (16, 32)
+        pick = lambda c: (0, (c[1], c[0]))  # noqa: E731
+    elif case == "reshape":
+        R, rshape = Reshaped(L, shape), (4, 8, 16)
+        pick = lambda c: (0, reshape_coord(c, rshape, shape))  # noqa: E731
+    elif case == "join":
+        R, rshape = Joined(L), shape + (2,)
+        pick = lambda c: (c[-1], c[:-1])  # noqa: E731
+    elif case == "cat":
+        R, rshape = Stacked(L), (64, 16)
+        pick = lambda c: (c[0] // 32, (c[0] % 32, c[1]))  # noqa: E731
+    else:  # split: the operand is a join's result, [32, 16, 2]
+        k = int(case[-1])
+        L, shape = Joined(L), shape + (2,)
+        R, rshape = Halved(L), shape[:-1]
+        pick = lambda c: (0, c + (k,))  # noqa: E731
+    ls, ld = L.to_linear(shape), R.to_linear(rshape)
+    lin = (lambda c: (0, c + (0,))) if case.startswith("split") else None
+    srcs = [[(j, i) for i in range(ls.nregs)] for j in range(2)]
+    regs = ShapeLowering.in_registers(None, srcs, ls, ld, pick, lin)
+    assert regs is not None, f"{case} of {parent} would go through shared memory"
+    sreg, dreg = ls.reg_coords(), ld.reg_coords()
+    for warp in range(4):
+        for lane in range(32):
+            ts, td = _thread_coord(ls, lane, warp), _thread_coord(ld, lane, warp)
+            for c, (j, i) in zip(dreg, regs):
+                want = pick(tuple(a ^ b for a, b in zip(c, td)))
+                have = (j, tuple(a ^ b for a, b in zip(sreg[i], ts)))
+                assert have == want, (lane, warp, c)
