@@ -128,6 +128,10 @@ class AxisAnalysis:
             return Info(tuple(c), tuple(d), tuple(k))
         if n == "convert_layout":
             return ins[0]
+        if n == "permute":  # the facts of each dim move with it
+            a, dims = ins[0], op.attrs["dims"]
+            return Info(tuple(a.contig[d] for d in dims), tuple(a.div[d] for d in dims),
+                        tuple(a.const[d] for d in dims))
         if n in ("add", "sub", "addptr"):
             a, b = ins
             e = 1

@@ -6,6 +6,10 @@ layout, highest rank first:
   - a class holding a `dot` accumulator gets the mma accumulator layout (an anchor);
   - a class that is the result of a reduction, or the operand of `expand_dims`, is a slice
     of its parent's layout (so `x - kit.max(x, 1)[:, None]` needs no data movement);
+  - the result of a shape op that relabels coordinates (permute, reshape, join, split, cat)
+    takes its operand's layout relabeled (kitjit/ir/layouts.py: Permuted, ...), so each
+    thread keeps its elements and the op moves no data; flip keeps its operand's layout and
+    gather its index's;
   - any other class gets a coalesced blocked layout, 16 bytes per thread along the last dim
     for the widest element the class loads or stores.
 Where two demands disagree, an explicit `convert_layout` op goes in (through shared memory
@@ -21,9 +25,14 @@ from kitjit.ir import ops as O
 from kitjit.ir.core import Block, Function, Op, Value
 from kitjit.ir.layouts import (
     DotOperand,
+    Halved,
+    Joined,
     Layout,
     Mma,
+    Permuted,
+    Reshaped,
     Slice,
+    Stacked,
     default_blocked,
     mma_layout,
     shared_layout,
@@ -58,6 +67,7 @@ def infer_layouts(fn: Function) -> Function:
     values: dict[int, Value] = {}
     slice_edges: list[tuple[str, Op]] = []  # ('reduce'|'expand', op)
     dots: list[Op] = []
+    relabels: list[Op] = []  # shape ops whose result layout derives from the operand's
 
     def see(v: Value):
         if not v.type.is_scalar and not v.type.is_shared and not v.dtype.name == "tmadesc":
@@ -97,6 +107,15 @@ def infer_layouts(fn: Function) -> Function:
                 same(op.operands)
             elif n == "expand_dims":
                 slice_edges.append(("expand", op))
+            elif n in _RELABEL:
+                if n in ("join", "cat"):
+                    same(op.operands)
+                elif n == "gather":
+                    same([op.operands[1], op.result])
+                elif n == "flip":
+                    same(op.operands + op.results)
+                if n not in ("gather", "flip"):
+                    relabels.append(op)
             elif n in ("dot", "wgmma"):
                 same([op.operands[2], op.result])
                 dots.append(op)
@@ -169,17 +188,46 @@ def infer_layouts(fn: Function) -> Function:
     for w in wants.values():
         w.sort(key=lambda t: t[2] != "reduce")
 
-    for c in sorted(classes, key=lambda c: -len(classes[c][0].shape)):
-        if c in layout:
-            continue
+    # results of relabeling shape ops, by class: [(operand class, layout maker)]
+    derives: dict[int, list[tuple[int, object]]] = {}
+    for op in relabels:
+        src = cls(op.operands[0])
+        for r in op.results:
+            derives.setdefault(cls(r), []).append((src, _relabeled(op)))
+
+    def derived(c: int) -> Layout | None:
+        for src, make in derives.get(c, []):
+            if src in layout:
+                return make(layout[src])
         for parent, axis, _kind in wants.get(c, []):
             if parent in layout:
-                layout[c] = Slice(layout[parent], axis)
-                break
-        else:
-            vec = 16 // elem_bytes.get(c, 4)
-            layout[c] = default_blocked(max_shape(c), _pow2_warps(class_warps(c), classes[c]),
-                                        vec)
+                return Slice(layout[parent], axis)
+        return None
+
+    def waits(c: int) -> bool:
+        return any(src not in layout for src, _ in derives.get(c, [])) or \
+            any(parent not in layout for parent, _, _ in wants.get(c, []))
+
+    def blocked(c: int) -> Layout:
+        vec = 16 // elem_bytes.get(c, 4)
+        return default_blocked(max_shape(c), _pow2_warps(class_warps(c), classes[c]), vec)
+
+    # highest rank first; a class derived from one not laid out yet waits for it (without
+    # shape ops that relabel, every parent is laid out first and nothing waits)
+    pending = [c for c in sorted(classes, key=lambda c: -len(classes[c][0].shape))
+               if c not in layout]
+    while pending:
+        rest = []
+        for c in pending:
+            lay = derived(c)
+            if lay is None and waits(c):
+                rest.append(c)
+                continue
+            layout[c] = lay if lay is not None else blocked(c)
+        if len(rest) == len(pending):  # a cycle (a loop-carried relabeling): break it
+            layout[rest[0]] = blocked(rest[0])
+            rest = rest[1:]
+        pending = rest
 
     for c, vs in classes.items():
         for v in vs:
@@ -194,6 +242,25 @@ def infer_layouts(fn: Function) -> Function:
                 dataclasses.replace(lay, transposed=not lay.transposed) if lay else None)
     _insert_conversions(fn.body, fn)
     return fn
+
+
+# Shape ops whose result takes its operand's layout relabeled (kitjit/ir/layouts.py), so
+# each thread keeps its elements; flip keeps the layout (the same class), gather takes the
+# index's.
+_RELABEL = frozenset({"permute", "reshape", "join", "split", "cat", "flip", "gather"})
+
+
+def _relabeled(op: Op):
+    n = op.name
+    if n == "permute":
+        return lambda lay: Permuted(lay, op.attrs["dims"])
+    if n == "reshape":
+        return lambda lay: Reshaped(lay, op.operands[0].shape)
+    if n == "join":
+        return Joined
+    if n == "split":
+        return Halved
+    return Stacked  # cat
 
 
 def _pow2_warps(nw: int, vals) -> int:

@@ -28,6 +28,9 @@ _CMPOPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq
            ast.NotEq: "ne"}
 _PY_CMP = {"lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
            "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b}
+# Triton's tensor methods of the shape family (x.trans(), x.reshape(...), ...)
+_SHAPE_METHODS = frozenset({"trans", "permute", "reshape", "view", "ravel", "split",
+                            "expand_dims", "flip", "gather"})
 _SAFE_PY_BUILTINS = {"range", "min", "max", "float", "int", "bool", "len", "abs", "isinstance",
                      "tuple", "list", "print", "enumerate", "zip", "round", "pow", "divmod",
                      "True", "False", "None", "ValueError", "TypeError", "AssertionError"}
@@ -204,14 +207,14 @@ class ExpressionsMixin:
             if attr in ("to", "cast"):
                 return _Method(self, base, "to")
             if attr in ("sum", "max", "min", "argmax", "argmin", "exp", "exp2", "log", "log2",
-                        "sqrt", "abs", "sigmoid", "broadcast_to"):
+                        "sqrt", "abs", "sigmoid", "broadcast_to") or \
+                    attr in _SHAPE_METHODS and not base.type.is_shared:
                 return _Method(self, base, attr)
             if attr == "T":
+                self.at(node)
                 if base.type.is_shared:
-                    self.at(node)
                     return self.b.smem_trans(base)
-                raise self.err(node, "transposes of register tiles are not supported yet",
-                               "shared tiles have .T (a view, for kit.mma's b operand)")
+                return self.b.permute(base, (1, 0), "x.T")  # as Triton: 2-d tiles only
             raise self.err(node, f"a tile has no attribute '{attr}'",
                            "tiles have .dtype, .shape and .to(dtype)")
         try:

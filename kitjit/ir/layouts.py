@@ -309,3 +309,127 @@ def shared_layout(shape: tuple[int, ...], dtype) -> SharedLayout | None:
         if row_bytes >= sw:
             return SharedLayout(sw, sw // dtype.itemsize)
     return SharedLayout(0, shape[1])
+
+
+# ------------------------------------------------------------------ layouts of shape ops
+# The result of a shape op that only relabels coordinates (permute, reshape, join, split,
+# cat) takes its operand's layout with every basis vector relabeled: each thread keeps the
+# elements it had, so the op moves no data (backend/lower/shape.py checks this and falls
+# back to shared memory where a result ends up in another layout).
+def row_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides = [1] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        strides[d] = strides[d + 1] * shape[d + 1]
+    return tuple(strides)
+
+
+def reshape_coord(c: Coord, src: tuple[int, ...], dst: tuple[int, ...]) -> Coord:
+    """The coordinate in `dst` of the element at `c` in `src`, both row-major."""
+    flat = sum(x * s for x, s in zip(c, row_major_strides(src)))
+    return tuple(flat // s % n for s, n in zip(row_major_strides(dst), dst))
+
+
+def _mapped(shape, p: LinearLayout, f, extra_reg: tuple[Coord, ...] = (),
+            first_reg: tuple[Coord, ...] = ()) -> LinearLayout:
+    return _finish(shape, list(first_reg) + [f(b) for b in p.reg] + list(extra_reg),
+                   [f(b) for b in p.lane], [f(b) for b in p.warp])
+
+
+@dataclass(frozen=True)
+class Permuted(Layout):
+    """`kit.permute(x, dims)` of a `parent`-laid-out x: result dim i is x's dim dims[i]."""
+
+    parent: Layout
+    dims: tuple[int, ...]
+
+    @property
+    def num_warps(self) -> int:
+        return self.parent.num_warps
+
+    def _linear(self, shape):
+        src = [0] * len(shape)
+        for i, d in enumerate(self.dims):
+            src[d] = shape[i]
+        p = self.parent.to_linear(tuple(src))
+        return _mapped(shape, p, lambda b: tuple(b[d] for d in self.dims))
+
+    def __str__(self):
+        return f"#permuted<{list(self.dims)}, {self.parent}>"
+
+
+@dataclass(frozen=True)
+class Reshaped(Layout):
+    """`kit.reshape(x, shape)` (row-major) of a `parent`-laid-out x of shape `src`."""
+
+    parent: Layout
+    src: tuple[int, ...]
+
+    @property
+    def num_warps(self) -> int:
+        return self.parent.num_warps
+
+    def _linear(self, shape):
+        p = self.parent.to_linear(self.src)
+        return _mapped(shape, p, lambda b: reshape_coord(b, self.src, shape))
+
+    def __str__(self):
+        return f"#reshaped<from [{','.join(map(str, self.src))}], {self.parent}>"
+
+
+@dataclass(frozen=True)
+class Joined(Layout):
+    """`kit.join(a, b)` of `parent`-laid-out a and b: the new last dim of size 2 is the
+    fastest register bit, so each thread holds a's and b's element side by side."""
+
+    parent: Layout
+
+    @property
+    def num_warps(self) -> int:
+        return self.parent.num_warps
+
+    def _linear(self, shape):
+        p = self.parent.to_linear(shape[:-1])
+        return _mapped(shape, p, lambda b: b + (0,),
+                       first_reg=(axis_vec(len(shape), len(shape) - 1, 1),))
+
+    def __str__(self):
+        return f"#joined<{self.parent}>"
+
+
+@dataclass(frozen=True)
+class Halved(Layout):
+    """Each result of `kit.split(x)` of a `parent`-laid-out x: x's layout without its last
+    dim of size 2 (where that dim sat on lanes or warps, those threads now hold copies)."""
+
+    parent: Layout
+
+    @property
+    def num_warps(self) -> int:
+        return self.parent.num_warps
+
+    def _linear(self, shape):
+        p = self.parent.to_linear(tuple(shape) + (2,))
+        return _mapped(shape, p, lambda b: b[:-1])
+
+    def __str__(self):
+        return f"#halved<{self.parent}>"
+
+
+@dataclass(frozen=True)
+class Stacked(Layout):
+    """`kit.cat(a, b)` of `parent`-laid-out a and b: the top bit of dim 0 (which input) is the
+    slowest register bit, so each thread holds a's elements and then b's."""
+
+    parent: Layout
+
+    @property
+    def num_warps(self) -> int:
+        return self.parent.num_warps
+
+    def _linear(self, shape):
+        half = (shape[0] // 2,) + tuple(shape[1:])
+        p = self.parent.to_linear(half)
+        return _mapped(shape, p, lambda b: b, extra_reg=(axis_vec(len(shape), 0, half[0]),))
+
+    def __str__(self):
+        return f"#stacked<{self.parent}>"

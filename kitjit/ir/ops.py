@@ -31,6 +31,13 @@ sort       x                              descending, k (the top k kept, <= the 
 histogram  x(int) [, mask]                num_bins, has_mask                         i32 [num_bins]
 dot        a [M,K], b [K,N], acc [M,N]    -                                          acc's type
 convert_layout a                          - (same shape and dtype, other layout)     tile
+permute    a                              dims (result dim i is a's dim dims[i])     tile
+reshape    a                              - (result shape; row-major order kept)     tile
+join       a, b (same type)               -                                          [..., 2]
+split      a [..., 2]                     -                                          2 tiles
+cat        a, b (same type)               - (along dim 0)                            [2n, ...]
+flip       a                              dim                                        tile
+gather     src, index(int)                axis                                       index's shape
 for        lb, ub, step, *init            - ; region 0: args (iv, *carried), ends in yield   carried
 if         cond(i1 scalar)                - ; regions then/else, each ends in yield  yielded
 yield      *values                        -                                          -
@@ -79,3 +86,4 @@ declare("tma", "smem_alloc", "smem_index", "smem_trans", "tma_load", "tma_store"
         "mbar_wait", "mbar_arrive", "barrier", "warpgroup_id", "setmaxnreg")
 declare("control", "for", "if")
 declare("control", "yield", made_by="frontend/codegen (the end of a for/if region)")
+declare("shape", "permute", "reshape", "join", "split", "cat", "flip", "gather")
