@@ -84,7 +84,8 @@ def infer_layouts(fn: Function) -> Function:
             for v in op.operands:
                 see(v)
             n = op.name
-            if n in O.ELEMENTWISE or n in ("broadcast", "load", "store"):
+            if n in O.ELEMENTWISE or n in ("broadcast", "load", "store", "atomic_rmw",
+                                             "atomic_cas", "umulhi"):
                 same(op.operands + op.results)
             elif n == "reduce" and not op.result.type.is_scalar:
                 slice_edges.append(("reduce", op))
