@@ -226,15 +226,13 @@ def _compile(kernel, sig, consts):
     ("fp32", "add", "acq_rel", "gpu", "atom.global.acq_rel.gpu.add.f32",
      "ATOMG.E.ADD.F32.FTZ.RN.STRONG.GPU"),
     ("fp32", "max", "relaxed", "cta", "atom.global.relaxed.cta.max.s32", "ATOMG.E.MAX.S32"),
-    ("fp16", "add", "acq_rel", "gpu", "atom.global.acq_rel.gpu.add.noftz.f16", "ATOMG"),
     ("bf16", "add", "acq_rel", "gpu", "atom.global.acq_rel.gpu.add.noftz.bf16", "ATOMG"),
     ("i64", "xchg", "release", "sys", "atom.global.release.sys.exch.b64",
      "ATOMG.E.EXCH.64.STRONG.SYS"),
-    ("u32", "min", "acquire", "gpu", "atom.global.acquire.gpu.min.u32", "ATOMG.E.MIN"),
 ])
 def test_sass_atomics(dt, kind, sem, scope, ptx, sass):
     sig = [f"*{dt}:16"] * 3 + ["*i32:16", "i32"]
-    text, ops = _compile("rmw_kernel", sig, dict(KIND=kind, SEM=sem, SCOPE=scope, BLOCK=256))
+    text, ops = _compile("rmw_kernel", sig, dict(KIND=kind, SEM=sem, SCOPE=scope, BLOCK=128))
     assert ptx in text
     assert any(o.startswith(sass) for o in ops), ops
     if kind == "max":  # Triton's float trick: a signed max and an unsigned min
