@@ -94,7 +94,8 @@ def infer_layouts(fn: Function) -> Function:
             for v in op.operands:
                 see(v)
             n = op.name
-            if n in O.ELEMENTWISE or n in ("broadcast", "load", "store"):
+            if n in O.ELEMENTWISE or n in ("broadcast", "load", "store", "atomic_rmw",
+                                             "atomic_cas", "umulhi"):
                 same(op.operands + op.results)
             elif n in ("reduce", "reduce_combine"):
                 same(op.operands)

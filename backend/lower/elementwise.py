@@ -151,3 +151,16 @@ class ElementwiseLowering(LoweringBase):
         p, o = self.get(op.operands[0]), self.get(op.operands[1])
         et = mem_type(op.result.dtype.element_ty)
         self.set(op.result, [self.b.gep(x, [y], source_etype=et) for x, y in zip(p, o)])
+
+    @lowering("umulhi")
+    def op_umulhi(self, op: Op) -> None:
+        """zext, multiply, take the high half: NVPTX selects mul.hi.u32 / mul.hi.u64."""
+        b = self.b
+        t = llvm_type(op.result.dtype)
+        w = ir.IntType(2 * t.width)
+        sh = ir.Constant(w, t.width)
+
+        def f(x, y):
+            return b.trunc(b.lshr(b.mul(b.zext(x, w), b.zext(y, w)), sh), t)
+        a, c = self.get(op.operands[0]), self.get(op.operands[1])
+        self.set(op.result, [f(x, y) for x, y in zip(a, c)])

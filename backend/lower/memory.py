@@ -1,4 +1,4 @@
-"""The `memory` family: load and store through tiles of global pointers.
+"""The `memory` family: load and store through tiles of global pointers, and atomics.
 
 `access_plan`/`run_and_width` choose the vector width from the layout and the axis
 analysis (contiguity, alignment, mask constancy); `widen_store` swaps register and lane bits
@@ -16,7 +16,7 @@ from kitjit.ir.registry import lowering
 from kitjit.ir.types import DType
 
 from ..axis_info import vector_width
-from ..nvvm import I8, I16, I32, VOID, asm, mem_type
+from ..nvvm import I8, I16, I32, VOID, asm, llvm_type, mem_type
 from .base import LoweringBase, _lin
 
 
@@ -294,3 +294,121 @@ class MemoryLowering(LoweringBase):
             cons.append("b")
         asm(self.b, VOID, f"{pred}st.global{vec}.{width} [$0], {ins};",
             ",".join(cons) + ",~{memory}", args)
+
+    # ------------------------------------------------------------------ atomics
+    @lowering("atomic_rmw", "atomic_cas")
+    def op_atomic(self, op: Op) -> None:
+        """One predicated `atom.global.<sem>.<scope>.<op>.<type>` per element, in the one
+        thread of each group of copies (a broadcast layout holds an element in several);
+        when the old values are used and copies exist, the owner hands them on through
+        shared memory. Masked-off lanes return 0."""
+        cas = op.name == "atomic_cas"
+        ptrv = op.operands[0]
+        dt = op.result.dtype
+        ptrs = self.get(ptrv)
+        if cas:
+            cmps, vals, masks = self.get(op.operands[1]), self.get(op.operands[2]), None
+        else:
+            cmps, vals = None, self.get(op.operands[1])
+            masks = self.get(op.operands[2]) if op.attrs.get("has_mask") else None
+        lin = _lin(ptrv.type)
+        dup = self.thread0() if lin is None else self.duplicate_pred(lin)
+        b = self.b
+        sem, scope = op.attrs["sem"], op.attrs["scope"]
+        old = []
+        for i, p in enumerate(ptrs):
+            m = masks[i] if masks is not None else None
+            if dup is not None:
+                m = dup if m is None else b.and_(m, dup)
+            if cas:
+                old.append(self.atom(f"cas.b{dt.bits}", dt, p, [cmps[i], vals[i]], m, sem,
+                                     scope))
+            else:
+                old.append(self.atom_rmw(op.attrs["kind"], dt, p, vals[i], m, sem, scope))
+        if dup is not None and self.result_used(op):
+            old = self.from_owner(old, ptrv.type, lin, dup, dt)
+        self.set(op.result, old)
+
+    def atom_rmw(self, kind: str, dt: DType, p, v, m, sem: str, scope: str):
+        b = self.b
+        if kind in ("max", "min") and dt.is_floating():
+            # Triton's trick: signed max (min) on the bits where v's sign bit is clear,
+            # unsigned min (max) where it is set
+            n = dt.bits
+            it = ir.IntType(n)
+            bits = b.bitcast(v, it)
+            neg = b.icmp_signed("<", bits, ir.Constant(it, 0))
+            pos = b.xor(neg, ir.Constant(ir.IntType(1), 1))
+            other = "min" if kind == "max" else "max"
+            mp = pos if m is None else b.and_(m, pos)
+            mn = neg if m is None else b.and_(m, neg)
+            rp = self.atom(f"{kind}.s{n}", None, p, [bits], mp, sem, scope, it)
+            rn = self.atom(f"{other}.u{n}", None, p, [bits], mn, sem, scope, it)
+            return b.bitcast(b.select(neg, rn, rp), llvm_type(dt))
+        if kind == "add":
+            suffix = {"fp16": "noftz.f16", "bf16": "noftz.bf16", "fp32": "f32",
+                      "fp64": "f64"}.get(dt.name, f"u{dt.bits}")
+        elif kind in ("max", "min"):
+            suffix = f"{'s' if dt.is_int_signed() else 'u'}{dt.bits}"
+        else:
+            suffix = f"b{dt.bits}"
+        name = "exch" if kind == "xchg" else kind
+        return self.atom(f"{name}.{suffix}", dt, p, [v], m, sem, scope)
+
+    def atom(self, what: str, dt: DType | None, p, args: list, m, sem: str, scope: str,
+             t: ir.Type | None = None):
+        """`@m atom.global.<sem>.<scope>.<what> $0, [p], args...`; 0 where m is false."""
+        t = t or llvm_type(dt)
+        w = _width(t)
+        it = ir.IntType(w)                  # float operands travel in bit registers
+        b = self.b
+        args = [x if x.type == it else b.bitcast(x, it) for x in args]
+        reg = {16: "h", 32: "r", 64: "l"}[w]
+        ins = ", ".join(f"${i + 2}" for i in range(len(args)))
+        pred = f"@${len(args) + 2} " if m is not None else ""
+        text = f"mov.b{w} $0, 0; {pred}atom.global.{sem}.{scope}.{what} $0, [$1], {ins};"
+        cons = [f"={reg}", "l"] + [reg] * len(args) + (["b"] if m is not None else [])
+        ops = [p, *args] + ([m] if m is not None else [])
+        r = asm(b, it, text, ",".join(cons) + ",~{memory}", ops)
+        return r if t == it else b.bitcast(r, t)
+
+    def result_used(self, op: Op) -> bool:
+        used = getattr(self, "_used", None)
+        if used is None:
+            used = self._used = {v.id for o in self.fn.walk() for v in o.operands}
+        return op.result.id in used
+
+    def from_owner(self, vals: list, t, lin, dup, dt: DType) -> list:
+        """Every copy of an element gets the value its owner thread (`dup`) holds: the owners
+        write them at their row-major place in shared memory, then all threads read."""
+        b = self.b
+        e = dt.itemsize
+        mt = mem_type(dt)
+        shape = t.shape
+        strides = [1] * len(shape)
+        for d in range(len(shape) - 2, -1, -1):
+            strides[d] = strides[d + 1] * shape[d + 1]
+        self.need_smem(max(1, t.numel) * e)
+        base = self.thread_index(lin, strides) if lin is not None else self.c32(0)
+        coords = lin.reg_coords() if lin is not None else [()]
+        ptrs = []
+        self.sync()
+        with b.if_then(dup):
+            for c, v in zip(coords, vals):
+                off = sum(x * s for x, s in zip(c, strides))
+                p = self.smem_ptr(b.add(base, self.c32(off)), e)
+                ptrs.append(p)
+                b.store(v, p)
+        self.sync()
+        out = []
+        for c in coords:
+            off = sum(x * s for x, s in zip(c, strides))
+            out.append(b.load(self.smem_ptr(b.add(base, self.c32(off)), e), typ=mt))
+        self.sync()
+        return out
+
+
+def _width(t: ir.Type) -> int:
+    if isinstance(t, ir.IntType):
+        return t.width
+    return {"half": 16, "bfloat": 16, "float": 32, "double": 64}[str(t)]

@@ -134,6 +134,16 @@ class ElementwiseOps:
             return x
         return self.emit1(opname, [x], x.type)
 
+    @typing_rule("umulhi")
+    def umulhi(self, x: Any, y: Any) -> Value:
+        if not isinstance(x, Value) and not isinstance(y, Value):
+            x = self.to_value(x)
+        x, y = self.binary_operands(x, y, "umulhi")
+        if x.dtype.name not in ("i32", "u32", "i64", "u64"):
+            raise self.error(f"kit.umulhi needs int32, uint32, int64 or uint64 operands, got "
+                             f"{x.dtype}", "convert with .to(kit.uint32)")
+        return self.emit1("umulhi", [x, y], x.type)
+
     @typing_rule("select")
     def where(self, cond: Any, x: Any, y: Any) -> Value:
         if not isinstance(cond, Value):
@@ -206,3 +216,8 @@ def _fold_math(cg, node, name, x):
         return fns[name](x)
     except Exception as e:
         raise cg.err(node, f"kit.{name}({x!r}) failed at compile time: {e}") from None
+
+
+@call_rule("umulhi", lambda x, y: None)
+def _umulhi(c: Call) -> Any:
+    return c.b.umulhi(c["x"], c["y"])

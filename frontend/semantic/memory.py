@@ -1,15 +1,16 @@
-"""Memory ops: kit.load and kit.store through tiles of pointers, with masks.
+"""Memory ops: kit.load and kit.store through tiles of pointers, with masks, and atomics.
 
-Call rules: kit.load, kit.store.
+Call rules: kit.load, kit.store, kit.atomic_{add,max,min,and,or,xor,xchg}, kit.atomic_cas.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from kitjit.ir import ops as O
 from kitjit.ir.core import Value
 from kitjit.ir.registry import typing_rule
-from kitjit.ir.types import TileType, int1
+from kitjit.ir.types import DType, TileType, int1
 
 from .base import _describe
 from .call_rules import Call, call_rule
@@ -57,6 +58,66 @@ class MemoryOps:
             operands.append(self.broadcast_to(mask, shape))
         self.emit("store", operands, [], {"has_mask": mask is not None})
 
+    # ---------------------------------------------------------------- atomics
+    @typing_rule("atomic_rmw")
+    def atomic_rmw(self, kind: str, ptr: Any, val: Any, mask: Any = None, sem: Any = None,
+                   scope: Any = None) -> Value:
+        """kit.atomic_<kind>: checks the element type as Triton does (fp16/bf16 only add;
+        no 8/16-bit ints), casts `val` to it and broadcasts pointer, value and mask."""
+        what = f"kit.atomic_{kind}"
+        elem = self._atomic_ptr(ptr, what)
+        ok = elem.name in ("i32", "u32", "i64", "u64")
+        if kind == "add":
+            ok = ok or elem.is_floating()
+        elif kind in ("max", "min", "xchg"):
+            ok = ok or elem.name in ("fp32", "fp64")
+        if not ok:
+            raise self.error(f"{what} does not support {elem}",
+                             "atomics take 32/64-bit ints; add also fp16/bf16/fp32/fp64, "
+                             "max/min/xchg also fp32/fp64")
+        val = self.cast(val, elem) if isinstance(val, Value) else self.constant(val, elem)
+        shape = self.broadcast_shapes(ptr.shape, val.shape)
+        if mask is not None:
+            mask = self._mask(mask)
+            shape = self.broadcast_shapes(shape, mask.shape)
+        operands = [self.broadcast_to(ptr, shape), self.broadcast_to(val, shape)]
+        if mask is not None:
+            operands.append(self.broadcast_to(mask, shape))
+        attrs = {"kind": kind, "has_mask": mask is not None, **self._atomic_order(sem, scope,
+                                                                                  what)}
+        return self.emit1("atomic_rmw", operands, TileType(elem, shape), attrs)
+
+    @typing_rule("atomic_cas")
+    def atomic_cas(self, ptr: Any, cmp: Any, val: Any, sem: Any = None,
+                   scope: Any = None) -> Value:
+        elem = self._atomic_ptr(ptr, "kit.atomic_cas")
+        if elem.name not in ("i32", "u32", "i64", "u64", "fp32", "fp64"):
+            raise self.error(f"kit.atomic_cas does not support {elem} yet",
+                             "compare-and-swap takes 32/64-bit ints and floats")
+        cmp = self.cast(cmp, elem) if isinstance(cmp, Value) else self.constant(cmp, elem)
+        val = self.cast(val, elem) if isinstance(val, Value) else self.constant(val, elem)
+        shape = self.broadcast_shapes(self.broadcast_shapes(ptr.shape, cmp.shape), val.shape)
+        operands = [self.broadcast_to(v, shape) for v in (ptr, cmp, val)]
+        return self.emit1("atomic_cas", operands, TileType(elem, shape),
+                          self._atomic_order(sem, scope, "kit.atomic_cas"))
+
+    def _atomic_ptr(self, ptr: Any, what: str) -> DType:
+        if not isinstance(ptr, Value) or not ptr.dtype.is_ptr():
+            raise self.error(f"{what} needs a pointer or a tile of pointers, got "
+                             f"{_describe(ptr)}", "pass a tensor argument plus offsets")
+        return ptr.dtype.element_ty
+
+    def _atomic_order(self, sem: Any, scope: Any, what: str) -> dict:
+        sem = "acq_rel" if sem is None else sem
+        scope = "gpu" if scope is None else scope
+        if sem not in O.ATOMIC_SEMS:
+            raise self.error(f"{what}: sem must be one of {', '.join(map(repr, O.ATOMIC_SEMS))}"
+                             f", got {_describe(sem)}")
+        if scope not in O.ATOMIC_SCOPES:
+            raise self.error(f"{what}: scope must be one of "
+                             f"{', '.join(map(repr, O.ATOMIC_SCOPES))}, got {_describe(scope)}")
+        return {"sem": sem, "scope": scope}
+
     def _mask(self, mask: Any) -> Value:
         if isinstance(mask, bool):
             mask = self.constant(mask, int1)
@@ -78,3 +139,18 @@ def _load(c: Call) -> Any:
            eviction_policy=None: None)
 def _store(c: Call) -> Any:
     return c.b.store(c["pointer"], c["value"], c["mask"])
+
+
+@call_rule(tuple(f"atomic_{k}" for k in sorted(O.ATOMIC_KINDS)),
+           lambda pointer, val, mask=None, sem=None, scope=None: None)
+def _atomic_rmw(c: Call) -> Any:
+    return c.b.atomic_rmw(c.name.removeprefix("atomic_"), c["pointer"], c["val"], c["mask"],
+                          c.const("sem", "a constant string"),
+                          c.const("scope", "a constant string"))
+
+
+@call_rule("atomic_cas", lambda pointer, cmp, val, sem=None, scope=None: None)
+def _atomic_cas(c: Call) -> Any:
+    return c.b.atomic_cas(c["pointer"], c["cmp"], c["val"],
+                          c.const("sem", "a constant string"),
+                          c.const("scope", "a constant string"))

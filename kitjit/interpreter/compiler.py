@@ -29,7 +29,8 @@ Handler = Callable[[Env], None]
 # Shared memory is per program, so its allocation and everything touching it stay put too.
 _NOT_HOISTABLE = frozenset({"load", "store", "program_id", "for", "if", "yield", "smem_alloc",
                             "smem_index", "smem_trans", "tma_load", "tma_store", "mbar_wait",
-                            "mbar_arrive", "setmaxnreg", "barrier", "wgmma"})
+                            "mbar_arrive", "setmaxnreg", "barrier", "wgmma",
+                            "atomic_rmw", "atomic_cas"})
 
 
 # ----------------------------------------------------------------------------- pure ops

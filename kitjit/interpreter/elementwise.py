@@ -198,3 +198,30 @@ def select(op: Op, ctx: _Ctx) -> Callable:
 def addptr(op: Op, ctx: _Ctx) -> Callable:
     size = np.int64(op.result.dtype.element_ty.itemsize)
     return lambda p, o: p + np.asarray(o).astype(np.int64) * size
+
+
+def _umulhi64(a, b):
+    """High 64 bits of the unsigned 128-bit product, from 32-bit halves (exact in uint64)."""
+    m = np.uint64(0xFFFFFFFF)
+    s = np.uint64(32)
+    a0, a1, b0, b1 = a & m, a >> s, b & m, b >> s
+    lo = a0 * b0
+    mid1 = a1 * b0 + (lo >> s)
+    mid2 = a0 * b1 + (mid1 & m)
+    return a1 * b1 + (mid1 >> s) + (mid2 >> s)
+
+
+@semantics("umulhi")
+@pure
+def umulhi(op: Op, ctx: _Ctx) -> Callable:
+    """Unsigned whatever the signedness (Triton's tt.mulhiui): the bits are read as uint."""
+    dt = op.result.dtype
+    nd = _np(dt)
+    if dt.bits == 32:
+        def f(a, b):
+            p = np.asarray(a).astype(np.uint32).astype(np.uint64) * \
+                np.asarray(b).astype(np.uint32).astype(np.uint64)
+            return (p >> np.uint64(32)).astype(np.uint32).astype(nd)
+        return f
+    return lambda a, b: _umulhi64(np.asarray(a).astype(np.uint64),
+                                  np.asarray(b).astype(np.uint64)).astype(nd)

@@ -1,6 +1,14 @@
 """Global memory: the interpreter's copies of the tensor arguments (`_Memory`, which maps
 byte addresses to them and names the nearest argument when an access misses), the tensors
-behind TMA descriptors (`_TmaTensor`), and the semantics of the memory family (load, store)."""
+behind TMA descriptors (`_TmaTensor`), and the semantics of the memory family (load, store,
+atomics).
+
+Atomics are plain read-modify-writes (programs run one at a time). The lanes of one atomic
+apply in row-major lane order, so lanes that hit one address all contribute and each gets
+the value the lanes before it left. An atomic that changes nothing, run again by the same
+program with nothing written in between, is a spin: after `SPIN_LIMIT` of them in a row it
+raises DeadlockError (a lock that only another program could release: that program runs
+after this one here, so the kernel would hang)."""
 
 from __future__ import annotations
 
@@ -13,8 +21,8 @@ from kitjit.ir.core import Function, Op
 from kitjit.ir.registry import semantics
 from kitjit.ir.types import DType, bfloat16, from_torch, tma_desc
 
-from .errors import OutOfBoundsError, _lane, _where
-from .numeric import _bf16_bits, _mem_np, _np, _scalar_arg
+from .errors import DeadlockError, OutOfBoundsError, _lane, _where
+from .numeric import _bf16_bits, _mem_np, _np, _scalar_arg, round_bf16
 
 if TYPE_CHECKING:
     from .compiler import Env, Handler, _Compiler
@@ -155,6 +163,8 @@ class _Memory:
         for buf, sp in spans.values():
             buf.restrict(sp)
         self.bufs.sort(key=lambda b: b.base)
+        self.version = 0  # bumped by every write: a spin sees whether anything moved
+        self.spins: dict[int, tuple[int, tuple, int]] = {}
         self.bases = np.array([b.base for b in self.bufs], dtype=np.int64)
 
     def _locate_tensor(self, a: Any) -> tuple[_Buffer, int]:
@@ -305,6 +315,7 @@ class _Memory:
         for b, idx, sel in self.locate(addrs, mdt, "store", ctx, op, lanes):
             b.view(mdt)[idx] = vals if sel is None else vals[sel]
             b.written = True
+        self.version += 1
 
 
 # ----------------------------------------------------------------------------- load, store
@@ -387,3 +398,164 @@ def store(comp: _Compiler, op: Op) -> Handler:
                 return
         mem.store(addrs, conv(vals), mdt, ctx, op, None)
     return store
+
+
+# ----------------------------------------------------------------------------- atomics
+SPIN_LIMIT = 4096  # atomics in a row that change nothing, with no write in between
+
+
+def _ftz32(x: np.ndarray) -> np.ndarray:
+    """fp32 subnormals to sign-preserving zero (what `atom.add.f32` does to its inputs and
+    its result)."""
+    return np.where(np.abs(x) < np.float32(2.0 ** -126), np.copysign(np.float32(0), x), x)
+
+
+def _rmw_fn(kind: str, dt: DType):
+    """(memory dtype the op works on, f(old, val) -> new) on raw memory values."""
+    mdt = _mem_np(dt)
+    if kind == "xchg":
+        return mdt, lambda old, v: v
+    if kind in ("and", "or", "xor"):
+        return mdt, {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}[kind]
+    if kind == "add":
+        if dt is bfloat16:
+            def add_bf16(old, v):
+                a = (old.astype(np.uint32) << np.uint32(16)).view(np.float32)
+                b = (v.astype(np.uint32) << np.uint32(16)).view(np.float32)
+                r = a.astype(np.float64) + b.astype(np.float64)
+                return (_bf16_bits(round_bf16(r)) >> np.uint32(16)).astype(np.uint16)
+            return mdt, add_bf16
+        if dt.name == "fp32":
+            return mdt, lambda old, v: _ftz32(_ftz32(old) + _ftz32(v))
+        return mdt, np.add
+    if dt.is_floating():  # Triton's trick: signed max/min on the bits of values >= +0,
+        bits = dt.bits    # unsigned min/max on the bits of those with the sign bit set
+        it, ut = np.dtype(f"int{bits}"), np.dtype(f"uint{bits}")
+        pos_f, neg_f = (np.maximum, np.minimum) if kind == "max" else (np.minimum, np.maximum)
+
+        def fminmax(old, v):
+            neg = v.view(ut) >> ut.type(bits - 1) != 0
+            p = pos_f(old.view(it), v.view(it))
+            n = neg_f(old.view(ut), v.view(ut))
+            return np.where(neg, n.view(it), p).view(mdt)
+        return mdt, fminmax
+    return mdt, np.maximum if kind == "max" else np.minimum
+
+
+def _rounds(idx: np.ndarray) -> tuple[np.ndarray, int]:
+    """For each lane, how many earlier lanes hit its address (lanes apply in that order)."""
+    order = np.argsort(idx, kind="stable")
+    s = idx[order]
+    start = np.r_[0, np.flatnonzero(s[1:] != s[:-1]) + 1]
+    rank_sorted = np.arange(s.size) - np.repeat(start, np.diff(np.r_[start, s.size]))
+    rank = np.empty_like(rank_sorted)
+    rank[order] = rank_sorted
+    return rank, int(rank_sorted.max()) + 1 if s.size else 0
+
+
+def _apply(mem: _Memory, parts, vals: np.ndarray, cmps: np.ndarray | None, f, mdt,
+           old_out: np.ndarray) -> bool:
+    """Read-modify-write the lanes of `parts` in lane order; the old values go to `old_out`
+    (raw memory values); True when memory changed."""
+    changed = False
+    for b, idx, sel in parts:
+        view = b.view(mdt)
+        lanes = np.arange(vals.size) if sel is None else np.flatnonzero(sel)
+        rank, n = _rounds(idx)
+        for r in range(n):
+            pick = rank == r if n > 1 else slice(None)
+            i, ln = idx[pick], lanes[pick]
+            old = view[i].copy()
+            if cmps is None:
+                new = np.asarray(f(old, vals[ln]), mdt)
+            else:
+                hit = old.view(f"u{mdt.itemsize}") == cmps[ln].view(f"u{mdt.itemsize}")
+                new = np.where(hit, vals[ln], old)
+            old_out[ln] = old
+            if (new.view(f"u{mdt.itemsize}") != old.view(f"u{mdt.itemsize}")).any():
+                view[i] = new
+                b.written = changed = True
+    return changed
+
+
+def _atomic(comp: _Compiler, op: Op, cas: bool) -> Handler:
+    mem, ctx = comp.mem, comp.ctx
+    dt = op.result.dtype
+    if cas:
+        mdt, f = _mem_np(dt), None
+    else:
+        mdt, f = _rmw_fn(op.attrs["kind"], dt)
+    if dt is bfloat16:
+        def to_mem(v):
+            return (_bf16_bits(v) >> np.uint32(16)).astype(np.uint16)
+
+        def from_mem(raw):
+            return (raw.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    else:
+        def to_mem(v):
+            return np.asarray(v, mdt)
+
+        def from_mem(raw):
+            return raw
+    ids = [v.id for v in op.operands]
+    p_id = ids[0]
+    c_id, v_id = (ids[1], ids[2]) if cas else (None, ids[1])
+    m_id = ids[2] if not cas and op.attrs.get("has_mask") else None
+    shape = op.result.shape
+    r = op.result.id
+    n = int(np.prod(shape)) if shape else 1
+    key = id(op)
+    what = "atomic_cas" if cas else f"atomic_{op.attrs['kind']}"
+
+    def atomic(env: Env) -> None:
+        addrs = np.asarray(env[p_id]).reshape(-1)
+        vals = to_mem(np.broadcast_to(env[v_id], shape).reshape(-1))
+        cmps = to_mem(np.broadcast_to(env[c_id], shape).reshape(-1)) if cas else None
+        ctx.shape, ctx.lanes_total = shape, n
+        old = np.zeros(n, mdt)
+        lanes = None
+        if m_id is not None:
+            mask = np.asarray(env[m_id]).reshape(-1)
+            if not mask.all():
+                lanes = np.flatnonzero(mask)
+        changed = False
+        if lanes is None:
+            changed = _apply(mem, mem.locate(addrs, mdt, what, ctx, op, None), vals, cmps,
+                             f, mdt, old)
+        elif lanes.size:
+            sub = np.zeros(lanes.size, mdt)
+            changed = _apply(mem, mem.locate(addrs[lanes], mdt, what, ctx, op, lanes),
+                             vals[lanes], None if cmps is None else cmps[lanes], f, mdt, sub)
+            old[lanes] = sub
+        if changed:
+            mem.version += 1
+            mem.spins.pop(key, None)
+        else:
+            _spin(mem, ctx, op, key, what)
+        out = from_mem(old).reshape(shape)
+        env[r] = out if shape else out[()]
+    return atomic
+
+
+def _spin(mem: _Memory, ctx: _Ctx, op: Op, key: int, what: str) -> None:
+    last = mem.spins.get(key)
+    count = last[2] + 1 if last is not None and last[:2] == (mem.version, ctx.pid) else 1
+    mem.spins[key] = (mem.version, ctx.pid, count)
+    if count >= SPIN_LIMIT:
+        raise DeadlockError(
+            f"{_where(op, ctx, 'spin that cannot make progress')}\n"
+            f"kit.{what} changed nothing {count} times in a row with nothing else written in "
+            "between: the program waits for a value that only another program could write "
+            "(a lock held by a program that has not run or will not release it). The "
+            "interpreter runs programs one at a time, so it would wait forever; on the GPU "
+            "this deadlocks whenever the other program cannot run at the same time.")
+
+
+@semantics("atomic_rmw")
+def atomic_rmw(comp: _Compiler, op: Op) -> Handler:
+    return _atomic(comp, op, cas=False)
+
+
+@semantics("atomic_cas")
+def atomic_cas(comp: _Compiler, op: Op) -> Handler:
+    return _atomic(comp, op, cas=True)

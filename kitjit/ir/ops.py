@@ -22,6 +22,9 @@ select     cond, a, b                     -                                     
 addptr     ptr, offset(int)               - (offset counts elements)                 ptr
 load       ptr [, mask [, other]]         has_mask, has_other                        element
 store      ptr, value [, mask]            has_mask                                   -
+atomic_rmw ptr, val [, mask]              kind in ATOMIC_KINDS, sem, scope, has_mask old values
+atomic_cas ptr, cmp, val                  sem, scope                                 old values
+umulhi     a, b (ints)                    - (high half of the 2N-bit product)        same type
 reduce     a                              kind in REDUCE_KINDS, axis                 a minus axis
 reduce_combine *xs (same shape)           axis; region 0: 2N scalar args (lhs, rhs)  xs minus axis
                                           ends in yield of N (the combine_fn)
@@ -61,6 +64,12 @@ UNARY = frozenset({
 FLOAT_MATH = frozenset({"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos",
                         "sigmoid", "floor", "ceil"})
 
+# kit.atomic_<kind>; float max/min use Triton's trick on the bits (see frontend/semantic/
+# atomics.py). The memory orders and scopes of atomics, Triton's spelling.
+ATOMIC_KINDS = frozenset({"add", "max", "min", "and", "or", "xor", "xchg"})
+ATOMIC_SEMS = ("acq_rel", "acquire", "release", "relaxed")
+ATOMIC_SCOPES = ("gpu", "cta", "sys")
+
 CMP_PREDS = frozenset({"lt", "le", "gt", "ge", "eq", "ne"})
 
 REDUCE_KINDS = frozenset({"sum", "max", "min", "argmax", "argmin"})
@@ -87,3 +96,5 @@ declare("tma", "smem_alloc", "smem_index", "smem_trans", "tma_load", "tma_store"
 declare("control", "for", "if")
 declare("control", "yield", made_by="frontend/codegen (the end of a for/if region)")
 declare("shape", "permute", "reshape", "join", "split", "cat", "flip", "gather")
+declare("memory", "atomic_rmw", "atomic_cas")
+declare("elementwise", "umulhi")

@@ -39,10 +39,24 @@ from .core import next_power_of_2  # noqa: F401
 
 globals().update(BUILTINS)  # every marker is kit.<name>
 
+from . import random  # noqa: E402  (@kit.jit functions over the markers above)
+from .random import (  # noqa: E402,F401
+    pair_uniform_to_normal,
+    philox,
+    philox_impl,
+    rand,
+    rand4x,
+    randint,
+    randint4x,
+    randn,
+    randn4x,
+    uint_to_uniform_float,
+)
+
 __all__ = [
     "constexpr", "static_range", "range", "next_power_of_2", "builtin", "BUILTINS", "dtype",
     "pointer_type",
     "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
     "uint8", "uint16", "uint32", "uint64", "int1", "bool_",
-    *BUILTINS,
+    *BUILTINS, *random.RANDOM,
 ]

@@ -84,3 +84,10 @@ def ceil(x):
 @builtin
 def cast(x, dtype):
     """Convert to `dtype` (same as `x.to(dtype)`)."""
+
+
+@builtin
+def umulhi(x, y):
+    """The high N bits of the 2N-bit product of N-bit integers x and y (int32, uint32,
+    int64, uint64). The product is unsigned whatever the signedness, as Triton's
+    `tt.mulhiui` (`mul.hi.u32`/`.u64`): the bits of int32 inputs read as uint32."""

@@ -13,3 +13,57 @@ def load(pointer, mask=None, other=None):
 @builtin
 def store(pointer, value, mask=None):
     """Store a tile through a tile of pointers; masked-off lanes are not written."""
+
+
+# ----------------------------------------------------------------------------- atomics
+# Each returns the values memory held before (masked-off lanes: 0). `sem` is the memory
+# order ("acq_rel" by default, "acquire", "release", "relaxed"), `scope` who it orders against
+# ("gpu" by default, "cta", "sys"). Lanes of one tile that hit the same address all apply,
+# in row-major lane order in the interpreter (the GPU picks some order).
+
+@builtin
+def atomic_add(pointer, val, mask=None, sem=None, scope=None):
+    """`*pointer += val` atomically; fp16, bf16, fp32, fp64, int32, uint32, int64, uint64.
+    fp32 adds flush subnormal inputs and results to zero (PTX `atom.add.f32`); fp16/bf16
+    adds do not (`.noftz`)."""
+
+
+@builtin
+def atomic_max(pointer, val, mask=None, sem=None, scope=None):
+    """`*pointer = max(*pointer, val)` atomically; 32/64-bit ints and fp32/fp64. Floats use
+    Triton's integer trick: a value with a clear sign bit is a signed max on the bits, one
+    with the sign bit set an unsigned min; so -0.0 < +0.0, a +NaN wins and a -NaN loses."""
+
+
+@builtin
+def atomic_min(pointer, val, mask=None, sem=None, scope=None):
+    """`*pointer = min(*pointer, val)` atomically; as atomic_max (a -NaN wins, a +NaN
+    loses)."""
+
+
+@builtin
+def atomic_and(pointer, val, mask=None, sem=None, scope=None):
+    """`*pointer &= val` atomically; 32/64-bit ints."""
+
+
+@builtin
+def atomic_or(pointer, val, mask=None, sem=None, scope=None):
+    """`*pointer |= val` atomically; 32/64-bit ints."""
+
+
+@builtin
+def atomic_xor(pointer, val, mask=None, sem=None, scope=None):
+    """`*pointer ^= val` atomically; 32/64-bit ints."""
+
+
+@builtin
+def atomic_xchg(pointer, val, mask=None, sem=None, scope=None):
+    """`*pointer = val` atomically, returning the old value; 32/64-bit ints and floats."""
+
+
+@builtin
+def atomic_cas(pointer, cmp, val, sem=None, scope=None):
+    """Where `*pointer == cmp` (bitwise), `*pointer = val`; returns the old value either way.
+    32/64-bit ints and floats. In the interpreter, which runs programs one at a time, a
+    compare-and-swap that keeps failing with nothing else written in between (a spin on a
+    lock that only a later program could release) raises DeadlockError."""
