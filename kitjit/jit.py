@@ -137,7 +137,12 @@ class JITFunction:
         self.params = list(sig.parameters)
         self.constexprs = [n for n, p in sig.parameters.items() if _is_constexpr(p.annotation)]
         self.runtime_params = [n for n in self.params if n not in self.constexprs]
+        self._defaults = {n: p.default for n, p in sig.parameters.items()
+                          if p.default is not p.empty}
         self._launch = _make_runner(self, sig)
+        from .torch_ops import register_kernel
+
+        self._op_name = register_kernel(self)
 
     # -------------------------------------------------------------- source
     @property
@@ -170,6 +175,10 @@ class JITFunction:
                            "calls without one work only inside other @kit.jit functions")
 
     def __getitem__(self, grid):
+        if _is_compiling():  # traced by torch.compile: one opaque op in the graph
+            from .torch_ops import traced_launch
+
+            return functools.partial(traced_launch, self, grid)
         # grid bound positionally: calling a partial then merges no keyword dicts
         return functools.partial(self._launch, grid)
 
@@ -682,6 +691,15 @@ def _capturing() -> bool:
         return bool(torch.cuda.is_current_stream_capturing())
     except Exception:  # no CUDA torch
         return False
+
+
+def _is_compiling() -> bool:
+    """torch.compiler.is_compiling (True while dynamo traces), bound on first use."""
+    global _is_compiling
+    import torch
+
+    _is_compiling = torch.compiler.is_compiling
+    return _is_compiling()
 
 
 def _torch_current_device() -> int:
