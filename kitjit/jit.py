@@ -693,13 +693,8 @@ def _capturing() -> bool:
         return False
 
 
-def _is_compiling() -> bool:
-    """torch.compiler.is_compiling (True while dynamo traces), bound on first use."""
-    global _is_compiling
-    import torch
-
-    _is_compiling = torch.compiler.is_compiling
-    return _is_compiling()
+def _is_compiling() -> bool:  # replaced by _make_runner (before any launch can be traced)
+    return False
 
 
 def _torch_current_device() -> int:
@@ -727,6 +722,10 @@ def _make_runner(jf: JITFunction, sig):
     of the tensors' device (ignored by the interpreter)."""
     import torch
 
+    global _is_compiling
+    # dynamo folds it to True while it traces (bound once here, never rebound while traced,
+    # which would be a guard failure); in eager code one trivial call (~1/3 of is_compiling)
+    _is_compiling = torch.compiler.is_dynamo_compiling
     params = []
     ns: dict[str, Any] = {"_kit_kp": _key_part, "_kit_get": jf.cache.get,
                           "_kit_miss": jf._miss, "_kit_T": torch.Tensor, "_kit_M": MISSING_ARG}
