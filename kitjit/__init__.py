@@ -45,6 +45,8 @@ from .autotune import Autotuner, Config, autotune  # noqa: E402
 from .jit import CompiledKernel, JITFunction, compile_aot, interpret_mode, jit  # noqa: E402
 from .language import *  # noqa: E402,F403
 from .language import __all__ as _lang_all  # noqa: E402
+from .torch_ops import custom_op  # noqa: E402
 
 __all__ = ["jit", "JITFunction", "CompiledKernel", "compile_aot", "interpret_mode",
-           "autotune", "Autotuner", "Config", "testing", "__version__", *_lang_all]
+           "autotune", "Autotuner", "Config", "custom_op", "testing", "__version__",
+           *_lang_all]

@@ -3,8 +3,10 @@
 Launch path (`kernel[grid](*args, **kw)`): bind the arguments (a generated function, so
 binding costs one Python call), build the specialization key from cheap facts (dtypes,
 16-byte alignment, device; ints equal to 1 or divisible by 16), look it up in an in-memory
-dict, fill the kernel's ctypes parameter block and call `cuLaunchKernel`. A miss compiles:
-frontend -> layouts -> LLVM -> PTX -> cubin, through the on-disk cache (`kitjit.cache`).
+dict, fill the kernel's ctypes parameter block (one per thread) and call `cuLaunchKernel` on
+the tensors' device and its current torch stream (or `stream=`). A miss compiles, once per key
+however many threads miss it together: frontend -> layouts -> LLVM -> PTX -> cubin, through
+the on-disk cache (`kitjit.cache`).
 Without a CUDA driver, or with KITJIT_INTERPRET=1, the same tile IR runs in the numpy
 interpreter instead.
 """
@@ -16,6 +18,7 @@ import functools
 import hashlib
 import os
 import sys
+import threading
 import time
 import warnings
 from typing import Any
@@ -49,7 +52,7 @@ def interpret_mode() -> bool:
 
 class CompiledKernel:
     """One specialization: every stage (`asm['tir' | 'llir' | 'ptx' | 'cubin']`), its
-    metadata, and its loaded function per device."""
+    metadata, its loaded function per device, and its parameter block per thread."""
 
     def __init__(self, name: str, asm: dict[str, Any], metadata: dict[str, Any]):
         self.name = name
@@ -61,7 +64,8 @@ class CompiledKernel:
         self.arg_kinds: list[str] = metadata["arg_kinds"]  # per runtime param, or "const"
         self.runtime_index = [i for i, k in enumerate(self.arg_kinds) if k != "const"]
         self.functions: dict[int, int] = {}
-        self._params = None
+        self._tls = threading.local()
+        self._load_lock = threading.Lock()
 
     @property
     def n_regs(self) -> int:
@@ -72,21 +76,42 @@ class CompiledKernel:
         return self.metadata.get("spills", 0)
 
     def function(self, device: int) -> int:
+        """The kernel's function handle on `device`, its module loaded there on first use
+        (once, also when several threads ask at the same time)."""
         f = self.functions.get(device)
         if f is None:
-            from .runtime import driver
+            with self._load_lock:
+                f = self.functions.get(device)
+                if f is None:
+                    from .runtime import driver
 
-            _, f = driver.load_function(self.asm["cubin"], self.name, self.shared, device)
-            self.functions[device] = f
+                    _, f = driver.load_function(self.asm["cubin"], self.name, self.shared,
+                                                device)
+                    self.functions[device] = f
         return f
 
     def params(self):
-        if self._params is None:
-            from .runtime.driver import ParamBlock
+        """The calling thread's parameter block (each thread fills its own, so concurrent
+        launches never carry each other's arguments)."""
+        try:
+            return self._tls.block
+        except AttributeError:
+            return self._new_params()
 
-            self._params = ParamBlock([self.arg_kinds[i] for i in self.runtime_index],
-                                      len(self.metadata.get("tma", [])))
-        return self._params
+    def _new_params(self):
+        from .runtime.driver import ParamBlock
+
+        block = ParamBlock([self.arg_kinds[i] for i in self.runtime_index],
+                           len(self.metadata.get("tma", [])))
+        self._tls.block = block
+        self._tls.fast = (block.struct, block.ptrs, block.address)
+        return block
+
+    def _fast_params(self):
+        """(struct, void* array, its address) of this thread's block: the launcher's miss
+        path (its hit path reads `_tls.fast` itself)."""
+        self._new_params()
+        return self._tls.fast
 
     def __repr__(self) -> str:
         return (f"<CompiledKernel {self.name} warps={self.num_warps} regs={self.n_regs} "
@@ -102,7 +127,8 @@ class JITFunction:
         functools.update_wrapper(self, fn)
         self._parsed = None
         self._dep_hash: str | None = None
-        self.cache: dict[tuple, CompiledKernel] = {}
+        self.cache: dict[tuple, Any] = {}  # specialization key -> launcher
+        self._miss_locks: dict[tuple, threading.Lock] = {}
         self._ir_cache: dict[tuple, Any] = {}
         self.do_not_specialize = set(do_not_specialize)
         import inspect
@@ -111,7 +137,12 @@ class JITFunction:
         self.params = list(sig.parameters)
         self.constexprs = [n for n, p in sig.parameters.items() if _is_constexpr(p.annotation)]
         self.runtime_params = [n for n in self.params if n not in self.constexprs]
+        self._defaults = {n: p.default for n, p in sig.parameters.items()
+                          if p.default is not p.empty}
         self._launch = _make_runner(self, sig)
+        from .torch_ops import register_kernel
+
+        self._op_name = register_kernel(self)
 
     # -------------------------------------------------------------- source
     @property
@@ -144,6 +175,10 @@ class JITFunction:
                            "calls without one work only inside other @kit.jit functions")
 
     def __getitem__(self, grid):
+        if _is_compiling():  # traced by torch.compile: one opaque op in the graph
+            from .torch_ops import traced_launch
+
+            return functools.partial(traced_launch, self, grid)
         # grid bound positionally: calling a partial then merges no keyword dicts
         return functools.partial(self._launch, grid)
 
@@ -174,14 +209,20 @@ class JITFunction:
             raise ValueError(f"{self.__name__}: num_warps must be a power of two from 1 to "
                              f"32, or a whole number of warpgroups (12, 20, ...) for kernels "
                              f"split into roles; got {num_warps!r}")
-        if interpret_mode():
-            launcher = functools.partial(self._interpret_launch, consts, num_warps)
-        else:
-            device = next((a.get_device() for a in rt_args if hasattr(a, "data_ptr")), -1)
-            ck = self._compile_for_launch(rt_args, consts, num_warps, device)
-            launcher = _make_launcher(self, ck, device if device >= 0 else
-                                      _torch_current_device(), consts)
-        self.cache[key] = launcher
+        # one compile per key: threads missing the same key together wait for the first
+        with self._miss_locks.setdefault(key, threading.Lock()):
+            launcher = self.cache.get(key)
+            if launcher is not None:
+                return launcher
+            if interpret_mode():
+                launcher = functools.partial(self._interpret_launch, consts, num_warps)
+            else:
+                device = next((a.get_device() for a in rt_args if hasattr(a, "data_ptr")), -1)
+                with _first_launch_during_capture(self.__name__):
+                    ck = self._compile_for_launch(rt_args, consts, num_warps, device)
+                    launcher = _make_launcher(self, ck, device if device >= 0 else
+                                              _torch_current_device(), consts)
+            self.cache[key] = launcher
         return launcher
 
     def _compile_for_launch(self, rt_args, consts, num_warps, device) -> CompiledKernel:
@@ -367,7 +408,7 @@ def _key_part(a):
 
 
 _LAUNCH_TEMPLATE = """
-def launch(grid, {args}):
+def launch(grid, {args}, stream=None):
     if grid.__class__ is tuple and len(grid) == 1:
         g0 = grid[0]
         g1 = g2 = 1
@@ -377,9 +418,14 @@ def launch(grid, {args}):
         if g0 * g1 * g2 == 0 and _grid3((g0, g1, g2), _NAME):
             return _CK
         _grid3((g0, g1, g2), _NAME)
+    try:
+        _st, _ptrs, _addr = _TLS.fast
+    except AttributeError:
+        _st, _ptrs, _addr = _CK._fast_params()
 {sets}
     try:
-        r = _launch(_FN, g0, g1, g2, _THREADS, 1, 1, _SHARED, _stream(_DEV), _ADDR, 0)[0]
+        r = _launch(_FN, g0, g1, g2, _THREADS, 1, 1, _SHARED,
+                    _stream(_DEV) if stream is None else _handle(stream, _DEV), _addr, 0)[0]
     except TypeError:
         _grid3((g0, g1, g2), _NAME)
         raise
@@ -390,8 +436,10 @@ def launch(grid, {args}):
 
 
 def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tuple):
-    """A generated function that fills the kernel's parameter block from the arguments and
-    calls cuLaunchKernel: no loops, no dict lookups on the hot path."""
+    """A generated function that fills the calling thread's parameter block from the
+    arguments and calls cuLaunchKernel on `device` (its module loaded there, the stream that
+    device's current one unless `stream=` is given): no loops, no dict lookups on the hot
+    path; the thread's block is one attribute read of a threading.local."""
     from .runtime import driver
 
     block = ck.params()
@@ -400,9 +448,9 @@ def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tup
     values = [f"v{i}" for i in range(len(jf.runtime_params))]
     sets = []
     for j, i in enumerate(ck.runtime_index):  # v_i: a tensor's data pointer, or the value
-        sets.append(f"    _ST.{block.names[j]} = {values[i]}")
+        sets.append(f"    _st.{block.names[j]} = {values[i]}")
     for j, t in enumerate(ck.metadata.get("tma", [])):
-        sets.append(f"    _PTRS[{block.desc_base + j}] = _tmap({names[t['param']]}, "
+        sets.append(f"    _ptrs[{block.desc_base + j}] = _tmap({names[t['param']]}, "
                     f"{t['box'][0]}, {t['box'][1]}, {t['swizzle']}, '{t['dtype']}')")
     src = _LAUNCH_TEMPLATE.format(args=", ".join(names + values) or "*_",
                                   sets="\n".join(sets) or "    pass")
@@ -410,10 +458,10 @@ def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tup
         "_ONES": (1, 1, 1), "_grid3": _grid3, "_NAME": jf.__name__, "_CK": ck,
         "_META": dict(zip(jf.constexprs, consts),
                       num_warps=ck.num_warps),
-        "_ST": block.struct, "_launch": launch_fn, "_fail": driver.launch_failed,
+        "_TLS": ck._tls, "_launch": launch_fn, "_fail": driver.launch_failed,
         "_FN": wrap(ck.function(device)),
         "_THREADS": ck.threads, "_SHARED": ck.shared, "_stream": _stream_getter(),
-        "_DEV": device, "_ADDR": block.address, "_PTRS": block.ptrs,
+        "_DEV": device, "_handle": _stream_handle,
         "_tmap": driver.tensor_map, "_OK": driver.launch_ok(),
     }
     exec(src, ns)
@@ -620,6 +668,67 @@ def _stream_getter():
     return torch._C._cuda_getCurrentRawStream
 
 
+def _stream_handle(stream, device: int) -> int:
+    """The raw CUstream of a `stream=` launch option: a torch.cuda.Stream (or ExternalStream)
+    of the launch's device, or an int handle taken as it is (0 is the legacy default
+    stream)."""
+    if stream.__class__ is int:
+        return stream
+    handle = getattr(stream, "cuda_stream", None)
+    if not isinstance(handle, int) or isinstance(stream, bool):
+        raise TypeError(f"stream= takes a torch.cuda.Stream, an int handle or None, got "
+                        f"{type(stream).__name__}")
+    sdev = getattr(getattr(stream, "device", None), "index", None)
+    if sdev is not None and sdev != device:
+        raise ValueError(f"stream= is a stream of cuda:{sdev}, but the kernel runs on "
+                         f"cuda:{device} (where its tensors are)")
+    return handle
+
+
+class _first_launch_during_capture:
+    """Around a GPU miss (compile + module load): if a stream is being captured into a CUDA
+    graph, loading a module is forbidden in torch's (global) capture mode, so this thread
+    switches to the relaxed mode for the load; if the driver still refuses, one clear error
+    says to launch once before capturing."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.prev = None
+
+    def __enter__(self):
+        from .runtime import driver
+
+        if _capturing():
+            self.prev = driver.exchange_capture_mode(driver.CU_STREAM_CAPTURE_MODE_RELAXED)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        from .runtime import driver
+
+        if self.prev is not None:
+            driver.exchange_capture_mode(self.prev)
+        if exc_type is not None and issubclass(exc_type, driver.DriverError) and \
+                (self.prev is not None or "captur" in str(exc)):
+            raise RuntimeError(
+                f"kitjit: the first launch of {self.name} with these argument types came "
+                f"during CUDA graph capture, and loading the kernel failed there ({exc}); "
+                "launch once before capturing (a warm-up call outside the graph)") from exc
+        return False
+
+
+def _capturing() -> bool:
+    import torch
+
+    try:
+        return bool(torch.cuda.is_current_stream_capturing())
+    except Exception:  # no CUDA torch
+        return False
+
+
+def _is_compiling() -> bool:  # replaced by _make_runner (before any launch can be traced)
+    return False
+
+
 def _torch_current_device() -> int:
     import torch
 
@@ -637,18 +746,25 @@ def _is_constexpr(annotation) -> bool:
 
 
 def _make_runner(jf: JITFunction, sig):
-    """The generated launch entry `<kernel>(<params>, num_warps=4, num_stages=None, *, grid)`:
-    binds the call's arguments, builds the specialization key and launches, in one Python
-    frame (a TypeError from binding names the kernel and the parameter)."""
+    """The generated launch entry `<kernel>(grid, <params>, num_warps=4, num_stages=None,
+    stream=None)`: binds the call's arguments, builds the specialization key and launches, in
+    one Python frame (a TypeError from binding names the kernel and the parameter).
+
+    `stream`: a torch.cuda.Stream, a raw int CUstream, or None for the current torch stream
+    of the tensors' device (ignored by the interpreter)."""
     import torch
 
+    global _is_compiling
+    # dynamo folds it to True while it traces (bound once here, never rebound while traced,
+    # which would be a guard failure); in eager code one trivial call (~1/3 of is_compiling)
+    _is_compiling = torch.compiler.is_dynamo_compiling
     params = []
     ns: dict[str, Any] = {"_kit_kp": _key_part, "_kit_get": jf.cache.get,
                           "_kit_miss": jf._miss, "_kit_T": torch.Tensor, "_kit_M": MISSING_ARG}
     for i, (pname, p) in enumerate(sig.parameters.items()):
         if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY):
             raise TypeError(f"{jf.__name__}: kernels take plain parameters (no *args/**kwargs)")
-        if pname in ("num_warps", "num_stages", "grid") or pname.startswith("_kit_"):
+        if pname in ("num_warps", "num_stages", "stream", "grid") or pname.startswith("_kit_"):
             raise TypeError(f"{jf.__name__}: '{pname}' is reserved for launch options; "
                             "rename the parameter")
         if p.default is not p.empty:
@@ -665,21 +781,25 @@ def _make_runner(jf: JITFunction, sig):
         body += [f"    if {n}.__class__ is _kit_T:",
                  f"        _kit_v{i} = {n}.data_ptr()",
                  f"        _kit_k{i} = ({n}.get_device(), {n}.dtype, _kit_v{i} & 15 == 0)",
-                 "    else:",
+                 f"    elif {n}.__class__ is int or not isinstance({n}, _kit_T):",
                  f"        _kit_v{i} = {n}",
-                 f"        _kit_k{i} = _kit_kp({n})"]
+                 f"        _kit_k{i} = _kit_kp({n})",
+                 "    else:  # a Tensor subclass (nn.Parameter, ...): passed as a tensor",
+                 f"        _kit_v{i} = {n}.data_ptr()",
+                 f"        _kit_k{i} = ({n}.get_device(), {n}.dtype, _kit_v{i} & 15 == 0)"]
     parts = "".join(f", _kit_k{i}" for i in range(len(rt)))
     vals = "".join(f", _kit_v{i}" for i in range(len(rt)))
     args = ", ".join(rt)
     name = jf.__name__ if jf.__name__.isidentifier() else "kernel"
-    src = (f"def {name}(grid, {', '.join(params + ['num_warps=4', 'num_stages=None'])}):\n"
+    opts = ["num_warps=4", "num_stages=None", "stream=None"]
+    src = (f"def {name}(grid, {', '.join(params + opts)}):\n"
            + "".join(line + "\n" for line in body) +
            f"    _kit_key = ({consts}, num_warps{parts})\n"
            f"    _kit_l = _kit_get(_kit_key)\n"
            f"    if _kit_l is None:\n"
            f"        _kit_l = _kit_miss(_kit_key, ({args}{',' if len(rt) == 1 else ''}), "
            f"{consts}, num_warps)\n"
-           f"    return _kit_l(grid{', ' if rt else ''}{args}{vals})\n")
+           f"    return _kit_l(grid{', ' if rt else ''}{args}{vals}, stream)\n")
     exec(src, ns)
     return ns[name]
 

@@ -4,6 +4,7 @@
   tests never see each other's entries nor the user's ~/.cache/kitjit.
 - Tests marked `gpu` run only where `kitjit.testing.has_gpu()` (a CUDA device that torch and
   kitjit's driver can both use); everywhere else they are skipped.
+- Tests marked `multigpu` (as well as `gpu`) need two or more GPUs and skip with fewer.
 - Every other test runs kernels in the CPU interpreter (`KITJIT_INTERPRET=1`), also on a GPU
   machine, so the CPU suite means the same thing everywhere.
 """
@@ -21,10 +22,6 @@ def pytest_addoption(parser):
                      help="run the fuzz-marked tests for this many minutes (0: skip them)")
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "fuzz: long fuzzing runs (need --fuzz-minutes N)")
-
-
 @functools.cache
 def _gpu_available() -> bool:
     # Decided once, before any fixture sets KITJIT_INTERPRET (has_gpu() reads it).
@@ -38,6 +35,20 @@ def _gpu_available() -> bool:
         return False
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "multigpu: needs two or more GPUs (skipped with fewer)")
+    config.addinivalue_line("markers", "fuzz: long fuzzing runs (need --fuzz-minutes N)")
+
+
+@functools.cache
+def _gpu_count() -> int:
+    if not _gpu_available():
+        return 0
+    import torch
+
+    return torch.cuda.device_count()
+
+
 def pytest_collection_modifyitems(config, items):
     if any(item.get_closest_marker("gpu") for item in items) and not _gpu_available():
         skip = pytest.mark.skip(reason="needs an NVIDIA GPU usable by torch and kitjit "
@@ -45,6 +56,11 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if item.get_closest_marker("gpu"):
                 item.add_marker(skip)
+    if any(item.get_closest_marker("multigpu") for item in items) and _gpu_count() < 2:
+        skip2 = pytest.mark.skip(reason=f"needs 2 GPUs ({_gpu_count()} here)")
+        for item in items:
+            if item.get_closest_marker("multigpu"):
+                item.add_marker(skip2)
 
 
 @pytest.fixture(autouse=True)
@@ -53,7 +69,7 @@ def _kitjit_env(request, tmp_path, monkeypatch):
     cache = tmp_path / "kitjit-cache"
     monkeypatch.setenv("KITJIT_CACHE_DIR", str(cache))
     monkeypatch.delenv("KITJIT_CACHE_DISABLE", raising=False)
-    if request.node.get_closest_marker("gpu"):
+    if request.node.get_closest_marker("gpu") or request.node.get_closest_marker("multigpu"):
         monkeypatch.delenv("KITJIT_INTERPRET", raising=False)
     else:
         monkeypatch.setenv("KITJIT_INTERPRET", "1")

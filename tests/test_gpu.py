@@ -305,3 +305,110 @@ def test_launch_returns_the_compiled_kernel():
     assert md["arch"].startswith(f"sm_{major}{minor}")
     assert ".target sm_" in ck.asm["ptx"]
     gpu_close(y, torch.softmax(x.double(), 1), torch.bfloat16, "softmax 8x4096")
+
+
+# ============================================================================ launch path
+def test_stream_option_orders_after_the_side_stream():
+    """stream= (a torch.cuda.Stream, then its raw int handle) launches on that stream, not
+    the current one: the kernel must wait for the sleep and copy queued on it."""
+    m = E.example("vector_add")
+    n = 1 << 20
+    src, y = cuda_randn(n), cuda_randn(n)
+    for as_int in (False, True):
+        x = torch.zeros(n, device="cuda")
+        out = torch.full((n,), float("nan"), device="cuda")
+        torch.cuda.synchronize()
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s):
+            torch.cuda._sleep(50_000_000)
+            x.copy_(src)
+        m.add_kernel[(kit.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024,
+                                           stream=s.cuda_stream if as_int else s)
+        s.synchronize()
+        gpu_close(out, src.double() + y.double(), torch.float32, f"stream= int={as_int}")
+
+
+def test_first_launch_during_graph_capture():
+    """A kernel never launched before, first launched inside torch.cuda.graph: it compiles
+    and loads there (relaxed capture mode) and replays right; or, where the driver refuses,
+    the error says to launch once before capturing."""
+    @kit.jit
+    def scale_kernel(X, Out, n, BLOCK: kit.constexpr):
+        offs = kit.program_id(0) * BLOCK + kit.arange(0, BLOCK)
+        mask = offs < n
+        kit.store(Out + offs, kit.load(X + offs, mask=mask) * 3.0, mask=mask)
+
+    n = 10_007
+    x = cuda_randn(n)
+    out = torch.full((n,), float("nan"), device="cuda")
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(g):
+            scale_kernel[(kit.cdiv(n, 1024),)](x, out, n, BLOCK=1024)
+    except RuntimeError as e:
+        assert "launch once before capturing" in str(e)
+        return
+    for _ in range(2):
+        x.copy_(cuda_randn(n))
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        gpu_close(out, x.double() * 3, torch.float32, "first launched during capture")
+
+
+def test_threads_launch_concurrently():
+    import threading
+
+    m = E.example("vector_add")
+    n, n_threads, reps = 50_000, 8, 50
+    ins = [(cuda_randn(n), cuda_randn(n)) for _ in range(n_threads)]
+    outs = [torch.full((n,), float("nan"), device="cuda") for _ in range(n_threads)]
+    m.add_kernel.cache.clear()
+    barrier = threading.Barrier(n_threads)
+    errors = []
+
+    def work(t):
+        try:
+            barrier.wait()
+            for _ in range(reps):  # the first launch of every thread is a concurrent miss
+                m.add_kernel[(kit.cdiv(n, 1024),)](*ins[t], outs[t], n, BLOCK=1024)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(n_threads)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    assert len(m.add_kernel.cache) == 1
+    torch.cuda.synchronize()
+    for (x, y), out in zip(ins, outs):
+        gpu_close(out, x.double() + y.double(), torch.float32, "add from threads")
+
+
+@pytest.mark.multigpu
+def test_launch_on_another_device_than_the_current():
+    m = E.example("vector_add")
+    n = 100_003
+    assert torch.cuda.current_device() == 0
+    for dev in (1, 0, 1):
+        x = cuda_randn(n).to(f"cuda:{dev}")
+        y = cuda_randn(n).to(f"cuda:{dev}")
+        out = torch.full((n,), float("nan"), device=f"cuda:{dev}")
+        m.add_kernel[(kit.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
+        assert torch.cuda.current_device() == 0
+        torch.cuda.synchronize(dev)
+        ref = (x.double() + y.double())
+        assert out.device.index == dev
+        gpu_close(out, ref, torch.float32, f"add on cuda:{dev}")
+    with torch.cuda.device(1):  # a side stream of cuda:1 given explicitly
+        s = torch.cuda.Stream()
+    m.add_kernel[(kit.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024, stream=s)
+    s.synchronize()
+    with pytest.raises(ValueError, match="different devices"):
+        m.add_kernel[(1,)](x.to("cuda:0"), y, out, n, BLOCK=1024)
+    with pytest.raises(ValueError, match="stream of cuda:1"):
+        m.add_kernel[(1,)](x.to("cuda:0"), y.to("cuda:0"), out.to("cuda:0"), n, BLOCK=1024,
+                           stream=s)

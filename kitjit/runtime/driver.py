@@ -1,10 +1,13 @@
 """The CUDA driver through ctypes: load cubins, launch kernels.
 
 ctypes straight onto libcuda keeps the launch path to a handful of C calls: the parameter
-block (one ctypes struct per kernel, whose field addresses sit in a `void*[]`) is filled in
-place and `cuLaunchKernel` is called with its address, so a cached launch costs little more
-than the driver's own work. No GPU (no libcuda, or cuInit fails) is reported by
-`available()`, and the JIT falls back to the interpreter.
+block (one ctypes struct per kernel and thread, whose field addresses sit in a `void*[]`) is
+filled in place and `cuLaunchKernel` is called with its address, so a cached launch costs
+little more than the driver's own work. Modules are loaded into the primary context of the
+device they run on (pushed for the load, then popped: torch's current device is left alone);
+a CUfunction then launches in its own context whatever context is current. No GPU (no
+libcuda, or cuInit fails) is reported by `available()`, and the JIT falls back to the
+interpreter.
 """
 
 from __future__ import annotations
@@ -50,6 +53,9 @@ def _load() -> Any:
             "cuDeviceGetAttribute": [P(i), i, i],
             "cuCtxGetCurrent": [P(vp)],
             "cuCtxSetCurrent": [vp],
+            "cuCtxPushCurrent_v2": [vp],
+            "cuCtxPopCurrent_v2": [P(vp)],
+            "cuThreadExchangeStreamCaptureMode": [P(i)],
             "cuDevicePrimaryCtxRetain": [P(vp), i],
             "cuModuleLoadData": [P(vp), ctypes.c_char_p],
             "cuModuleGetFunction": [P(vp), vp, ctypes.c_char_p],
@@ -108,6 +114,62 @@ def ensure_context(device: int) -> None:
         check(lib.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
 
 
+_primary: dict[int, int] = {}
+
+
+def primary_context(device: int) -> int:
+    """`device`'s primary context (retained once per process: torch uses the same one)."""
+    ctx = _primary.get(device)
+    if ctx is None:
+        lib = _load()
+        c = ctypes.c_void_p()
+        check(lib.cuDevicePrimaryCtxRetain(ctypes.byref(c), device),
+              f"cuDevicePrimaryCtxRetain({device})")
+        ctx = _primary.setdefault(device, c.value)
+    return ctx
+
+
+class device_context:
+    """`with device_context(d):` makes device d's primary context current in this thread for
+    the block (pushed only if another one is current; none current: d's is set, as torch
+    would), and restores the previous one after."""
+
+    def __init__(self, device: int):
+        self.device = device
+        self.pushed = False
+
+    def __enter__(self):
+        lib = _load()
+        want = primary_context(self.device)
+        cur = ctypes.c_void_p()
+        check(lib.cuCtxGetCurrent(ctypes.byref(cur)), "cuCtxGetCurrent")
+        if not cur.value:
+            check(lib.cuCtxSetCurrent(want), "cuCtxSetCurrent")
+        elif cur.value != want:
+            check(lib.cuCtxPushCurrent_v2(want), "cuCtxPushCurrent")
+            self.pushed = True
+        return self
+
+    def __exit__(self, *exc):
+        if self.pushed:
+            old = ctypes.c_void_p()
+            check(_load().cuCtxPopCurrent_v2(ctypes.byref(old)), "cuCtxPopCurrent")
+        return False
+
+
+CU_STREAM_CAPTURE_MODE_RELAXED = 2
+
+
+def exchange_capture_mode(mode: int) -> int:
+    """Set this thread's stream-capture interaction mode (cuThreadExchangeStreamCaptureMode)
+    and return the previous one. RELAXED lets the thread load a module while some stream is
+    being captured into a CUDA graph (the global mode torch captures in forbids it)."""
+    m = ctypes.c_int(mode)
+    check(_load().cuThreadExchangeStreamCaptureMode(ctypes.byref(m)),
+          "cuThreadExchangeStreamCaptureMode")
+    return m.value
+
+
 def device_attribute(attr: int, device: int = 0) -> int:
     lib = _load()
     v = ctypes.c_int(0)
@@ -126,17 +188,19 @@ def max_shared_memory(device: int = 0) -> int:
 
 
 def load_function(cubin: bytes, name: str, shared: int, device: int) -> tuple[int, int]:
-    """(module, function) handles for `name` in `cubin`, loaded into `device`'s context."""
+    """(module, function) handles for `name` in `cubin`, loaded into `device`'s primary
+    context (made current for the load only, whatever device is current)."""
     lib = _load()
-    ensure_context(device)
-    mod = ctypes.c_void_p()
-    check(lib.cuModuleLoadData(ctypes.byref(mod), cubin), f"loading the cubin of {name}")
-    fn = ctypes.c_void_p()
-    check(lib.cuModuleGetFunction(ctypes.byref(fn), mod, name.encode()),
-          f"cuModuleGetFunction({name})")
-    if shared > 48 * 1024:
-        check(lib.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared),
-              f"raising the shared memory of {name} to {shared} bytes")
+    with device_context(device):
+        mod = ctypes.c_void_p()
+        check(lib.cuModuleLoadData(ctypes.byref(mod), cubin), f"loading the cubin of {name}")
+        fn = ctypes.c_void_p()
+        check(lib.cuModuleGetFunction(ctypes.byref(fn), mod, name.encode()),
+              f"cuModuleGetFunction({name})")
+        if shared > 48 * 1024:
+            check(lib.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                         shared),
+                  f"raising the shared memory of {name} to {shared} bytes")
     return mod.value, fn.value
 
 
@@ -148,7 +212,8 @@ _CTYPES = {"ptr": ctypes.c_uint64, "i32": ctypes.c_int32, "i64": ctypes.c_int64,
 class ParamBlock:
     """The kernel's parameters as one ctypes struct plus the void* array cuLaunchKernel reads;
     TMA descriptors come last, their slots pointing at host-side CUtensorMaps. A launch fills
-    it in place: launching one kernel from several threads at once needs the caller's lock."""
+    it in place, so each thread has its own (CompiledKernel.params(), a threading.local):
+    cuLaunchKernel copies the values before it returns."""
 
     def __init__(self, kinds: list[str], n_desc: int = 0):
         self.kinds = kinds
@@ -166,13 +231,17 @@ class ParamBlock:
 
 
 _TMAP_CACHE: dict = {}
+_TMAP_OLD: dict = {}
 _DTYPES_TMA = {"bf16": 9, "fp16": 6, "fp32": 7, "u8": 0, "i32": 3, "fp64": 8}
 _SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
 
 
 def tensor_map(t: Any, box_rows: int, box_cols: int, swizzle: int, dtype: str) -> int:
     """Address of a CUtensorMap for 2-d tensor `t` and the box, built once per (pointer,
-    shape, strides) and cached: encoding costs microseconds, a dict lookup does not."""
+    shape, strides) and cached: encoding costs microseconds, a dict lookup does not. The
+    encoding is host-side and the pointer is unique across devices (unified addressing), so
+    one cache serves every device. When full, the cache starts over but keeps the previous
+    generation alive, so a map another thread is about to launch with is never freed."""
     ptr = t.data_ptr()
     key = (ptr, t.shape[0], t.shape[1], t.stride(0), t.stride(1), box_rows, box_cols, swizzle)
     hit = _TMAP_CACHE.get(key)
@@ -198,6 +267,8 @@ def tensor_map(t: Any, box_rows: int, box_cols: int, swizzle: int, dtype: str) -
         raise DriverError(f"cuTensorMapEncodeTiled failed ({err}) for shape "
                           f"{tuple(t.shape)} box [{box_rows}, {box_cols}]")
     if len(_TMAP_CACHE) > 4096:
+        global _TMAP_OLD
+        _TMAP_OLD = dict(_TMAP_CACHE)
         _TMAP_CACHE.clear()
     addr = tmap.getPtr()
     _TMAP_CACHE[key] = (tmap, addr)
