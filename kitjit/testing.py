@@ -324,8 +324,9 @@ class FakeDriver:
         launch = self._launch if self.record else (lambda *a: ok)
         fake = self
         self._set(kjit, "interpret_mode", lambda: False)
-        self._set(kjit, "_stream_getter", self._stream_getter)
-        self._set(kjit, "_torch_current_device", lambda: fake.current_device)
+        launcher = sys.modules["kitjit.launcher"]
+        self._set(launcher, "_stream_getter", self._stream_getter)
+        self._set(launcher, "_torch_current_device", lambda: fake.current_device)
         self._set(kjit.JITFunction, "compile",
                   lambda jf, *a, **kw: fake._compile(jf, *a, **kw))
         self._set(driver, "raw_launch", lambda: (launch, lambda h: h))

@@ -269,7 +269,7 @@ def test_device_context_pushes_the_primary_context(monkeypatch, current, expect)
 def test_first_launch_during_capture_loads_in_relaxed_mode(monkeypatch):
     modes = []
     with FakeDriver(allow_cpu=True) as fake:
-        fake._set(kjit, "_capturing", lambda: True)
+        fake._set(sys.modules["kitjit.launcher"], "_capturing", lambda: True)
         fake._set(driver, "exchange_capture_mode", lambda m: modes.append(m) or 7 - m)
         x = torch.empty(64)
         add_kernel[(1,)](x, x, x, 64, BLOCK=64)
@@ -283,7 +283,7 @@ def test_first_launch_during_capture_failing_says_launch_once_before(monkeypatch
                                  "when stream is capturing (900)")
 
     with FakeDriver(allow_cpu=True) as fake:
-        fake._set(kjit, "_capturing", lambda: True)
+        fake._set(sys.modules["kitjit.launcher"], "_capturing", lambda: True)
         fake._set(driver, "exchange_capture_mode", lambda m: 0)
         fake._set(driver, "load_function", refuse)
         x = torch.empty(64)

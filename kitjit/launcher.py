@@ -1,0 +1,300 @@
+"""The launch path: what a `kernel[grid](...)` call runs once its kernel is compiled.
+
+`_make_runner` generates, per @kit.jit function, the Python function a launch calls: it
+binds the arguments, computes the specialization key from cheap facts (dtype, 16-byte
+alignment, divisibility of ints), finds the compiled launcher in a dict and calls it;
+`_make_launcher` makes that launcher per (kernel, device): it fills the calling thread's
+ctypes parameter block and calls cuLaunchKernel on the tensors' device and stream. Checks
+that can only fail on a cache miss (`_check_launch_args`) run on the miss. Why generated
+code: the cached launch is the hot path (benchmarks/NOTES.md has its host cost).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .ir.types import from_torch
+
+if TYPE_CHECKING:
+    from .jit import CompiledKernel, JITFunction
+
+_MAX_GRID = (2 ** 31 - 1, 65535, 65535)
+
+
+class _MissingArg:
+    def __repr__(self) -> str:
+        return "<missing argument>"
+
+
+MISSING_ARG = _MissingArg()
+
+
+def _arg_spec(name: str, a: Any) -> tuple:
+    """The specialization of one run-time argument: (type string, divisibility) or
+    ('const', value) for values folded into the kernel."""
+    if hasattr(a, "data_ptr"):
+        dt = from_torch(a.dtype)
+        return (f"*{dt.name}", 16 if a.data_ptr() % 16 == 0 else 1)
+    if a is None:
+        return ("const", None)
+    if isinstance(a, bool):
+        return ("i1", 1)
+    if isinstance(a, int):
+        if not -(2 ** 63) <= a < 2 ** 63:
+            raise ValueError(f"argument '{name}' is {a}, outside the range of int64")
+        if a == 1:
+            return ("const", 1)
+        ty = "i32" if -(2 ** 31) <= a < 2 ** 31 else "i64"
+        return (ty, 16 if a % 16 == 0 else 1)
+    if isinstance(a, float):
+        return ("fp32", 1)
+    raise TypeError(f"argument '{name}': kitjit cannot pass {type(a).__name__} to a kernel "
+                    "(tensors, ints, floats, bools and None can be passed)")
+
+
+def _key_part(a):
+    """What the specialization depends on, for one run-time argument (kept cheap: this runs
+    on every launch)."""
+    if a.__class__ is int:
+        return (a == 1, a & 15 == 0, 0 if -2147483648 <= a <= 2147483647 else
+                1 if -9223372036854775808 <= a <= 9223372036854775807 else 2)
+    try:
+        return (a.get_device(), a.dtype, a.data_ptr() & 15 == 0)
+    except AttributeError:
+        return a.__class__
+
+
+_LAUNCH_TEMPLATE = """
+def launch(grid, {args}, stream=None):
+    if grid.__class__ is tuple and len(grid) == 1:
+        g0 = grid[0]
+        g1 = g2 = 1
+    else:
+        g0, g1, g2 = _grid3(grid(_META) if callable(grid) else grid, _NAME)
+    if not (0 < g0 <= 2147483647 and 0 < g1 <= 65535 and 0 < g2 <= 65535):
+        if g0 * g1 * g2 == 0 and _grid3((g0, g1, g2), _NAME):
+            return _CK
+        _grid3((g0, g1, g2), _NAME)
+    try:
+        _st, _ptrs, _addr = _TLS.fast
+    except AttributeError:
+        _st, _ptrs, _addr = _CK._fast_params()
+{sets}
+    try:
+        r = _launch(_FN, g0, g1, g2, _THREADS, 1, 1, _SHARED,
+                    _stream(_DEV) if stream is None else _handle(stream, _DEV), _addr, 0)[0]
+    except TypeError:
+        _grid3((g0, g1, g2), _NAME)
+        raise
+    if r is not _OK:
+        _fail(int(r))
+    return _CK
+"""
+
+
+def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tuple):
+    """A generated function that fills the calling thread's parameter block from the
+    arguments and calls cuLaunchKernel on `device` (its module loaded there, the stream that
+    device's current one unless `stream=` is given): no loops, no dict lookups on the hot
+    path; the thread's block is one attribute read of a threading.local."""
+    from .runtime import driver
+
+    block = ck.params()
+    launch_fn, wrap = driver.raw_launch()
+    names = [f"a{i}" for i in range(len(jf.runtime_params))]
+    values = [f"v{i}" for i in range(len(jf.runtime_params))]
+    sets = []
+    for j, i in enumerate(ck.runtime_index):  # v_i: a tensor's data pointer, or the value
+        sets.append(f"    _st.{block.names[j]} = {values[i]}")
+    for j, t in enumerate(ck.metadata.get("tma", [])):
+        sets.append(f"    _ptrs[{block.desc_base + j}] = _tmap({names[t['param']]}, "
+                    f"{t['box'][0]}, {t['box'][1]}, {t['swizzle']}, '{t['dtype']}')")
+    src = _LAUNCH_TEMPLATE.format(args=", ".join(names + values) or "*_",
+                                  sets="\n".join(sets) or "    pass")
+    ns = {
+        "_ONES": (1, 1, 1), "_grid3": _grid3, "_NAME": jf.__name__, "_CK": ck,
+        "_META": dict(zip(jf.constexprs, consts),
+                      num_warps=ck.num_warps),
+        "_TLS": ck._tls, "_launch": launch_fn, "_fail": driver.launch_failed,
+        "_FN": wrap(ck.function(device)),
+        "_THREADS": ck.threads, "_SHARED": ck.shared, "_stream": _stream_getter(),
+        "_DEV": device, "_handle": _stream_handle,
+        "_tmap": driver.tensor_map, "_OK": driver.launch_ok(),
+    }
+    exec(src, ns)
+    return ns["launch"]
+
+
+def _check_launch_args(jf: JITFunction, rt_args, gpu: bool) -> None:
+    """Every check that must pass before anything runs; raised as TypeError/ValueError."""
+    devices = set()
+    for name, a in zip(jf.runtime_params, rt_args):
+        if hasattr(a, "data_ptr"):
+            if from_torch(a.dtype) is None:
+                raise TypeError(f"argument '{name}' of {jf.__name__}: tensors of dtype "
+                                f"{a.dtype} are not supported")
+            if gpu and a.device.type != "cuda":
+                raise ValueError(f"argument '{name}' of {jf.__name__} is on {a.device}, but "
+                                 "the kernel runs on the GPU: move it with .cuda()")
+            devices.add(str(a.device))
+        else:
+            _arg_spec(name, a)
+    if gpu and len(devices) > 1:
+        raise ValueError(f"{jf.__name__}: tensor arguments are on different devices "
+                         f"({', '.join(sorted(devices))})")
+
+
+def _grid3(grid, name: str) -> tuple[int, int, int]:
+    if isinstance(grid, int):
+        grid = (grid,)
+    import operator
+
+    try:
+        g = tuple(operator.index(x) for x in grid)
+    except TypeError:
+        raise TypeError(f"{name}: the grid must be a tuple of ints or a function of the "
+                        f"meta-parameters returning one, got {grid!r}") from None
+    if not 1 <= len(g) <= 3:
+        raise ValueError(f"{name}: the grid has {len(g)} dims; it takes 1 to 3")
+    g = g + (1,) * (3 - len(g))
+    for i, (x, m) in enumerate(zip(g, _MAX_GRID)):
+        if x < 0:
+            raise ValueError(f"{name}: grid dim {i} is negative ({x})")
+        if x > m:
+            raise ValueError(f"{name}: grid dim {i} is {x}, over the hardware limit {m}")
+    return g
+
+
+def _stream_getter():
+    """torch's current stream for a device, as a raw handle (a C call, no Stream object)."""
+    import torch
+
+    return torch._C._cuda_getCurrentRawStream
+
+
+def _stream_handle(stream, device: int) -> int:
+    """The raw CUstream of a `stream=` launch option: a torch.cuda.Stream (or ExternalStream)
+    of the launch's device, or an int handle taken as it is (0 is the legacy default
+    stream)."""
+    if stream.__class__ is int:
+        return stream
+    handle = getattr(stream, "cuda_stream", None)
+    if not isinstance(handle, int) or isinstance(stream, bool):
+        raise TypeError(f"stream= takes a torch.cuda.Stream, an int handle or None, got "
+                        f"{type(stream).__name__}")
+    sdev = getattr(getattr(stream, "device", None), "index", None)
+    if sdev is not None and sdev != device:
+        raise ValueError(f"stream= is a stream of cuda:{sdev}, but the kernel runs on "
+                         f"cuda:{device} (where its tensors are)")
+    return handle
+
+
+class _first_launch_during_capture:
+    """Around a GPU miss (compile + module load): if a stream is being captured into a CUDA
+    graph, loading a module is forbidden in torch's (global) capture mode, so this thread
+    switches to the relaxed mode for the load; if the driver still refuses, one clear error
+    says to launch once before capturing."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.prev = None
+
+    def __enter__(self):
+        from .runtime import driver
+
+        if _capturing():
+            self.prev = driver.exchange_capture_mode(driver.CU_STREAM_CAPTURE_MODE_RELAXED)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        from .runtime import driver
+
+        if self.prev is not None:
+            driver.exchange_capture_mode(self.prev)
+        if exc_type is not None and issubclass(exc_type, driver.DriverError) and \
+                (self.prev is not None or "captur" in str(exc)):
+            raise RuntimeError(
+                f"kitjit: the first launch of {self.name} with these argument types came "
+                f"during CUDA graph capture, and loading the kernel failed there ({exc}); "
+                "launch once before capturing (a warm-up call outside the graph)") from exc
+        return False
+
+
+def _capturing() -> bool:
+    import torch
+
+    try:
+        return bool(torch.cuda.is_current_stream_capturing())
+    except Exception:  # no CUDA torch
+        return False
+
+
+def _is_compiling() -> bool:  # replaced by _make_runner (before any launch can be traced)
+    return False
+
+
+def _torch_current_device() -> int:
+    import torch
+
+    return torch.cuda.current_device()
+
+
+def _make_runner(jf: JITFunction, sig):
+    """The generated launch entry `<kernel>(grid, <params>, num_warps=4, num_stages=None,
+    stream=None)`: binds the call's arguments, builds the specialization key and launches, in
+    one Python frame (a TypeError from binding names the kernel and the parameter).
+
+    `stream`: a torch.cuda.Stream, a raw int CUstream, or None for the current torch stream
+    of the tensors' device (ignored by the interpreter)."""
+    import torch
+
+    global _is_compiling
+    # dynamo folds it to True while it traces (bound once here, never rebound while traced,
+    # which would be a guard failure); in eager code one trivial call (~1/3 of is_compiling)
+    _is_compiling = torch.compiler.is_dynamo_compiling
+    params = []
+    ns: dict[str, Any] = {"_kit_kp": _key_part, "_kit_get": jf.cache.get,
+                          "_kit_miss": jf._miss, "_kit_T": torch.Tensor, "_kit_M": MISSING_ARG}
+    for i, (pname, p) in enumerate(sig.parameters.items()):
+        if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY):
+            raise TypeError(f"{jf.__name__}: kernels take plain parameters (no *args/**kwargs)")
+        if pname in ("num_warps", "num_stages", "stream", "grid") or pname.startswith("_kit_"):
+            raise TypeError(f"{jf.__name__}: '{pname}' is reserved for launch options; "
+                            "rename the parameter")
+        if p.default is not p.empty:
+            ns[f"_kit_d{i}"] = p.default
+            params.append(f"{pname}=_kit_d{i}")
+        else:  # checked on a cache miss only: a missing argument never reaches a kernel
+            params.append(f"{pname}=_kit_M")
+    rt = jf.runtime_params
+    consts = "(" + "".join(c + ", " for c in jf.constexprs) + ")"
+    # per run-time argument: its key part, and the value the launcher stores (a tensor's
+    # data pointer, read once here; anything else as it is)
+    body = []
+    for i, n in enumerate(rt):
+        body += [f"    if {n}.__class__ is _kit_T:",
+                 f"        _kit_v{i} = {n}.data_ptr()",
+                 f"        _kit_k{i} = ({n}.get_device(), {n}.dtype, _kit_v{i} & 15 == 0)",
+                 f"    elif {n}.__class__ is int or not isinstance({n}, _kit_T):",
+                 f"        _kit_v{i} = {n}",
+                 f"        _kit_k{i} = _kit_kp({n})",
+                 "    else:  # a Tensor subclass (nn.Parameter, ...): passed as a tensor",
+                 f"        _kit_v{i} = {n}.data_ptr()",
+                 f"        _kit_k{i} = ({n}.get_device(), {n}.dtype, _kit_v{i} & 15 == 0)"]
+    parts = "".join(f", _kit_k{i}" for i in range(len(rt)))
+    vals = "".join(f", _kit_v{i}" for i in range(len(rt)))
+    args = ", ".join(rt)
+    name = jf.__name__ if jf.__name__.isidentifier() else "kernel"
+    opts = ["num_warps=4", "num_stages=None", "stream=None"]
+    src = (f"def {name}(grid, {', '.join(params + opts)}):\n"
+           + "".join(line + "\n" for line in body) +
+           f"    _kit_key = ({consts}, num_warps{parts})\n"
+           f"    _kit_l = _kit_get(_kit_key)\n"
+           f"    if _kit_l is None:\n"
+           f"        _kit_l = _kit_miss(_kit_key, ({args}{',' if len(rt) == 1 else ''}), "
+           f"{consts}, num_warps)\n"
+           f"    return _kit_l(grid{', ' if rt else ''}{args}{vals}, stream)\n")
+    exec(src, ns)
+    return ns[name]
+
+
