@@ -86,8 +86,12 @@ def launch(grid, {args}, stream=None):
     except TypeError:
         _grid3((g0, g1, g2), _NAME)
         raise
-    if r is not _OK:
-        _fail(int(r))
+    if r is not _OK:  # a thread with no (or another device's) context current: retry once
+        r = _retry(int(r), _DEV, lambda: _launch(
+            _FN, g0, g1, g2, _THREADS, 1, 1, _SHARED,
+            _stream(_DEV) if stream is None else _handle(stream, _DEV), _addr, 0)[0])
+        if r is not _OK:
+            _fail(int(r))
     return _CK
 """
 
@@ -116,6 +120,7 @@ def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tup
         "_META": dict(zip(jf.constexprs, consts),
                       num_warps=ck.num_warps),
         "_TLS": ck._tls, "_launch": launch_fn, "_fail": driver.launch_failed,
+        "_retry": driver.launch_retry,
         "_FN": wrap(ck.function(device)),
         "_THREADS": ck.threads, "_SHARED": ck.shared, "_stream": _stream_getter(),
         "_DEV": device, "_handle": _stream_handle,

@@ -298,5 +298,21 @@ def launch_ok():
         return 0
 
 
+CUDA_ERROR_INVALID_CONTEXT = 201
+CUDA_ERROR_INVALID_HANDLE = 400
+
+
+def launch_retry(code: int, device: int, relaunch):
+    """After a failed launch: in a thread whose current context is none or another
+    device's (a thread that never touched torch.cuda gets no context), launch again with
+    `device`'s primary context current (kept current when none was, as torch would do;
+    pushed and popped around the launch otherwise). Off the hot path: only a failed launch
+    comes here. Returns the new result, or the old code's when retrying cannot help."""
+    if code not in (CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_HANDLE):
+        return code
+    with device_context(device):
+        return relaunch()
+
+
 def launch_failed(code: int) -> None:
     check(code, "cuLaunchKernel")
