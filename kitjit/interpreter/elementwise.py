@@ -14,6 +14,7 @@ from kitjit.ir.registry import semantics
 from kitjit.ir.types import DType, bfloat16, float16
 
 from .compiler import pure
+from .libm import math_fn
 from .numeric import _fixer, _int_bounds, _np, round_bf16
 from .sync import _Ctx
 
@@ -196,3 +197,10 @@ def select(op: Op, ctx: _Ctx) -> Callable:
 def addptr(op: Op, ctx: _Ctx) -> Callable:
     size = np.int64(op.result.dtype.element_ty.itemsize)
     return lambda p, o: p + np.asarray(o).astype(np.int64) * size
+
+
+@semantics("math")
+@pure
+def math(op: Op, ctx: _Ctx) -> Callable:
+    """libm functions (kitjit/ir/libm.py), in float64 rounded once: see interpreter/libm.py."""
+    return math_fn(op.attrs["fn"], op.operands[0].dtype.bits == 32)

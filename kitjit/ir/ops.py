@@ -19,6 +19,7 @@ cmp        a, b                           pred in CMP_PREDS                     
 <unary>    a                              - (see UNARY)                              same type
 cast       a                              - (to the result dtype; float->int truncates) tile
 select     cond, a, b                     -                                          type of a
+math       a [, b [, c]]                  fn (a key of kitjit/ir/libm.py's FNS)      a's type
 addptr     ptr, offset(int)               - (offset counts elements)                 ptr
 load       ptr [, mask [, other]]         has_mask, has_other                        element
 store      ptr, value [, mask]            has_mask                                   -
@@ -72,3 +73,4 @@ declare("tma", "smem_alloc", "smem_index", "smem_trans", "tma_load", "tma_store"
         "mbar_wait", "mbar_arrive", "barrier", "warpgroup_id", "setmaxnreg")
 declare("control", "for", "if")
 declare("control", "yield", made_by="frontend/codegen (the end of a for/if region)")
+declare("elementwise", "math")

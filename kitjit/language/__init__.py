@@ -24,7 +24,7 @@ from ..ir.types import (  # noqa: F401
     uint32,
     uint64,
 )
-from . import control, core, dot, elementwise, memory, reduction, shape, tma  # noqa: F401
+from . import control, core, dot, elementwise, extra, math, memory, reduction, shape, tma  # noqa: F401,E501
 from .base import (  # noqa: F401
     BUILTINS,
     bool_,
@@ -36,12 +36,13 @@ from .base import (  # noqa: F401
     static_range,
 )
 from .core import next_power_of_2  # noqa: F401
+from .elementwise import PropagateNan  # noqa: F401
 
 globals().update(BUILTINS)  # every marker is kit.<name>
 
 __all__ = [
     "constexpr", "static_range", "range", "next_power_of_2", "builtin", "BUILTINS", "dtype",
-    "pointer_type",
+    "pointer_type", "math", "extra", "PropagateNan",
     "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
     "uint8", "uint16", "uint32", "uint64", "int1", "bool_",
     *BUILTINS,
