@@ -20,6 +20,7 @@ from kitjit.language.extra import libdevice as ld
 from kitjit.language.extra.cuda import libdevice
 from kitjit.language.extra.libdevice import tanh
 
+
 @kit.jit
 def tanh_kernel(X, Y, n, BLOCK: kit.constexpr):
     offs = kit.program_id(0) * BLOCK + kit.arange(0, BLOCK)
