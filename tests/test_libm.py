@@ -345,3 +345,15 @@ def test_libdevice_gpu_matches_interpreter(fn, dtype, monkeypatch):
         return
     ulp = max(libm.FNS[SUPPORTED[fn]].ulp, 1) + 1
     _check(got, want, dtype, ulp if fn not in EXACT else 0)
+
+
+def test_missing_libdevice_is_a_compile_error_at_the_call(monkeypatch):
+    import kitjit.backend.libdevice as bl
+    from kitjit.frontend.errors import CompileError
+
+    monkeypatch.setattr(bl, "find_libdevice", lambda: None)
+    with pytest.raises(CompileError, match="pip install nvidia-cuda-nvcc") as ei:
+        kit.compile_aot(__file__, "tanh_kernel", ["*fp32:16", "*fp32:16", "i32"],
+                        {"BLOCK": 64})
+    line = next(i for i, t in enumerate(open(__file__), 1) if "tanh(x), mask=m)" in t)
+    assert f"test_libm.py:{line}:" in str(ei.value)

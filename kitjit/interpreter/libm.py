@@ -16,8 +16,6 @@ from fractions import Fraction
 
 import numpy as np
 
-TINY = np.float32(2.0 ** -126)
-
 
 def _torch64(name: str) -> Callable:
     def f(x):
@@ -97,15 +95,12 @@ def _directed_div(mode: str, f32: bool) -> Callable:
     return lambda x, y: np.frompyfunc(one, 2, 1)(x, y).astype(ft)
 
 
-def _ftz(x):
-    return np.where(np.abs(x) < TINY, np.copysign(np.float32(0), x), x).astype(np.float32)
-
-
 def _fast_dividef(x, y):
-    """div.full.f32 / __fdividef: 2 ulp for |y| < 2**126; 0 beyond (NaN for an infinite x)."""
-    x, y = _ftz(x), _ftz(y)
+    """div.approx.f32 (libdevice's __fdividef without FTZ): 2 ulp for |y| <= 2**126; for
+    2**126 < |y| < 2**128 it gives 0 (NaN for an infinite x), which is kept here."""
+    x, y = np.asarray(x, np.float32), np.asarray(y, np.float32)
     with np.errstate(all="ignore"):
-        r = _ftz((x.astype(np.float64) / y).astype(np.float32))
+        r = (x.astype(np.float64) / y).astype(np.float32)
         hugey = (np.abs(y) > np.float32(2.0 ** 126)) & np.isfinite(y)
         return np.where(hugey, np.where(np.isinf(x), np.float32(np.nan), np.float32(0) * x * y),
                         r).astype(np.float32)
@@ -152,11 +147,7 @@ def math_fn(fn: str, f32: bool) -> Callable:
     def f(*xs):
         ws = [np.asarray(x) if np.asarray(x).dtype.kind in "iu" else
               np.asarray(x, np.float64) for x in xs]
-        if fn == "fast_logf":  # lg2.approx.ftz: subnormal inputs are zeros
-            ws[0] = np.asarray(_ftz(np.asarray(xs[0], np.float32)), np.float64)
         with np.errstate(all="ignore"):
             r = np.asarray(g(*ws)).astype(np.float32)
-        if fn == "fast_expf":  # ex2.approx.ftz: subnormal results flush to zero
-            r = _ftz(r)
         return r
     return f
