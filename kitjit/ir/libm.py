@@ -40,7 +40,9 @@ FNS: dict[str, Fn] = {
     "isnan": Fn(inline=True, pred=True), "isinf": Fn(inline=True, pred=True),
     "isfinite": Fn(inline=True, pred=True), "signbit": Fn(inline=True, pred=True),
     # libdevice
-    "round": Fn(), "fmod": Fn(2), "sqrt": Fn(ulp=0), "cbrt": Fn(ulp=1),
+    "round": Fn(), "fmod": Fn(2),
+    "sqrt": Fn(ulp=1),  # fp32: sqrt.approx.f32 (__CUDA_PREC_SQRT is 0, as in Triton)
+    "cbrt": Fn(ulp=1),
     "rsqrt": Fn(ulp=2), "hypot": Fn(2, ulp=3),
     "exp": Fn(ulp=2), "exp2": Fn(ulp=2), "exp10": Fn(ulp=2), "expm1": Fn(ulp=1),
     "log": Fn(ulp=1), "log2": Fn(ulp=1), "log10": Fn(ulp=2), "log1p": Fn(ulp=1),

@@ -9,7 +9,9 @@ computes in float64 and rounds once, so the two agree within those bounds, and e
 NaN, infinities, zeros and the exact functions. fp32 and fp64 tiles are accepted (fp64 calls
 the double version); fp16/bf16 and integer tiles compute in fp32 (Triton refuses them), and
 fp16/bf16 results round back. Predicates (isnan, isinf, finitef, isfinited, signbit) return
-int32 0/1. A Triton libdevice name kitjit lacks is a "not supported yet" CompileError.
+int32 0/1. libdevice.sqrt on fp32 is sqrt.approx.f32 (1 ulp; as in Triton, whose
+NVVMReflect also leaves __CUDA_PREC_SQRT at 0): sqrt_rn is the correctly rounded one.
+A Triton libdevice name kitjit lacks is a "not supported yet" CompileError.
 """
 
 from __future__ import annotations
