@@ -13,6 +13,8 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 
+from . import libdevice
+
 logger = logging.getLogger("kitjit")
 _lock = threading.Lock()
 _tm_cache: dict[str, object] = {}
@@ -52,6 +54,8 @@ def llvm_to_ptx(llir: str, arch: str) -> str:
             _tm_cache[arch] = tm
         mod = llvm.parse_assembly(llir)
         mod.verify()
+        if libdevice.needs_libdevice(llir):
+            libdevice.link(mod, llvm)
         pto = llvm.create_pipeline_tuning_options(speed_level=3)
         pb = llvm.create_pass_builder(tm, pto)
         pm = pb.getModulePassManager()

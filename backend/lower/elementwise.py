@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
+from kitjit.ir import libm
 from kitjit.ir import ops as O
 from kitjit.ir.core import Op
 from kitjit.ir.registry import lowering
 from kitjit.ir.types import DType
 
-from ..nvvm import F32, F64, I1, asm, llvm_type, mem_type
+from ..nvvm import F32, F64, I1, I32, asm, llvm_type, mem_type
 from .base import LoweringBase, LoweringError
 
 LOG2E = 1.4426950408889634
@@ -80,7 +81,7 @@ class ElementwiseLowering(LoweringBase):
         if t is F64:
             if name in ("sqrt", "floor", "ceil"):
                 return self.call_math(name, x)
-            raise LoweringError(f"{name} on fp64")
+            raise LoweringError(f"{name} on fp64 (the frontend emits a math op)")
         y = self.to_f32(x)
         # without .ftz, ptxas wraps MUFU.EX2 in a range check and two multiplies to get
         # subnormal results right; kit.exp2(x, ftz=True) is the bare instruction
@@ -107,6 +108,57 @@ class ElementwiseLowering(LoweringBase):
         else:
             raise LoweringError(f"no lowering for {name}")
         return self.from_f32(r, t)
+
+    @lowering("math")
+    def op_math(self, op: Op) -> None:
+        """A libm function (kitjit/ir/libm.py): one instruction where PTX has it, else a
+        call of libdevice's `__nv_*` (linked by backend/compiler.py)."""
+        fn = op.attrs["fn"]
+        spec = libm.FNS[fn]
+        t = llvm_type(op.operands[0].dtype)
+        regs = [self.get(v) for v in op.operands]
+        if spec.inline:
+            f = lambda *xs: self.inline_math(fn, t, *xs)  # noqa: E731
+        else:
+            from ..libdevice import HINT, find_libdevice
+
+            if find_libdevice() is None:
+                from kitjit.frontend.errors import CompileError
+
+                raise CompileError(f"libdevice.10.bc, which has {fn}, was not found", op.loc,
+                                   HINT)
+            sym = libm.symbol(fn, t is F64)
+            fnty = [I32 if i in spec.int_args else t for i in range(spec.nargs)]
+            callee = self.intr.get(sym, t, fnty)
+            f = lambda *xs: self.b.call(callee, list(xs))  # noqa: E731
+        self.set(op.result, [f(*xs) for xs in zip(*regs)])
+
+    def inline_math(self, fn: str, t, *xs):
+        b = self.b
+        if fn in ("floor", "ceil", "trunc", "rint", "nearbyint", "fabs", "sqrt"):
+            return self.call_math(fn, xs[0])
+        if fn == "sqrt_rn":
+            return self.call_math("sqrt", xs[0])  # llvm.sqrt: sqrt.rn without fast-math
+        if fn == "div_rn":
+            return b.fdiv(xs[0], xs[1])  # div.rn.f32 / div.rn.f64
+        if fn in ("fma", "copysign"):
+            f = self.intr.get(f"llvm.{fn}.{t.intrinsic_name}", t, [t] * len(xs))
+            return b.call(f, list(xs))
+        if fn in ("fmin", "fmax"):  # min.f32/max.f32: a NaN operand gives the other
+            return self.minmax("minnum" if fn == "fmin" else "maxnum", *xs)
+        x = xs[0]
+        if fn == "isnan":
+            p = b.fcmp_unordered("uno", x, x)
+        elif fn == "isinf":
+            p = b.fcmp_ordered("==", self.call_math("fabs", x), ir.Constant(t, float("inf")))
+        elif fn == "isfinite":
+            p = b.fcmp_ordered("<", self.call_math("fabs", x), ir.Constant(t, float("inf")))
+        elif fn == "signbit":
+            it = ir.IntType(64 if t is F64 else 32)
+            p = b.icmp_signed("<", b.bitcast(x, it), ir.Constant(it, 0))
+        else:
+            raise LoweringError(f"no inline lowering for {fn}")
+        return b.zext(p, I32)
 
     @lowering("cast")
     def op_cast(self, op: Op) -> None:

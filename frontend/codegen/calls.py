@@ -153,6 +153,11 @@ def _call_builtin(cg: FunctionCodegen, name: str, args: list, kwargs: dict, node
 def _call_builtin_checked(cg: FunctionCodegen, name: str, args: list, kwargs: dict,
                           node) -> Any:
     rule = CALL_RULES.get(name)
+    if rule is None and name.startswith("unsupported."):
+        from kitjit.language.base import NAMESPACED
+
+        raise cg.err(node, NAMESPACED[name].__doc__,
+                     "compute it from supported functions, or file an issue")
     if rule is None:
         raise cg.err(node, f"kit.{name} is not implemented yet")
     try:

@@ -10,12 +10,24 @@ import builtins
 import math
 from typing import Any
 
+from kitjit.ir import libm
 from kitjit.ir import ops as O
 from kitjit.ir.core import Value
 from kitjit.ir.registry import typing_rule
-from kitjit.ir.types import DType, TileType, float32, float64, int1, int32, int64
+from kitjit.ir.types import (
+    DType,
+    TileType,
+    bfloat16,
+    float16,
+    float32,
+    float64,
+    int1,
+    int32,
+    int64,
+)
+from kitjit.language.extra.libdevice import SUPPORTED as LIBDEVICE
 
-from .base import promote
+from .base import describe, promote
 from .call_rules import Call, call_rule
 
 
@@ -124,9 +136,11 @@ class ElementwiseOps:
         if opname in O.FLOAT_MATH:
             if not dt.is_floating():
                 x = self.cast(x, float32)
+            if x.dtype is float64 and opname == "sigmoid":  # 1 / (1 + exp(-x))
+                e = self.math_fn("exp", [self.emit1("neg", [x], x.type)])
+                return self.binary("div", 1.0, self.binary("add", 1.0, e))
             if x.dtype is float64 and opname not in ("sqrt", "floor", "ceil"):
-                raise self.error(f"kit.{opname} on fp64 is not supported yet",
-                                 "compute in fp32: x.to(kit.float32)")
+                return self.math_fn(opname, [x])  # libdevice's double version
             return self.emit1(opname, [x], x.type, {"ftz": True} if ftz else None)
         if opname == "neg" and dt.is_bool():
             x = self.cast(x, int32)
@@ -143,6 +157,46 @@ class ElementwiseOps:
             raise self.error(f"kit.umulhi needs int32, uint32, int64 or uint64 operands, got "
                              f"{x.dtype}", "convert with .to(kit.uint32)")
         return self.emit1("umulhi", [x, y], x.type)
+
+
+    @typing_rule("math")
+    def math_fn(self, fn: str, args: list, what: str | None = None) -> Value:
+        """A libm function (kitjit/ir/libm.py) of `args`: float operands meet in fp64 if one
+        is fp64, else in fp32 (fp16/bf16 and ints compute in fp32, and a result of fp16/bf16
+        operands rounds back); the int operands of powi/ldexp become int32."""
+        spec = libm.FNS[fn]
+        what = what or f"kit.{fn}"
+        floats = [a for i, a in enumerate(args) if i not in spec.int_args]
+        dts = [a.dtype for a in floats if isinstance(a, Value)]
+        for a in args:
+            if isinstance(a, Value) and a.dtype.is_ptr():
+                raise self.error(f"{what} does not apply to pointers")
+            if not isinstance(a, (Value, int, float, bool)):
+                raise self.error(f"{what}: expected a tile or a number, got {describe(a)}")
+        dt = float64 if float64 in dts else float32
+        if dt is float64 and libm.symbol(fn, True) is None:
+            raise self.error(f"{what} has no fp64 version", "convert with .to(kit.float32)")
+        halves = {d for d in dts if d.is_floating() and d.bits == 16}
+        back = halves.pop() if len(halves) == 1 and all(d in (float16, bfloat16, int1) or
+                                                       d.is_int() for d in dts) else None
+        if not dts and not any(isinstance(a, Value) for a in args):
+            raise self.error(f"{what} needs at least one tile argument")
+        vals = []
+        for i, a in enumerate(args):
+            t = int32 if i in spec.int_args else dt
+            if isinstance(a, Value):
+                if i in spec.int_args and not a.dtype.is_int():
+                    raise self.error(f"{what}: argument {i + 1} must be an integer tile, got "
+                                     f"{a.dtype}")
+                vals.append(self.cast(a, t))
+            else:
+                vals.append(self.constant(int(a) if t is int32 else float(a), t))
+        shape = vals[0].shape
+        for v in vals[1:]:
+            shape = self.broadcast_shapes(shape, v.shape)
+        vals = [self.broadcast_to(v, shape) for v in vals]
+        out = self.emit1("math", vals, TileType(int32 if spec.pred else dt, shape), {"fn": fn})
+        return self.cast(out, back) if back is not None and not spec.pred else out
 
     @typing_rule("select")
     def where(self, cond: Any, x: Any, y: Any) -> Value:
@@ -188,6 +242,56 @@ def _math(c: Call) -> Any:
     if not isinstance(x, Value):
         return _fold_math(c.cg, c.node, c.name, x)
     return c.b.unary(c.name, x, ftz=ftz)
+
+
+@call_rule(("fma",), lambda x, y, z: None)
+@call_rule(("erf", "sqrt_rn"), lambda x: None)
+@call_rule(("div_rn",), lambda x, y: None)
+def _libm_top(c: Call) -> Any:
+    return c.b.math_fn(c.name, [c.args[k] for k in c.args], f"kit.{c.name}")
+
+
+@call_rule("fdiv", lambda x, y, ieee_rounding=False: None)
+def _fdiv(c: Call) -> Any:
+    if c.const("ieee_rounding", "True or False"):
+        return c.b.math_fn("div_rn", [c["x"], c["y"]], "kit.fdiv")
+    x, y = c.b._float_operands(c["x"], c["y"])
+    return c.b.binary("div", x, y)
+
+
+@call_rule("clamp", lambda x, min, max, propagate_nan=0: None)
+def _clamp(c: Call) -> Any:
+    b = c.b
+    x = c["x"]
+    if not isinstance(x, Value) or not x.dtype.is_floating():
+        raise c.err("kit.clamp needs a float tile x", "Triton's clamp is for floats; use "
+                    "kit.minimum(kit.maximum(x, lo), hi) on integers")
+    nan = c.const("propagate_nan", "kit.PropagateNan.NONE or ALL")
+    nan = getattr(nan, "value", nan)
+    r = b.math_fn("fmin", [b.math_fn("fmax", [x, c["min"]], "kit.clamp"), c["max"]],
+                  "kit.clamp")
+    if nan:
+        r = b.where(b.compare("ne", x, x), x, r)
+    return r
+
+
+@call_rule(tuple(f"libdevice.{n}" for n in LIBDEVICE), lambda *args: None)
+def _libdevice(c: Call) -> Any:
+    name = c.name.split(".", 1)[1]
+    args = list(c["args"])
+    what = f"libdevice.{name}"
+    fn = LIBDEVICE[name]
+    nargs = libm.FNS[fn].nargs
+    if len(args) != nargs:
+        raise c.err(f"{what} takes {nargs} argument{'s' if nargs > 1 else ''}, got {len(args)}")
+    if name == "abs" and isinstance(args[0], Value) and not args[0].dtype.is_floating():
+        return c.b.unary("abs", args[0])
+    if fn == "pow":  # an integer exponent is powif/powi, as in Triton's dispatch
+        e = args[1]
+        if isinstance(e, Value) and e.dtype.is_int() and not e.dtype.is_bool() or \
+                type(e) is int and -(2 ** 31) <= e < 2 ** 31:
+            fn = "powi"
+    return c.b.math_fn(fn, args, what)
 
 
 @call_rule("cdiv", lambda x, div: None)

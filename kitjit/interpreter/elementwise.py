@@ -14,6 +14,7 @@ from kitjit.ir.registry import semantics
 from kitjit.ir.types import DType, bfloat16, float16
 
 from .compiler import pure
+from .libm import math_fn
 from .numeric import _fixer, _int_bounds, _np, round_bf16
 from .sync import _Ctx
 
@@ -225,3 +226,10 @@ def umulhi(op: Op, ctx: _Ctx) -> Callable:
         return f
     return lambda a, b: _umulhi64(np.asarray(a).astype(np.uint64),
                                   np.asarray(b).astype(np.uint64)).astype(nd)
+
+
+@semantics("math")
+@pure
+def math(op: Op, ctx: _Ctx) -> Callable:
+    """libm functions (kitjit/ir/libm.py), in float64 rounded once: see interpreter/libm.py."""
+    return math_fn(op.attrs["fn"], op.operands[0].dtype.bits == 32)

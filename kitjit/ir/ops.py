@@ -19,6 +19,7 @@ cmp        a, b                           pred in CMP_PREDS                     
 <unary>    a                              - (see UNARY)                              same type
 cast       a                              - (to the result dtype; float->int truncates) tile
 select     cond, a, b                     -                                          type of a
+math       a [, b [, c]]                  fn (a key of kitjit/ir/libm.py's FNS)      a's type
 addptr     ptr, offset(int)               - (offset counts elements)                 ptr
 load       ptr [, mask [, other]]         has_mask, has_other                        element
 store      ptr, value [, mask]            has_mask                                   -
@@ -98,3 +99,4 @@ declare("control", "yield", made_by="frontend/codegen (the end of a for/if regio
 declare("shape", "permute", "reshape", "join", "split", "cat", "flip", "gather")
 declare("memory", "atomic_rmw", "atomic_cas")
 declare("elementwise", "umulhi")
+declare("elementwise", "math")

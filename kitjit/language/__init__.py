@@ -24,7 +24,19 @@ from ..ir.types import (  # noqa: F401
     uint32,
     uint64,
 )
-from . import control, core, dot, elementwise, memory, reduction, scan, shape, tma  # noqa: F401
+from . import (  # noqa: F401
+    control,
+    core,
+    dot,
+    elementwise,
+    extra,
+    math,
+    memory,
+    reduction,
+    scan,
+    shape,
+    tma,
+)
 from .base import (  # noqa: F401
     BUILTINS,
     bool_,
@@ -36,6 +48,7 @@ from .base import (  # noqa: F401
     static_range,
 )
 from .core import next_power_of_2  # noqa: F401
+from .elementwise import PropagateNan  # noqa: F401
 
 globals().update(BUILTINS)  # every marker is kit.<name>
 
@@ -55,7 +68,7 @@ from .random import (  # noqa: E402,F401
 
 __all__ = [
     "constexpr", "static_range", "range", "next_power_of_2", "builtin", "BUILTINS", "dtype",
-    "pointer_type",
+    "pointer_type", "math", "extra", "PropagateNan",
     "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
     "uint8", "uint16", "uint32", "uint64", "int1", "bool_",
     *BUILTINS, *random.RANDOM,

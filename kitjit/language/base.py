@@ -60,3 +60,20 @@ def builtin(fn):
 
 
 range = range  # noqa: A001 - Triton spells a runtime loop `tl.range`; Python's works as well
+
+
+NAMESPACED: dict[str, Any] = {}
+
+
+def namespaced(qualname: str, doc: str | None = None):
+    """A marker that lives in a namespace module (``libdevice.tanh``), not in kit.<name>:
+    its call rule is registered under `qualname`."""
+    def outside(*args, **kwargs):
+        raise RuntimeError(f"{qualname} can only be used inside a @kit.jit function")
+
+    outside.__name__ = qualname.rsplit(".", 1)[-1]
+    outside.__qualname__ = qualname
+    outside.__doc__ = doc
+    outside.__kit_builtin__ = qualname
+    NAMESPACED[qualname] = outside
+    return outside

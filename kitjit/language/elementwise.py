@@ -91,3 +91,42 @@ def umulhi(x, y):
     """The high N bits of the 2N-bit product of N-bit integers x and y (int32, uint32,
     int64, uint64). The product is unsigned whatever the signedness, as Triton's
     `tt.mulhiui` (`mul.hi.u32`/`.u64`): the bits of int32 inputs read as uint32."""
+
+
+@builtin
+def fma(x, y, z):
+    """x * y + z with one rounding (fma.rn; fp16/bf16 compute in fp32)."""
+
+
+@builtin
+def erf(x):
+    """The error function (libdevice's erff/erf: 2 ulp on fp32)."""
+
+
+@builtin
+def fdiv(x, y, ieee_rounding=False):
+    """x / y on floats: ieee_rounding=False is `/` (div.full.f32, 2 ulp), True is div_rn."""
+
+
+@builtin
+def div_rn(x, y):
+    """x / y correctly rounded (div.rn)."""
+
+
+@builtin
+def sqrt_rn(x):
+    """Square root, correctly rounded (sqrt.rn)."""
+
+
+@builtin
+def clamp(x, min, max, propagate_nan=0):
+    """min(max(x, min), max) on floats. A NaN x gives `min` unless propagate_nan is
+    kit.PropagateNan.ALL, which keeps it NaN; NaN bounds are undefined in Triton and give
+    the other operand in kitjit (fmax/fmin)."""
+
+
+class PropagateNan:
+    """Triton's tl.PropagateNan, for kit.clamp."""
+
+    NONE = 0
+    ALL = 0xFFFF

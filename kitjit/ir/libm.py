@@ -1,0 +1,76 @@
+"""The functions of the `math` op (Triton's libdevice names): one table that the frontend, the
+backend and the interpreter all read, so a name means one thing in every layer.
+
+A `math` op has attr `fn` (a key of `FNS`), operands of one float dtype (fp32 or fp64; the
+frontend computes fp16/bf16 in fp32, as kitjit's other float math does) except where an `Fn`
+says an operand is an int32, and a result of that dtype (int32 for the predicates).
+
+`symbol` names the libdevice function the backend calls (``__nv_<symbol>f`` on fp32,
+``__nv_<symbol>`` on fp64, unless `f32`/`f64` spell it out); `inline` ones lower to one LLVM
+intrinsic or a few instructions and need no libdevice. `ulp` is the documented error bound of
+CUDA's libdevice on fp32 (CUDA C Programming Guide, "Mathematical Functions"); the
+interpreter computes in float64 and rounds once to fp32, so it is correctly rounded (or within
+1 ulp) and the GPU is within `ulp` of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Fn:
+    nargs: int = 1
+    symbol: str | None = None   # libdevice base name (default: the key)
+    f32: str | None = None      # full fp32 symbol where it is not __nv_<symbol>f
+    f64: str | None = None      # full fp64 symbol where it is not __nv_<symbol>; "" = none
+    inline: bool = False        # lowered without libdevice
+    int_args: tuple[int, ...] = ()  # operand positions that are int32
+    pred: bool = False          # returns int32 0/1
+    ulp: float = 0              # fp32 error bound on the GPU (0: correctly rounded/exact)
+
+
+FNS: dict[str, Fn] = {
+    # exact or correctly rounded: inline instructions
+    "floor": Fn(inline=True), "ceil": Fn(inline=True), "trunc": Fn(inline=True),
+    "rint": Fn(inline=True), "nearbyint": Fn(inline=True), "fabs": Fn(inline=True),
+    "fma": Fn(3, inline=True), "copysign": Fn(2, inline=True),
+    "fmin": Fn(2, inline=True), "fmax": Fn(2, inline=True),
+    "sqrt_rn": Fn(inline=True), "div_rn": Fn(2, inline=True),
+    "isnan": Fn(inline=True, pred=True), "isinf": Fn(inline=True, pred=True),
+    "isfinite": Fn(inline=True, pred=True), "signbit": Fn(inline=True, pred=True),
+    # libdevice
+    "round": Fn(), "fmod": Fn(2),
+    "sqrt": Fn(ulp=1),  # fp32: sqrt.approx.f32 (__CUDA_PREC_SQRT is 0, as in Triton)
+    "cbrt": Fn(ulp=1),
+    "rsqrt": Fn(ulp=2), "hypot": Fn(2, ulp=3),
+    "exp": Fn(ulp=2), "exp2": Fn(ulp=2), "exp10": Fn(ulp=2), "expm1": Fn(ulp=1),
+    "log": Fn(ulp=1), "log2": Fn(ulp=1), "log10": Fn(ulp=2), "log1p": Fn(ulp=1),
+    "pow": Fn(2, ulp=4), "powi": Fn(2, f32="__nv_powif", f64="__nv_powi", int_args=(1,),
+                                   ulp=4),
+    "ldexp": Fn(2, int_args=(1,)),
+    "sin": Fn(ulp=2), "cos": Fn(ulp=2), "tan": Fn(ulp=4),
+    "asin": Fn(ulp=2), "acos": Fn(ulp=2), "atan": Fn(ulp=2), "atan2": Fn(2, ulp=3),
+    "sinh": Fn(ulp=3), "cosh": Fn(ulp=2), "tanh": Fn(ulp=2),
+    "asinh": Fn(ulp=3), "acosh": Fn(ulp=4), "atanh": Fn(ulp=3),
+    "erf": Fn(ulp=2), "erfc": Fn(ulp=4),
+    "div_rz": Fn(2, f32="__nv_fdiv_rz", f64="__nv_ddiv_rz"),
+    "div_rd": Fn(2, f32="__nv_fdiv_rd", f64="__nv_ddiv_rd"),
+    "div_ru": Fn(2, f32="__nv_fdiv_ru", f64="__nv_ddiv_ru"),
+    # fp32 only: ex2.approx / lg2.approx / div.approx (no FTZ: libdevice is linked with
+    # __CUDA_FTZ=0); fast_expf's error grows with |x| (2 + 1.16*|x| ulp), fast_logf's is
+    # 2**-21.41 absolute on [0.5, 2], fast_dividef gives 0 for 2**126 < |y| < 2**128
+    "fast_expf": Fn(f32="__nv_fast_expf", f64="", ulp=2),
+    "fast_logf": Fn(f32="__nv_fast_logf", f64="", ulp=2),
+    "fast_dividef": Fn(2, f32="__nv_fast_fdividef", f64="", ulp=2),
+}
+
+
+def symbol(name: str, f64: bool) -> str | None:
+    """The libdevice function `name` calls on fp32 (f64=False) or fp64; None: no such one."""
+    fn = FNS[name]
+    if f64:
+        if fn.f64 == "":
+            return None
+        return fn.f64 or f"__nv_{fn.symbol or name}"
+    return fn.f32 or f"__nv_{fn.symbol or name}f"
