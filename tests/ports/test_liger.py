@@ -279,6 +279,69 @@ def _qwen2vl_mrope(liger, device):
           (q, k, cos, sin), grad_of=(0, 1))
 
 
+@case("swiglu_fused_gate_up")
+def _swiglu_fused_gate_up(liger, device):
+    m = liger("swiglu")
+    y = rnd(3, 200, device=device)
+    check(m.LigerFusedGateUpSiLUMulFunction.apply,
+          lambda y: F.silu(y[:, :100]) * y[:, 100:], (y,), grad_of=(0,))
+
+
+@case("llama4_rope", xfail="early `return` inside an `if` on a run-time value "
+       "(control-flow slice): llama4_rope.py:49")
+def _llama4_rope(liger, device):
+    m = liger("llama4_rope")
+    q, k = rnd(1, 5, 3, 8, device=device), rnd(1, 5, 1, 8, device=device)
+    freqs = torch.polar(torch.ones(5, 4), torch.randn(5, 4)).to(device)
+
+    def rot(x, f):  # interleaved pairs (re, im) times the complex frequency
+        xc = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2).contiguous())
+        return torch.view_as_real(xc * f[None, :, None, :].to(xc.dtype)).flatten(-2)
+
+    check(lambda q, k, f: m.LigerLlama4RopeFunction.apply(q, k, f),
+          lambda q, k, f: (rot(q, f), rot(k, f)), (q, k, freqs), grad_of=(0, 1))
+
+
+@case("modulated_rms_norm", xfail=MATH.format("rsqrt"))
+def _modulated_rms_norm(liger, device):
+    m = liger("modulated_rms_norm")
+    x, w = rnd(3, 100, device=device), rnd(100, device=device)
+    scale, shift = rnd(3, 100, device=device), rnd(3, 100, device=device)
+
+    def ref(x, w, scale, shift):
+        y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+        return y * (1 + scale) + shift
+    check(lambda x, w, sc, sh: m.LigerModulatedRMSNormFunction.apply(x, w, sc, sh, 1e-6,
+                                                                      0.0, "llama", False),
+          ref, (x, w, scale, shift), grad_of=(0, 1, 2, 3), rtol=1e-4, atol=1e-4)
+
+
+@case("embedding", xfail="kit.atomic_add missing (atomics slice): the backward, "
+       "experimental/embedding.py:69; the forward passes")
+def _embedding(liger, device):
+    m = liger("experimental.embedding")
+    emb = rnd(10, 24, device=device)
+    idx = torch.tensor([3, 0, 9, 3, 7], device=device)
+    check(m.LigerEmbeddingFunction.apply, lambda e, i: e[i], (emb, idx), grad_of=(0,))
+
+
+@case("fused_linear_jsd")
+def _fused_linear_jsd(liger, device):
+    m = liger("fused_linear_jsd")
+    xs, ws = rnd(3, 16, device=device), rnd(100, 16, device=device)
+    xt, wt = rnd(3, 16, device=device), rnd(100, 16, device=device)
+
+    def ref(xs, ws, xt, wt, beta=0.5):
+        x = torch.log_softmax(xs @ ws.T, -1)
+        y = torch.log_softmax(xt @ wt.T, -1)
+        q, p = x.exp(), y.exp()
+        mix = beta * p + (1 - beta) * q
+        return (beta * (p * (y - mix.log())).sum() +
+                (1 - beta) * (q * (x - mix.log())).sum()) / x.shape[0]
+    check(m.LigerFusedLinearJSDFunction.apply, ref, (xs, ws, xt, wt), grad_of=(0, 1),
+          rtol=1e-4, atol=1e-4)
+
+
 def _params():
     out = []
     for name in CASES:
