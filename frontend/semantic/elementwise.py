@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import math
+from numbers import Number
 from typing import Any
 
 from kitjit.ir import libm
@@ -200,9 +201,11 @@ class ElementwiseOps:
 
     @typing_rule("select")
     def where(self, cond: Any, x: Any, y: Any) -> Value:
+        if isinstance(cond, Number):  # a constexpr condition, as Triton takes it
+            cond = self.constant(bool(cond), int1)
         if not isinstance(cond, Value):
-            raise self.error("kit.where needs a tile condition (use Python's `x if c else y` "
-                             "for constants)")
+            raise self.error(f"kit.where needs a tile or constexpr condition, got "
+                             f"{type(cond).__name__}")
         if not cond.dtype.is_bool():
             cond = self.compare("ne", cond, 0)
         if not isinstance(x, Value) and not isinstance(y, Value):
