@@ -1,6 +1,7 @@
-"""`kit.math`: Triton's `tl.math` namespace. Its functions are the kit.<name> markers
-(kit.math.exp is kit.exp); a Triton math name kitjit lacks is a marker whose call is a
-"not supported yet" CompileError at the user's line."""
+"""`kit.math`: Triton's `tl.math` namespace, and the libdevice functions that Triton 2.x's
+`tl.math` held (`from triton.language.math import tanh` in kernels written for it). Its
+functions are the kit.<name> markers (kit.math.exp is kit.exp); a Triton math name kitjit
+lacks is a marker whose call is a "not supported yet" CompileError at the user's line."""
 
 from __future__ import annotations
 
@@ -21,10 +22,16 @@ def unsupported(namespace: str, name: str, triton: str):
 def __getattr__(name: str):
     if name in BUILTINS:
         return BUILTINS[name]
+    from .extra import libdevice
+
+    if name in libdevice.SUPPORTED:  # Triton 2.x's tl.math was libdevice: `tl.math.tanh`
+        return getattr(libdevice, name)
     if name in TRITON_MATH:
         return unsupported("kit.math", name, "tl.math")
     raise AttributeError(f"module 'kit.math' has no attribute '{name}'")
 
 
 def __dir__():
-    return sorted(TRITON_MATH)
+    from .extra import libdevice
+
+    return sorted(set(TRITON_MATH) | set(libdevice.SUPPORTED))
