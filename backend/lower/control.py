@@ -1,4 +1,4 @@
-"""The `control` family: for and if, lowered to LLVM basic blocks whose phis carry each
+"""The `control` family: for, while and if, lowered to LLVM basic blocks whose phis carry each
 value's registers, and yield.
 
 A region's `yield` never reaches the dispatch: `block()` stops at it and returns its
@@ -123,3 +123,39 @@ class ControlLowering(LoweringBase):
     def op_yield(self, op: Op) -> None:
         # block() returns at a region's yield before dispatching it (see the module's text)
         raise LoweringError("internal: 'yield' lowered outside the end of a for/if region")
+
+    @lowering("while")
+    def op_while(self, op: Op) -> None:
+        """A header block whose phis carry each value's registers and compute the condition
+        region, then the body, which branches back."""
+        b = self.b
+        cond, body = op.regions
+        inits = [self.get(v) for v in op.operands]
+        pre = b.block
+        header = self.kernel.append_basic_block("while.header")
+        loop = self.kernel.append_basic_block("while.body")
+        exit_ = self.kernel.append_basic_block("while.exit")
+        b.branch(header)
+        b.position_at_end(header)
+        phis = []
+        for ca, ba, init in zip(cond.args, body.args, inits):
+            ps = []
+            for x in init:
+                p = b.phi(x.type)
+                p.add_incoming(x, pre)
+                ps.append(p)
+            phis.append(ps)
+            self.vals[ca.id] = ps
+            self.vals[ba.id] = ps
+        (c,) = self.block(cond)[0]
+        b.cbranch(c, loop, exit_)
+        b.position_at_end(loop)
+        ys = self.block(body)
+        end = b.block
+        for ps, y in zip(phis, ys):
+            for p, v in zip(ps, y):
+                p.add_incoming(v, end)
+        b.branch(header)
+        b.position_at_end(exit_)
+        for r, ps in zip(op.results, phis):
+            self.vals[r.id] = ps

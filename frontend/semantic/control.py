@@ -1,4 +1,4 @@
-"""Control flow: the `for` and `if` ops (their regions and carried types come from
+"""Control flow: the `for`, `while` and `if` ops (their regions and carried types come from
 `frontend/codegen/statements.py`, which also ends each region with its `yield`).
 
 Call rules: kit.static_assert.
@@ -28,6 +28,17 @@ class ControlOps:
     def if_op(self, cond: Value, types: list[TileType], then: Block, orelse: Block) -> Op:
         """An `if` on the i1 scalar `cond` whose branches yield values of `types`."""
         return self.emit("if", [cond], types, regions=[then, orelse])
+
+
+    @typing_rule("while")
+    def while_op(self, inits: list[Value], types: list[TileType], cond: Block,
+                 body: Block) -> Op:
+        """A `while` carrying `inits` (of `types`): region `cond` takes the carried values and
+        yields the i1 scalar condition; region `body` takes them and yields the next ones."""
+        for a, t in zip(inits, types):
+            if a.shape != t.shape or a.dtype is not t.dtype:
+                raise self.error(f"internal: while carries {a.type} as {t}")
+        return self.emit("while", list(inits), types, regions=[cond, body])
 
 
 # -------------------------------------------------------------------- kit.<name> calls

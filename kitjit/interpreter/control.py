@@ -1,4 +1,4 @@
-"""Semantics of the control family: `for`, `if`, and the roles an `if` on
+"""Semantics of the control family: `for`, `while`, `if`, and the roles an `if` on
 `kit.warpgroup_id()` runs (its `roles` attribute): both regions at once, as coroutines that
 `_par` schedules. Each takes `gen`: with gen=True it returns a generator function (the op
 holds a wait, see `_Compiler.blocks`), which yields where its region waits."""
@@ -83,6 +83,69 @@ def for_(comp: _Compiler, op: Op, gen: bool = False) -> Any:
         for k, v in zip(results, vals):
             env[k] = v
     return for_
+
+
+@semantics("while")
+def while_(comp: _Compiler, op: Op, gen: bool = False) -> Any:
+    cond, body = op.regions
+    init_ids = [v.id for v in op.operands]
+    cargs, bargs = [a.id for a in cond.args], [a.id for a in body.args]
+    (c_id,) = [v.id for v in cond.terminator.operands]
+    yields = [v.id for v in body.terminator.operands]
+    results = [r.id for r in op.results]
+    where = f"line {op.loc.line}" if op.loc else "?"
+    errors = (OutOfBoundsError, RaceError, DeadlockError, MBarrierError)
+
+    if gen:
+        cg, bg = comp.gblock(cond), comp.gblock(body)
+
+        def while_g(env: Env) -> Iterator:
+            vals = [env[i] for i in init_ids]
+            n = 0
+            try:
+                while True:
+                    for k, v in zip(cargs, vals):
+                        env[k] = v
+                    yield from cg(env)
+                    if not env[c_id]:
+                        break
+                    for k, v in zip(bargs, vals):
+                        env[k] = v
+                    yield from bg(env)
+                    vals = [env[y] for y in yields]
+                    n += 1
+            except errors as e:
+                raise type(e)(f"{e.args[0]}\n  in the while loop at {where}, iteration {n}") \
+                    from None
+            for k, v in zip(results, vals):
+                env[k] = v
+        return while_g
+
+    ch, bh = comp.block(cond), comp.block(body)
+
+    def while_(env: Env) -> None:
+        vals = [env[i] for i in init_ids]
+        n = 0
+        try:
+            while True:
+                for k, v in zip(cargs, vals):
+                    env[k] = v
+                for h in ch:
+                    h(env)
+                if not env[c_id]:
+                    break
+                for k, v in zip(bargs, vals):
+                    env[k] = v
+                for h in bh:
+                    h(env)
+                vals = [env[y] for y in yields]
+                n += 1
+        except errors as e:
+            raise type(e)(f"{e.args[0]}\n  in the while loop at {where}, iteration {n}") \
+                from None
+        for k, v in zip(results, vals):
+            env[k] = v
+    return while_
 
 
 @semantics("if")

@@ -27,6 +27,9 @@ dot        a [M,K], b [K,N], acc [M,N]    -                                     
 convert_layout a                          - (same shape and dtype, other layout)     tile
 for        lb, ub, step, *init            - ; region 0: args (iv, *carried), ends in yield   carried
 if         cond(i1 scalar)                - ; regions then/else, each ends in yield  yielded
+while      *init                          - ; region 0 (cond): args (*carried), yields  carried
+                                          the i1 condition; region 1 (body): args
+                                          (*carried), yields the next carried
 yield      *values                        -                                          -
 ========== ============================== ========================================== =========
 
@@ -54,7 +57,7 @@ REDUCE_KINDS = frozenset({"sum", "max", "min", "argmax", "argmin"})
 
 ELEMENTWISE = BINARY | UNARY | {"cmp", "cast", "select", "addptr"}
 
-CONTROL = frozenset({"for", "if", "yield"})
+CONTROL = frozenset({"for", "while", "if", "yield"})
 
 # ----------------------------------------------------------------------------- families
 # Every op above, declared with its family: each layer keeps the op in its module of that
@@ -71,4 +74,5 @@ declare("dot", "dot", "wgmma")
 declare("tma", "smem_alloc", "smem_index", "smem_trans", "tma_load", "tma_store",
         "mbar_wait", "mbar_arrive", "barrier", "warpgroup_id", "setmaxnreg")
 declare("control", "for", "if")
+declare("control", "while")
 declare("control", "yield", made_by="frontend/codegen (the end of a for/if region)")
