@@ -235,7 +235,7 @@ def test_return_mismatch_is_located():
 # ---------------------------------------------------------------- on the GPU
 @pytest.mark.gpu
 def test_control_flow_gpu():
-    x = rand(64, device="cuda") if False else torch.randn(64, device="cuda")
+    x = torch.randn(64, device="cuda")
     out = torch.full((128,), 7.0, device="cuda")
     early_return_kernel[(4,)](x, out, 50, BLOCK=32)
     close(out[:50].cpu(), x[:50].cpu().double() * 2)

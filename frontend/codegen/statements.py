@@ -72,6 +72,15 @@ class StatementsMixin:
             for t, v in zip(target.elts, value):
                 self.assign(t, v)
         else:
+            base = self.try_eval(target.value) if isinstance(target, (ast.Subscript,
+                                                                      ast.Attribute)) else None
+            if base is not None and not isinstance(base, Value) and \
+                    not isinstance(base, (int, float, bool, str, tuple)):
+                raise self.err(target, "a kernel must not mutate Python objects: this "
+                               f"assignment changes {type(base).__name__} "
+                               f"'{ast.unparse(target.value)}' at compile time, once per "
+                               "compilation, not per launch",
+                               "compute values in the kernel and store them through a pointer")
             raise self.err(target, "only plain names can be assigned in kernels",
                            "tiles are values: compute a new tile instead of writing into one")
 
