@@ -157,7 +157,7 @@ def return_in_while_kernel(Out, n):
 @kit.jit
 def continue_kernel(Out, n):
     acc = 0.0
-    for i in range(n):
+    for _i in range(n):
         continue
     kit.store(Out, acc)
 
@@ -202,7 +202,7 @@ def _returns_on_one_path(n):
 
 @kit.jit
 def range_bad_hint_kernel(Out, n):
-    for i in kit.range(n, num_stages=n):
+    for _i in kit.range(n, num_stages=n):
         kit.store(Out, 1.0)
 
 

@@ -56,6 +56,10 @@ class CallsMixin:
             return _call_builtin(self, name, args, kwargs, node)
         if isinstance(fn, JITFunction):
             return self.inline(fn, args, kwargs, node)
+        if fn is print:  # as in Triton, print in a kernel is kit.device_print
+            from ..semantic.control import python_print
+
+            return python_print(self, args, kwargs, node)
         if isinstance(fn, DType):
             raise self.err(node, f"use x.to(kit.{_dtype_attr_of(fn)}) to convert a tile")
         values = [a for a in list(args) + list(kwargs.values()) if isinstance(a, Value)]
@@ -96,9 +100,6 @@ class CallsMixin:
             return b.unary("abs", args[0])
         if fn in (float, int, bool) and len(args) == 1:
             return b.cast(args[0], {float: float32, int: int32, bool: int1}[fn])
-        if fn is print:
-            raise self.err(node, "print() of tiles is not supported on the GPU",
-                           "run with KITJIT_INTERPRET=1 and inspect values in Python")
         name = getattr(fn, "__name__", repr(fn))
         raise self.err(node, f"'{name}' cannot take tiles or run-time values",
                        "only @kit.jit functions and kit builtins run on the GPU; "

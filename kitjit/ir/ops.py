@@ -31,6 +31,12 @@ while      *init                          - ; region 0 (cond): args (*carried), 
                                           the i1 condition; region 1 (body): args
                                           (*carried), yields the next carried
 yield      *values                        -                                          -
+print      *values                        prefix, hex (kit.device_print / print)     -
+assert     cond                           msg (kit.device_assert)                    -
+gdc_wait, gdc_launch_dependents  -        - (griddepcontrol)                         -
+hint       a                              kind (multiple_of|max_contiguous|          type of a
+                                          max_constancy), values (one per dim)
+assume     cond (i1 scalar)               - (kit.assume)                             -
 ========== ============================== ========================================== =========
 
 Integer division `floordiv` and remainder `mod` follow Triton (and C): they truncate toward
@@ -75,4 +81,6 @@ declare("tma", "smem_alloc", "smem_index", "smem_trans", "tma_load", "tma_store"
         "mbar_wait", "mbar_arrive", "barrier", "warpgroup_id", "setmaxnreg")
 declare("control", "for", "if")
 declare("control", "while")
+declare("control", "print", "assert", "gdc_wait", "gdc_launch_dependents")
+declare("core", "hint", "assume")
 declare("control", "yield", made_by="frontend/codegen (the end of a for/if region)")
