@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kitjit.interpreter.errors import DeviceAssertError
 from test_language import close, compile_gpu, poisoned, rand
 
 import kitjit as kit
+from kitjit.interpreter.errors import DeviceAssertError
 
 
 @kit.jit
