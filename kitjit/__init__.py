@@ -50,3 +50,12 @@ from .torch_ops import custom_op  # noqa: E402
 __all__ = ["jit", "JITFunction", "CompiledKernel", "compile_aot", "interpret_mode",
            "autotune", "Autotuner", "Config", "custom_op", "testing", "__version__",
            *_lang_all]
+
+
+def __getattr__(name: str):
+    """`kit.foo` for a name kitjit lacks: Triton's names say "not supported yet"."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from .language.triton_names import missing_name_message
+
+    raise AttributeError(missing_name_message(name))

@@ -167,17 +167,26 @@ class JITFunction:
         """Hash of this function's source, the @kit.jit functions it calls and the global
         constants it reads: what must change for a cached binary to go stale."""
         if self._dep_hash is None:
-            h = hashlib.sha256(self.parsed.source.encode())
-            for name in sorted(_global_names(self.parsed.node)):
-                v = self.fn.__globals__.get(name, _MISSING)
-                if isinstance(v, JITFunction) and v is not self:
-                    h.update(f"{name}:{v.dep_hash}".encode())
-                elif isinstance(v, (int, float, bool, str)) or v is None:
-                    h.update(f"{name}={v!r}".encode())
-                elif type(v).__name__ == "constexpr":
-                    h.update(f"{name}={v.value!r}".encode())
-            self._dep_hash = h.hexdigest()
+            self._dep_hash = self._hash_deps(())
         return self._dep_hash
+
+    def _hash_deps(self, stack: tuple) -> str:
+        # `stack`: the functions whose hash is being computed; a call back into one of them
+        # (recursion, which the compile rejects at the call) is hashed by name only
+        h = hashlib.sha256(self.parsed.source.encode())
+        for name in sorted(_global_names(self.parsed.node)):
+            v = self.fn.__globals__.get(name, _MISSING)
+            if isinstance(v, JITFunction) and v is not self:
+                if v in stack:
+                    h.update(f"{name}:<recursive>".encode())
+                else:
+                    dep = v._dep_hash or v._hash_deps((*stack, self))
+                    h.update(f"{name}:{dep}".encode())
+            elif isinstance(v, (int, float, bool, str)) or v is None:
+                h.update(f"{name}={v!r}".encode())
+            elif type(v).__name__ == "constexpr":
+                h.update(f"{name}={v.value!r}".encode())
+        return h.hexdigest()
 
     def __call__(self, *args, **kwargs):
         raise RuntimeError(f"launch kernels with a grid: {self.__name__}[grid](...); "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import types
 from typing import Any
 
 from kitjit import language as kl
@@ -219,8 +220,16 @@ class ExpressionsMixin:
                            "tiles have .dtype, .shape and .to(dtype)")
         try:
             return _unwrap(getattr(base, attr))
-        except AttributeError:
-            raise self.err(node, f"{describe(base)} has no attribute '{attr}'") from None
+        except AttributeError as e:
+            if isinstance(base, types.ModuleType) and base.__name__.split(".")[0] == "kitjit":
+                from kitjit.language.triton_names import missing_name_message
+
+                raise self.err(node, missing_name_message(attr, ast.unparse(node.value)),
+                               "see README.md for what kitjit supports") from None
+            if isinstance(base, types.ModuleType):
+                raise self.err(node, f"module '{base.__name__}' has no attribute '{attr}'") \
+                    from None
+            raise self.err(node, f"{describe(base)} has no attribute '{attr}'") from e
 
     def expr_Subscript(self, node: ast.Subscript) -> Any:
         base = self.expr(node.value)

@@ -53,6 +53,17 @@ class MemoryOps:
         if mask is not None:
             mask = self._mask(mask)
             shape = self.broadcast_shapes(shape, mask.shape)
+        if shape != ptr.shape:
+            # Triton broadcasts the value and the mask to the pointers, never the pointers
+            from .base import _shape
+
+            what = "value" if self.broadcast_shapes(ptr.shape, value.shape) != ptr.shape \
+                else "mask"
+            got = value.shape if what == "value" else mask.shape
+            raise self.error(f"kit.store: the {what} of shape {_shape(got)} does not fit the "
+                             f"pointers of shape {_shape(ptr.shape)} (Triton stores through "
+                             "the pointers' shape)", "give the pointers the value's shape "
+                             "(offsets[:, None] * stride + cols[None, :])")
         operands = [self.broadcast_to(ptr, shape), self.broadcast_to(value, shape)]
         if mask is not None:
             operands.append(self.broadcast_to(mask, shape))
@@ -129,15 +140,18 @@ class MemoryOps:
 
 
 # -------------------------------------------------------------------- kit.<name> calls
-@call_rule("load", lambda pointer, mask=None, other=None, cache_modifier=None,
-           eviction_policy=None, volatile=False: None)
+# Triton's signatures, parameter for parameter, so that positional arguments bind as there
+@call_rule("load", lambda pointer, mask=None, other=None, boundary_check=(), padding_option="",
+           cache_modifier="", eviction_policy="", volatile=False: None)
 def _load(c: Call) -> Any:
+    _no_block_pointer_args(c, padding_option="")
     return c.b.load(c["pointer"], c["mask"], c["other"])
 
 
-@call_rule("store", lambda pointer, value, mask=None, cache_modifier=None,
-           eviction_policy=None: None)
+@call_rule("store", lambda pointer, value, mask=None, boundary_check=(), cache_modifier="",
+           eviction_policy="": None)
 def _store(c: Call) -> Any:
+    _no_block_pointer_args(c)
     return c.b.store(c["pointer"], c["value"], c["mask"])
 
 
@@ -154,3 +168,13 @@ def _atomic_cas(c: Call) -> Any:
     return c.b.atomic_cas(c["pointer"], c["cmp"], c["val"],
                           c.const("sem", "a constant string"),
                           c.const("scope", "a constant string"))
+
+
+def _no_block_pointer_args(c: Call, **more: Any) -> None:
+    """boundary_check and padding_option are for block pointers (kit.make_block_ptr), which
+    kitjit does not have yet."""
+    for k, default in {"boundary_check": (), **more}.items():
+        v = c[k]
+        if v is not None and v != default and not (isinstance(v, (tuple, list)) and not v):
+            raise c.err(f"kit.{c.name}: '{k}' is for block pointers, which are not supported "
+                        "yet", "mask the access instead")

@@ -73,3 +73,12 @@ __all__ = [
     "uint8", "uint16", "uint32", "uint64", "int1", "bool_",
     *BUILTINS, *random.RANDOM,
 ]
+
+
+def __getattr__(name: str):
+    """A Triton name kitjit lacks: a one-line "not supported yet" (see triton_names.py)."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from .triton_names import missing_name_message
+
+    raise AttributeError(missing_name_message(name))
