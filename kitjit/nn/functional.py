@@ -148,9 +148,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     dropout_p == 0 (head dim 64 or 128 when an input requires grad: `loss.backward()` then
     runs kitjit's backward kernels, kitjit/nn/attention_backward.py), on a Hopper GPU (or
     on CPU tensors under KITJIT_INTERPRET=1). Inputs that are not contiguous, such as the
-    (B, L, H, E) layout of LLMs transposed to (B, H, L, E), are copied to contiguous first (the kernels read rows
-    through 2-D TMA descriptors): one extra read and write of each such tensor. Everything
-    else runs through torch's own implementation with a KitjitFallbackWarning per reason.
+    (B, L, H, E) layout of LLMs transposed to (B, H, L, E), are copied to contiguous first
+    (the kernels read rows through 2-D TMA descriptors): one extra read and write of each
+    such tensor. Everything else runs through torch's own implementation with a KitjitFallbackWarning per reason.
 
     No keys (S == 0): zeros (the empty sum over keys; torch's CPU kernel leaves that output
     uninitialized).
