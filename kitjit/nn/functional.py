@@ -150,7 +150,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     on CPU tensors under KITJIT_INTERPRET=1). Inputs that are not contiguous, such as the
     (B, L, H, E) layout of LLMs transposed to (B, H, L, E), are copied to contiguous first
     (the kernels read rows through 2-D TMA descriptors): one extra read and write of each
-    such tensor. Everything else runs through torch's own implementation with a KitjitFallbackWarning per reason.
+    such tensor. Everything else runs through torch's own implementation with a
+    KitjitFallbackWarning per reason.
 
     No keys (S == 0): zeros (the empty sum over keys; torch's CPU kernel leaves that output
     uninitialized).
