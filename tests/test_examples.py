@@ -22,7 +22,9 @@ import kitjit as kit
 from kitjit.testing import check, rel_error
 
 # every example in examples/ has its tests here: a new one must be added
-KNOWN_EXAMPLES = {"vector_add", "softmax", "layernorm", "rmsnorm", "matmul", "attention"}
+# the graph_* examples are tested in tests/test_graph.py
+KNOWN_EXAMPLES = {"vector_add", "softmax", "layernorm", "rmsnorm", "matmul", "attention",
+                  "graph_attention_decode", "graph_rmsnorm_linear", "graph_gated_mlp"}
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 if str(EXAMPLES) not in sys.path:
