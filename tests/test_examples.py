@@ -22,8 +22,10 @@ import kitjit as kit
 from kitjit.testing import check, rel_error
 
 # every example in examples/ has its tests here: a new one must be added
+# the graph_* examples are tested in tests/test_graph.py
 KNOWN_EXAMPLES = {"vector_add", "softmax", "layernorm", "rmsnorm", "matmul", "attention",
-                  "attention_backward"}
+                  "attention_backward", "graph_attention_decode", "graph_rmsnorm_linear",
+                  "graph_gated_mlp"}
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 if str(EXAMPLES) not in sys.path:
