@@ -207,8 +207,9 @@ class TileEmitter(Emitter):
         if b != "0":
             parts.append(f"({b})")
         for idx, s in ((r, st[-2]), (c, st[-1])):
-            if s:
-                parts.append(idx if s == 1 else f"{idx} * {s}")
+            # a zero stride (a dim of size 1) keeps its term: the pointers must have the
+            # tile's full shape, as a store's value never broadcasts them (Triton's rule)
+            parts.append(idx if s == 1 else f"{idx} * {s}")
         return " + ".join(parts)
 
     def load(self, x: Tensor) -> str:
