@@ -22,7 +22,7 @@ from kitjit.ir.registry import semantics
 from kitjit.ir.types import DType, bfloat16, from_torch, tma_desc
 
 from .errors import DeadlockError, OutOfBoundsError, _lane, _where
-from .numeric import _bf16_bits, _mem_np, _np, _scalar_arg, round_bf16
+from .numeric import _bf16_bits, _mem_np, _np, _scalar_arg, from_bits, round_bf16, to_bits
 
 if TYPE_CHECKING:
     from .compiler import Env, Handler, _Compiler
@@ -330,6 +330,9 @@ def load(comp: _Compiler, op: Op) -> Handler:
     elif dt.is_bool():
         def conv(raw):
             return raw != 0
+    elif dt.is_fp8():
+        def conv(raw):
+            return from_bits(raw, dt)
     else:
         def conv(raw):
             return raw
@@ -376,6 +379,9 @@ def store(comp: _Compiler, op: Op) -> Handler:
     elif dt.is_bool():
         def conv(v):
             return np.asarray(v).astype(np.uint8)
+    elif dt.is_fp8():
+        def conv(v):
+            return to_bits(v, dt)
     else:
         def conv(v):
             return np.asarray(v, mdt)
