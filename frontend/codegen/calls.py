@@ -44,8 +44,9 @@ class CallsMixin:
     def call(self, fn: Any, args: list, kwargs: dict, node) -> Any:
         from kitjit.jit import JITFunction
 
-        if isinstance(fn, _Method):
-            return fn.call(args, kwargs, node)
+        if isinstance(fn, (_Method, _AggregateMethod)):
+            return fn.call(args, kwargs, node) if isinstance(fn, _Method) else \
+                fn.fn(self, args, kwargs, node)
         name = getattr(fn, "__kit_builtin__", None)
         if name is not None:
             return _call_builtin(self, name, args, kwargs, node)
@@ -123,6 +124,14 @@ class CallsMixin:
             raise
         self.b.loc = call_loc
         return result
+
+
+class _AggregateMethod:
+    """A method of a compile-time structure (desc.load of a tensor descriptor), called with
+    (codegen, args, kwargs, node)."""
+
+    def __init__(self, fn):
+        self.fn = fn
 
 
 class _Method:

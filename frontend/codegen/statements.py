@@ -242,7 +242,7 @@ class StatementsMixin:
                          for v in (lb, ub, step))
         assigned = _assigned(node.body)
         carried = [n for n in assigned if n in self.scope and n != node.target.id
-                   and (isinstance(self.scope[n], Value)
+                   and (isinstance(self.scope[n], Value) or _is_aggregate(self.scope[n])
                         or isinstance(self.scope[n], (int, float)))]
         for n in assigned:
             if n in self.scope and n not in carried and n != node.target.id:
@@ -250,17 +250,26 @@ class StatementsMixin:
                                "inside a runtime loop", "only tiles and numbers can change "
                                "from one iteration to the next")
         inits = []
+        aggs = {}  # name -> (the aggregate entering the loop, its number of leaves)
+        leaf_names = []
         for n in carried:
             v = self.scope[n]
+            if _is_aggregate(v):  # a block pointer: its run-time fields are carried
+                leaves = v.kit_flatten()
+                aggs[n] = (v, len(leaves))
+                inits.extend(leaves)
+                leaf_names.extend(f"{n}.{i}" for i in range(len(leaves)))
+                continue
             if not isinstance(v, Value):
                 v = self.b.to_value(v)
             inits.append(v)
+            leaf_names.append(n)
         body = Block()
         iv = body.add_arg(TileType(ity), node.target.id)
-        args_ = [body.add_arg(TileType(v.dtype, v.shape), n) for n, v in zip(carried, inits)]
+        args_ = [body.add_arg(TileType(v.dtype, v.shape), n) for n, v in zip(leaf_names, inits)]
         before = dict(self.scope)
         self.scope[node.target.id] = iv
-        for n, a in zip(carried, args_):
+        for n, a in zip(carried, _group(carried, args_, aggs)):
             self.scope[n] = a
         self.b.blocks.append(body)
         try:
@@ -270,10 +279,13 @@ class StatementsMixin:
                 raise self.err(node, "`return` inside a loop is not supported",
                                "assign to a variable and return it after the loop") from None
             ys = []
-            for n, a in zip(carried, args_):
+            for n, a in zip(carried, _group(carried, args_, aggs)):
                 v = self.scope.get(n, _MISSING)
                 if v is _MISSING:
                     raise self.err(node, f"'{n}' is deleted inside the loop")
+                if n in aggs:
+                    ys.extend(self._carry_aggregate(n, aggs[n][0], v, a, node))
+                    continue
                 if not isinstance(v, Value):
                     self.at(node)
                     fits = isinstance(v, (int, float, bool)) and \
@@ -295,16 +307,49 @@ class StatementsMixin:
         self.scope = before
         self.at(node)
         op = self.b.for_op([lbv, ubv, stv], inits, [a.type for a in args_], body)
-        for n, r in zip(carried, op.results):
-            r.name = n
+        for r, ln in zip(op.results, leaf_names):
+            r.name = ln
+        for n, r in zip(carried, _group(carried, op.results, aggs)):
             self.scope[n] = r
         for n in assigned:
             if n not in carried and n not in before:
                 self.scope.pop(n, None)
 
+    def _carry_aggregate(self, n: str, init: Any, v: Any, args: Any, node) -> list:
+        """The leaves a loop-carried block pointer yields: the same kind of pointer (block
+        shape, order, element type) with run-time fields of the types it entered with."""
+        if not _is_aggregate(v) or v.kit_static() != init.kit_static():
+            raise CompileError(
+                f"loop-carried variable '{n}' changes type in the loop: it enters as "
+                f"{init.kit_describe()} and is reassigned as "
+                f"{v.kit_describe() if _is_aggregate(v) else describe(v)}",
+                self.assign_locs.get(n, self.p.loc(node)),
+                "advance a block pointer with kit.advance(ptr, offsets); keep its block shape")
+        self.at(node)
+        return [self.b.cast(x, a.dtype) for x, a in zip(v.kit_flatten(), args.kit_flatten())]
+
     def stmt_While(self, node) -> None:
         raise self.err(node, "while loops are not supported in kitjit kernels",
                        "use `for i in range(...)` with a bound known at launch")
+
+
+def _is_aggregate(v: Any) -> bool:
+    """A compile-time structure of run-time values (a block pointer, a tensor descriptor)."""
+    return hasattr(v, "kit_flatten") and not isinstance(v, type)
+
+
+def _group(names: list, leaves: list, aggs: dict) -> list:
+    """Leaves (loop args or results) back into one value per carried name."""
+    out, i = [], 0
+    for n in names:
+        if n in aggs:
+            init, k = aggs[n]
+            out.append(init.kit_rebuild(list(leaves[i:i + k])))
+            i += k
+        else:
+            out.append(leaves[i])
+            i += 1
+    return out
 
 
 def _role_split(cond: Value, role: tuple[int, int]):
