@@ -34,9 +34,9 @@ class DotOps:
             # fp16 values), then the f16 mma; the fp32 sums are those of an fp8 mma
             a, b = self.cast(a, float16), self.cast(b, float16)
         if a.dtype not in (float16, bfloat16) or b.dtype not in (float16, bfloat16):
-            raise self.error(f"kit.dot takes fp16, bf16 or fp8 (both sides) inputs, got "
-                             f"{a.dtype} and {b.dtype}", "convert the inputs with "
-                             ".to(kit.bfloat16)")
+            raise self.error(f"kit.dot takes fp16 or bf16 inputs for now, got {a.dtype} and "
+                             f"{b.dtype} (fp8 works when both sides are fp8)",
+                             "convert the inputs with .to(kit.bfloat16)")
         if a.dtype is not b.dtype:
             raise self.error(f"kit.dot: a is {a.dtype} but b is {b.dtype}",
                              "convert one side so both match")
