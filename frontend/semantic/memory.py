@@ -186,11 +186,3 @@ def _atomic_cas(c: Call) -> Any:
                           c.const("scope", "a constant string"))
 
 
-def _no_block_pointer_args(c: Call, **more: Any) -> None:
-    """boundary_check and padding_option are for block pointers (kit.make_block_ptr), which
-    kitjit does not have yet."""
-    for k, default in {"boundary_check": (), **more}.items():
-        v = c[k]
-        if v is not None and v != default and not (isinstance(v, (tuple, list)) and not v):
-            raise c.err(f"kit.{c.name}: '{k}' is for block pointers, which are not supported "
-                        "yet", "mask the access instead")
