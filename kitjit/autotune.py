@@ -108,6 +108,14 @@ class Target:
     device: int
 
 
+def _capturing() -> bool:
+    """Is the current stream capturing a CUDA graph (kitjit.launcher's check, looked up at
+    call time so tests can replace it)."""
+    from . import launcher
+
+    return launcher._capturing()
+
+
 def _gpu_target(args: Sequence[Any]) -> Target | None:
     """The GPU this launch runs on, or None where kernels run in the interpreter (the
     autotuner's one question about the machine; CPU tests replace it)."""
@@ -430,6 +438,13 @@ class Autotuner:
         from_disk = {str(c) for c in configs if str(c) in timings}
         todo = [c for c in configs if str(c) not in timings]
         errors: list[BaseException] = []
+        if todo and _capturing():
+            what = fmt_key(**self._key_record(key))
+            raise AutotuneError(
+                f"{self.__name__}: the first launch for this key ({what}) came during "
+                f"CUDA graph capture, and autotuning would time {len(todo)} configs inside "
+                "the graph; launch once before capturing (a warm-up call outside the graph "
+                "tunes it, and the capture then records the chosen config)")
         if todo:
             new, transient = self._time_configs(todo, configs, timings, named, kw, grid,
                                                 target, errors)
