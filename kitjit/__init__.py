@@ -40,6 +40,10 @@ def _mount_top_level_packages() -> None:
 
 _mount_top_level_packages()
 
+from .log_config import configure as _configure_logging  # noqa: E402
+
+_configure_logging()  # KITJIT_LOG
+
 from . import testing  # noqa: E402  (kit.testing.do_bench, as triton.testing)
 from .autotune import Autotuner, Config, autotune  # noqa: E402
 from .jit import CompiledKernel, JITFunction, compile_aot, interpret_mode, jit  # noqa: E402

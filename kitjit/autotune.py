@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import os
 import shutil
 import statistics
@@ -40,6 +41,8 @@ from .tuning_records import (
     tuning_records,
     write_record,
 )
+
+logger = logging.getLogger("kitjit.autotune")
 
 __all__ = ["Autotuner", "AutotuneError", "Config", "Target", "autotune", "format_tuning_records",
            "tuning_records"]
@@ -368,9 +371,11 @@ class Autotuner:
                 how = "interpreter: first valid config, not timed"
             else:
                 cfg, timings, how = self._tune_on_gpu(key, configs, named, kw, grid, target)
-            if _env_flag("KITJIT_PRINT_AUTOTUNING"):
-                print(self._report(key, configs, cfg, timings, how, target,
-                                   time.perf_counter() - t0), flush=True)
+            report = self._report(key, configs, cfg, timings, how, target,
+                                  time.perf_counter() - t0)
+            logger.info("%s", report)
+            if _env_flag("KITJIT_PRINT_AUTOTUNING"):  # Triton's switch: the user asked
+                print(report, flush=True)
             self.timings[key] = timings
             self.configs_timings = {c: timings[str(c)] for c in configs
                                     if isinstance(timings.get(str(c)), float)}
@@ -475,6 +480,7 @@ class Autotuner:
                              min(known) if known else None)
 
         def failed(cfg: Config, e: BaseException) -> None:
+            logger.debug("%s: config %s failed: %s", self.__name__, cfg, _reason(e))
             errors.append(e)
             (new if _persistable(e) else transient)[str(cfg)] = f"failed: {_reason(e)}"
 
@@ -504,6 +510,7 @@ class Autotuner:
                         failed(cfg, e)
                         progress.step(None)
                     else:
+                        logger.debug("%s: config %s: %.4f ms", self.__name__, cfg, ms)
                         new[str(cfg)] = ms
                         progress.step((ms, str(cfg)))
                 self._retime_close_calls(compiled, new, named, kw, grid, saved, target)
