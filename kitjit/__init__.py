@@ -40,6 +40,10 @@ def _mount_top_level_packages() -> None:
 
 _mount_top_level_packages()
 
+from .log_config import configure as _configure_logging  # noqa: E402
+
+_configure_logging()  # KITJIT_LOG
+
 from . import (  # noqa: E402
     graph,  # kit.graph: the superoptimizer (issue 14)
     testing,  # kit.testing.do_bench, as triton.testing

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import os
 import shutil
 import statistics
@@ -40,6 +41,8 @@ from .tuning_records import (
     tuning_records,
     write_record,
 )
+
+logger = logging.getLogger("kitjit.autotune")
 
 __all__ = ["Autotuner", "AutotuneError", "Config", "Target", "autotune", "format_tuning_records",
            "tuning_records"]
@@ -106,6 +109,14 @@ class Target:
     arch: str
     max_shared: int | None
     device: int
+
+
+def _capturing() -> bool:
+    """Is the current stream capturing a CUDA graph (kitjit.launcher's check, looked up at
+    call time so tests can replace it)."""
+    from . import launcher
+
+    return launcher._capturing()
 
 
 def _gpu_target(args: Sequence[Any]) -> Target | None:
@@ -360,9 +371,11 @@ class Autotuner:
                 how = "interpreter: first valid config, not timed"
             else:
                 cfg, timings, how = self._tune_on_gpu(key, configs, named, kw, grid, target)
-            if _env_flag("KITJIT_PRINT_AUTOTUNING"):
-                print(self._report(key, configs, cfg, timings, how, target,
-                                   time.perf_counter() - t0), flush=True)
+            report = self._report(key, configs, cfg, timings, how, target,
+                                  time.perf_counter() - t0)
+            logger.info("%s", report)
+            if _env_flag("KITJIT_PRINT_AUTOTUNING"):  # Triton's switch: the user asked
+                print(report, flush=True)
             self.timings[key] = timings
             self.configs_timings = {c: timings[str(c)] for c in configs
                                     if isinstance(timings.get(str(c)), float)}
@@ -430,6 +443,13 @@ class Autotuner:
         from_disk = {str(c) for c in configs if str(c) in timings}
         todo = [c for c in configs if str(c) not in timings]
         errors: list[BaseException] = []
+        if todo and _capturing():
+            what = fmt_key(**self._key_record(key))
+            raise AutotuneError(
+                f"{self.__name__}: the first launch for this key ({what}) came during "
+                f"CUDA graph capture, and autotuning would time {len(todo)} configs inside "
+                "the graph; launch once before capturing (a warm-up call outside the graph "
+                "tunes it, and the capture then records the chosen config)")
         if todo:
             new, transient = self._time_configs(todo, configs, timings, named, kw, grid,
                                                 target, errors)
@@ -460,6 +480,7 @@ class Autotuner:
                              min(known) if known else None)
 
         def failed(cfg: Config, e: BaseException) -> None:
+            logger.debug("%s: config %s failed: %s", self.__name__, cfg, _reason(e))
             errors.append(e)
             (new if _persistable(e) else transient)[str(cfg)] = f"failed: {_reason(e)}"
 
@@ -489,6 +510,7 @@ class Autotuner:
                         failed(cfg, e)
                         progress.step(None)
                     else:
+                        logger.debug("%s: config %s: %.4f ms", self.__name__, cfg, ms)
                         new[str(cfg)] = ms
                         progress.step((ms, str(cfg)))
                 self._retime_close_calls(compiled, new, named, kw, grid, saved, target)

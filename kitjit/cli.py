@@ -41,7 +41,12 @@ class CliError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but errors are one line (no usage dump) and exit with code 2."""
+    """argparse, but errors are one line (no usage dump) and exit with code 2; options are
+    spelled out (no abbreviations: `--json` is not a prefix of `--json-sidecar`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
@@ -477,6 +482,7 @@ _OUT_SUFFIXES = {  # -o suffix -> the asm keys that hold that stage
     ".ll": ("llir", "llvm", "ll"),
     ".tir": ("tir",),
 }
+_SIDE_SUFFIXES = (".h", ".json")  # -o: a C header (cubin inside) / a sidecar beside the cubin
 
 
 def _kernel_constexprs(path: str, kernel: str) -> list[str] | None:
@@ -507,12 +513,16 @@ def cmd_compile(args: argparse.Namespace) -> int:
         raise CliError(f"unsupported --arch {args.arch!r} (use one of "
                        f"{', '.join(SUPPORTED_ARCHS)})", code=2)
     out = args.output or f"{kernel}.cubin"
-    if os.path.splitext(out)[1] not in _OUT_SUFFIXES:
-        raise CliError(f"-o {out!r}: unknown output suffix "
-                       f"{os.path.splitext(out)[1] or '(none)'!r} (use "
-                       f"{', '.join(_OUT_SUFFIXES)}: the suffix picks the stage)", code=2)
-    if args.num_warps <= 0 or args.num_warps & (args.num_warps - 1):
-        raise CliError(f"--num-warps must be a power of two, not {args.num_warps}")
+    suffix = os.path.splitext(out)[1]
+    if suffix not in _OUT_SUFFIXES and suffix not in _SIDE_SUFFIXES:
+        raise CliError(f"-o {out!r}: unknown output suffix {suffix or '(none)'!r} (use "
+                       f"{', '.join([*_OUT_SUFFIXES, *_SIDE_SUFFIXES])}: the suffix picks "
+                       "the stage)", code=2)
+    header, sidecar = _side_outputs(args, out, suffix)
+    n = args.num_warps  # what a launch accepts (JITFunction._miss)
+    if not 1 <= n <= 32 or (n & (n - 1) and n % 4):
+        raise CliError(f"--num-warps must be a power of two from 1 to 32, or a whole number "
+                       f"of warpgroups (12, 20, ...) for kernels split into roles; not {n}")
     signature = parse_signature(args.signature)
     constexprs = dict(_parse_constexpr(c) for c in args.constexpr or [])
     known = _kernel_constexprs(path, kernel)
@@ -540,6 +550,71 @@ def cmd_compile(args: argparse.Namespace) -> int:
     asm = getattr(compiled, "asm", None)
     if not isinstance(asm, dict):
         raise CliError("compile_aot returned no .asm dict")
+    if suffix in _SIDE_SUFFIXES:  # -o k.h / -o k.json: the cubin goes beside the sidecar
+        out = None if suffix == ".h" else os.path.splitext(out)[0] + ".cubin"
+    if out is not None:
+        _write_stage(asm, out, kernel, args.arch)
+    if header or sidecar:
+        _write_host_files(compiled, header, sidecar, out, kernel)
+    return 0
+
+
+def _side_outputs(args: argparse.Namespace, out: str,
+                  suffix: str) -> tuple[str | None, str | None]:
+    """Paths of the C header and JSON sidecar asked for (`-o k.h`, `--header [PATH]`,
+    `-o k.json`, `--json-sidecar [PATH]`), each checked for its suffix and for clashes."""
+    base = os.path.splitext(out)[0]
+    header = sidecar = None
+    if args.header is not None:
+        if suffix == ".h":
+            raise CliError("-o already names the header: drop --header (or -o the cubin)",
+                           code=2)
+        header = args.header or base + ".h"
+        if os.path.splitext(header)[1] != ".h":
+            raise CliError(f"--header {header!r}: a C header's name ends in .h", code=2)
+    elif suffix == ".h":
+        header = out
+    if args.json_sidecar is not None:
+        if suffix == ".json":
+            raise CliError("-o already names the JSON sidecar: drop --json-sidecar", code=2)
+        sidecar = args.json_sidecar or base + ".json"
+        if os.path.splitext(sidecar)[1] != ".json":
+            raise CliError(f"--json-sidecar {sidecar!r}: the sidecar's name ends in .json",
+                           code=2)
+    elif suffix == ".json":
+        sidecar = out
+    if (header or sidecar) and suffix in _OUT_SUFFIXES and suffix != ".cubin":
+        raise CliError(f"--header and --json-sidecar describe a cubin; -o {out!r} writes "
+                       f"{suffix} (use -o KERNEL.cubin, or no -o)", code=2)
+    for path in (header, sidecar):
+        if path is not None and os.path.abspath(path) == os.path.abspath(
+                os.path.splitext(out)[0] + ".cubin") and suffix not in _SIDE_SUFFIXES:
+            raise CliError(f"{path!r} would overwrite the cubin", code=2)
+    return header, sidecar
+
+
+def _write_host_files(compiled: Any, header: str | None, sidecar: str | None,
+                      cubin_path: str | None, kernel: str) -> None:
+    from kitjit.aot_header import HeaderError, c_header, launch_description
+
+    try:
+        desc = launch_description(
+            compiled, os.path.basename(cubin_path) if cubin_path else None)
+    except HeaderError as e:
+        raise CliError(f"cannot describe {kernel} for a C host: {e}") from None
+    cubin = bytes(compiled.asm["cubin"])
+    if header is not None:
+        with open(header, "w", encoding="utf-8") as f:
+            f.write(c_header(desc, cubin))
+        print(f"wrote {header} (C header: {kernel}'s cubin, load and launch helpers)")
+    if sidecar is not None:
+        with open(sidecar, "w", encoding="utf-8") as f:
+            json.dump(desc, f, indent=2)
+            f.write("\n")
+        print(f"wrote {sidecar} (launch description of {kernel})")
+
+
+def _write_stage(asm: Any, out: str, kernel: str, arch: str) -> None:
     keys = _OUT_SUFFIXES[os.path.splitext(out)[1]]
     blob = None
     for k in keys:          # a cache hit holds the stages lazily: ask, don't test `in`
@@ -553,8 +628,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     mode = "w" if isinstance(blob, str) else "wb"
     with open(out, mode) as f:
         f.write(blob)
-    print(f"wrote {out} ({_fmt_size(len(blob))}, {kernel} for {args.arch})")
-    return 0
+    print(f"wrote {out} ({_fmt_size(len(blob))}, {kernel} for {arch})")
 
 
 # --------------------------------------------------------------------------- doctor
@@ -678,11 +752,22 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--constexpr", action="append", metavar="NAME=VALUE", help="a constexpr (repeatable)"
     )
-    c.add_argument("--num-warps", type=int, default=4, metavar="N", help="warps per program (4)")
+    c.add_argument("--num-warps", type=int, default=4, metavar="N",
+                   help="warps per program (4); 12, 20, ... for kernels split into "
+                        "warpgroup roles")
     c.add_argument(
         "-o", "--output", metavar="OUT",
-        help="output file; .cubin/.ptx/.ll/.tir picks the stage (default: KERNEL.cubin)",
+        help="output file; .cubin/.ptx/.ll/.tir picks the stage (default: KERNEL.cubin); "
+             ".h writes a C header holding the cubin, .json the launch description "
+             "beside OUT's .cubin",
     )  # fmt: skip
+    c.add_argument("--header", nargs="?", const="", metavar="PATH",
+                   help="also write a C header: the cubin as a byte array, load and launch "
+                        "helpers over the CUDA driver API (default PATH: OUT with .h)")
+    c.add_argument("--json-sidecar", nargs="?", const="", metavar="PATH",
+                   help="also write the launch description as JSON: entry, parameter "
+                        "layout, TMA descriptors, block, shared memory, arch (default PATH: "
+                        "OUT with .json)")
     c.set_defaults(func=cmd_compile)
 
     c = sub.add_parser("doctor", aliases=["env"],

@@ -16,8 +16,8 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import logging
 import os
-import sys
 import threading
 import time
 import warnings
@@ -37,6 +37,7 @@ from .launcher import (
 )
 
 _notice_shown = False
+logger = logging.getLogger("kitjit.jit")
 
 
 def _env_flag(name: str) -> bool:
@@ -54,8 +55,8 @@ def interpret_mode() -> bool:
         return False
     if not _notice_shown:
         _notice_shown = True
-        print(f"kitjit: {driver.unavailable_reason()}; running kernels in the CPU interpreter "
-              "(KITJIT_INTERPRET=1 silences this)", file=sys.stderr)
+        logger.warning("kitjit: %s; running kernels in the CPU interpreter "
+                       "(KITJIT_INTERPRET=1 silences this)", driver.unavailable_reason())
     return True
 
 
@@ -326,6 +327,9 @@ class JITFunction:
                 asm = {"cubin": entry.read("kernel.cubin")}
                 ck = CompiledKernel(meta["name"], _LazyAsm(entry, asm), meta)
                 _check_shared(ck, max_shared, self)
+                logger.debug("compile %s [%s] for %s, %d warps: disk cache hit (key %s)",
+                             self.__name__, _spec_text(specs, consts, self), arch, num_warps,
+                             key[:12])
                 return ck
         t0 = time.perf_counter()
         fn = self.build_ir(specs, consts, num_warps)
@@ -384,6 +388,11 @@ class JITFunction:
                 f"({res.registers} registers used); it will be slower. Use smaller blocks, "
                 "fewer live tiles, or more warps.", CompileWarning,
                 self.parsed.file, self.parsed.first_line)
+        logger.debug("compile %s [%s] for %s, %d warps: cache miss (key %s), compiled in "
+                     "%.3f s: %d registers, %d bytes spilled, %d bytes shared, %s",
+                     self.__name__, _spec_text(specs, consts, self), arch, num_warps, key[:12],
+                     meta["compile_seconds"], res.registers, res.spills, meta["shared"],
+                     meta["assembler"])
         if store is not None:
             store.put(key, {"kernel.tir": tir, "kernel.ll": llir, "kernel.ptx": ptx,
                             "kernel.cubin": cubin}, meta)
@@ -529,6 +538,14 @@ def _tma_meta(param: int, entry: dict) -> dict:
     lay = shared_layout(tuple(entry["box"]), dtype_from_name(entry["dtype"]))
     return {"param": param, "box": [entry["box"][0], lay.chunk], "swizzle": lay.swizzle,
             "dtype": entry["dtype"]}
+
+
+def _spec_text(specs: list, consts: tuple, jf: JITFunction) -> str:
+    """`X=*fp32, n=i32, BLOCK=128`: one specialization, short, for log records."""
+    parts = [f"{n}={s[0] if s[0] != 'const' else repr(s[1])}"
+             for n, s in zip(jf.runtime_params, specs)]
+    parts += [f"{n}={_const_repr(v)}" for n, v in zip(jf.constexprs, consts)]
+    return ", ".join(parts)
 
 
 def _kind(spec) -> str:

@@ -10,8 +10,10 @@ import statistics
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from .perf_report import Benchmark, Mark, perf_report  # noqa: E402,F401 (Triton's names)
+
 __all__ = ["has_gpu", "device", "rel_error", "check", "bench", "do_bench",
-           "do_bench_cudagraph"]
+           "do_bench_cudagraph", "Benchmark", "Mark", "perf_report"]
 
 _RETURN_MODES = ("min", "max", "mean", "median", "all")
 _L2_FLUSH_BYTES = 256 * 1024 * 1024  # what Triton writes between runs: more than any L2
