@@ -678,7 +678,8 @@ def _check_options(name: str, maxnreg, num_ctas, launch_pdl) -> None:
 
 
 def compile_aot(path: str, kernel_name: str, signature: list[str], constexprs: dict,
-                num_warps: int = 4, arch: str = "sm_90a") -> CompiledKernel:
+                num_warps: int = 4, arch: str = "sm_90a",
+                maxnreg: int | None = None) -> CompiledKernel:
     """Compile a kernel from a file for `arch` without a GPU and leave it in the cache.
 
     `signature`: one entry per run-time parameter, in order, optionally `name:type`; types
@@ -724,7 +725,7 @@ def compile_aot(path: str, kernel_name: str, signature: list[str], constexprs: d
     if missing:
         raise ValueError(f"missing constexpr values: {', '.join(missing)}")
     consts = tuple(constexprs[c] for c in jf.constexprs)
-    return jf.compile(specs, consts, num_warps, arch)
+    return jf.compile(specs, consts, num_warps, arch, maxnreg=maxnreg)
 
 
 __all__ = ["jit", "JITFunction", "CompiledKernel", "compile_aot", "interpret_mode"]
