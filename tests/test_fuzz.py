@@ -503,6 +503,8 @@ class Gen:
         c = self.clamp(c, 512.0)
         if is_unsigned(c.dtype):  # c - i would wrap
             c = self.cast_to(c, "i32")
+        elif c.dtype == "fp64":  # the fp32 accumulator would change type
+            c = self.cast_to(c, "fp32")
         mag = 6 * c.mag if kind == "sum" else max(1024.0, c.mag + 6)
         return Node("loop", "fp32", self.full, [c], {"form": form, "kind": kind, "i": i,
                                                      "aug": self.draw(st.booleans())}, mag)
