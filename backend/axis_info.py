@@ -87,6 +87,15 @@ class AxisAnalysis:
         shape = res.shape
         r = len(shape)
         ins = [self[o] for o in op.operands]
+        if n == "hint":  # the user's promise (kit.multiple_of, ...), as Triton takes it
+            i, vals, kind = ins[0], op.attrs["values"], op.attrs["kind"]
+            if r == 0:
+                return Info((), (), (), vals[0], i.cval) if kind == "multiple_of" else i
+            if kind == "multiple_of":  # of a pointer: its address, in bytes (as Triton)
+                return Info(i.contig, tuple(vals), i.const)
+            if kind == "max_contiguous":
+                return Info(tuple(vals), i.div, i.const)
+            return Info(i.contig, i.div, tuple(vals))
         if r == 0:
             if n == "constant":
                 v = op.attrs["value"]

@@ -129,6 +129,12 @@ def infer_layouts(fn: Function) -> Function:
                 for init, arg, yv, res in zip(op.operands[3:], body.args[1:], y.operands,
                                               op.results):
                     same([init, arg, yv, res])
+            elif n == "while":
+                cond, body = op.regions
+                y = body.ops[-1]
+                for init, ca, ba, yv, res in zip(op.operands, cond.args, body.args, y.operands,
+                                                 op.results):
+                    same([init, ca, ba, yv, res])
             elif n == "if":
                 yt, ye = op.regions[0].ops[-1], op.regions[1].ops[-1]
                 for a, b, r in zip(yt.operands, ye.operands, op.results):
@@ -256,7 +262,7 @@ def _relabeled(op: Op):
     if n == "permute":
         return lambda lay: Permuted(lay, op.attrs["dims"])
     if n == "reshape":
-        return lambda lay: Reshaped(lay, op.operands[0].shape)
+        return lambda lay: Reshaped(lay, op.operands[0].shape, op.result.shape)
     if n == "join":
         return Joined
     if n == "split":

@@ -83,6 +83,7 @@ def while_kernel(Out, n):
     i = 0
     while i < n:
         i += 1
+        break
     kit.store(Out, i)
 
 
@@ -344,9 +345,9 @@ def bad_builtin_args_kernel(Out, n):
 
 
 # ============================================================================ compile errors
-def test_while_loop():
-    expect_compile_error(while_kernel, [X(4), 3], match="while loops are not supported",
-                         line_has="while i < n", at="while", hint="range(")
+def test_break_in_while_loop():
+    expect_compile_error(while_kernel, [X(4), 3], match="`break` is not supported",
+                         line_has="break", at="break", hint="while cond")
 
 
 def test_lambda():
@@ -493,8 +494,8 @@ def test_callee_arity():
     (pow_kernel, r"'\*\*' on tiles is not supported", "x ** 2", "x ** 2", "x * x"),
     (load_non_pointer_kernel, "kit.load needs a pointer", "kit.load(n)", "kit.load",
      "tensor argument"),
-    (return_in_loop_kernel, "`return` inside a loop is not supported", "for _ in range(n)",
-     "for", "after the loop"),
+    (return_in_loop_kernel, "`return` inside a loop is not supported", "    return", "return",
+     "after the loop"),
     (unknown_attr_kernel, "a tile has no attribute 'shape_of'", "x.shape_of", "x.shape_of",
      ".dtype"),
     (bad_builtin_args_kernel, "kit.program_id:", "program_id(0, 1, 2)", "kit.program_id",

@@ -1491,8 +1491,8 @@ def mistakes(draw, k: Kernel, body: str, scope: list) -> tuple[str, list, set]:
 
     def syntax():
         forms = [
-            ([(0, "while n_extra < 0:"), (1, "pass")] if in_kernel else
-             [(0, f"while {v} < 0:"), (1, "pass")]),
+            ([(0, "while n_extra < 0: break")] if in_kernel else
+             [(0, f"while {v} < 0: continue")]),
             [(0, f"{bad} = lambda q: q + 1")],
             [(0, "try:"), (1, f"{bad} = {v} + 1"), (0, "except Exception:"), (1, "pass")],
             [(0, "with open('f') as fh:"), (1, "pass")],
@@ -1502,7 +1502,7 @@ def mistakes(draw, k: Kernel, body: str, scope: list) -> tuple[str, list, set]:
             [(0, f"{bad} = {v} ** 2")], [(0, f"{t}[0] = 1.0")],
             [(0, "raise ValueError('no')")], [(0, f"def {bad}(q):"), (1, "return q")],
             [(0, f"class {bad.upper()}:"), (1, "pass")],
-            [(0, f"{bad} = (q := {v})")], [(0, f"{bad} = print({v})")],
+            [(0, f"{bad} = (q := {v})")], [(0, f"{bad} = input({v})")],
             [(0, f"assert {v} > 0")], [(0, f"{bad} = {t}[0]")], [(0, f"{bad} = {t}[1:2]")],
             [(0, f"{bad} = {t}.T")], [(0, f"{bad} = {v}.nope")],
             [(0, f"for {bad} in [1, 2]:"), (1, "pass")],

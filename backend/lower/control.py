@@ -1,5 +1,6 @@
-"""The `control` family: for and if, lowered to LLVM basic blocks whose phis carry each
-value's registers, and yield.
+"""The `control` family: for, while and if, lowered to LLVM basic blocks whose phis carry
+each value's registers, and yield; the debugging ops (print through vprintf, assert through
+__assertfail) and griddepcontrol.
 
 A region's `yield` never reaches the dispatch: `block()` stops at it and returns its
 operands' registers to the for/if that lowers the region, which wires them into the phis.
@@ -14,7 +15,8 @@ import llvmlite.ir as ir
 from kitjit.ir.core import Block, Op
 from kitjit.ir.registry import lowering
 
-from .base import LoweringBase, LoweringError
+from ..nvvm import asm
+from .base import LoweringBase, LoweringError, _lin
 
 
 class ControlLowering(LoweringBase):
@@ -123,3 +125,144 @@ class ControlLowering(LoweringBase):
     def op_yield(self, op: Op) -> None:
         # block() returns at a region's yield before dispatching it (see the module's text)
         raise LoweringError("internal: 'yield' lowered outside the end of a for/if region")
+
+    @lowering("while")
+    def op_while(self, op: Op) -> None:
+        """A header block whose phis carry each value's registers and compute the condition
+        region, then the body, which branches back."""
+        b = self.b
+        cond, body = op.regions
+        inits = [self.get(v) for v in op.operands]
+        pre = b.block
+        header = self.kernel.append_basic_block("while.header")
+        loop = self.kernel.append_basic_block("while.body")
+        exit_ = self.kernel.append_basic_block("while.exit")
+        b.branch(header)
+        b.position_at_end(header)
+        phis = []
+        for ca, ba, init in zip(cond.args, body.args, inits):
+            ps = []
+            for x in init:
+                p = b.phi(x.type)
+                p.add_incoming(x, pre)
+                ps.append(p)
+            phis.append(ps)
+            self.vals[ca.id] = ps
+            self.vals[ba.id] = ps
+        (c,) = self.block(cond)[0]
+        b.cbranch(c, loop, exit_)
+        b.position_at_end(loop)
+        ys = self.block(body)
+        end = b.block
+        for ps, y in zip(phis, ys):
+            for p, v in zip(ps, y):
+                p.add_incoming(v, end)
+        b.branch(header)
+        b.position_at_end(exit_)
+        for r, ps in zip(op.results, phis):
+            self.vals[r.id] = ps
+
+    # ------------------------------------------------------------ debugging
+    def cstring(self, text: str) -> ir.Value:
+        """An i8* to a NUL-terminated constant string in global memory."""
+        data = bytearray(text.encode() + b"\0")
+        ty = ir.ArrayType(ir.IntType(8), len(data))
+        g = ir.GlobalVariable(self.module, ty, name=self.module.get_unique_name("str"))
+        g.global_constant = True
+        g.linkage = "internal"
+        g.initializer = ir.Constant(ty, data)
+        return self.b.bitcast(g, ir.IntType(8).as_pointer())
+
+    @lowering("print")
+    def op_print(self, op: Op) -> None:
+        """One vprintf per register: `pid (x, y, z) idx (i, ...) prefix value`."""
+        b = self.b
+        i8p = ir.IntType(8).as_pointer()
+        vprintf = self.intr.get("vprintf", ir.IntType(32), [i8p, i8p])
+        pid = [self.intr.sreg(b, f"ctaid.{a}") for a in "xyz"]
+        for v in op.operands:
+            regs = self.get(v)
+            spec, conv = _print_format(v.dtype, op.attrs["hex"])
+            rank = len(v.shape)
+            idx_fmt = ", ".join(["%d"] * rank)
+            fmt = self.cstring(f"pid (%d, %d, %d) idx ({idx_fmt}) {op.attrs['prefix']}{spec}\n")
+            if rank == 0:
+                coords, base = [()], []
+                guard = self.thread0()
+            else:
+                lin = _lin(v.type)
+                coords = lin.reg_coords()
+                base = [self.thread_coord(lin, d) for d in range(rank)]
+                guard = None
+            for reg, c in zip(regs, coords):
+                idx = [b.add(base[d], self.c32(c[d])) if c[d] else base[d] for d in range(rank)]
+                args = pid + idx + [conv(self, reg)]
+                st = ir.LiteralStructType([a.type for a in args])
+                buf = self.entry_alloca(st)
+                for k, a in enumerate(args):
+                    b.store(a, b.gep(buf, [self.c32(0), self.c32(k)], inbounds=True))
+                if guard is not None:
+                    with b.if_then(guard):
+                        b.call(vprintf, [fmt, b.bitcast(buf, i8p)])
+                else:
+                    b.call(vprintf, [fmt, b.bitcast(buf, i8p)])
+
+    def entry_alloca(self, ty: ir.Type) -> ir.Value:
+        """A stack slot allocated in the entry block (so loops do not grow the stack)."""
+        b = self.b
+        here = b.block
+        entry = self.kernel.entry_basic_block
+        b.position_at_start(entry)
+        slot = b.alloca(ty)
+        b.position_at_end(here)
+        return slot
+
+    @lowering("assert")
+    def op_assert(self, op: Op) -> None:
+        """`__assertfail` (CUDA's assert: the launch fails with the message) where any
+        element this thread holds is false."""
+        b = self.b
+        regs = self.get(op.operands[0])
+        bad = None
+        for r in regs:
+            nr = b.not_(r)
+            bad = nr if bad is None else b.or_(bad, nr)
+        i8p = ir.IntType(8).as_pointer()
+        fail = self.intr.get("__assertfail", ir.VoidType(),
+                             [i8p, i8p, ir.IntType(32), i8p, ir.IntType(64)])
+        loc = op.loc
+        with b.if_then(bad, likely=False):
+            b.call(fail, [self.cstring(op.attrs["msg"] or "kit.device_assert failed"),
+                          self.cstring(loc.file if loc else "?"),
+                          ir.Constant(ir.IntType(32), loc.line if loc else 0),
+                          self.cstring(loc.func if loc and loc.func else "?"),
+                          ir.Constant(ir.IntType(64), 1)])
+
+    @lowering("gdc_wait")
+    def op_gdc_wait(self, op: Op) -> None:
+        asm(self.b, ir.VoidType(), "griddepcontrol.wait;", "~{memory}", [])
+
+    @lowering("gdc_launch_dependents")
+    def op_gdc_launch_dependents(self, op: Op) -> None:
+        asm(self.b, ir.VoidType(), "griddepcontrol.launch_dependents;", "~{memory}", [])
+
+
+def _print_format(dt, hex: bool):
+    """The printf conversion of a value of `dt` and how to widen it for vprintf (varargs
+    promote floats to double and small ints to int)."""
+    I32, I64, F64 = ir.IntType(32), ir.IntType(64), ir.DoubleType()
+    if dt.is_ptr():
+        return "0x%llx", lambda s, r: s.b.ptrtoint(r, I64)
+    if dt.is_floating():
+        if hex:
+            return "0x%llx", lambda s, r: s.b.bitcast(s.b.fpext(r, F64) if dt.bits < 64 else r,
+                                                      I64)
+        return "%f", lambda s, r: s.b.fpext(r, F64) if dt.bits < 64 else r
+    if dt.bits == 64:
+        return ("0x%llx" if hex else "%llu" if dt.is_int_unsigned() else "%lld"), \
+            lambda s, r: r
+    spec = "0x%x" if hex else "%u" if dt.is_int_unsigned() or dt.is_bool() else "%d"
+    if dt.bits == 32:
+        return spec, lambda s, r: r
+    ext = "zext" if dt.is_int_unsigned() or dt.is_bool() else "sext"
+    return spec, lambda s, r: getattr(s.b, ext)(r, I32)

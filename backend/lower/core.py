@@ -7,6 +7,8 @@ only the lowering of the core ops, like the other family modules.
 
 from __future__ import annotations
 
+import llvmlite.ir as ir
+
 from kitjit.ir.core import Op
 from kitjit.ir.registry import lowering
 
@@ -14,7 +16,7 @@ from .base import LoweringBase, _lin
 
 
 class CoreLowering(LoweringBase):
-    """constant, program_id, num_programs, arange."""
+    """constant, program_id, num_programs, arange, and the hints (hint, assume)."""
 
     @lowering("constant")
     def op_constant(self, op: Op) -> None:
@@ -34,3 +36,13 @@ class CoreLowering(LoweringBase):
         base = self.b.add(self.thread_coord(lin, 0), self.c32(op.attrs["start"]))
         self.set(op.result, [self.b.add(base, self.c32(c[0])) if c[0] else base
                              for c in lin.reg_coords()])
+
+    @lowering("hint")
+    def op_hint(self, op: Op) -> None:
+        # the fact itself is read by backend/axis_info.py; the registers pass through
+        self.set(op.result, self.get(op.operands[0]))
+
+    @lowering("assume")
+    def op_assume(self, op: Op) -> None:
+        (c,) = self.get(op.operands[0])
+        self.b.call(self.intr.get("llvm.assume", ir.VoidType(), [ir.IntType(1)]), [c])

@@ -16,7 +16,7 @@ from ..semantic import Builder
 from .calls import CallsMixin
 from .expressions import ExpressionsMixin
 from .helpers import _Return
-from .statements import StatementsMixin
+from .statements import StatementsMixin, _first_return
 
 
 class ParsedFunction:
@@ -66,6 +66,7 @@ class FunctionCodegen(StatementsMixin, ExpressionsMixin, CallsMixin):
         self.closure = _closure_vars(parsed.fn)
         self.return_value: Any = None
         self.assign_locs: dict[str, Loc] = {}
+        self.loop_depth = 0  # run-time and unrolled loops around the current statement
 
     # ------------------------------------------------------------------ helpers
     def err(self, node: ast.AST, msg: str, hint: str | None = None) -> CompileError:
@@ -82,7 +83,11 @@ class FunctionCodegen(StatementsMixin, ExpressionsMixin, CallsMixin):
         return self.return_value
 
     def block(self, stmts: list[ast.stmt]) -> None:
-        for s in stmts:
+        for i, s in enumerate(stmts):
+            if isinstance(s, ast.If) and _first_return(s) is not None:
+                self.at(s)
+                self.if_returning(s, stmts[i + 1:])  # runs the rest of the list too
+                return
             self.stmt(s)
 
 

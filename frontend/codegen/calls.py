@@ -12,12 +12,15 @@ from kitjit.ir.types import DType, float32, int1, int32
 
 from ..errors import CompileError
 from ..semantic import CALL_RULES, Call, describe
-from .helpers import _dtype_attr_of
 
 if TYPE_CHECKING:
     from .build import FunctionCodegen, ParsedFunction
 
 MAX_INLINE_DEPTH = 32
+_MUTATORS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "update", "add",
+                       "setdefault", "discard", "popitem", "sort", "reverse",
+                       "__setitem__", "__delitem__", "difference_update",
+                       "intersection_update", "symmetric_difference_update"})
 
 
 class CallsMixin:
@@ -45,19 +48,27 @@ class CallsMixin:
     def call(self, fn: Any, args: list, kwargs: dict, node) -> Any:
         from kitjit.jit import JITFunction
 
-        if isinstance(fn, _Method):
-            return fn.call(args, kwargs, node)
+        if isinstance(fn, (_Method, _AggregateMethod)):
+            return fn.call(args, kwargs, node) if isinstance(fn, _Method) else \
+                fn.fn(self, args, kwargs, node)
         name = getattr(fn, "__kit_builtin__", None)
         if name is not None:
             return _call_builtin(self, name, args, kwargs, node)
         if isinstance(fn, JITFunction):
             return self.inline(fn, args, kwargs, node)
+        if fn is print:  # as in Triton, print in a kernel is kit.device_print
+            from ..semantic.control import python_print
+
+            return python_print(self, args, kwargs, node)
         if isinstance(fn, DType):
-            raise self.err(node, f"use x.to(kit.{_dtype_attr_of(fn)}) to convert a tile")
+            from ..semantic.elementwise import scalar_constructor
+
+            return scalar_constructor(self, fn, args, kwargs, node)
         values = [a for a in list(args) + list(kwargs.values()) if isinstance(a, Value)]
         if values:
             return self.python_builtin_on_values(fn, args, kwargs, node)
         if callable(fn):
+            self._no_global_mutation(fn, node)
             try:
                 return fn(*args, **kwargs)
             except Exception as e:
@@ -65,6 +76,23 @@ class CallsMixin:
                                f"failed: {type(e).__name__}: {e}",
                                "only @kit.jit functions and kit builtins can take tiles") from e
         raise self.err(node, f"{describe(fn)} is not callable")
+
+    def _no_global_mutation(self, fn: Any, node) -> None:
+        """A kernel body runs once per compile, not per launch: a call that mutates a
+        module-level (or closed-over) list, dict or set would happen at a time the user
+        cannot predict (and not at all on a cache hit), so it is refused."""
+        obj = getattr(fn, "__self__", None)
+        name = getattr(fn, "__name__", "")
+        if not isinstance(obj, (list, dict, set, bytearray)) or name not in _MUTATORS:
+            return
+        owners = [k for k, v in list(self.globals.items()) + list(self.closure.items())
+                  if v is obj]
+        if owners:
+            raise self.err(node, f"a kernel must not mutate Python objects: '{owners[0]}."
+                           f"{name}(...)' changes a {type(obj).__name__} outside the kernel "
+                           "at compile time, once per compilation, not per launch",
+                           "compute values in the kernel and store them through a pointer; "
+                           "kit.static_print shows compile-time values")
 
     def python_builtin_on_values(self, fn, args, kwargs, node) -> Any:
         b = self.b
@@ -74,9 +102,6 @@ class CallsMixin:
             return b.unary("abs", args[0])
         if fn in (float, int, bool) and len(args) == 1:
             return b.cast(args[0], {float: float32, int: int32, bool: int1}[fn])
-        if fn is print:
-            raise self.err(node, "print() of tiles is not supported on the GPU",
-                           "run with KITJIT_INTERPRET=1 and inspect values in Python")
         name = getattr(fn, "__name__", repr(fn))
         raise self.err(node, f"'{name}' cannot take tiles or run-time values",
                        "only @kit.jit functions and kit builtins run on the GPU; "
@@ -124,6 +149,14 @@ class CallsMixin:
         return result
 
 
+class _AggregateMethod:
+    """A method of a compile-time structure (desc.load of a tensor descriptor), called with
+    (codegen, args, kwargs, node)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+
 class _Method:
     """A tile method (x.to, x.sum, ...) waiting for its call."""
 
@@ -132,13 +165,7 @@ class _Method:
 
     def call(self, args, kwargs, node):
         if self.name == "to":
-            dtype = args[0] if args else kwargs.get("dtype")
-            if kwargs.get("bitcast"):
-                raise self.cg.err(node, "bitcast is not supported yet")
-            if not isinstance(dtype, DType):
-                raise self.cg.err(node, f".to() needs a dtype such as kit.float32, got "
-                                  f"{describe(dtype)}")
-            return self.cg.b.cast(self.value, dtype)
+            return _call_builtin(self.cg, "cast", [self.value, *args], kwargs, node)
         return _call_builtin(self.cg, self.name, [self.value, *args], kwargs, node)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import types
 from typing import Any
 
 from kitjit import language as kl
@@ -13,7 +14,7 @@ from kitjit.ir.types import int1
 
 from ..errors import CompileError
 from ..semantic import describe, shape_str
-from .calls import _Method
+from .calls import _AggregateMethod, _Method
 from .helpers import _HINTS
 
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div",
@@ -217,10 +218,22 @@ class ExpressionsMixin:
                 return self.b.permute(base, (1, 0), "x.T")  # as Triton: 2-d tiles only
             raise self.err(node, f"a tile has no attribute '{attr}'",
                            "tiles have .dtype, .shape and .to(dtype)")
+        methods = base.kit_methods() if hasattr(base, "kit_methods") and \
+            not isinstance(base, type) else {}
+        if attr in methods:  # desc.load(...), desc.store(...)
+            return _AggregateMethod(methods[attr])
         try:
             return _unwrap(getattr(base, attr))
-        except AttributeError:
-            raise self.err(node, f"{describe(base)} has no attribute '{attr}'") from None
+        except AttributeError as e:
+            if isinstance(base, types.ModuleType) and base.__name__.split(".")[0] == "kitjit":
+                from kitjit.language.triton_names import missing_name_message
+
+                raise self.err(node, missing_name_message(attr, ast.unparse(node.value)),
+                               "see README.md for what kitjit supports") from None
+            if isinstance(base, types.ModuleType):
+                raise self.err(node, f"module '{base.__name__}' has no attribute '{attr}'") \
+                    from None
+            raise self.err(node, f"{describe(base)} has no attribute '{attr}'") from e
 
     def expr_Subscript(self, node: ast.Subscript) -> Any:
         base = self.expr(node.value)

@@ -1,9 +1,11 @@
-"""Statements: assignments, assert, return, `if` (folded, a branch, or warpgroup roles),
-`for` over range (a loop with carried values) or kit.static_range (unrolled)."""
+"""Statements: assignments, assert, return (also under a run-time `if`: `if_returning`), `if`
+(folded, a branch, or warpgroup roles), `for` over range / kit.range (a loop with carried
+values) or kit.static_range (unrolled), `while` on a run-time condition."""
 
 from __future__ import annotations
 
 import ast
+import inspect
 from typing import Any
 
 from kitjit import language as kl
@@ -70,6 +72,15 @@ class StatementsMixin:
             for t, v in zip(target.elts, value):
                 self.assign(t, v)
         else:
+            base = self.try_eval(target.value) if isinstance(target, (ast.Subscript,
+                                                                      ast.Attribute)) else None
+            if base is not None and not isinstance(base, Value) and \
+                    not isinstance(base, (int, float, bool, str, tuple)):
+                raise self.err(target, "a kernel must not mutate Python objects: this "
+                               f"assignment changes {type(base).__name__} "
+                               f"'{ast.unparse(target.value)}' at compile time, once per "
+                               "compilation, not per launch",
+                               "compute values in the kernel and store them through a pointer")
             raise self.err(target, "only plain names can be assigned in kernels",
                            "tiles are values: compute a new tile instead of writing into one")
 
@@ -91,12 +102,7 @@ class StatementsMixin:
         if not isinstance(cond, Value):
             self.block(node.body if cond else node.orelse)
             return
-        self.at(node.test)
-        if not cond.type.is_scalar:
-            raise self.err(node.test, f"an `if` needs a scalar condition, got {describe(cond)}",
-                           "use kit.where(cond, a, b) to choose per element")
-        if not cond.dtype.is_bool():
-            cond = self.b.compare("ne", cond, 0)
+        cond = self._scalar_cond(cond, node.test, "an `if`")
         before = dict(self.scope)
         branches = []
         roles = _role_split(cond, self.b.role)
@@ -151,6 +157,91 @@ class StatementsMixin:
         for n, r in zip(merged, op.results):
             r.name = n
             self.scope[n] = r
+
+    def _scalar_cond(self, cond: Value, test: ast.expr, what: str) -> Value:
+        """`cond` as an i1 scalar (a run-time condition of an if or a while)."""
+        self.at(test)
+        if not cond.type.is_scalar:
+            raise self.err(test, f"{what} needs a scalar condition, got {describe(cond)}",
+                           "use kit.where(cond, a, b) to choose per element")
+        if not cond.dtype.is_bool():
+            cond = self.b.compare("ne", cond, 0)
+        return cond
+
+    def if_returning(self, node: ast.If, rest: list[ast.stmt]) -> None:
+        """An `if` that holds a `return`. As Triton, a run-time condition is allowed: the
+        statements after the `if` (`rest`, up to the end of the function) run in each
+        branch that falls through, so every path of the `if` op ends the function and the
+        op yields the value returned (the values of both paths must meet in one type)."""
+        cond = self.expr(node.test)
+        if not isinstance(cond, Value):
+            self.block(list(node.body if cond else node.orelse) + list(rest))
+            return
+        if self.loop_depth:
+            raise self.err(_first_return(node), _RETURN_IN_LOOP, _RETURN_IN_LOOP_HINT)
+        cond = self._scalar_cond(cond, node.test, "an `if`")
+        if _role_split(cond, self.b.role) is not None:
+            raise self.err(_first_return(node), "`return` inside an `if` on "
+                           "kit.warpgroup_id() is not supported", "let every role reach the "
+                           "end of the kernel")
+        before = dict(self.scope)
+        outs = []
+        for body in (node.body, node.orelse):
+            blk = Block()
+            self.scope = dict(before)
+            self.return_value = None
+            self.b.blocks.append(blk)
+            try:
+                self.block(list(body) + list(rest))
+            except _Return:
+                pass
+            finally:
+                self.b.blocks.pop()
+            outs.append((blk, self.return_value))
+        self.scope = before
+        pairs: list[tuple[Any, Any]] = []
+        rebuild = _pair_leaves(outs[0][1], outs[1][1], pairs)
+        if rebuild is None:
+            raise self.err(node, "the two branches of this `if` return different kinds of "
+                           f"values ({_rdesc(outs[0][1])} and {_rdesc(outs[1][1])})",
+                           "return the same number of values of the same types on every "
+                           "path")
+        kept, types = [], []
+        for i, (a, b) in enumerate(pairs):
+            if not isinstance(a, Value) and not isinstance(b, Value) and \
+                    (a is b or (type(a) is type(b) and a == b)):
+                continue
+            for v in (a, b):
+                if v is None or not isinstance(v, (Value, int, float, bool)):
+                    raise self.err(node, "the two branches of this `if` return "
+                                   f"{_rdesc(a)} and {_rdesc(b)}", "return values of one type "
+                                   "on every path")
+            kept.append(i)
+            types.append(self._merge_type("the returned value", [a, b], node))
+        for k, (blk, _) in enumerate(outs):
+            self.b.blocks.append(blk)
+            try:
+                ys = [self._coerce(pairs[i][k], t, node, "the returned value")
+                      for i, t in zip(kept, types)]
+                self.b.emit("yield", ys, [])
+            finally:
+                self.b.blocks.pop()
+        self.at(node)
+        op = self.b.if_op(cond, types, outs[0][0], outs[1][0])
+        merged = [p[0] for p in pairs]
+        for i, r in zip(kept, op.results):
+            merged[i] = r
+        self.return_value = rebuild(iter(merged))
+        raise _Return()
+
+    def stmt_Break(self, node: ast.Break) -> None:
+        raise self.err(node, "`break` is not supported in kernels (Triton refuses it too)",
+                       "loop with `while cond:` on the exit condition, or mask the work of "
+                       "the remaining iterations")
+
+    def stmt_Continue(self, node: ast.Continue) -> None:
+        raise self.err(node, "`continue` is not supported in kernels (Triton refuses it too)",
+                       "put the rest of the iteration under an `if`")
 
     def _merge_type(self, name: str, vals: list, node) -> TileType:
         tys = [v.type for v in vals if isinstance(v, Value)]
@@ -207,24 +298,37 @@ class StatementsMixin:
                                "use range(...) for a loop whose bounds are known at run time")
             try:
                 sr = kl.static_range(*args)
-                values = list(range(sr.start, sr.stop, sr.step))
+                values = range(sr.start, sr.stop, sr.step)
             except (TypeError, ValueError) as e:
                 raise self.err(it, f"kit.static_range{tuple(args)}: {e}") from None
-            for i in values:
-                self.assign(node.target, i)
-                self.block(node.body)
+            if len(values) > MAX_UNROLL:
+                raise self.err(it, f"kit.static_range unrolls {len(values)} iterations, over "
+                               f"kitjit's unroll limit of {MAX_UNROLL}",
+                               "use range(...) for a loop that runs at run time")
+            self.loop_depth += 1
+            try:
+                for i in values:
+                    self.assign(node.target, i)
+                    self.block(node.body)
+            finally:
+                self.loop_depth -= 1
             return
-        if fn is not range:
-            raise self.err(it, f"kernels loop over range(...) or kit.static_range(...), not "
-                           f"{describe(fn)}")
-        if kwargs:
-            raise self.err(it, "range() takes no keyword arguments here")
+        hints: dict[str, Any] = {}
+        if fn is kl.range:
+            args, hints = self._range_args(args, kwargs, it)
+        elif fn is not range:
+            raise self.err(it, f"kernels loop over range(...), kit.range(...) or "
+                           f"kit.static_range(...), not {describe(fn)}")
+        elif kwargs:
+            raise self.err(it, "range() takes no keyword arguments",
+                           "kit.range(...) takes Triton's loop hints (num_stages=, ...)")
         if not 1 <= len(args) <= 3:
             raise self.err(it, "range() takes 1 to 3 arguments")
         if len(args) == 1:
             args = [0, args[0]]
         lb, ub = args[0], args[1]
         step = args[2] if len(args) > 2 else 1
+        self._no_return_in(node.body)
         if not isinstance(node.target, ast.Name):
             raise self.err(node.target, "the loop variable must be a plain name")
         self.at(it)
@@ -241,70 +345,191 @@ class StatementsMixin:
         lbv, ubv, stv = (self.b.cast(v, ity) if isinstance(v, Value) else self.b.constant(v, ity)
                          for v in (lb, ub, step))
         assigned = _assigned(node.body)
-        carried = [n for n in assigned if n in self.scope and n != node.target.id
-                   and (isinstance(self.scope[n], Value)
-                        or isinstance(self.scope[n], (int, float)))]
-        for n in assigned:
-            if n in self.scope and n not in carried and n != node.target.id:
-                raise self.err(node, f"'{n}' holds {describe(self.scope[n])} and is reassigned "
-                               "inside a runtime loop", "only tiles and numbers can change "
-                               "from one iteration to the next")
-        inits = []
-        for n in carried:
-            v = self.scope[n]
-            if not isinstance(v, Value):
-                v = self.b.to_value(v)
-            inits.append(v)
+        carried, inits, aggs, leaf_names = self._carried(assigned, node, node.target.id)
         body = Block()
         iv = body.add_arg(TileType(ity), node.target.id)
-        args_ = [body.add_arg(TileType(v.dtype, v.shape), n) for n, v in zip(carried, inits)]
+        args_ = [body.add_arg(TileType(v.dtype, v.shape), n) for n, v in zip(leaf_names, inits)]
         before = dict(self.scope)
         self.scope[node.target.id] = iv
-        for n, a in zip(carried, args_):
+        for n, a in zip(carried, _group(carried, args_, aggs)):
             self.scope[n] = a
         self.b.blocks.append(body)
+        self.loop_depth += 1
         try:
-            try:
-                self.block(node.body)
-            except _Return:
-                raise self.err(node, "`return` inside a loop is not supported",
-                               "assign to a variable and return it after the loop") from None
-            ys = []
-            for n, a in zip(carried, args_):
-                v = self.scope.get(n, _MISSING)
-                if v is _MISSING:
-                    raise self.err(node, f"'{n}' is deleted inside the loop")
-                if not isinstance(v, Value):
-                    self.at(node)
-                    fits = isinstance(v, (int, float, bool)) and \
-                        weak_dtype(v, a.dtype) is a.dtype
-                    v = self.b.broadcast_to(self.b.constant(v, a.dtype), a.shape) \
-                        if fits else v  # a float into an int is a type change, not a cast
-                if not isinstance(v, Value) or v.shape != a.shape or v.dtype is not a.dtype:
-                    raise CompileError(
-                        f"loop-carried variable '{n}' changes type in the loop: it enters as "
-                        f"{_tdesc(a.type)} and is reassigned as {describe(v)}",
-                        self.assign_locs.get(n, self.p.loc(node)),
-                        f"initialise '{n}' before the loop with the type it has inside, e.g. "
-                        f"kit.zeros({shape_str(v.shape) if isinstance(v, Value) else '...'}, "
-                        f"kit.{_dtype_attr(v)})")
-                ys.append(v)
-            self.b.emit("yield", ys, [])
+            self.block(node.body)
+            self.b.emit("yield", self._carried_yields(carried, args_, node, aggs), [])
         finally:
             self.b.blocks.pop()
+            self.loop_depth -= 1
         self.scope = before
         self.at(node)
         op = self.b.for_op([lbv, ubv, stv], inits, [a.type for a in args_], body)
-        for n, r in zip(carried, op.results):
-            r.name = n
+        op.attrs.update(hints)
+        for r, ln in zip(op.results, leaf_names):
+            r.name = ln
+        for n, r in zip(carried, _group(carried, op.results, aggs)):
             self.scope[n] = r
         for n in assigned:
             if n not in carried and n not in before:
                 self.scope.pop(n, None)
 
-    def stmt_While(self, node) -> None:
-        raise self.err(node, "while loops are not supported in kitjit kernels",
-                       "use `for i in range(...)` with a bound known at launch")
+    def _range_args(self, args: list, kwargs: dict, it: ast.Call) -> tuple[list, dict]:
+        """The bounds and the loop hints of `kit.range(...)` (Triton's `tl.range`). kitjit
+        runs every loop as written: the hints are checked and kept on the `for` op (the tile
+        IR shows them), and do not change the code yet."""
+        try:
+            ba = inspect.signature(kl.range).bind(*args, **kwargs)
+        except TypeError as e:
+            raise self.err(it, f"kit.range: {e}") from None
+        ba.apply_defaults()
+        a = ba.arguments
+        bounds = [a["arg1"]] + [a[k] for k in ("arg2", "step") if a[k] is not None]
+        if a["arg2"] is None and a["step"] is not None:
+            raise self.err(it, "kit.range: a step needs both start and stop")
+        hints = {}
+        for k, v in a.items():
+            if k in ("arg1", "arg2", "step") or v is None or v is False:
+                continue
+            if isinstance(v, Value):
+                raise self.err(it, f"kit.range: '{k}' must be known at compile time, got "
+                               f"{describe(v)}")
+            ok = isinstance(v, bool) if k not in ("num_stages", "loop_unroll_factor") else \
+                isinstance(v, int) and not isinstance(v, bool) and v >= 0
+            if not ok:
+                raise self.err(it, f"kit.range: '{k}' cannot be {v!r}")
+            hints[k] = v
+        return bounds, hints
+
+    def _no_return_in(self, body: list[ast.stmt]) -> None:
+        """Triton refuses `return` in a run-time loop; so does kitjit, at the statement."""
+        for s in body:
+            r = _first_return(s)
+            if r is not None:
+                raise self.err(r, _RETURN_IN_LOOP, _RETURN_IN_LOOP_HINT)
+
+    def _carried_yields(self, carried: list[str], args_: list[Value], node,
+                        aggs: dict) -> list[Value]:
+        """What a loop body yields for its carried variables, checked against the types
+        they enter with."""
+        ys = []
+        for n, a in zip(carried, _group(carried, args_, aggs)):
+            v = self.scope.get(n, _MISSING)
+            if v is _MISSING:
+                raise self.err(node, f"'{n}' is deleted inside the loop")
+            if n in aggs:
+                ys.extend(self._carry_aggregate(n, aggs[n][0], v, a, node))
+                continue
+            if not isinstance(v, Value):
+                self.at(node)
+                fits = isinstance(v, (int, float, bool)) and \
+                    weak_dtype(v, a.dtype) is a.dtype
+                v = self.b.broadcast_to(self.b.constant(v, a.dtype), a.shape) \
+                    if fits else v  # a float into an int is a type change, not a cast
+            if not isinstance(v, Value) or v.shape != a.shape or v.dtype is not a.dtype:
+                raise CompileError(
+                    f"loop-carried variable '{n}' changes type in the loop: it enters as "
+                    f"{_tdesc(a.type)} and is reassigned as {describe(v)}",
+                    self.assign_locs.get(n, self.p.loc(node)),
+                    f"initialise '{n}' before the loop with the type it has inside, e.g. "
+                    f"kit.zeros({shape_str(v.shape) if isinstance(v, Value) else '...'}, "
+                    f"kit.{_dtype_attr(v)})")
+            ys.append(v)
+        return ys
+
+    def _carried(self, assigned: list[str], node, exclude: str | None = None):
+        """The variables a run-time loop carries (assigned in its body and live before it:
+        tiles, numbers and aggregates such as block pointers, whose run-time fields are
+        carried as leaves): (names, the leaf values on entry, aggregates, leaf names)."""
+        carried = [n for n in assigned if n in self.scope and n != exclude
+                   and (isinstance(self.scope[n], Value) or _is_aggregate(self.scope[n])
+                        or isinstance(self.scope[n], (int, float)))]
+        for n in assigned:
+            if n in self.scope and n not in carried and n != exclude:
+                raise self.err(node, f"'{n}' holds {describe(self.scope[n])} and is reassigned "
+                               "inside a runtime loop", "only tiles and numbers can change "
+                               "from one iteration to the next")
+        inits: list[Value] = []
+        aggs: dict[str, tuple[Any, int]] = {}  # name -> (the aggregate entering, its leaves)
+        leaf_names: list[str] = []
+        for n in carried:
+            v = self.scope[n]
+            if _is_aggregate(v):
+                leaves = v.kit_flatten()
+                aggs[n] = (v, len(leaves))
+                inits.extend(leaves)
+                leaf_names.extend(f"{n}.{i}" for i in range(len(leaves)))
+                continue
+            if not isinstance(v, Value):
+                self.at(node)
+                v = self.b.to_value(v)
+            inits.append(v)
+            leaf_names.append(n)
+        return carried, inits, aggs, leaf_names
+
+    def _carry_aggregate(self, n: str, init: Any, v: Any, args: Any, node) -> list:
+        """The leaves a loop-carried block pointer yields: the same kind of pointer (block
+        shape, order, element type) with run-time fields of the types it entered with."""
+        if not _is_aggregate(v) or v.kit_static() != init.kit_static():
+            raise CompileError(
+                f"loop-carried variable '{n}' changes type in the loop: it enters as "
+                f"{init.kit_describe()} and is reassigned as "
+                f"{v.kit_describe() if _is_aggregate(v) else describe(v)}",
+                self.assign_locs.get(n, self.p.loc(node)),
+                "advance a block pointer with kit.advance(ptr, offsets); keep its block shape")
+        self.at(node)
+        return [self.b.cast(x, a.dtype) for x, a in zip(v.kit_flatten(), args.kit_flatten())]
+
+    def stmt_While(self, node: ast.While) -> None:
+        """`while cond:` on a run-time condition: a `while` op whose first region computes
+        the condition from the carried variables and whose second is the body."""
+        if node.orelse:
+            raise self.err(node, "while/else is not supported")
+        self._no_return_in(node.body)
+        assigned = _assigned(node.body)
+        carried, inits, aggs, leaf_names = self._carried(assigned, node)
+        types = [TileType(v.dtype, v.shape) for v in inits]
+        before = dict(self.scope)
+        cond_blk = Block()
+        cargs = [cond_blk.add_arg(t, n) for n, t in zip(leaf_names, types)]
+        for n, a in zip(carried, _group(carried, cargs, aggs)):
+            self.scope[n] = a
+        self.b.blocks.append(cond_blk)
+        try:
+            cond = self.expr(node.test)
+            if isinstance(cond, Value):
+                cond = self._scalar_cond(cond, node.test, "a `while`")
+                self.b.emit("yield", [cond], [])
+        finally:
+            self.b.blocks.pop()
+        self.scope = dict(before)
+        if not isinstance(cond, Value):
+            if not cond:
+                return  # never runs
+            raise self.err(node.test, "this `while` never ends: its condition is true at "
+                           "compile time", "kernels have no `break`: loop on a condition the "
+                           "body changes")
+        body = Block()
+        args_ = [body.add_arg(t, n) for n, t in zip(leaf_names, types)]
+        for n, a in zip(carried, _group(carried, args_, aggs)):
+            self.scope[n] = a
+        self.b.blocks.append(body)
+        self.loop_depth += 1
+        try:
+            self.block(node.body)
+            self.b.emit("yield", self._carried_yields(carried, args_, node, aggs), [])
+        finally:
+            self.b.blocks.pop()
+            self.loop_depth -= 1
+        self.scope = before
+        self.at(node)
+        op = self.b.while_op(inits, types, cond_blk, body)
+        for r, ln in zip(op.results, leaf_names):
+            r.name = ln
+        for n, r in zip(carried, _group(carried, op.results, aggs)):
+            self.scope[n] = r
+        for n in assigned:
+            if n not in carried and n not in before:
+                self.scope.pop(n, None)
 
 
 def _role_split(cond: Value, role: tuple[int, int]):
@@ -328,6 +553,50 @@ def _role_split(cond: Value, role: tuple[int, int]):
         lo, hi = (first, k - first), (k, first + n - k)
         return (lo, hi) if pred == "lt" else (hi, lo)
     return None
+
+
+MAX_UNROLL = 4096  # kit.static_range iterations: each one compiles its body again
+
+_RETURN_IN_LOOP = "`return` inside a loop is not supported (Triton refuses it too)"
+_RETURN_IN_LOOP_HINT = "assign to a variable and return it after the loop"
+
+
+def _first_return(node: ast.AST) -> ast.Return | None:
+    """The first `return` in `node`, outside nested definitions."""
+    if isinstance(node, ast.Return):
+        return node
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+        return None
+    for child in ast.iter_child_nodes(node):
+        r = _first_return(child)
+        if r is not None:
+            return r
+    return None
+
+
+def _pair_leaves(a: Any, b: Any, out: list) -> Any:
+    """Pairs up the leaves of two returned values of one structure (tuples nest) into
+    `out`; returns a function that rebuilds the structure from an iterator of leaves, or
+    None when the structures differ."""
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        if not (isinstance(a, tuple) and isinstance(b, tuple)) or len(a) != len(b):
+            return None
+        subs = [_pair_leaves(x, y, out) for x, y in zip(a, b)]
+        if any(f is None for f in subs):
+            return None
+        return lambda it: tuple(f(it) for f in subs)
+    if (a is None) != (b is None):
+        return None
+    out.append((a, b))
+    return lambda it: next(it)
+
+
+def _rdesc(v: Any) -> str:
+    if v is None:
+        return "nothing"
+    if isinstance(v, tuple):
+        return f"a tuple of {len(v)}"
+    return describe(v)
 
 
 def _assigned(stmts: list[ast.stmt]) -> list[str]:
@@ -354,3 +623,22 @@ def _tdesc(t: TileType) -> str:
 
 def _dtype_attr(v: Any) -> str:
     return _dtype_attr_of(v.dtype) if isinstance(v, Value) else "float32"
+
+
+def _is_aggregate(v: Any) -> bool:
+    """A compile-time structure of run-time values (a block pointer, a tensor descriptor)."""
+    return hasattr(v, "kit_flatten") and not isinstance(v, type)
+
+
+def _group(names: list, leaves: list, aggs: dict) -> list:
+    """Leaves (loop args or results) back into one value per carried name."""
+    out, i = [], 0
+    for n in names:
+        if n in aggs:
+            init, k = aggs[n]
+            out.append(init.kit_rebuild(list(leaves[i:i + k])))
+            i += k
+        else:
+            out.append(leaves[i])
+            i += 1
+    return out

@@ -1,7 +1,9 @@
-"""Control flow: the `for` and `if` ops (their regions and carried types come from
+"""Control flow: the `for`, `while` and `if` ops (their regions and carried types come from
 `frontend/codegen/statements.py`, which also ends each region with its `yield`).
 
-Call rules: kit.static_assert.
+Call rules: kit.static_assert, kit.static_print, kit.device_print (and Python's print in a
+kernel, as in Triton), kit.device_assert, kit.debug_barrier, kit.gdc_wait,
+kit.gdc_launch_dependents.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from kitjit.ir.core import Block, Op, Value
 from kitjit.ir.registry import typing_rule
 from kitjit.ir.types import TileType
 
+from .base import describe
 from .call_rules import Call, call_rule
 
 
@@ -30,6 +33,38 @@ class ControlOps:
         return self.emit("if", [cond], types, regions=[then, orelse])
 
 
+    @typing_rule("while")
+    def while_op(self, inits: list[Value], types: list[TileType], cond: Block,
+                 body: Block) -> Op:
+        """A `while` carrying `inits` (of `types`): region `cond` takes the carried values and
+        yields the i1 scalar condition; region `body` takes them and yields the next ones."""
+        for a, t in zip(inits, types):
+            if a.shape != t.shape or a.dtype is not t.dtype:
+                raise self.error(f"internal: while carries {a.type} as {t}")
+        return self.emit("while", list(inits), types, regions=[cond, body])
+
+
+    @typing_rule("print")
+    def device_print(self, prefix: str, values: list[Value], hex: bool = False) -> None:
+        """Prints `values` (each element, with the program id and its index) at run time."""
+        self.emit("print", values, [], {"prefix": prefix, "hex": bool(hex)})
+
+    @typing_rule("assert")
+    def device_assert(self, cond: Value, msg: str) -> None:
+        """Stops the kernel with `msg` where an element of `cond` is false."""
+        if not cond.dtype.is_bool():
+            cond = self.compare("ne", cond, 0)
+        self.emit("assert", [cond], [], {"msg": msg})
+
+    @typing_rule("gdc_wait")
+    def gdc_wait(self) -> None:
+        self.emit("gdc_wait", [], [])
+
+    @typing_rule("gdc_launch_dependents")
+    def gdc_launch_dependents(self) -> None:
+        self.emit("gdc_launch_dependents", [], [])
+
+
 # -------------------------------------------------------------------- kit.<name> calls
 @call_rule("static_assert", lambda cond, msg="": None)
 def _static_assert(c: Call) -> Any:
@@ -37,3 +72,78 @@ def _static_assert(c: Call) -> Any:
     if not cond:
         raise c.err(f"static assertion failed{': ' + str(c['msg']) if c['msg'] else ''}")
     return None
+
+
+@call_rule("static_print", lambda *values, sep=" ", end="\n", file=None, flush=False: None)
+def _static_print(c: Call) -> Any:
+    text = c["sep"].join(describe(v) if isinstance(v, Value) else str(v)
+                         for v in c["values"])
+    print(text, end=c["end"], file=c["file"], flush=c["flush"])
+    return None
+
+
+@call_rule("device_print", lambda prefix, *args, hex=False: None)
+def _device_print(c: Call) -> Any:
+    prefix = c["prefix"]
+    if not isinstance(prefix, str):
+        raise c.err(f"kit.device_print: the prefix must be a string, got {describe(prefix)}",
+                    "kit.device_print(\"x:\", x)")
+    return _emit_print(c, prefix, list(c["args"]), c.const("hex"))
+
+
+def _emit_print(c: Call, prefix: str, args: list, hex: bool = False) -> None:
+    if prefix and not prefix.endswith(" "):
+        prefix += " "
+    values = []
+    for a in args:
+        if isinstance(a, Value):
+            if a.type.is_shared or not (a.dtype.is_int() or a.dtype.is_floating() or
+                                        a.dtype.is_ptr() or a.dtype.is_bool()):
+                raise c.err(f"cannot print {describe(a)}")
+            values.append(a)
+        elif isinstance(a, (bool, int, float)):
+            values.append(c.b.to_value(a))
+        else:
+            prefix += f"{a} "  # compile-time text joins the prefix
+    c.b.device_print(prefix, values, hex)
+    return None
+
+
+@call_rule("device_assert", lambda cond, msg="", mask=None: None)
+def _device_assert(c: Call) -> Any:
+    cond, msg = c["cond"], c.const("msg")
+    if c["mask"] is not None:
+        raise c.err("kit.device_assert: 'mask' is not supported yet")
+    if not isinstance(cond, Value):
+        if not cond:
+            raise c.err(f"kit.device_assert fails for every program: {msg}")
+        return None
+    c.b.device_assert(cond, str(msg))
+    return None
+
+
+@call_rule("debug_barrier", lambda: None)
+def _debug_barrier(c: Call) -> Any:
+    return c.b.barrier()
+
+
+@call_rule("gdc_wait", lambda: None)
+def _gdc_wait(c: Call) -> Any:
+    return c.b.gdc_wait()
+
+
+@call_rule("gdc_launch_dependents", lambda: None)
+def _gdc_launch_dependents(c: Call) -> Any:
+    return c.b.gdc_launch_dependents()
+
+
+def python_print(cg: Any, args: list, kwargs: dict, node: Any) -> None:
+    """Python's `print(...)` in a kernel: kit.device_print, with a leading string as the
+    prefix (sep, end, file and flush are not supported)."""
+    c = Call(cg, "print", {}, node)
+    if set(kwargs) - {"hex"}:
+        raise c.err(f"print() in a kernel takes no {', '.join(sorted(set(kwargs) - {'hex'}))}",
+                    "kit.device_print(prefix, *values, hex=False)")
+    args = list(args)
+    prefix = args.pop(0) if args and isinstance(args[0], str) else ""
+    return _emit_print(c, prefix, args, bool(kwargs.get("hex", False)))

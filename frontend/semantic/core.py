@@ -1,6 +1,7 @@
 """Core ops: constants, the program's grid position, arange and full.
 
-Call rules: kit.program_id, kit.num_programs, kit.arange, kit.zeros, kit.full.
+Call rules: kit.program_id, kit.num_programs, kit.arange, kit.zeros, kit.full, and the
+hints kit.multiple_of, kit.max_contiguous, kit.max_constancy, kit.assume.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ class CoreOps:
             dtype = literal_dtype(value)
             if dtype is None:
                 raise self.error(f"cannot use {value!r} as a value in a kernel")
+        if dtype.is_fp8():  # fp8 has no constants in the IR: an fp32 one, converted
+            return self.cast(self.constant(float(value), float32), dtype)
         if dtype.is_floating():
             value = float(value)
         elif dtype.is_bool():
@@ -75,6 +78,31 @@ class CoreOps:
         return self.emit1("arange", [], TileType(int32, (n,)), {"start": start, "end": end})
 
 
+    @typing_rule("hint")
+    def hint(self, x: Value, kind: str, values: tuple[int, ...]) -> Value:
+        """`x`, with a fact the user promises about it (Triton's multiple_of, max_contiguous,
+        max_constancy): one positive power of two per dim (one value for a scalar)."""
+        n = max(1, len(x.shape))
+        if len(values) != n:
+            raise self.error(f"kit.{kind} needs {n} value(s) for {_describe(x)}, got "
+                             f"{len(values)}")
+        for v in values:
+            if not is_pow2(v):
+                raise self.error(f"kit.{kind}: {v!r} is not a positive power of two")
+        if not x.dtype.is_int() and not x.dtype.is_ptr():
+            raise self.error(f"kit.{kind} needs integers or pointers, got {_describe(x)}")
+        return self.emit1("hint", [x], x.type, {"kind": kind, "values": tuple(values)})
+
+    @typing_rule("assume")
+    def assume(self, cond: Value) -> None:
+        """A scalar condition the user promises holds (`llvm.assume` on the GPU)."""
+        if not cond.type.is_scalar:
+            raise self.error(f"kit.assume needs a scalar condition, got {_describe(cond)}")
+        if not cond.dtype.is_bool():
+            cond = self.compare("ne", cond, 0)
+        self.emit("assume", [cond], [])
+
+
 # -------------------------------------------------------------------- kit.<name> calls
 @call_rule(("program_id", "num_programs"), lambda axis=0: None)
 def _program_id(c: Call) -> Any:
@@ -97,3 +125,25 @@ def _zeros(c: Call) -> Any:
 @call_rule("full", lambda shape, value, dtype: None)
 def _full(c: Call) -> Any:
     return c.b.full(c.const("shape"), c["value"], c.const("dtype"))
+
+
+def _hint_rule(c: Call) -> Any:
+    x, values = c["input"], c.const("values")
+    values = tuple(values) if isinstance(values, (tuple, list)) else (values,)
+    if not isinstance(x, Value):
+        return x  # a compile-time number: nothing to promise
+    return c.b.hint(x, c.name, values)
+
+
+for _name in ("multiple_of", "max_contiguous", "max_constancy"):
+    call_rule(_name, lambda input, values: None)(_hint_rule)
+
+
+@call_rule("assume", lambda cond: None)
+def _assume(c: Call) -> Any:
+    cond = c["cond"]
+    if not isinstance(cond, Value):
+        if not cond:
+            raise c.err("kit.assume: the condition is false at compile time")
+        return None
+    return c.b.assume(cond)

@@ -13,6 +13,7 @@ from kitjit.ir.registry import typing_rule
 from kitjit.ir.types import DType, TileType, int1
 
 from .base import _describe
+from .block_ptr import BlockPointer, load_block, store_block
 from .call_rules import Call, call_rule
 
 
@@ -53,6 +54,17 @@ class MemoryOps:
         if mask is not None:
             mask = self._mask(mask)
             shape = self.broadcast_shapes(shape, mask.shape)
+        if shape != ptr.shape:
+            # Triton broadcasts the value and the mask to the pointers, never the pointers
+            from .base import _shape
+
+            what = "value" if self.broadcast_shapes(ptr.shape, value.shape) != ptr.shape \
+                else "mask"
+            got = value.shape if what == "value" else mask.shape
+            raise self.error(f"kit.store: the {what} of shape {_shape(got)} does not fit the "
+                             f"pointers of shape {_shape(ptr.shape)} (Triton stores through "
+                             "the pointers' shape)", "give the pointers the value's shape "
+                             "(offsets[:, None] * stride + cols[None, :])")
         operands = [self.broadcast_to(ptr, shape), self.broadcast_to(value, shape)]
         if mask is not None:
             operands.append(self.broadcast_to(mask, shape))
@@ -129,16 +141,34 @@ class MemoryOps:
 
 
 # -------------------------------------------------------------------- kit.<name> calls
-@call_rule("load", lambda pointer, mask=None, other=None, cache_modifier=None,
-           eviction_policy=None, volatile=False: None)
+# Triton's signatures, parameter for parameter, so that positional arguments bind as there
+@call_rule("load", lambda pointer, mask=None, other=None, boundary_check=(), padding_option="",
+           cache_modifier="", eviction_policy="", volatile=False: None)
 def _load(c: Call) -> Any:
-    return c.b.load(c["pointer"], c["mask"], c["other"])
+    p = c["pointer"]
+    if isinstance(p, BlockPointer):
+        if c["mask"] is not None or c["other"] is not None:
+            raise c.err("kit.load of a block pointer takes no mask or other",
+                        "use boundary_check=(0, 1) and padding_option='zero' or 'nan'")
+        return load_block(c.b, p, c.const("boundary_check"), c.const("padding_option"))
+    if c.args["boundary_check"] or c.args["padding_option"]:
+        raise c.err("boundary_check and padding_option apply to block pointers only",
+                    "use mask= and other= with a tile of pointers")
+    return c.b.load(p, c["mask"], c["other"])
 
 
-@call_rule("store", lambda pointer, value, mask=None, cache_modifier=None,
-           eviction_policy=None: None)
+@call_rule("store", lambda pointer, value, mask=None, boundary_check=(), cache_modifier="",
+           eviction_policy="": None)
 def _store(c: Call) -> Any:
-    return c.b.store(c["pointer"], c["value"], c["mask"])
+    p = c["pointer"]
+    if isinstance(p, BlockPointer):
+        if c["mask"] is not None:
+            raise c.err("kit.store through a block pointer takes no mask",
+                        "use boundary_check=(0, 1)")
+        return store_block(c.b, p, c["value"], c.const("boundary_check"))
+    if c.args["boundary_check"]:
+        raise c.err("boundary_check applies to block pointers only", "use mask=")
+    return c.b.store(p, c["value"], c["mask"])
 
 
 @call_rule(tuple(f"atomic_{k}" for k in sorted(O.ATOMIC_KINDS)),
@@ -154,3 +184,5 @@ def _atomic_cas(c: Call) -> Any:
     return c.b.atomic_cas(c["pointer"], c["cmp"], c["val"],
                           c.const("sem", "a constant string"),
                           c.const("scope", "a constant string"))
+
+

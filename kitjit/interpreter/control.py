@@ -1,4 +1,4 @@
-"""Semantics of the control family: `for`, `if`, and the roles an `if` on
+"""Semantics of the control family: `for`, `while`, `if`, and the roles an `if` on
 `kit.warpgroup_id()` runs (its `roles` attribute): both regions at once, as coroutines that
 `_par` schedules. Each takes `gen`: with gen=True it returns a generator function (the op
 holds a wait, see `_Compiler.blocks`), which yields where its region waits."""
@@ -8,11 +8,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
 from kitjit.ir.core import Block, Op
 from kitjit.ir.registry import semantics
 
 from .compiler import Env, Handler, _Compiler
-from .errors import DeadlockError, MBarrierError, OutOfBoundsError, RaceError
+from .errors import DeadlockError, DeviceAssertError, MBarrierError, OutOfBoundsError, RaceError
 from .numeric import _np
 from .sync import _deadlock, _par, _Role
 
@@ -83,6 +85,69 @@ def for_(comp: _Compiler, op: Op, gen: bool = False) -> Any:
         for k, v in zip(results, vals):
             env[k] = v
     return for_
+
+
+@semantics("while")
+def while_(comp: _Compiler, op: Op, gen: bool = False) -> Any:
+    cond, body = op.regions
+    init_ids = [v.id for v in op.operands]
+    cargs, bargs = [a.id for a in cond.args], [a.id for a in body.args]
+    (c_id,) = [v.id for v in cond.terminator.operands]
+    yields = [v.id for v in body.terminator.operands]
+    results = [r.id for r in op.results]
+    where = f"line {op.loc.line}" if op.loc else "?"
+    errors = (OutOfBoundsError, RaceError, DeadlockError, MBarrierError)
+
+    if gen:
+        cg, bg = comp.gblock(cond), comp.gblock(body)
+
+        def while_g(env: Env) -> Iterator:
+            vals = [env[i] for i in init_ids]
+            n = 0
+            try:
+                while True:
+                    for k, v in zip(cargs, vals):
+                        env[k] = v
+                    yield from cg(env)
+                    if not env[c_id]:
+                        break
+                    for k, v in zip(bargs, vals):
+                        env[k] = v
+                    yield from bg(env)
+                    vals = [env[y] for y in yields]
+                    n += 1
+            except errors as e:
+                raise type(e)(f"{e.args[0]}\n  in the while loop at {where}, iteration {n}") \
+                    from None
+            for k, v in zip(results, vals):
+                env[k] = v
+        return while_g
+
+    ch, bh = comp.block(cond), comp.block(body)
+
+    def while_(env: Env) -> None:
+        vals = [env[i] for i in init_ids]
+        n = 0
+        try:
+            while True:
+                for k, v in zip(cargs, vals):
+                    env[k] = v
+                for h in ch:
+                    h(env)
+                if not env[c_id]:
+                    break
+                for k, v in zip(bargs, vals):
+                    env[k] = v
+                for h in bh:
+                    h(env)
+                vals = [env[y] for y in yields]
+                n += 1
+        except errors as e:
+            raise type(e)(f"{e.args[0]}\n  in the while loop at {where}, iteration {n}") \
+                from None
+        for k, v in zip(results, vals):
+            env[k] = v
+    return while_
 
 
 @semantics("if")
@@ -158,3 +223,60 @@ def yield_(comp: _Compiler, op: Op) -> Handler:
     the region yields), and `_Compiler.one` gives it no handler, so this is never called."""
     where = f" (at {op.loc})" if op.loc else ""
     raise NotImplementedError(f"interpreter: 'yield' ends a for/if region, which reads it{where}")
+
+
+@semantics("print")
+def print_(comp: _Compiler, op: Op) -> Handler:
+    """One line per element, as the GPU prints it: `pid (x, y, z) idx (i, ...) prefix
+    value` (C's printf conversions: %f for floats, %d / %u / %lld for ints)."""
+    ctx, prefix, hexa = comp.ctx, op.attrs["prefix"], op.attrs["hex"]
+    items = [(v.id, v.dtype) for v in op.operands]
+
+    def fmt(x, dt) -> str:
+        if dt.is_floating():
+            if hexa:
+                return f"0x{int(np.asarray(x, np.float64).view(np.int64)) & (2**64 - 1):x}"
+            return f"{float(x):f}"
+        if dt.is_ptr():
+            return f"0x{int(x):x}"
+        x = int(x)
+        if hexa:
+            return f"0x{x & ((1 << max(32, dt.bits)) - 1):x}"
+        return f"{x:d}"
+
+    def h(env: Env) -> None:
+        pid = ", ".join(str(p) for p in ctx.pid)
+        for vid, dt in items:
+            a = np.asarray(env[vid])
+            for idx in np.ndindex(a.shape):
+                print(f"pid ({pid}) idx ({', '.join(str(i) for i in idx)}) {prefix}"
+                      f"{fmt(a[idx], dt)}")
+    return h
+
+
+@semantics("assert")
+def assert_(comp: _Compiler, op: Op) -> Handler:
+    """Raises DeviceAssertError with the source line, the program and the failing
+    indices."""
+    ctx, c, msg, loc = comp.ctx, op.operands[0].id, op.attrs["msg"], op.loc
+    where = f"{loc}: " if loc else ""
+
+    def h(env: Env) -> None:
+        a = np.asarray(env[c])
+        if a.all():
+            return
+        bad = [tuple(int(i) for i in ix) for ix in np.argwhere(~a.astype(bool))]
+        shown = ", ".join(str(b) for b in bad[:8]) + (" ..." if len(bad) > 8 else "")
+        raise DeviceAssertError(f"{where}kit.device_assert failed: {msg or 'assertion'}\n"
+                                f"  in program {ctx.pid}, at {len(bad)} element(s): {shown}")
+    return h
+
+
+@semantics("gdc_wait", "gdc_launch_dependents")
+def gdc(comp: _Compiler, op: Op) -> Handler:
+    """Grids run one after the other here: nothing to wait for or to release."""
+    return _no_op
+
+
+def _no_op(env: Env) -> None:
+    pass

@@ -1,4 +1,5 @@
-"""Semantics of the core family: constants, the program id and the grid, arange."""
+"""Semantics of the core family: constants, the program id and the grid, arange, and the
+hints (identity; kit.assume is checked)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from kitjit.ir.core import Op
 from kitjit.ir.registry import semantics
 
 from .compiler import Env, Handler, _Compiler, pure
+from .errors import DeviceAssertError
 from .numeric import _scalar_arg
 from .sync import _Ctx
 
@@ -43,3 +45,22 @@ def program_id(comp: _Compiler, op: Op) -> Handler:
     def pid(env: Env) -> None:
         env[r] = np.int32(ctx.pid[axis])
     return pid
+
+
+@semantics("hint")
+@pure
+def hint(op: Op, ctx: _Ctx) -> Callable:
+    """A promise for the compiler's analysis: the value passes through."""
+    return lambda x: x
+
+
+@semantics("assume")
+def assume(comp: _Compiler, op: Op) -> Handler:
+    """Checked here (undefined behaviour on the GPU when false)."""
+    ctx, c = comp.ctx, op.operands[0].id
+    where = f"{op.loc}: " if op.loc else ""
+
+    def check(env: Env) -> None:
+        if not env[c]:
+            raise DeviceAssertError(f"{where}kit.assume does not hold in program {ctx.pid}")
+    return check

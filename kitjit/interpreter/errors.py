@@ -24,6 +24,11 @@ class RaceError(RuntimeError):
     a tile nothing has written."""
 
 
+class DeviceAssertError(AssertionError):
+    """kit.device_assert (or kit.assume) found a false element: the GPU would stop the
+    kernel with an assertion failure."""
+
+
 class DeadlockError(RuntimeError):
     """Every thread of control of a program waits for an mbarrier phase that never completes:
     the kernel would hang on the GPU."""

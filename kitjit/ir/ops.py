@@ -44,7 +44,16 @@ flip       a                              dim                                   
 gather     src, index(int)                axis                                       index's shape
 for        lb, ub, step, *init            - ; region 0: args (iv, *carried), ends in yield   carried
 if         cond(i1 scalar)                - ; regions then/else, each ends in yield  yielded
+while      *init                          - ; region 0 (cond): args (*carried), yields  carried
+                                          the i1 condition; region 1 (body): args
+                                          (*carried), yields the next carried
 yield      *values                        -                                          -
+print      *values                        prefix, hex (kit.device_print / print)     -
+assert     cond                           msg (kit.device_assert)                    -
+gdc_wait, gdc_launch_dependents  -        - (griddepcontrol)                         -
+hint       a                              kind (multiple_of|max_contiguous|          type of a
+                                          max_constancy), values (one per dim)
+assume     cond (i1 scalar)               - (kit.assume)                             -
 ========== ============================== ========================================== =========
 
 Integer division `floordiv` and remainder `mod` follow Triton (and C): they truncate toward
@@ -77,7 +86,7 @@ REDUCE_KINDS = frozenset({"sum", "max", "min", "argmax", "argmin"})
 
 ELEMENTWISE = BINARY | UNARY | {"cmp", "cast", "select", "addptr"}
 
-CONTROL = frozenset({"for", "if", "yield"})
+CONTROL = frozenset({"for", "while", "if", "yield"})
 
 # ----------------------------------------------------------------------------- families
 # Every op above, declared with its family: each layer keeps the op in its module of that
@@ -95,6 +104,9 @@ declare("dot", "dot", "wgmma")
 declare("tma", "smem_alloc", "smem_index", "smem_trans", "tma_load", "tma_store",
         "mbar_wait", "mbar_arrive", "barrier", "warpgroup_id", "setmaxnreg")
 declare("control", "for", "if")
+declare("control", "while")
+declare("control", "print", "assert", "gdc_wait", "gdc_launch_dependents")
+declare("core", "hint", "assume")
 declare("control", "yield", made_by="frontend/codegen (the end of a for/if region)")
 declare("shape", "permute", "reshape", "join", "split", "cat", "flip", "gather")
 declare("memory", "atomic_rmw", "atomic_cas")

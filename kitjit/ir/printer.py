@@ -41,7 +41,8 @@ def _print_op(op: Op, name: _Namer, indent: int, out: list[str], pad: str):
     out.append(f"{pad}{lhs}{op.name} {ops}{attrs}{tys}{loc}".replace("  ,", ","))
     for i, region in enumerate(op.regions):
         args = ", ".join(f"{name(a)}: {a.type}" for a in region.args)
-        label = {"for": "do", "if": "then" if i == 0 else "else"}.get(op.name, f"region{i}")
+        label = {"for": "do", "if": "then" if i == 0 else "else",
+                 "while": "cond" if i == 0 else "do"}.get(op.name, f"region{i}")
         out.append(f"{pad}  {label}({args}):")
         _print_block(region, name, indent + 2, out)
 

@@ -5,6 +5,7 @@ tile IR; called from plain Python they raise."""
 
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
 from ..ir.types import (
@@ -38,7 +39,7 @@ class static_range:
         self.start, self.stop, self.step = start, stop, step
 
     def __iter__(self):
-        return iter(range(self.start, self.stop, self.step))
+        return iter(builtins.range(self.start, self.stop, self.step))
 
 
 BUILTINS: dict[str, Any] = {}
@@ -59,7 +60,23 @@ def builtin(fn):
     return outside
 
 
-range = range  # noqa: A001 - Triton spells a runtime loop `tl.range`; Python's works as well
+class range:  # noqa: A001 - Triton's name
+    """`for i in kit.range(lo, hi, step, num_stages=..., ...)`: a loop that runs at run time,
+    as Python's `range` in a kernel, with Triton's loop hints. kitjit checks the hints and
+    keeps them on the loop's `for` op, but does not act on them yet: `num_stages` (software
+    pipelining depth), `loop_unroll_factor`, `disallow_acc_multi_buffer`, `flatten`,
+    `warp_specialize` and `disable_licm` change no code. Outside a kernel it iterates as
+    Python's range."""
+
+    def __init__(self, arg1, arg2=None, step=None, num_stages=None, loop_unroll_factor=None,
+                 disallow_acc_multi_buffer=False, flatten=False, warp_specialize=False,
+                 disable_licm=False):
+        if arg2 is None:
+            arg1, arg2 = 0, arg1
+        self.start, self.stop, self.step = arg1, arg2, 1 if step is None else step
+
+    def __iter__(self):
+        return iter(builtins.range(self.start, self.stop, self.step))
 
 
 NAMESPACED: dict[str, Any] = {}

@@ -57,3 +57,26 @@ _host_cdiv.__doc__ = cdiv.__doc__
 
 
 cdiv = BUILTINS["cdiv"] = _host_cdiv
+
+
+@builtin
+def multiple_of(input, values):
+    """`input`, promising that each element (of each run, per dim) is a multiple of
+    `values`: kitjit uses it, as Triton does, to prove alignment for wider memory accesses.
+    A false promise is undefined behaviour on the GPU; the interpreter does not check it."""
+
+
+@builtin
+def max_contiguous(input, values):
+    """`input`, promising runs of `values` consecutive elements (per dim)."""
+
+
+@builtin
+def max_constancy(input, values):
+    """`input`, promising runs of `values` equal elements (per dim)."""
+
+
+@builtin
+def assume(cond):
+    """Promises the scalar `cond` holds (`llvm.assume` on the GPU). The interpreter checks
+    it and raises DeviceAssertError where it does not."""

@@ -1,0 +1,32 @@
+"""The public names of Triton's `triton.language` (its `__all__`, Triton 3.x, plus the few
+newer ones kernels use), so that a name kitjit lacks is reported as "not supported yet"
+rather than as a missing attribute: `kit.foo` in a kernel is a CompileError at the user's
+line, and from plain Python the modules' `__getattr__` raises AttributeError with the same
+one-line message (`missing_name_message`)."""
+
+from __future__ import annotations
+
+TRITON_LANGUAGE_NAMES = frozenset("""
+PropagateNan TRITON_MAX_TENSOR_NUMEL load_tensor_descriptor store_tensor_descriptor
+make_tensor_descriptor tensor_descriptor abs add advance arange argmax argmin
+associative_scan assume async_task atomic_add atomic_and atomic_cas atomic_max atomic_min
+atomic_or atomic_xchg atomic_xor bfloat16 bitonic_merge block_type broadcast broadcast_to cat
+cast cdiv ceil clamp condition const constexpr constexpr_type cos cumprod cumsum
+debug_barrier device_assert device_print div_rn dot dot_scaled dtype erf exp exp2 expand_dims
+extra fdiv flip float16 float32 float64 float8e4b15 float8e4nv float8e4b8 float8e5
+float8e5b16 floor fma full gather histogram inline_asm_elementwise interleave int1 int16
+int32 int64 int8 join load log log2 make_block_ptr map_elementwise math max max_constancy
+max_contiguous maximum min minimum mul multiple_of num_programs pair_uniform_to_normal
+permute philox philox_impl pi32_t pointer_type program_id rand rand4x randint randint4x
+randn randn4x range ravel reduce reduce_or reshape rsqrt slice sigmoid sin softmax sort
+split sqrt sqrt_rn squeeze static_assert static_print static_range store sub sum swizzle2d
+target_info tensor topk to_tensor trans tuple uint16 uint32 uint64 uint8
+uint_to_uniform_float umulhi unsqueeze view void where xor_sum zeros zeros_like
+""".split())
+
+
+def missing_name_message(name: str, module: str = "kit") -> str:
+    """The one-line message for `kit.<name>` when kitjit has no such name."""
+    if name in TRITON_LANGUAGE_NAMES:
+        return f"{module}.{name} is not supported yet (Triton's tl.{name})"
+    return f"{module}.{name} does not exist (Triton's triton.language has no '{name}' either)"
