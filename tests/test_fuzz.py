@@ -1,9 +1,15 @@
 """Random kernels (hypothesis): valid ones compute the right values, broken ones are reported.
 
 A strategy builds a small random kernel as a tree of tile operations (masked loads of 1-3
-tensors of fp32/fp16/bf16/int32, `+ - * /`, `kit.minimum`/`maximum`, comparisons and
-`kit.where`, `exp exp2 log log2 sqrt abs sigmoid sin cos` on safe inputs, casts between
-fp32/fp16/bf16/int32, `sum max min argmax argmin` along an axis with the result broadcast
+tensors of fp32/fp16/bf16/fp64/int8/int16/int32/int64/uint8/uint32, `+ - * /` (ints wrap),
+`// %` on ints (truncating), `x * M + K` hashes that overflow, casts between all of these
+(float -> int truncates and saturates), Python literals that are large, negative, inexact or
+out of range for the tile's dtype (kitjit's weak typing: `kit.minimum(x, 1e5)` on fp16 is
+min with +inf, `x_i32 + 2**40` is int64), `kit.cumsum/cumprod`, `kit.flip/trans/permute/
+reshape`, `kit.split(kit.join(x, y))`, `kit.math.tanh/erf/log1p/fma`, `kit.umulhi`,
+`kit.clamp`, `kit.where` on a scalar condition, `if` on the loop variable inside loops,
+`kit.minimum`/`maximum`, comparisons and `kit.where`, `exp exp2 log log2 sqrt abs sigmoid
+sin cos` on safe inputs, `sum max min argmax argmin` along an axis with the result broadcast
 back by `[:, None]` / `[None, :]` / `keep_dims` / `kit.expand_dims`, `range` and
 `kit.static_range` loops carrying an accumulator, `if` on a run-time scalar, calls of
 generated `@kit.jit` helpers) and writes it to a real .py file (the frontend reads source
@@ -1703,8 +1709,7 @@ def test_launch_mistakes_raise_before_anything_runs(k, mistake, workdir):
 
 # ============================================================================ crashes found
 # Minimal reproducers of internal compiler errors the fuzzer (and its probes) found, fixed
-# the same day; they stay as regression tests. (The generators above still keep literals
-# small and leave these mistakes out; widening them is the next step.)
+# the same day; they stay as regression tests.
 def _x16(n=16):
     return torch.randn(n).to(torch.float16)
 
