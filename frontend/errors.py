@@ -18,11 +18,16 @@ class CompileError(Exception):
         self.notes = list(notes or [])
         super().__init__(self.render())
 
-    def add_note(self, text: str, loc: Loc | None) -> None:  # noqa: D401 - shadows BaseException
-        """Attach another source place (for errors inside called @kit.jit functions)."""
+    def add_note(self, text: str, loc: Loc | None = None) -> None:  # noqa: D401
+        """Attach another source place (for errors inside called @kit.jit functions). With
+        no `loc` this is BaseException.add_note (PEP 678: pytest, hypothesis and others
+        call `exc.add_note(text)` on any exception; a required `loc` made that a TypeError
+        that hid the CompileError)."""
         if loc is not None:
             self.notes.append((text, loc))
             self.args = (self.render(),)
+        else:
+            super().add_note(text)
 
     def render(self) -> str:
         parts = [_located(self.loc, f"error: {self.message}")]

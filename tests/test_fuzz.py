@@ -1,9 +1,15 @@
 """Random kernels (hypothesis): valid ones compute the right values, broken ones are reported.
 
 A strategy builds a small random kernel as a tree of tile operations (masked loads of 1-3
-tensors of fp32/fp16/bf16/int32, `+ - * /`, `kit.minimum`/`maximum`, comparisons and
-`kit.where`, `exp exp2 log log2 sqrt abs sigmoid sin cos` on safe inputs, casts between
-fp32/fp16/bf16/int32, `sum max min argmax argmin` along an axis with the result broadcast
+tensors of fp32/fp16/bf16/fp64/int8/int16/int32/int64/uint8/uint32, `+ - * /` (ints wrap),
+`// %` on ints (truncating), `x * M + K` hashes that overflow, casts between all of these
+(float -> int truncates and saturates), Python literals that are large, negative, inexact or
+out of range for the tile's dtype (kitjit's weak typing: `kit.minimum(x, 1e5)` on fp16 is
+min with +inf, `x_i32 + 2**40` is int64), `kit.cumsum/cumprod`, `kit.flip/trans/permute/
+reshape`, `kit.split(kit.join(x, y))`, `kit.math.tanh/erf/log1p/fma`, `kit.umulhi`,
+`kit.clamp`, `kit.where` on a scalar condition, `if` on the loop variable inside loops,
+`kit.minimum`/`maximum`, comparisons and `kit.where`, `exp exp2 log log2 sqrt abs sigmoid
+sin cos` on safe inputs, `sum max min argmax argmin` along an axis with the result broadcast
 back by `[:, None]` / `[None, :]` / `keep_dims` / `kit.expand_dims`, `range` and
 `kit.static_range` loops carrying an accumulator, `if` on a run-time scalar, calls of
 generated `@kit.jit` helpers) and writes it to a real .py file (the frontend reads source
@@ -46,37 +52,114 @@ from kitjit.frontend.errors import CompileError, InternalCompilerError
 import kitjit as kit
 
 # ============================================================================ dtypes
-FLOATS = ("fp32", "fp16", "bf16")
-KIT = {"fp32": "kit.float32", "fp16": "kit.float16", "bf16": "kit.bfloat16", "i32": "kit.int32"}
+FLOATS = ("fp32", "fp16", "bf16", "fp64")
+INTS = ("i32", "i8", "i16", "i64", "u8", "u32")
+KIT = {"fp32": "kit.float32", "fp16": "kit.float16", "bf16": "kit.bfloat16",
+       "fp64": "kit.float64", "i32": "kit.int32", "i8": "kit.int8", "i16": "kit.int16",
+       "i64": "kit.int64", "u8": "kit.uint8", "u32": "kit.uint32"}
 TORCH = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
-         "i32": torch.int32}
+         "fp64": torch.float64, "i32": torch.int32, "i8": torch.int8, "i16": torch.int16,
+         "i64": torch.int64, "u8": torch.uint8, "u32": torch.uint32}
+BITS = {"i32": 32, "i8": 8, "i16": 16, "i64": 64, "u8": 8, "u32": 32}
 # unit roundoff, and the smallest subnormal (an absolute error floor for underflow)
-UNIT = {"fp32": 2.0 ** -24, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8, "i32": 0.0}
-TINY = {"fp32": 2.0 ** -149, "fp16": 2.0 ** -24, "bf16": 2.0 ** -133, "i32": 0.0}
-LIMIT = 8192.0  # every value stays within this (clamps are inserted), so fp16 never overflows
-# Literals are exact in every dtype, and small: a constant beyond fp16's range (-1e9 next to
-# an fp16 tile, say) crashes the sm_90a compile today (test_repro_16bit_constant_... below).
-LITERALS = (0.5, 2.0, -1.0, 0.25, 3.0, 1.5, 2, -3, 1)
+UNIT = {"fp32": 2.0 ** -24, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8, "fp64": 2.0 ** -53,
+        **{d: 0.0 for d in INTS}}
+TINY = {"fp32": 2.0 ** -149, "fp16": 2.0 ** -24, "bf16": 2.0 ** -133, "fp64": 2.0 ** -1074,
+        **{d: 0.0 for d in INTS}}
+LIMIT = 8192.0  # float values stay within this (clamps are inserted), so fp16 never overflows
+# Python literals: small exact ones, and ones that are large, negative, inexact or out of
+# range for some tile dtypes (300 next to an int8 tile is an int32 literal, so the result
+# is int32; -1 next to a uint32 tile wraps to 2**32 - 1; 0.1 rounds to the tile's float).
+# A literal never goes where |value| exceeds the operation's bound (g_bin's clamps).
+LITERALS = (0.5, 2.0, -1.0, 0.25, 3.0, 1.5, 2, -3, 1, 300, -1, 255, -128, 1000, 4096.0,
+            0.1, -0.75, 1e-3, 127, 65535)
+# Huge literals for `kit.minimum(x, BIG)` / `kit.maximum(x, -BIG)` (the identity): 1e5 is
+# +inf in fp16, 1e300 +inf in fp32; an int beyond int32 makes an int32 tile's result int64.
+BIG = (1e5, 1e9, 1e300, 70000, 2 ** 31, 2 ** 40, 2 ** 62)
 
 
 def is_float(dt) -> bool:
     return dt in FLOATS
 
 
+def is_unsigned(dt) -> bool:
+    return dt in ("u8", "u32")
+
+
+def irange(dt) -> tuple[int, int]:
+    b = BITS[dt]
+    return (0, 2 ** b - 1) if is_unsigned(dt) else (-(2 ** (b - 1)), 2 ** (b - 1) - 1)
+
+
+def max_abs(dt) -> float:
+    """The largest |value| a dtype holds (floats: the fuzzer's bound is what matters)."""
+    if is_float(dt):
+        return math.inf
+    lo, hi = irange(dt)
+    return float(max(-lo, hi))
+
+
 def promote(a: str, b: str) -> str:
-    """Triton's rules on these four dtypes: floats win, fp16 with bf16 (or fp32) is fp32."""
+    """kitjit's (Triton's) rules: floats win, fp64 over fp32 over fp16/bf16, fp16 with bf16 is
+    fp32; ints of one signedness take the wider, mixed: the unsigned one if it is at least as
+    wide, else the signed one."""
     if a == b:
         return a
     if is_float(a) and is_float(b):
+        return "fp64" if "fp64" in (a, b) else "fp32"
+    if is_float(a) or is_float(b):
+        return a if is_float(a) else b
+    if is_unsigned(a) == is_unsigned(b):
+        return a if BITS[a] >= BITS[b] else b
+    u, s = (a, b) if is_unsigned(a) else (b, a)
+    return u if BITS[u] >= BITS[s] else s
+
+
+def literal_dtype(v) -> str:
+    if isinstance(v, float):
         return "fp32"
-    return a if is_float(a) else b
+    return "i32" if -(2 ** 31) <= v < 2 ** 31 else "i64"
 
 
 def weak(lit, other: str) -> str:
-    """The dtype a Python literal takes next to a tile of dtype `other`."""
-    if isinstance(lit, float) and not is_float(other):
-        return "fp32"
-    return other
+    """The dtype a Python literal takes next to a tile of dtype `other` (kitjit's
+    frontend/semantic/base.py weak_dtype): floats take a float tile's dtype (fp32 next to
+    ints), ints take the tile's dtype where they fit, else int32/int64 (which then promote)."""
+    if isinstance(lit, float):
+        return other if is_float(other) else "fp32"
+    if is_float(other):
+        return other
+    lo, hi = irange(other)
+    return other if lo <= lit <= hi else literal_dtype(lit)
+
+
+def wrap(v, dt):
+    """Integer values (float64 holding exact ints, int64 or uint64) wrapped to `dt` (two's
+    complement), as float64."""
+    x = np.asarray(v)
+    shape = x.shape
+    x = np.atleast_1d(x)
+    x = x.view(np.int64) if x.dtype == np.uint64 else x.astype(np.int64)
+    b = BITS[dt]
+    if b < 64:
+        r = x & (2 ** b - 1)
+        if not is_unsigned(dt):
+            r = np.where(r >= 2 ** (b - 1), r - 2 ** b, r)
+    else:
+        r = x
+    return r.astype(np.float64).reshape(shape)
+
+
+def as_u64(v):
+    x = np.atleast_1d(np.asarray(v))
+    return x.astype(np.int64).view(np.uint64)
+
+
+def round_to(v: float, dt: str) -> float:
+    """A literal's value as a constant of dtype `dt` (floats round, ints wrap)."""
+    if is_float(dt):
+        return torch.tensor(float(v), dtype=torch.float64).to(TORCH[dt]).double().item()
+    return float(wrap(np.int64(int(v)), dt)[()])
 
 
 # ============================================================================ the tree
@@ -105,10 +188,22 @@ def bshape(*shapes) -> tuple:
 def meet(a: Node, b: Node) -> str:
     """The dtype two operands meet at (one may be a literal)."""
     if a.is_lit:
-        return weak(a.a["value"], b.dtype)
+        return promote(weak(a.a["value"], b.dtype), b.dtype)
     if b.is_lit:
-        return weak(b.a["value"], a.dtype)
+        return promote(weak(b.a["value"], a.dtype), a.dtype)
     return promote(a.dtype, b.dtype)
+
+
+def sum_dtype(dt: str) -> str:
+    """kit.sum's accumulator: fp16/bf16 -> fp32, ints narrower than 32 bits -> int32."""
+    if dt in ("fp16", "bf16"):
+        return "fp32"
+    return "i32" if dt in ("i8", "i16", "u8") else dt
+
+
+def cumsum_dtype(dt: str) -> str:
+    """kit.cumsum's: bf16 -> fp32 (fp16 stays), narrow ints -> int32 / uint32."""
+    return {"bf16": "fp32", "i8": "i32", "i16": "i32", "u8": "u32"}.get(dt, dt)
 
 
 def _pow2_below(x: float) -> float:
@@ -119,13 +214,16 @@ class Gen:
     """Draws a random tree of `Node`s (an `Emitter` turns it into statements)."""
 
     def __init__(self, draw, full: tuple, leaves: list[Node], helpers: list | None,
-                 names: itertools.count, allow_control: bool = True):
+                 names: itertools.count, allow_control: bool = True, seen: set | None = None):
         self.draw = draw
         self.full = full
         self.leaves = list(leaves)
         self.helpers = helpers  # None inside a helper (no nested helpers)
         self.names = names
         self.allow_control = allow_control
+        self.loopvars: list[str] = []  # loop variables in scope (run-time i32 scalars)
+        # ops drawn so far in this kernel (helpers included)
+        self.seen = seen if seen is not None else set()
 
     def pick(self, xs):
         return self.draw(st.sampled_from(xs))
@@ -133,22 +231,38 @@ class Gen:
     def leaf(self) -> Node:
         return self.pick(self.leaves)
 
-    def lit(self) -> Node:
-        return lit(self.pick(LITERALS))
+    def lit(self, bound: float = math.inf) -> Node:
+        return lit(self.pick([v for v in LITERALS if abs(v) <= bound]))
 
     def clamp(self, n: Node, bound: float) -> Node:
-        """`n` limited to [-bound, bound] (a power of two, exact in every dtype)."""
-        if n.is_lit or n.mag <= bound:
+        """`n` limited to [-bound, bound] (a power of two, exact in every float dtype; for an
+        int dtype also within its range, so the constants keep the tile's dtype; unsigned
+        tiles get only the upper bound)."""
+        if n.is_lit:
             return n
-        c = int(bound) if n.dtype == "i32" else float(bound)
+        if not is_float(n.dtype):
+            bound = min(bound, irange(n.dtype)[1])
+        if n.mag <= bound:
+            return n
+        c = float(bound) if is_float(n.dtype) else int(bound)
         return Node("clamp", n.dtype, n.shape, [n], {"c": c}, mag=bound)
+
+    def cast_to(self, n: Node, to: str, style: str = "to") -> Node:
+        """`n` converted to `to` (ints clamped first where a 16-bit float would overflow)."""
+        if n.is_lit or n.dtype == to:
+            return n
+        if to in ("fp16", "bf16"):
+            n = self.clamp(n, LIMIT)
+        mag = min(n.mag, max_abs(to))
+        return Node("cast", to, n.shape, [n], {"style": style}, mag)
 
     def tree(self, depth: int, top: bool = False) -> Node:
         if depth <= 0:
             return self.leaf()
         # (hypothesis leans towards the first entry: make it an interesting one)
         ops = ["bin", "reduce", "where", "unary", "cast", "bin", "div", "minmax", "unary",
-               "reduce"]
+               "reduce", "big", "ihash", "idiv", "scan", "shape", "join", "libm", "umulhi",
+               "kclamp"]
         if self.allow_control:
             ops += ["loop", "if"]
             if self.helpers is not None:
@@ -156,26 +270,30 @@ class Gen:
         if not top:
             ops.append("leaf")
         op = self.pick(ops)
-        return getattr(self, "g_" + op)(depth)
+        n = getattr(self, "g_" + op)(depth)
+        if not n.is_lit and not is_float(n.dtype):  # ints wrap: never beyond the range
+            n.mag = min(n.mag, max_abs(n.dtype))
+        return n
 
-    def operand(self, depth: int) -> Node:
-        return self.lit() if self.draw(st.integers(0, 4)) == 0 else self.tree(depth)
+    def operand(self, depth: int, bound: float = math.inf) -> Node:
+        return self.lit(bound) if self.draw(st.integers(0, 4)) == 0 else self.tree(depth)
 
     def g_leaf(self, depth):
         return self.leaf()
 
     def g_bin(self, depth):
         sym = self.pick(["+", "-", "*"])
-        a, b = self.tree(depth - 1), self.operand(depth - 1)
+        bound = 64.0 if sym == "*" else LIMIT / 2
+        a, b = self.tree(depth - 1), self.operand(depth - 1, bound)
         if self.draw(st.booleans()):
             a, b = b, a
-        bound = 64.0 if sym == "*" else LIMIT / 2
         a, b = self.clamp(a, bound), self.clamp(b, bound)
         mag = a.mag * b.mag if sym == "*" else a.mag + b.mag
         return Node("bin", meet(a, b), bshape(a.shape, b.shape), [a, b], {"sym": sym}, mag)
 
     def g_div(self, depth):
         a, b = self.operand(depth - 1), self.tree(depth - 1)
+        b = self.clamp(b, LIMIT)  # abs(int8 -128) wraps to -128: keep |b| within the range
         den = b.dtype if is_float(b.dtype) else "fp32"
         num = den if a.is_lit else (a.dtype if is_float(a.dtype) else "fp32")
         return Node("div", promote(num, den), bshape(a.shape, b.shape), [a, b],
@@ -189,6 +307,21 @@ class Gen:
         return Node("minmax", meet(a, b), bshape(a.shape, b.shape), [a, b], {"fn": fn},
                     max(a.mag, b.mag))
 
+    def g_big(self, depth):
+        """kit.minimum(x, BIG) / kit.maximum(x, -BIG): a huge literal, out of range for
+        many tile dtypes (it may turn into +-inf, or widen an int32 tile to int64)."""
+        x = self.tree(depth - 1)
+        if x.is_lit:
+            x = self.leaf()
+        v = self.pick(BIG)
+        fn = self.pick(["minimum", "maximum"])
+        if fn == "maximum":
+            v = -v
+        c = lit(v)
+        dt = meet(x, c)
+        mag = x.mag if is_float(dt) else max(x.mag, abs(round_to(v, dt)))
+        return Node("minmax", dt, x.shape, [x, c], {"fn": fn}, mag)
+
     def g_where(self, depth):
         conds = []
         for _ in range(self.pick([1, 1, 2])):
@@ -200,11 +333,16 @@ class Gen:
         if self.draw(st.booleans()):
             x, y = y, x
         join = self.pick(["&", "|"])
+        # a scalar run-time condition (kernel only: helpers do not see flag/alpha)
+        scond = self.pick([None, None, "flag > 1", "alpha < 0.0", "n_extra > 0"]) \
+            if self.helpers is not None else None
+        if scond is not None:
+            conds = []
         shape = bshape(x.shape, y.shape, *[c[1].shape for c in conds],
                        *[c[2].shape for c in conds])
         kids = [x, y] + [n for c in conds for n in c[1:]]
         return Node("where", meet(x, y), shape, kids,
-                    {"cmps": [c[0] for c in conds], "join": join,
+                    {"cmps": [c[0] for c in conds], "join": join, "scond": scond,
                      "inline": self.draw(st.booleans())}, max(x.mag, y.mag))
 
     def g_unary(self, depth):
@@ -217,6 +355,8 @@ class Gen:
             return Node("unary", a.dtype, a.shape, [a], {"fn": fn, "method": False}, a.mag)
         if fn in ("sigmoid", "sin", "cos"):
             a = self.clamp(a, 64.0)
+        else:
+            a = self.clamp(a, LIMIT)  # abs(int8 -128) wraps: keep ints within the range
         mag = {"exp": math.exp(3.0), "exp2": 16.0, "log": math.log(a.mag + 1) + 1,
                "log2": math.log2(a.mag + 1) + 1, "sqrt": math.sqrt(a.mag + 1) + 1,
                "sigmoid": 1.0, "sin": 1.0, "cos": 1.0}[fn]
@@ -225,11 +365,8 @@ class Gen:
 
     def g_cast(self, depth):
         a = self.tree(depth - 1)
-        to = self.pick([d for d in ("fp32", "fp16", "bf16", "i32") if d != a.dtype])
-        if to == "i32":
-            a = self.clamp(a, 1024.0)
-        style = self.pick(["to", "to", "cast"])
-        return Node("cast", to, a.shape, [a], {"style": style}, a.mag)
+        to = self.pick([d for d in FLOATS + INTS if d != a.dtype])
+        return self.cast_to(a, to, self.pick(["to", "to", "cast"]))
 
     def g_reduce(self, depth):
         a = self.tree(depth - 1)
@@ -248,11 +385,116 @@ class Gen:
             shape = a.shape[:axis] + a.shape[axis + 1:]
         else:
             shape = a.shape[:axis] + (1,) + a.shape[axis + 1:]
-        dtype = {"sum": "fp32" if is_float(a.dtype) else "i32", "max": a.dtype,
+        dtype = {"sum": sum_dtype(a.dtype), "max": a.dtype,
                  "min": a.dtype, "argmax": "i32", "argmin": "i32"}[fn]
         mag = {"sum": a.mag * n, "max": a.mag, "min": a.mag, "argmax": n, "argmin": n}[fn]
         return Node("reduce", dtype, shape, [a], {"fn": fn, "axis": axis, "style": style,
                                                   "neg": neg}, mag)
+
+    def _tile(self, depth) -> Node:
+        """A subtree that is a tile (not a literal or a scalar)."""
+        x = self.tree(depth - 1)
+        if x.is_lit or x.shape == ():
+            tiles = [n for n in self.leaves if n.shape]
+            return self.pick(tiles) if tiles else None
+        return x
+
+    def g_scan(self, depth):
+        a = self._tile(depth)
+        if a is None:
+            return self.g_unary(depth)
+        fn = self.pick(["cumsum", "cumprod"])
+        rank = len(a.shape)
+        axis = self.pick(list(range(rank)))
+        n = a.shape[axis]
+        if fn == "cumsum":
+            a = self.clamp(a, _pow2_below(LIMIT / 2 / n))
+            dt, mag = cumsum_dtype(a.dtype), a.mag * n
+        else:  # |x| <= 1: the products stay within 1
+            a = self.clamp(a, 1.0)
+            dt, mag = ("fp32" if a.dtype == "bf16" else a.dtype), 1.0
+        return Node("scan", dt, a.shape, [a], {"fn": fn, "axis": axis,
+                                               "rev": self.draw(st.booleans()),
+                                               "neg": self.draw(st.booleans())}, mag)
+
+    def g_shape(self, depth):
+        """Permutations of the full tile: flip, trans of a reshape, a reversing ravel."""
+        a = self._tile(depth)
+        if a is None:
+            return self.g_unary(depth)
+        full = self.full
+        forms = ["flip"] + (["trans", "ravel", "permute"] if len(full) == 2 else
+                            ["interleave"])
+        form = self.pick(forms)
+        if form != "flip":
+            self.seen.add("relabel")
+        return Node("shape", a.dtype, full, [a], {"form": form, "full": full,
+                                                  "dim": self.pick(list(range(len(full))))},
+                    a.mag)
+
+    def g_join(self, depth):
+        """`p, q = kit.split(kit.join(x, y))`: p is x, q is y (broadcast to one shape)."""
+        self.seen.add("join")
+        x, y = self._tile(depth), self.tree(depth - 1)
+        if x is None:
+            return self.g_unary(depth)
+        y = self.leaf() if y.is_lit else y
+        y = self.cast_to(y, x.dtype)
+        return Node("join", x.dtype, bshape(x.shape, y.shape), [x, y],
+                    {"which": self.pick([0, 1])}, max(x.mag, y.mag))
+
+    def g_libm(self, depth):
+        fn = self.pick(["tanh", "erf", "log1p", "fma"])
+        a = self.tree(depth - 1)
+        a = self.leaf() if a.is_lit else a
+        md = a.dtype if a.dtype in ("fp32", "fp64") else "fp32"
+        a = self.cast_to(self.clamp(a, 64.0), md)
+        kids = [a]
+        if fn == "fma":
+            b, c = (self.tree(depth - 1) for _ in range(2))
+            b, c = (self.leaf() if x.is_lit else x for x in (b, c))
+            kids += [self.cast_to(self.clamp(b, 64.0), md),
+                     self.cast_to(self.clamp(c, LIMIT / 2), md)]
+        shape = bshape(*[k.shape for k in kids])
+        mag = {"tanh": 1.0, "erf": 1.0, "log1p": math.log1p(a.mag) + 1,
+               "fma": 64.0 * 64.0 + LIMIT / 2}[fn]
+        return Node("libm", md, shape, kids, {"fn": fn}, mag)
+
+    def g_ihash(self, depth):
+        """x * M + K on an integer tile with a large multiplier literal: wraps."""
+        a = self.tree(depth - 1)
+        a = self.leaf() if a.is_lit else a
+        dt = a.dtype if a.dtype in ("i8", "i16", "i32", "u8", "u32") else \
+            self.pick(["i32", "u32", "i8", "u8", "i16"])
+        a = self.cast_to(a, dt)
+        m = {"i8": 93, "i16": 12345, "i32": 1103515245, "u8": 201, "u32": 2654435761}[dt]
+        return Node("ihash", dt, a.shape, [a], {"m": m, "k": 7}, max_abs(dt))
+
+    def g_idiv(self, depth):
+        """a // ((b & 7) + 1) or a % (...) on ints: truncates toward zero."""
+        a, b = (self.tree(depth - 1) for _ in range(2))
+        a, b = (self.leaf() if x.is_lit else x for x in (a, b))
+        a, b = (x if not is_float(x.dtype) else self.cast_to(x, self.pick(INTS)) for x in (a, b))
+        dt = promote(a.dtype, b.dtype)
+        sym = self.pick(["//", "%"])
+        return Node("idiv", dt, bshape(a.shape, b.shape), [a, b], {"sym": sym},
+                    a.mag if sym == "//" else 8.0)
+
+    def g_umulhi(self, depth):
+        a, b = (self.tree(depth - 1) for _ in range(2))
+        a, b = (self.leaf() if x.is_lit else x for x in (a, b))
+        dt = self.pick(["i32", "u32"])
+        a, b = self.cast_to(a, dt), self.cast_to(b, dt)
+        return Node("umulhi", dt, bshape(a.shape, b.shape), [a, b], {}, max_abs(dt))
+
+    def g_kclamp(self, depth):
+        a = self.tree(depth - 1)
+        a = self.leaf() if a.is_lit else a
+        if not is_float(a.dtype):
+            a = self.cast_to(a, "fp32")
+        lo, hi = self.pick([(-1.0, 1.0), (-0.5, 3.0), (0.0, 4096.0), (-1e5, 1e5), (-2, 2)])
+        return Node("kclamp", a.dtype, a.shape, [a], {"lo": lo, "hi": hi},
+                    min(a.mag, max(abs(lo), abs(hi))))
 
     def g_loop(self, depth):
         form = self.pick(["range", "range1", "step2", "static", "reverse"])
@@ -261,13 +503,20 @@ class Gen:
         saved = self.leaves
         if form != "static":  # a Python int in static_range: it folds, not an i32 scalar
             self.leaves = self.leaves + [i]
+            self.loopvars = self.loopvars + [i.a["name"]]
         try:
             c = self.tree(depth - 1)
         finally:
             self.leaves = saved
+            if form != "static":
+                self.loopvars = self.loopvars[:-1]
         if c.is_lit:
             c = self.leaf()
         c = self.clamp(c, 512.0)
+        if is_unsigned(c.dtype):  # c - i would wrap
+            c = self.cast_to(c, "i32")
+        elif c.dtype == "fp64":  # the fp32 accumulator would change type
+            c = self.cast_to(c, "fp32")
         mag = 6 * c.mag if kind == "sum" else max(1024.0, c.mag + 6)
         return Node("loop", "fp32", self.full, [c], {"form": form, "kind": kind, "i": i,
                                                      "aug": self.draw(st.booleans())}, mag)
@@ -275,7 +524,10 @@ class Gen:
     def g_if(self, depth):
         t, e = self.tree(depth - 1), self.tree(depth - 1)
         t, e = (self.leaf() if n.is_lit else n for n in (t, e))
-        cond = self.pick(["flag > 0", "flag", "flag != 0 and n_extra > 0", "not flag == 0"])
+        conds = ["flag > 0", "flag", "flag != 0 and n_extra > 0", "not flag == 0"]
+        for i in self.loopvars:  # `if` in a loop on the loop variable (run time)
+            conds += [f"{i} % 2 == 0", f"{i} > 1", f"{i} == 0 or flag > 2"]
+        cond = self.pick(conds)
         return Node("if", "fp32", self.full, [t, e], {"cond": cond}, max(t.mag, e.mag))
 
     def g_call(self, depth):
@@ -289,10 +541,12 @@ class Gen:
                   for j, x in enumerate(args)]
         has_c = self.draw(st.booleans())
         cval = self.pick([0.5, 2.0, 3]) if has_c else None
-        sub = Gen(self.draw, self.full, params, None, self.names, allow_control=False)
+        sub = Gen(self.draw, self.full, params, None, self.names, allow_control=False,
+                  seen=self.seen)
         if has_c:
-            sub.lit = lambda: (lit(cval) if self.draw(st.booleans()) else
-                               lit(self.pick(LITERALS)))
+            sub.lit = lambda bound=math.inf: (
+                lit(cval) if abs(cval) <= bound and self.draw(st.booleans()) else
+                Gen.lit(sub, bound))
         body = sub.tree(self.pick([2, 1]), top=True)
         name = f"_h{k}"
         self.helpers.append((name, params, body, has_c, cval))
@@ -346,13 +600,17 @@ class Emitter:
             self.line(ind, f"{name} = kit.{n.a['fn']}({r(n.kids[0])}, {r(n.kids[1])})")
         elif op == "clamp":
             c = n.a["c"]
-            self.line(ind, f"{name} = kit.minimum(kit.maximum({r(n.kids[0])}, {-c!r}), {c!r})")
+            if is_unsigned(n.dtype):
+                self.line(ind, f"{name} = kit.minimum({r(n.kids[0])}, {c!r})")
+            else:
+                self.line(ind, f"{name} = kit.minimum(kit.maximum({r(n.kids[0])}, {-c!r}), "
+                               f"{c!r})")
         elif op == "where":
             x, y = r(n.kids[0]), r(n.kids[1])
             cs = []
             for j, sym in enumerate(n.a["cmps"]):
                 cs.append(f"({r(n.kids[2 + 2 * j])} {sym} {r(n.kids[3 + 2 * j])})")
-            cond = f" {n.a['join']} ".join(cs)
+            cond = f" {n.a['join']} ".join(cs) if cs else f"({n.a['scond']})"
             if not n.a["inline"]:
                 c = f"c{next(self.names)}"
                 self.line(ind, f"{c} = {cond}")
@@ -419,6 +677,46 @@ class Emitter:
                 v = self.ref(k, ind + 1)
                 self.line(ind + 1, f"{name} = kit.broadcast_to({v}.to(kit.float32), "
                                    f"{self.full_text})")
+        elif op == "scan":
+            a, fn, axis = r(n.kids[0]), n.a["fn"], n.a["axis"]
+            ax = axis - len(n.shape) if n.a["neg"] else axis
+            rev = ", reverse=True" if n.a["rev"] else ""
+            self.line(ind, f"{name} = kit.{fn}({a}, axis={ax}{rev})")
+        elif op == "shape":
+            a, form, full = r(n.kids[0]), n.a["form"], n.a["full"]
+            if n.kids[0].shape != full:
+                a = f"kit.broadcast_to({a}, {full!r})"
+            if form == "flip":
+                e = f"kit.flip({a}, {n.a['dim']})"
+            elif form == "trans":
+                e = f"kit.trans(kit.reshape({a}, ({full[1]}, {full[0]})))"
+            elif form == "permute":
+                e = f"kit.permute(kit.reshape({a}, ({full[1]}, {full[0]})), 1, 0)"
+            elif form == "ravel":
+                e = f"kit.reshape(kit.flip(kit.reshape({a}, ({full[0] * full[1]},)), 0), {full!r})"
+            else:  # interleave the halves
+                e = (f"kit.reshape(kit.trans(kit.reshape({a}, (2, {full[0] // 2}))), "
+                     f"({full[0]},))")
+            self.line(ind, f"{name} = {e}")
+        elif op == "join":
+            x, y = r(n.kids[0]), r(n.kids[1])
+            other = f"q{next(self.names)}"
+            lhs = f"{name}, {other}" if n.a["which"] == 0 else f"{other}, {name}"
+            self.line(ind, f"{lhs} = kit.split(kit.join({x}, {y}))")
+        elif op == "libm":
+            args = [r(k) for k in n.kids]
+            fn = n.a["fn"]
+            if fn == "log1p":
+                args = [f"kit.abs({args[0]})"]
+            self.line(ind, f"{name} = kit.math.{fn}({', '.join(args)})")
+        elif op == "ihash":
+            self.line(ind, f"{name} = {r(n.kids[0])} * {n.a['m']} + {n.a['k']}")
+        elif op == "idiv":
+            self.line(ind, f"{name} = {r(n.kids[0])} {n.a['sym']} (({r(n.kids[1])} & 7) + 1)")
+        elif op == "umulhi":
+            self.line(ind, f"{name} = kit.umulhi({r(n.kids[0])}, {r(n.kids[1])})")
+        elif op == "kclamp":
+            self.line(ind, f"{name} = kit.clamp({r(n.kids[0])}, {n.a['lo']!r}, {n.a['hi']!r})")
         elif op == "call":
             args = [r(k) for k in n.kids]
             if n.a["has_c"]:
@@ -488,7 +786,7 @@ class Kernel:
                     "rn = kit.arange(0, BN)",
                     "mask = (rm[:, None] < M) & (rn[None, :] < N)"]
         for k, (dt, kind, other) in enumerate(self.inputs):
-            o = repr(int(other)) if dt == "i32" else repr(other)
+            o = repr(int(other)) if not is_float(dt) else repr(other)
             if self.mode == "1d":
                 pre.append(f"x{k} = kit.load(X{k} + offs, mask=mask, other={o})")
             elif kind == "full":
@@ -570,8 +868,9 @@ class Kernel:
             else:
                 shape = {"full": (self.sizes["M"], self.sizes["N"]), "row": (self.sizes["N"],),
                          "col": (self.sizes["M"],)}[kind]
-            if dt == "i32":
-                t = torch.from_numpy(rng.integers(-8, 9, shape)).to(torch.int32)
+            if not is_float(dt):
+                lo = 0 if is_unsigned(dt) else -8
+                t = torch.from_numpy(rng.integers(lo, lo + 17, shape)).to(TORCH[dt])
             else:
                 t = torch.from_numpy(rng.uniform(-2, 2, shape)).to(TORCH[dt])
             ts.append(t)
@@ -600,10 +899,13 @@ def kernels(draw, depth=None) -> Kernel:
     n_in = draw(st.integers(1, 3))
     inputs, leaves = [], []
     for k in range(n_in):
-        dt = draw(st.sampled_from(["fp32", "fp16", "bf16", "i32", "fp32"]))
+        dt = draw(st.sampled_from(["fp32", "fp16", "bf16", "i32", "fp32", "i8", "u8", "fp64",
+                                   "i16", "i64", "u32"]))
         kind = "full" if mode == "1d" or k == 0 else draw(st.sampled_from(["full", "row",
                                                                             "col"]))
         other = draw(st.sampled_from([0.0, 1.0, 0.5, -2.0]))
+        if is_unsigned(dt):
+            other = abs(other)
         inputs.append((dt, kind, other))
         shape = {"full": full, "row": (1, full[-1]), "col": (full[0], 1)}[kind]
         leaves.append(Node("var", dt, shape, a={"name": f"x{k}"}, mag=8.0))
@@ -618,8 +920,11 @@ def kernels(draw, depth=None) -> Kernel:
     gen = Gen(draw, full, leaves, helpers, itertools.count())
     d = depth if depth is not None else draw(st.sampled_from([4, 5, 3, 6, 2]))
     root = gen.tree(d, top=True)
+    out_dtype = draw(st.sampled_from(["fp32", "fp32", "fp32", "fp16", "bf16", "fp64"]))
+    if out_dtype in ("fp16", "bf16") and root.mag > LIMIT:  # a wrapped int: no overflow
+        root = gen.clamp(root, LIMIT)
     return Kernel(mode=mode, dims=dims, inputs=inputs,
-                  out_dtype=draw(st.sampled_from(["fp32", "fp32", "fp32", "fp16", "bf16"])),
+                  out_dtype=out_dtype,
                   root=root, helpers=helpers, num_warps=draw(st.sampled_from([4, 1, 2, 8])),
                   sizes=sizes, alpha=draw(st.sampled_from([0.5, 0.75, -1.25, 2.0])),
                   iters=draw(st.sampled_from([3, 0, 1, 2])),
@@ -650,11 +955,28 @@ def rnd(v, dt):
 
 
 def conv(x: Val, frm, to) -> Val:
-    """`x` converted from dtype `frm` (None: a literal, exact) to `to`."""
-    if frm is None or frm == to or (frm, to) in (("fp16", "fp32"), ("bf16", "fp32")):
+    """`x` converted from dtype `frm` (None: a literal, exact) to `to`: floats round (exact
+    into a wider float), ints wrap, floats to ints truncate and saturate."""
+    if frm is None or frm == to:
         return x
-    assert is_float(to), (frm, to)
+    if not is_float(to):
+        if not is_float(frm):
+            return Val(wrap(x.v, to), 0.0, x.u)
+        lo, hi = irange(to)
+        t = np.clip(np.trunc(x.v), lo, hi)
+        jump = np.clip(np.trunc(x.v - x.e), lo, hi) != np.clip(np.trunc(x.v + x.e), lo, hi)
+        return Val(t, 0.0, x.u | jump)
+    if is_float(frm) and (to == "fp64" or (frm, to) in (("fp16", "fp32"), ("bf16", "fp32"))):
+        return x
     return Val(x.v, x.e + rnd(x.v, to), x.u)
+
+
+def iarith(sym: str, a, b, dt: str):
+    """a sym b on ints of dtype `dt`, wrapping (uint64 arithmetic wraps mod 2**64)."""
+    x, y = as_u64(a), as_u64(b)
+    with np.errstate(over="ignore"):
+        r = x + y if sym == "+" else x - y if sym == "-" else x * y
+    return wrap(r, dt).reshape(np.broadcast_shapes(np.shape(a), np.shape(b)))
 
 
 _CMP = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
@@ -680,12 +1002,16 @@ class Reference:
         return getattr(self, "e_" + n.op)(n).shaped(n.shape)
 
     def arg(self, n: Node, dt: str) -> Val:
+        if n.is_lit:  # a constant of dtype `dt` (rounded or wrapped once, at compile time)
+            return Val(round_to(n.a["value"], dt))
         return conv(self.ev(n), n.dtype, dt)
 
     def e_bin(self, n):
         dt = n.dtype
         a, b = (self.arg(x, dt) for x in n.kids)
         sym = n.a["sym"]
+        if not is_float(dt):
+            return Val(iarith(sym, a.v, b.v, dt), 0.0, a.u | b.u)
         if sym == "*":
             v = a.v * b.v
             e = np.abs(a.v) * b.e + np.abs(b.v) * a.e + a.e * b.e
@@ -699,7 +1025,7 @@ class Reference:
         a = conv(self.arg(n.kids[0], num), num, dt)
         b = self.arg(n.kids[1], den)
         s = np.abs(b.v) + 1.0
-        d = conv(Val(s, b.e + rnd(s, den), b.u), den, dt)
+        d = conv(Val(s, b.e + 2 * rnd(s, den), b.u), den, dt)
         v = a.v / d.v
         e = (a.e + np.abs(v) * d.e) / np.maximum(d.v - d.e, 1e-300) + 2 * rnd(v, dt)
         return Val(v, e, a.u | d.u)
@@ -717,6 +1043,10 @@ class Reference:
     def e_where(self, n):
         x, y = (self.arg(k, n.dtype) for k in n.kids[:2])
         cond, unstable = None, False
+        if n.a.get("scond"):
+            k = self.k
+            cond = bool(eval(n.a["scond"], {}, {"flag": k.flag, "alpha": k.alpha,
+                                                "n_extra": k.n_extra}))
         for j, sym in enumerate(n.a["cmps"]):
             ca, cb = n.kids[2 + 2 * j], n.kids[3 + 2 * j]
             dt = meet(ca, cb)
@@ -732,9 +1062,10 @@ class Reference:
         fn, md = n.a["fn"], n.dtype
         a = self.ev(n.kids[0])
         if fn == "abs":
-            return Val(np.abs(a.v), a.e, a.u)
+            v = np.abs(a.v)
+            return Val(v if is_float(n.dtype) else wrap(v, n.dtype), a.e, a.u)
         if fn == "neg":
-            return Val(-a.v, a.e, a.u)
+            return Val(-a.v if is_float(n.dtype) else wrap(-a.v, n.dtype), a.e, a.u)
         a = conv(a, n.kids[0].dtype, md)
         if fn in ("exp", "exp2"):
             m = np.minimum(a.v, 3.0 if fn == "exp" else 4.0)
@@ -758,12 +1089,7 @@ class Reference:
         return Val(r, a.e + 4 * UNIT[md] + TINY[md], a.u)
 
     def e_cast(self, n):
-        a = self.ev(n.kids[0])
-        if n.dtype == "i32":
-            t = np.trunc(a.v)
-            jump = np.trunc(a.v - a.e) != np.trunc(a.v + a.e)
-            return Val(t, 0.0, a.u | jump)
-        return conv(a, n.kids[0].dtype, n.dtype)
+        return conv(self.ev(n.kids[0]), n.kids[0].dtype, n.dtype)
 
     def e_reduce(self, n):
         x = n.kids[0]
@@ -775,7 +1101,7 @@ class Reference:
             v = a.v.sum(**kw)
             e = a.e.sum(**kw)
             if is_float(x.dtype):
-                e = e + x.shape[axis] * UNIT["fp32"] * np.abs(a.v).sum(**kw) + TINY["fp32"]
+                e = e + x.shape[axis] * UNIT[n.dtype] * np.abs(a.v).sum(**kw) + TINY[n.dtype]
             r = Val(v, e, u)
         elif fn in ("max", "min"):
             v = a.v.max(**kw) if fn == "max" else a.v.min(**kw)
@@ -811,9 +1137,92 @@ class Reference:
         return acc
 
     def e_if(self, n):
-        taken = eval(n.a["cond"], {}, {"flag": self.k.flag, "n_extra": self.k.n_extra})
+        names = {"flag": self.k.flag, "n_extra": self.k.n_extra}
+        names.update({k: int(v.v) for k, v in self.env.items() if re.fullmatch(r"i\d+", k)})
+        taken = eval(n.a["cond"], {}, names)
         k = n.kids[0] if taken else n.kids[1]
         return self.arg(k, "fp32")
+
+    def e_scan(self, n):
+        x = n.kids[0]
+        a = self.ev(x).shaped(x.shape)
+        axis, dt = n.a["axis"], n.dtype
+        a = conv(a, x.dtype, dt).shaped(x.shape)
+        f = (lambda z: np.flip(z, axis)) if n.a["rev"] else (lambda z: z)
+        cnt = np.cumsum(np.ones_like(a.v), axis)
+        u = np.broadcast_to(a.u.any(axis=axis, keepdims=True), a.u.shape)
+        e = f(np.cumsum(f(a.e), axis))
+        if n.a["fn"] == "cumsum":
+            v = f(np.cumsum(f(a.v), axis))
+            e = e + f(cnt) * (UNIT[dt] * f(np.cumsum(f(np.abs(a.v)), axis)) + TINY[dt])
+            v = v if is_float(dt) else wrap(v, dt)
+        else:  # |x| <= 1: a change of one factor moves the product by at most that change
+            v = f(np.cumprod(f(a.v), axis))
+            e = e + f(cnt) * (UNIT[dt] + TINY[dt])
+        return Val(v, e, u)
+
+    def e_shape(self, n):
+        a = self.ev(n.kids[0]).shaped(n.shape)
+        form, full = n.a["form"], n.a["full"]
+
+        def f(z):
+            if form == "flip":
+                return np.flip(z, n.a["dim"])
+            if form in ("trans", "permute"):
+                return z.reshape(full[1], full[0]).T
+            if form == "ravel":
+                return z.reshape(-1)[::-1].reshape(full)
+            return z.reshape(2, full[0] // 2).T.reshape(full)
+        return Val(f(a.v), f(a.e), f(a.u))
+
+    def e_join(self, n):
+        k = n.kids[n.a["which"]]
+        return self.arg(k, n.dtype)
+
+    def e_libm(self, n):
+        md, fn = n.dtype, n.a["fn"]
+        a = self.arg(n.kids[0], md)
+        if fn == "fma":
+            b, c = (self.arg(k, md) for k in n.kids[1:])
+            v = a.v * b.v + c.v
+            e = np.abs(a.v) * b.e + np.abs(b.v) * a.e + a.e * b.e + c.e
+            return Val(v, e + rnd(v, md), a.u | b.u | c.u)
+        if fn == "tanh":
+            v = np.tanh(a.v)
+            return Val(v, a.e + 4 * rnd(v, md) + 2 * UNIT[md], a.u)
+        if fn == "erf":
+            v = np.vectorize(math.erf, otypes=[np.float64])(a.v)
+            return Val(v, 1.2 * a.e + 4 * rnd(v, md) + 2 * UNIT[md], a.u)
+        s = np.abs(a.v)
+        v = np.log1p(s)
+        return Val(v, a.e / (1 + np.maximum(s - a.e, 0)) + 4 * rnd(v, md) + TINY[md], a.u)
+
+    def e_ihash(self, n):
+        a = self.arg(n.kids[0], n.dtype)
+        m = iarith("*", a.v, round_to(n.a["m"], n.dtype), n.dtype)
+        return Val(iarith("+", m, n.a["k"], n.dtype), 0.0, a.u)
+
+    def e_idiv(self, n):
+        dt = n.dtype
+        a = self.arg(n.kids[0], dt)
+        b = self.ev(n.kids[1])
+        bi = np.asarray(b.v).astype(np.int64)
+        d = conv(Val((bi & 7) + 1.0), n.kids[1].dtype, dt)
+        q = np.trunc(a.v / d.v)
+        v = q if n.a["sym"] == "//" else a.v - q * d.v
+        return Val(wrap(v, dt), 0.0, a.u | b.u)
+
+    def e_umulhi(self, n):
+        a, b = (self.arg(k, n.dtype) for k in n.kids)
+        x, y = as_u64(wrap(a.v, "u32")), as_u64(wrap(b.v, "u32"))
+        hi = (x * y) >> np.uint64(32)
+        shape = np.broadcast_shapes(np.shape(a.v), np.shape(b.v))
+        return Val(wrap(hi, n.dtype).reshape(shape), 0.0, a.u | b.u)
+
+    def e_kclamp(self, n):
+        a = self.ev(n.kids[0])
+        lo, hi = round_to(n.a["lo"], n.dtype), round_to(n.a["hi"], n.dtype)
+        return Val(np.clip(a.v, lo, hi), a.e, a.u)
 
     def e_call(self, n):
         name = n.a["name"]
@@ -845,7 +1254,7 @@ def reference(k: Kernel, ts: list[torch.Tensor]):
             mask = offs < n
             env["offs"] = Val(offs)
             for j, (dt, _, other) in enumerate(k.inputs):
-                o = int(other) if dt == "i32" else other
+                o = int(other) if not is_float(dt) else other
                 env[f"x{j}"] = Val(np.where(mask, xs[j][np.minimum(offs, n - 1)], o))
         else:
             rm, rn = p * BM + np.arange(BM), np.arange(BN)
@@ -854,7 +1263,7 @@ def reference(k: Kernel, ts: list[torch.Tensor]):
             env["rm[:, None]"] = Val(rm[:, None])
             env["rn[None, :]"] = Val(rn[None, :])
             for j, (dt, kind, other) in enumerate(k.inputs):
-                o = int(other) if dt == "i32" else other
+                o = int(other) if not is_float(dt) else other
                 if kind == "full":
                     x = np.where(mask, xs[j][np.ix_(cm, cn)], o)
                 elif kind == "row":
@@ -896,8 +1305,7 @@ def load_kernel(source: str, workdir) -> tuple:
 def spec_of(a) -> tuple:
     """The specialization a launch gives an argument (what JITFunction.compile takes)."""
     if isinstance(a, torch.Tensor):
-        name = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
-                torch.int32: "i32"}.get(a.dtype, str(a.dtype))
+        name = {v: k for k, v in TORCH.items()}.get(a.dtype, str(a.dtype))
         return (f"*{name}", 16 if a.data_ptr() % 16 == 0 else 1)
     if isinstance(a, bool):
         return ("i1", 1)
@@ -1021,6 +1429,7 @@ def mistakes(draw, k: Kernel, body: str, scope: list) -> tuple[str, list, set]:
         "if-tile": lambda: ([(0, f"if {t} > 0:"), (1, f"{bad} = 1")], {0}),
         "syntax": lambda: syntax(),
         "misuse": lambda: misuse(),
+        "new-ops": lambda: new_ops(),
     }
     if in_kernel:
         kinds["pointer"] = lambda: one(pick([f"{bad} = kit.load(X0 + 1.5)",
@@ -1108,7 +1517,7 @@ def mistakes(draw, k: Kernel, body: str, scope: list) -> tuple[str, list, set]:
             [(0, f"class {bad.upper()}:"), (1, "pass")],
             [(0, f"{bad} = (q := {v})")], [(0, f"{bad} = input({v})")],
             [(0, f"assert {v} > 0")], [(0, f"{bad} = {t}[0]")], [(0, f"{bad} = {t}[1:2]")],
-            [(0, f"{bad} = {t}.T")], [(0, f"{bad} = {v}.nope")],
+            [(0, f"{bad} = {v}.nope")],
             [(0, f"for {bad} in [1, 2]:"), (1, "pass")],
             [(0, f"for {bad} in range(3):"), (1, "pass"), (0, "else:"), (1, "pass")],
             [(0, f"for {bad}, q in range(3):"), (1, "pass")],
@@ -1121,13 +1530,25 @@ def mistakes(draw, k: Kernel, body: str, scope: list) -> tuple[str, list, set]:
         ]
         return pick(forms), {0}
 
+    def new_ops():  # scans, shape ops, atomics, umulhi, clamp, libdevice
+        name, _, shape = pick(tiles) if tiles else ("kit.arange(0, 8)", "i32", (8,))
+        r = len(shape)
+        return one(pick([
+            f"{bad} = kit.cumsum({name}, axis={r})", f"{bad} = kit.cumprod({name}, axis={-r - 1})",
+            f"{bad} = kit.cumsum({name}, axis={rt})", f"{bad} = kit.reshape({name}, ({npow},))",
+            f"{bad} = kit.flip({name}, {r})", f"{bad} = kit.split({name})",
+            f"{bad} = kit.atomic_add({v}, 1.0)", f"{bad} = kit.umulhi({f}, {f})",
+            f"{bad} = kit.umulhi(kit.arange(0, 8).to(kit.int8), 3)",
+            f"{bad} = kit.clamp(kit.arange(0, 8), 0, 1)", f"{bad} = kit.math.tanh({v}, {v})",
+            f"{bad} = kit.join({f}, kit.arange(0, 8) > 2)"]))
+
     def misuse():
         return one(pick([
             f"{bad} = {t} @ {t}", f"{bad} = kit.dot({t}, {t})", f"{bad} = ~{f}",
             f"{bad} = {f} & 1", f"{bad} = {f} << 2", f"{bad} = kit.exp({v}, {v})",
             f"{bad} = kit.sum({t}, axis=0, bogus=1)", f"{bad} = kit.where({v})",
             f"{bad} = {v}.to(3)", f"{bad} = {v}.to(kit.float8)", f"{bad} = {v}.to()",
-            f"{bad} = kit.float32({v})", f"{bad} = 1 // 0",
+            f"{bad} = 1 // 0",
             f"{bad} = kit.arange(0, 16.0)", f"{bad} = kit.program_id(3)",
             f"kit.static_assert(False, 'fuzz: {bad}')", f"{bad} = 's' + {v}",
             f"{bad} = {v} + (1, 2)", f"{bad} = kit.full((2,), 2 ** 70, kit.int32)",
@@ -1288,8 +1709,7 @@ def test_launch_mistakes_raise_before_anything_runs(k, mistake, workdir):
 
 # ============================================================================ crashes found
 # Minimal reproducers of internal compiler errors the fuzzer (and its probes) found, fixed
-# the same day; they stay as regression tests. (The generators above still keep literals
-# small and leave these mistakes out; widening them is the next step.)
+# the same day; they stay as regression tests.
 def _x16(n=16):
     return torch.randn(n).to(torch.float16)
 
@@ -1442,3 +1862,71 @@ def huge_tile_kernel(X, Out, n):
 def test_repro_huge_tile_is_a_compile_error():
     with pytest.raises(CompileError, match="arange"):
         huge_tile_kernel.build_ir([("*fp32", 16), ("*fp32", 16), ("i32", 1)], (), 4)
+
+
+# Found by the widened generators (join/split, kit.clamp, reshape/trans; issue 19 item 2).
+@kit.jit
+def clamp_after_split_kernel(X0, Out, M, N, flag, BM: kit.constexpr, BN: kit.constexpr):
+    rm = kit.arange(0, BM)
+    rn = kit.arange(0, BN)
+    mask = (rm[:, None] < M) & (rn[None, :] < N)
+    x0 = kit.load(X0 + rm[:, None] * N + rn[None, :], mask=mask, other=0.0)
+    if flag > 0:
+        v = kit.broadcast_to(kit.clamp(rm[:, None].to(kit.float32) + 0.5, -1.0, 1.0), (BM, BN))
+    else:
+        v, q = kit.split(kit.join(x0 + 0.5, x0))
+    kit.store(Out + rm[:, None] * N + rn[None, :], v, mask=mask)
+
+
+def test_repro_clamp_takes_the_layout_of_a_split_in_the_other_branch():
+    """The libm `math` op (kit.clamp's fmin/fmax) was left out of the layout pass's
+    elementwise groups: its operands kept a 1-register layout while its result took the
+    split's 2-register one, an internal error in the sm_90a lowering."""
+    ck = clamp_after_split_kernel.compile(
+        [("*fp32", 16), ("*fp32", 16), ("i32", 1), ("i32", 16), ("i32", 1)], (4, 32), 1,
+        "sm_90a")
+    assert ".target sm_90a" in ck.asm["ptx"]
+
+
+def test_repro_compile_error_add_note_without_a_location():
+    """hypothesis (and pytest) call `exc.add_note(text)` (PEP 678) on a failing test's
+    exception: CompileError's add_note required a loc, so a TypeError hid the error."""
+    e = CompileError("boom")
+    e.add_note("a note")
+    assert e.__notes__ == ["a note"] and str(e) == "error: boom"
+
+
+@kit.jit
+def trans_of_split_masked_kernel(X0, Out, M, N, BM: kit.constexpr, BN: kit.constexpr):
+    rm = kit.arange(0, BM)
+    rn = kit.arange(0, BN)
+    mask = (rm[:, None] < M) & (rn[None, :] < N)
+    x0 = kit.load(X0 + rm[:, None] * N + rn[None, :], mask=mask, other=0.0)
+    a, b = kit.split(kit.join(x0, x0))
+    y = kit.trans(kit.reshape(a, (BN, BM)))
+    kit.store(Out + rm[:, None] * N + rn[None, :], y + x0, mask=mask)
+
+
+def test_repro_broadcast_into_a_relabeled_layout():
+    """The mask's [1, BN] broadcast took the permuted/reshaped/halved layout of its result
+    (an internal error at 19c27e5; fixed on main by 4717b4c)."""
+    ck = trans_of_split_masked_kernel.compile(
+        [("*fp32", 16), ("*fp32", 16), ("i32", 1), ("i32", 16)], (4, 32), 1, "sm_90a")
+    assert ".target sm_90a" in ck.asm["ptx"]
+
+
+@kit.jit
+def sum_of_trans_kernel(X0, Out, M, N, BM: kit.constexpr, BN: kit.constexpr):
+    rm = kit.arange(0, BM)
+    rn = kit.arange(0, BN)
+    mask = (rm[:, None] < M) & (rn[None, :] < N)
+    x0 = kit.load(X0 + rm[:, None] * N + rn[None, :], mask=mask, other=0.0)
+    v = kit.sum(kit.trans(kit.reshape(x0, (BN, BM))), axis=0)[None, :]
+    kit.store(Out + rm[:, None] * N + rn[None, :], v + 0.5, mask=mask)
+
+
+def test_repro_sum_of_a_trans_of_a_reshape():
+    """KeyError (1,) in the lowering at 19c27e5 (fixed on main by 4717b4c)."""
+    ck = sum_of_trans_kernel.compile(
+        [("*fp32", 16), ("*fp32", 16), ("i32", 1), ("i32", 16)], (4, 32), 1, "sm_90a")
+    assert ".target sm_90a" in ck.asm["ptx"]
