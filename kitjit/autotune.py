@@ -9,7 +9,10 @@ fastest; every later launch with that key costs one dict lookup more than a plai
 Timings persist on disk under `KernelCache().tuning_dir`, one JSON record per (kernel source,
 key values, GPU, kitjit version) that maps each config's canonical string to its median
 milliseconds (or "failed: reason"). The winner is the fastest of the *current* config list,
-so adding a config times only that one, and a second process times nothing.
+so adding a config times only that one, and a second process times nothing. Processes that
+tune the same key at once (torch.distributed ranks on one machine) time it once: the first
+takes a lock beside the record (kitjit.cache_lock), the others wait, read its record and time
+only configs it lacks (none, unless their config list differs).
 
 In the interpreter (KITJIT_INTERPRET=1, no GPU, or CPU tensors) timings mean nothing: the
 first config that compiles to tile IR is used, nothing is timed and nothing is written.
@@ -17,6 +20,7 @@ first config that compiles to tile IR is used, nothing is timed and nothing is w
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
@@ -425,18 +429,21 @@ class Autotuner:
         path = None
         if self.cache_results and disk_cache_enabled():
             path = record_path(KernelCache().tuning_dir, self.fn, keyrec, target)
-        stored = read_record(path) if path is not None else None
-        timings: dict[str, float | str] = dict(stored["timings"]) if stored else {}
-        from_disk = {str(c) for c in configs if str(c) in timings}
-        todo = [c for c in configs if str(c) not in timings]
+        timings, from_disk, todo = _from_record(path, configs)
         errors: list[BaseException] = []
         if todo:
-            new, transient = self._time_configs(todo, configs, timings, named, kw, grid,
-                                                target, errors)
-            if path is not None and new:
-                write_record(path, self, keyrec, target, new, configs)
-            timings.update(new)
-            timings.update(transient)
+            # One process times a key: the others (ranks tuning the same kernel) wait for
+            # its record, read it again, and time only what it still lacks.
+            with _record_lock(path, self.__name__):
+                if path is not None:
+                    timings, from_disk, todo = _from_record(path, configs)
+                if todo:
+                    new, transient = self._time_configs(todo, configs, timings, named, kw,
+                                                        grid, target, errors)
+                    if path is not None and new:
+                        write_record(path, self, keyrec, target, new, configs)
+                    timings.update(new)
+                    timings.update(transient)
         ok = [c for c in configs if isinstance(timings.get(str(c)), float)]
         if not ok:
             raise self._no_config({str(c): timings.get(str(c), "?") for c in configs}, errors)
@@ -607,6 +614,25 @@ def autotune(configs: Iterable[Config], key: Sequence[str],
                          cache_results=cache_results)
 
     return deco
+
+
+def _from_record(path: Any, configs: list[Config]
+                 ) -> tuple[dict[str, float | str], set[str], list[Config]]:
+    """(timings on disk, configs they cover, configs still to time) for a record path."""
+    stored = read_record(path) if path is not None else None
+    timings: dict[str, float | str] = dict(stored["timings"]) if stored else {}
+    return (timings, {str(c) for c in configs if str(c) in timings},
+            [c for c in configs if str(c) not in timings])
+
+
+def _record_lock(path: Any, name: str) -> Any:
+    """The inter-process lock of a tuning record (`.<digest>.lock` beside it); none when
+    records are not kept."""
+    if path is None:
+        return contextlib.nullcontext()
+    from .cache_lock import KeyLock
+
+    return KeyLock(path.with_name(f".{path.stem}.lock"), f"autotuning {name}")
 
 
 # --------------------------------------------------------------------------- timing
