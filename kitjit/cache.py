@@ -4,7 +4,9 @@ One directory per specialization key, ``<root>/<key[:2]>/<key>/``, holding the s
 JIT produced (``kernel.tir``, ``kernel.ll``, ``kernel.ptx``, ``kernel.cubin``, ...) and a
 ``meta.json`` that records the sha256 of every file. Entries are written to a temporary
 directory inside the root and published with one ``os.rename``, so concurrent processes
-(torch.distributed ranks) either see a whole entry or none. ``get`` checks every hash before
+(torch.distributed ranks) either see a whole entry or none; on a miss, ``lock(key)`` (an
+flock on ``<root>/<key[:2]>/.<key>.lock``, kitjit.cache_lock) makes one of them compile while
+the others wait and load its entry. ``get`` checks every hash before
 handing an entry out: a corrupt entry is removed with one warning and the caller recompiles.
 
 The cache never raises on an unusable disk: the JIT keeps its own in-memory cache, so a
