@@ -127,9 +127,11 @@ def clear_tuning(root: pathlib.Path, tdir: pathlib.Path) -> None:
     except OSError:
         pass
 
+
 def remove_kernel_locks(root: pathlib.Path) -> int:
     """Delete the compile locks (`<shard>/.<key>.lock`, empty files) that no process holds:
-    left by a process that died compiling, or by a waiter that timed out. Returns how many."""
+    left by a process that died while compiling (a live holder's lock stays). Returns how
+    many."""
     removed = 0
     try:
         shards = [s for s in os.scandir(root) if len(s.name) == 2 and not s.name.startswith(".")
