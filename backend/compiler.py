@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from . import libdevice
 
-logger = logging.getLogger("kitjit")
+logger = logging.getLogger("kitjit.compiler")
 _lock = threading.Lock()
 _tm_cache: dict[str, object] = {}
 

@@ -52,6 +52,8 @@ def llvm_type(dt: DType) -> ir.Type:
         return GPTR
     if dt.is_bool():
         return I1
+    if dt.is_floating() and dt.bits == 8:
+        return I8  # fp8: the byte; backend/lower/fp8.py converts
     if dt.is_floating():
         return {16: BF16 if dt.name == "bf16" else F16, 32: F32, 64: F64}[dt.bits]
     return ir.IntType(dt.bits)

@@ -603,6 +603,10 @@ def main() -> None:
         first_call()
     with open(args.json, "w") as f:
         json.dump(results, f, indent=1, default=str)
+    from plots import write_plots  # benchmarks/plots.py: PNGs beside the JSON
+
+    for path in write_plots(results, args.json):
+        print(f"wrote {path}")
     print(table(copy_gbs))
 
 

@@ -262,7 +262,7 @@ def _relabeled(op: Op):
     if n == "permute":
         return lambda lay: Permuted(lay, op.attrs["dims"])
     if n == "reshape":
-        return lambda lay: Reshaped(lay, op.operands[0].shape)
+        return lambda lay: Reshaped(lay, op.operands[0].shape, op.result.shape)
     if n == "join":
         return Joined
     if n == "split":

@@ -40,15 +40,25 @@ def _mount_top_level_packages() -> None:
 
 _mount_top_level_packages()
 
-from . import testing  # noqa: E402  (kit.testing.do_bench, as triton.testing)
-from .autotune import Autotuner, Config, autotune  # noqa: E402
+from .log_config import configure as _configure_logging  # noqa: E402
+
+_configure_logging()  # KITJIT_LOG
+
+from . import (  # noqa: E402
+    graph,  # kit.graph: the superoptimizer (issue 14)
+    runtime,  # triton.runtime.driver
+    testing,  # kit.testing.do_bench, as triton.testing
+)
+from .autotune import Autotuner, Config, Heuristics, autotune, heuristics  # noqa: E402
 from .jit import CompiledKernel, JITFunction, compile_aot, interpret_mode, jit  # noqa: E402
 from .language import *  # noqa: E402,F403
 from .language import __all__ as _lang_all  # noqa: E402
+from .runtime import set_allocator  # noqa: E402
 from .torch_ops import custom_op  # noqa: E402
 
 __all__ = ["jit", "JITFunction", "CompiledKernel", "compile_aot", "interpret_mode",
-           "autotune", "Autotuner", "Config", "custom_op", "testing", "__version__",
+           "autotune", "Autotuner", "Config", "heuristics", "Heuristics", "set_allocator",
+           "runtime", "custom_op", "testing", "graph", "__version__",
            *_lang_all]
 
 

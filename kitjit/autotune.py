@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import logging
 import os
 import shutil
 import statistics
@@ -34,7 +35,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from .jit import JITFunction, _arg_spec, interpret_mode
+from .jit import JITFunction, interpret_mode
+from .launcher import LAUNCH_OPTIONS
 from .tuning_records import (
     fmt_key,
     format_tuning_records,
@@ -45,10 +47,12 @@ from .tuning_records import (
     write_record,
 )
 
-__all__ = ["Autotuner", "AutotuneError", "Config", "Target", "autotune", "format_tuning_records",
-           "tuning_records"]
+logger = logging.getLogger("kitjit.autotune")
 
-_LAUNCH_OPTIONS = ("num_warps", "num_stages")
+__all__ = ["Autotuner", "AutotuneError", "Config", "Heuristics", "Target", "autotune",
+           "format_tuning_records", "heuristics", "tuning_records"]
+
+_LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 _TRUE = ("1", "true", "yes", "on")
 
 
@@ -61,23 +65,43 @@ class Config:
 
     `pre_hook(named_args)` runs before every launch with this config (timed or not), as in
     Triton. `str(config)` is the canonical form that names the config in tuning records.
+    `num_stages` is passed to the launch, where kitjit does not use it (its loops are not
+    software-pipelined by a stage count); `maxnreg` caps registers per thread (part of the
+    compiled kernel); `num_ctas` must be 1 (clusters are not supported yet).
     """
 
     def __init__(self, kwargs: dict[str, Any], num_warps: int = 4, num_stages: int | None = None,
-                 pre_hook: Callable[[dict[str, Any]], Any] | None = None):
+                 num_ctas: int = 1, maxnreg: int | None = None,
+                 pre_hook: Callable[[dict[str, Any]], Any] | None = None,
+                 ir_override: str | None = None):
         self.kwargs = dict(kwargs)
         for k in self.kwargs:
             if k in _LAUNCH_OPTIONS:
                 raise ValueError(f"Config: pass {k} as Config(..., {k}=...), not in kwargs")
         if not isinstance(num_warps, int) or num_warps < 1:
             raise ValueError(f"Config: num_warps must be a positive int, got {num_warps!r}")
+        if num_ctas != 1:
+            raise ValueError(f"Config: num_ctas={num_ctas!r} (thread block clusters) is not "
+                             "supported yet; kitjit launches one CTA per program")
+        if maxnreg is not None and (not isinstance(maxnreg, int) or isinstance(maxnreg, bool)
+                                    or not 16 <= maxnreg <= 255):
+            raise ValueError(f"Config: maxnreg is an int from 16 to 255 or None, got "
+                             f"{maxnreg!r}")
+        if ir_override is not None:
+            raise ValueError("Config: ir_override (a hand-written IR file) is not supported "
+                             "yet")
         self.num_warps = num_warps
         self.num_stages = num_stages
+        self.num_ctas = num_ctas
+        self.maxnreg = maxnreg
+        self.ir_override = None
         self.pre_hook = pre_hook
         parts = [f"{k}={v!r}" for k, v in sorted(self.kwargs.items())]
         parts.append(f"num_warps={num_warps}")
         if num_stages is not None:
             parts.append(f"num_stages={num_stages}")
+        if maxnreg is not None:
+            parts.append(f"maxnreg={maxnreg}")
         self._str = ", ".join(parts)
 
     def all_kwargs(self) -> dict[str, Any]:
@@ -86,6 +110,8 @@ class Config:
         d["num_warps"] = self.num_warps
         if self.num_stages is not None:
             d["num_stages"] = self.num_stages
+        if self.maxnreg is not None:
+            d["maxnreg"] = self.maxnreg
         return d
 
     def __str__(self) -> str:
@@ -110,6 +136,14 @@ class Target:
     arch: str
     max_shared: int | None
     device: int
+
+
+def _capturing() -> bool:
+    """Is the current stream capturing a CUDA graph (kitjit.launcher's check, looked up at
+    call time so tests can replace it)."""
+    from . import launcher
+
+    return launcher._capturing()
 
 
 def _gpu_target(args: Sequence[Any]) -> Target | None:
@@ -188,11 +222,18 @@ class Autotuner:
                  restore_value: Sequence[str] | None = None,
                  warmup: float = 25, rep: float = 100,
                  do_bench: Callable[[Callable[[], Any]], float] | None = None,
-                 cache_results: bool = True):
+                 cache_results: bool = True, use_cuda_graph: bool = False):
+        # `@kit.heuristics` between autotune and jit: its values are computed after the
+        # config's (they may read them), for timing and for every launch
+        self._heuristics: list[Heuristics] = []
+        while isinstance(fn, Heuristics):
+            self._heuristics.append(fn)
+            fn = fn.fn
         if not isinstance(fn, JITFunction):
-            raise TypeError("kit.autotune goes above @kit.jit: it tunes a JITFunction, got "
-                            f"{type(fn).__name__}")
+            raise TypeError("kit.autotune goes above @kit.jit (or @kit.heuristics): it tunes a "
+                            f"JITFunction, got {type(fn).__name__}")
         self.fn = fn
+        self._run_fn = self._heuristics[0]._run if self._heuristics else fn._run
         functools.update_wrapper(self, fn, updated=())
         name = fn.__name__
         uniq: dict[Config, None] = {}
@@ -213,6 +254,9 @@ class Autotuner:
                                      f"parameter of the kernel ({', '.join(params)})")
                 tuned.setdefault(k, None)
         self.tuned = list(tuned)
+        for h in self._heuristics:
+            for k in h.values:
+                tuned.setdefault(k, None)  # computed, so not an argument of the entry
         for k in self.key:
             if k not in params:
                 raise ValueError(f"autotune of {name}: key '{k}' is not a parameter of the "
@@ -240,6 +284,18 @@ class Autotuner:
             self.top_k = prune_configs_by.get("top_k", 10)
         self.warmup = warmup
         self.rep = rep
+        if use_cuda_graph and do_bench is None:
+            from .testing import do_bench_cudagraph
+
+            def do_bench(call: Callable[[], Any]) -> float:
+                return float(do_bench_cudagraph(call, rep=rep))
+        elif do_bench is not None and "quantiles" in _param_names(do_bench):
+            user = do_bench  # Triton's form: do_bench(fn, quantiles) -> [median, p20, p80]
+
+            def do_bench(call: Callable[[], Any]) -> float:
+                r = user(call, quantiles=(0.5, 0.2, 0.8))
+                return float(r[0] if isinstance(r, (list, tuple)) else r)
+        self.use_cuda_graph = use_cuda_graph
         self.do_bench = do_bench
         self.cache_results = cache_results
         self.cache: dict[tuple, Config] = {}
@@ -292,7 +348,8 @@ class Autotuner:
                   for n in self._dtype_params]
         key_src = "(" + "".join(f"{p}, " for p in parts) + ")"
         values = "(" + "".join(f"{n}, " for n in self._entry_params) + ")"
-        first_tuned = next((i for i, p in enumerate(self.fn.params) if p in self.tuned),
+        computed = set(self.fn.params) - set(self._entry_params)  # tuned or heuristic
+        first_tuned = next((i for i, p in enumerate(self.fn.params) if p in computed),
                            len(self.fn.params))
         positional = self.fn.params[:first_tuned]
         call = positional + [f"{n}={n}" for n in self._entry_params if n not in positional]
@@ -307,8 +364,12 @@ class Autotuner:
         exec(src, ns)
         return ns[name]
 
+    @property
+    def arg_names(self) -> list[str]:
+        return self.fn.params
+
     def _launcher(self, cfg: Config) -> Callable:
-        run = self.fn._run
+        run = self._run_fn
         if cfg.pre_hook is None:
             return functools.partial(run, **cfg.all_kwargs())
         sig, params, all_kw = self._sig, set(self.fn.params), cfg.all_kwargs()
@@ -364,9 +425,11 @@ class Autotuner:
                 how = "interpreter: first valid config, not timed"
             else:
                 cfg, timings, how = self._tune_on_gpu(key, configs, named, kw, grid, target)
-            if _env_flag("KITJIT_PRINT_AUTOTUNING"):
-                print(self._report(key, configs, cfg, timings, how, target,
-                                   time.perf_counter() - t0), flush=True)
+            report = self._report(key, configs, cfg, timings, how, target,
+                                  time.perf_counter() - t0)
+            logger.info("%s", report)
+            if _env_flag("KITJIT_PRINT_AUTOTUNING"):  # Triton's switch: the user asked
+                print(report, flush=True)
             self.timings[key] = timings
             self.configs_timings = {c: timings[str(c)] for c in configs
                                     if isinstance(timings.get(str(c)), float)}
@@ -378,16 +441,22 @@ class Autotuner:
 
     def _specialize(self, named: dict[str, Any], kw: dict[str, Any], cfg: Config
                     ) -> tuple[list, tuple]:
-        full = {k: v for k, v in kw.items() if k not in _LAUNCH_OPTIONS}
+        params = self.fn.params
+        full = {k: v for k, v in kw.items() if k not in _LAUNCH_OPTIONS or k in params}
         full.update(named)
         full.update(cfg.kwargs)
-        for p in self.fn.params:
+        for k, v in cfg.all_kwargs().items():  # a parameter named like a launch option
+            if k in params and k not in kw:
+                full.setdefault(k, v)
+        for h in self._heuristics:  # outermost first, as they run
+            h.apply(full, {**full, **cfg.all_kwargs()})
+        for p in params:
             if p not in full:
                 d = self._sig.parameters[p].default
                 if d is inspect.Parameter.empty:
                     raise TypeError(f"{self.__name__}: missing argument '{p}'")
                 full[p] = d
-        specs = [_arg_spec(n, full[n]) for n in self.fn.runtime_params]
+        specs = self.fn._specs([full[n] for n in self.fn.runtime_params])
         return specs, tuple(full[c] for c in self.fn.constexprs)
 
     def _first_valid(self, configs: list[Config], named: dict[str, Any], kw: dict[str, Any]
@@ -431,6 +500,13 @@ class Autotuner:
             path = record_path(KernelCache().tuning_dir, self.fn, keyrec, target)
         timings, from_disk, todo = _from_record(path, configs)
         errors: list[BaseException] = []
+        if todo and _capturing():
+            what = fmt_key(**self._key_record(key))
+            raise AutotuneError(
+                f"{self.__name__}: the first launch for this key ({what}) came during "
+                f"CUDA graph capture, and autotuning would time {len(todo)} configs inside "
+                "the graph; launch once before capturing (a warm-up call outside the graph "
+                "tunes it, and the capture then records the chosen config)")
         if todo:
             # One process times a key: the others (ranks tuning the same kernel) wait for
             # its record, read it again, and time only what it still lacks.
@@ -467,12 +543,15 @@ class Autotuner:
                              min(known) if known else None)
 
         def failed(cfg: Config, e: BaseException) -> None:
+            logger.debug("%s: config %s failed: %s", self.__name__, cfg, _reason(e))
             errors.append(e)
             (new if _persistable(e) else transient)[str(cfg)] = f"failed: {_reason(e)}"
 
         def compile_one(cfg: Config) -> None:
             specs, consts = self._specialize(named, kw, cfg)
-            self.fn.compile(specs, consts, cfg.num_warps, target.arch, target.max_shared)
+            extra = {} if cfg.maxnreg is None else {"maxnreg": cfg.maxnreg}
+            self.fn.compile(specs, consts, cfg.num_warps, target.arch, target.max_shared,
+                            **extra)
 
         compiled = []
         try:
@@ -487,7 +566,8 @@ class Autotuner:
                         failed(cfg, e)
                         progress.done += 1  # a config that cannot compile is done
                     progress.show(f"compiled {i + 1}/{len(todo)}")
-            saved = {n: named[n].clone() for n in self.restore_value}
+            saved = {n: named[n].clone() for n in self.restore_value
+                     if named.get(n) is not None}
             try:
                 for cfg in compiled:
                     try:
@@ -496,12 +576,14 @@ class Autotuner:
                         failed(cfg, e)
                         progress.step(None)
                     else:
+                        logger.debug("%s: config %s: %.4f ms", self.__name__, cfg, ms)
                         new[str(cfg)] = ms
                         progress.step((ms, str(cfg)))
                 self._retime_close_calls(compiled, new, named, kw, grid, saved, target)
             finally:
                 for n in self.reset_to_zero:
-                    named[n].zero_()
+                    if named.get(n) is not None:
+                        named[n].zero_()
                 for n, t in saved.items():
                     named[n].copy_(t)
         finally:
@@ -531,9 +613,9 @@ class Autotuner:
 
     def _measure(self, cfg: Config, named: dict[str, Any], kw: dict[str, Any], grid: Any,
                  saved: dict[str, Any], target: Target) -> float:
-        run = self.fn._run
+        run = self._run_fn
         call_kw = {**named, **kw, **cfg.all_kwargs()}
-        zero = [named[n] for n in self.reset_to_zero]
+        zero = [named[n] for n in self.reset_to_zero if named.get(n) is not None]
         restore = [(named[n], t) for n, t in saved.items()]
         hook = cfg.pre_hook
 
@@ -596,7 +678,8 @@ def autotune(configs: Iterable[Config], key: Sequence[str],
              reset_to_zero: Sequence[str] | None = None,
              restore_value: Sequence[str] | None = None, warmup: float = 25,
              rep: float = 100, do_bench: Callable[[Callable[[], Any]], float] | None = None,
-             cache_results: bool = True) -> Callable[[JITFunction], Autotuner]:
+             cache_results: bool = True, use_cuda_graph: bool = False
+             ) -> Callable[[JITFunction], Autotuner]:
     """Decorator above `@kit.jit`: choose among `configs` per value of `key`, by timing.
 
     `key`: names of arguments whose values (ints by value, tensors by dtype) select a tuning
@@ -605,13 +688,79 @@ def autotune(configs: Iterable[Config], key: Sequence[str],
     `early_config_prune`, `perf_model` and `top_k`. `reset_to_zero` / `restore_value`: names
     of tensors the kernel writes, zeroed / restored before each timed run and after tuning.
     `warmup` / `rep`: milliseconds of warm-up and of timed runs per config. `do_bench(fn) ->
-    ms` replaces the CUDA-event timing (`fn.config` is the config being timed).
+    ms` replaces the CUDA-event timing (`fn.config` is the config being timed); Triton's
+    form `do_bench(fn, quantiles)` (a list back, its first item the median) is taken too.
+    `use_cuda_graph=True`: each config is timed by `kit.testing.do_bench_cudagraph`.
+    Goes above `@kit.jit` or above `@kit.heuristics` (whose values then see the config's).
     """
     def deco(fn: JITFunction) -> Autotuner:
         return Autotuner(fn, configs, key, prune_configs_by=prune_configs_by,
                          reset_to_zero=reset_to_zero, restore_value=restore_value,
                          warmup=warmup, rep=rep, do_bench=do_bench,
-                         cache_results=cache_results)
+                         cache_results=cache_results, use_cuda_graph=use_cuda_graph)
+
+    return deco
+
+
+def _param_names(f: Callable) -> list[str]:
+    try:
+        return list(inspect.signature(f).parameters)
+    except (TypeError, ValueError):
+        return []
+
+
+# --------------------------------------------------------------------------- heuristics
+class Heuristics:
+    """`@kit.heuristics({"BLOCK": lambda args: ...})` above `@kit.jit` (or above / below
+    `@kit.autotune`): before each launch, each value is computed from a dict of every
+    argument of the call by name (positional ones named, keyword ones as given, launch
+    options included) and passed as that keyword; later values see the earlier ones, as in
+    Triton. A name may be a kernel parameter or a launch option (`num_warps`)."""
+
+    def __init__(self, fn: Any, values: dict[str, Callable[[dict[str, Any]], Any]]):
+        if not isinstance(fn, (JITFunction, Autotuner, Heuristics)):
+            raise TypeError("kit.heuristics goes above @kit.jit or @kit.autotune, got "
+                            f"{type(fn).__name__}")
+        if not isinstance(values, dict) or not all(callable(v) for v in values.values()):
+            raise TypeError("kit.heuristics takes a dict of name -> function(args) -> value")
+        self.fn = fn
+        self.values = dict(values)
+        self.arg_names = list(fn.arg_names)
+        options = set(LAUNCH_OPTIONS)
+        for k in self.values:
+            if k not in self.arg_names and k not in options:
+                raise ValueError(f"kit.heuristics of {fn.__name__}: '{k}' is neither a "
+                                 f"parameter ({', '.join(self.arg_names)}) nor a launch option")
+        functools.update_wrapper(self, fn, updated=())
+
+    def apply(self, kw: dict[str, Any], named: dict[str, Any]) -> None:
+        """Set each value in `kw`, computed from `named` (updated as values are set)."""
+        for k, h in self.values.items():
+            kw[k] = named[k] = h(named)
+
+    def _run(self, *args: Any, grid: Any, **kw: Any) -> Any:
+        named = {**dict(zip(self.arg_names, args)), **kw}
+        self.apply(kw, named)
+        return self.fn._run(*args, grid=grid, **kw)
+
+    def run(self, *args: Any, grid: Any, **kw: Any) -> Any:
+        return self._run(*args, grid=grid, **kw)
+
+    def __getitem__(self, grid: Any) -> Callable:
+        return functools.partial(self._run, grid=grid)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"launch kernels with a grid: {self.__name__}[grid](...)")
+
+    def __repr__(self) -> str:
+        return f"Heuristics({self.fn!r}, {list(self.values)})"
+
+
+def heuristics(values: dict[str, Callable[[dict[str, Any]], Any]]) -> Callable[[Any], Heuristics]:
+    """Decorator: meta-parameters computed from the call's arguments (Triton's
+    `triton.heuristics`), e.g. `{"BLOCK": lambda args: kit.next_power_of_2(args["n"])}`."""
+    def deco(fn: Any) -> Heuristics:
+        return Heuristics(fn, values)
 
     return deco
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import pathlib
 import re
@@ -146,6 +147,7 @@ def parse_age(text: str | float) -> float:
 
 # --------------------------------------------------------------------------- helpers
 
+logger = logging.getLogger("kitjit.cache")
 _warned_roots: set[str] = set()
 _counted: set[tuple[str, str]] = set()
 _bad_env: set[str] = set()
@@ -409,9 +411,11 @@ class KernelCache:
                 _warn(f"kitjit: corrupt cache entry {key[:12]} ({problem}); removed, recompiling")
             entry = None
         if entry is None:
+            logger.debug("miss %s in %s", key[:12], self.root)
             if record:
                 self.record_miss(key)
             return None
+        logger.debug("hit %s (%s) in %s", key[:12], entry.meta.get("name", "?"), self.root)
         if record:
             self._touch(entry)
             self.record_hit(key)
@@ -545,6 +549,8 @@ class KernelCache:
                 shutil.rmtree(tmp, ignore_errors=True)
 
         entry = CacheEntry(key, path, full_meta, data=blobs)
+        logger.debug("stored %s (%s, %d bytes) in %s", key[:12], meta.get("name", "?"),
+                     sum(len(b) for b in blobs.values()), self.root)
         self._auto_prune(keep=key)
         return entry
 
@@ -594,7 +600,8 @@ class KernelCache:
     def remove(self, key: str) -> None:
         """Delete one entry (no error if it is absent)."""
         _check_key(key)
-        remove_entry_dir(self._path(key))
+        if remove_entry_dir(self._path(key)):
+            logger.debug("removed %s from %s", key[:12], self.root)
 
     def clear(self, name: str | None = None) -> int:
         """Remove the entries of kernel ``name``, or everything (tuning and stats too)."""
@@ -660,6 +667,9 @@ class KernelCache:
             if (too_old or too_big) and remove_entry_dir(entry.path, self.root):
                 removed.append(key)
                 total -= size
+        if removed:
+            logger.info("pruned %d entries from %s (%s)", len(removed), self.root,
+                        "unused too long" if max_size is None else "over the size limit")
         return removed
 
     # ------------------------------------------------------------------ statistics

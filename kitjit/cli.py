@@ -8,21 +8,20 @@ Every failure is one line on stderr and a non-zero exit code, never a traceback 
 from __future__ import annotations
 
 import argparse
-import ast
 import datetime as _dt
 import json
 import os
-import re
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from kitjit.cache import CacheEntry, KernelCache, parse_age, parse_size
+from kitjit.cli_common import DTYPES, CliError, _fmt_size  # noqa: F401 (API)
+from kitjit.cli_compile import cmd_compile, parse_signature  # noqa: F401 (API)
 from kitjit.doctor import doctor_report
 
 __all__ = ["main"]
 
-DTYPES = ("fp16", "bf16", "fp32", "fp64", "i8", "i16", "i32", "i64", "u8", "i1")
 _STAGES = {  # flag -> (title, file suffix)
     "tir": ("tile IR", ".tir"),
     "llvm": ("LLVM IR", ".ll"),
@@ -32,33 +31,19 @@ _STAGES = {  # flag -> (title, file suffix)
 _SORT_KEYS = ("name", "size", "created", "used", "hits")
 
 
-class CliError(Exception):
-    """A user-facing failure: printed as one line, exit code ``code``."""
-
-    def __init__(self, message: str, code: int = 1):
-        super().__init__(message)
-        self.code = code
-
-
 class _Parser(argparse.ArgumentParser):
-    """argparse, but errors are one line (no usage dump) and exit with code 2."""
+    """argparse, but errors are one line (no usage dump) and exit with code 2; options are
+    spelled out (no abbreviations: `--json` is not a prefix of `--json-sidecar`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 # --------------------------------------------------------------------------- formatting
-
-
-def _fmt_size(n: int | None) -> str:
-    if n is None:
-        return "-"
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} GiB"  # pragma: no cover
 
 
 def _fmt_time(t: float | None) -> str:
@@ -432,132 +417,6 @@ def cmd_prune(args: argparse.Namespace) -> int:
     return 0
 
 
-# --------------------------------------------------------------------------- compile
-
-_TYPE_RE = re.compile(r"^\*?(?:" + "|".join(DTYPES) + r")$")
-
-
-def parse_signature(text: str) -> list[str]:
-    """Check ``"x:*bf16, n:i32:16"`` or ``"*bf16,*bf16,i32"`` and return the stripped items.
-
-    Each item is ``[name:]type[:16]`` (``:16`` promises divisibility by 16, as in Triton);
-    the items go to ``compile_aot`` unchanged, which matches names against the kernel.
-    """
-    items = [t.strip() for t in text.split(",")]
-    if not text.strip() or any(not t for t in items):
-        raise CliError(f"empty item in --signature {text!r}")
-    for item in items:
-        parts = [p.strip() for p in item.split(":")]
-        if len(parts) > 1 and not _TYPE_RE.match(parts[0]) and parts[0].isidentifier():
-            parts = parts[1:]  # a parameter name
-        if len(parts) == 2 and parts[1] in ("1", "16"):
-            parts = parts[:1]
-        if len(parts) != 1 or not _TYPE_RE.match(parts[0]):
-            raise CliError(
-                f"bad --signature item {item!r} (want [name:]type[:16], e.g. *bf16, n:i32; "
-                f"dtypes: {' '.join(DTYPES)})"
-            )
-    return items
-
-
-def _parse_constexpr(item: str) -> tuple[str, Any]:
-    name, sep, raw = item.partition("=")
-    name = name.strip()
-    if not sep or not name.isidentifier():
-        raise CliError(f"bad --constexpr {item!r} (want NAME=VALUE)")
-    try:
-        value = ast.literal_eval(raw.strip())
-    except (ValueError, SyntaxError):
-        value = raw.strip()
-    return name, value
-
-
-_OUT_SUFFIXES = {  # -o suffix -> the asm keys that hold that stage
-    ".cubin": ("cubin",),
-    ".ptx": ("ptx",),
-    ".ll": ("llir", "llvm", "ll"),
-    ".tir": ("tir",),
-}
-
-
-def _kernel_constexprs(path: str, kernel: str) -> list[str] | None:
-    """The constexpr parameters of `def kernel` in `path`, read from its AST (the file is not
-    run); None when the file does not define it plainly (then compile_aot decides)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            tree = ast.parse(f.read(), filename=path)
-    except (OSError, SyntaxError, ValueError):
-        return None
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == kernel:
-            args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
-            return [a.arg for a in args if a.annotation is not None
-                    and ast.unparse(a.annotation).split(".")[-1] == "constexpr"]
-    return None
-
-
-def cmd_compile(args: argparse.Namespace) -> int:
-    path, sep, kernel = args.target.rpartition(":")
-    if not sep or not path or not kernel.isidentifier():
-        raise CliError(f"bad target {args.target!r} (want FILE.py:KERNEL)")
-    if not os.path.isfile(path):
-        raise CliError(f"no such file: {path}")
-    from kitjit.toolchain import SUPPORTED_ARCHS
-
-    if args.arch not in SUPPORTED_ARCHS:
-        raise CliError(f"unsupported --arch {args.arch!r} (use one of "
-                       f"{', '.join(SUPPORTED_ARCHS)})", code=2)
-    out = args.output or f"{kernel}.cubin"
-    if os.path.splitext(out)[1] not in _OUT_SUFFIXES:
-        raise CliError(f"-o {out!r}: unknown output suffix "
-                       f"{os.path.splitext(out)[1] or '(none)'!r} (use "
-                       f"{', '.join(_OUT_SUFFIXES)}: the suffix picks the stage)", code=2)
-    if args.num_warps <= 0 or args.num_warps & (args.num_warps - 1):
-        raise CliError(f"--num-warps must be a power of two, not {args.num_warps}")
-    signature = parse_signature(args.signature)
-    constexprs = dict(_parse_constexpr(c) for c in args.constexpr or [])
-    known = _kernel_constexprs(path, kernel)
-    unknown = sorted(set(constexprs) - set(known)) if known is not None else []
-    if unknown:
-        raise CliError(f"{kernel} has no constexpr {', '.join(map(repr, unknown))} (its "
-                       f"constexprs: {', '.join(known) or 'none'})", code=2)
-    try:
-        from kitjit.jit import compile_aot
-    except (ImportError, AttributeError) as e:
-        raise CliError(f"ahead-of-time compilation is not available: {e}", code=2) from None
-    try:
-        compiled = compile_aot(path, kernel, signature, constexprs, args.num_warps, args.arch)
-    except ValueError as e:  # compile_aot's word for a bad signature / constexpr / name
-        if os.environ.get("KITJIT_DEBUG"):
-            raise
-        raise CliError(str(e).strip().splitlines()[0] if str(e).strip() else repr(e)) from None
-    except Exception as e:
-        # The frontend's CompileError renders file:line, the source line and a caret:
-        # print it whole. Anything else falls through to main's one-line handler.
-        if type(e).__name__ != "CompileError" or os.environ.get("KITJIT_DEBUG"):
-            raise
-        print(str(e), file=sys.stderr)
-        return 1
-    asm = getattr(compiled, "asm", None)
-    if not isinstance(asm, dict):
-        raise CliError("compile_aot returned no .asm dict")
-    keys = _OUT_SUFFIXES[os.path.splitext(out)[1]]
-    blob = None
-    for k in keys:          # a cache hit holds the stages lazily: ask, don't test `in`
-        try:
-            blob = asm[k]
-            break
-        except KeyError:
-            continue
-    if blob is None:
-        raise CliError(f"compiler produced no {keys[0]} (have: {', '.join(asm)})")
-    mode = "w" if isinstance(blob, str) else "wb"
-    with open(out, mode) as f:
-        f.write(blob)
-    print(f"wrote {out} ({_fmt_size(len(blob))}, {kernel} for {args.arch})")
-    return 0
-
-
 # --------------------------------------------------------------------------- doctor
 
 
@@ -609,6 +468,8 @@ def _version() -> str:
             return version("kitjit")
         except PackageNotFoundError:
             return "unknown"
+
+
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -679,11 +540,22 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--constexpr", action="append", metavar="NAME=VALUE", help="a constexpr (repeatable)"
     )
-    c.add_argument("--num-warps", type=int, default=4, metavar="N", help="warps per program (4)")
+    c.add_argument("--num-warps", type=int, default=4, metavar="N",
+                   help="warps per program (4); 12, 20, ... for kernels split into "
+                        "warpgroup roles")
     c.add_argument(
         "-o", "--output", metavar="OUT",
-        help="output file; .cubin/.ptx/.ll/.tir picks the stage (default: KERNEL.cubin)",
+        help="output file; .cubin/.ptx/.ll/.tir picks the stage (default: KERNEL.cubin); "
+             ".h writes a C header holding the cubin, .json the launch description "
+             "beside OUT's .cubin",
     )  # fmt: skip
+    c.add_argument("--header", nargs="?", const="", metavar="PATH",
+                   help="also write a C header: the cubin as a byte array, load and launch "
+                        "helpers over the CUDA driver API (default PATH: OUT with .h)")
+    c.add_argument("--json-sidecar", nargs="?", const="", metavar="PATH",
+                   help="also write the launch description as JSON: entry, parameter "
+                        "layout, TMA descriptors, block, shared memory, arch (default PATH: "
+                        "OUT with .json)")
     c.set_defaults(func=cmd_compile)
 
     c = sub.add_parser("doctor", aliases=["env"],
@@ -730,3 +602,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+

@@ -16,8 +16,8 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import logging
 import os
-import sys
 import threading
 import time
 import warnings
@@ -37,6 +37,7 @@ from .launcher import (
 )
 
 _notice_shown = False
+logger = logging.getLogger("kitjit.jit")
 
 
 def _env_flag(name: str) -> bool:
@@ -54,8 +55,8 @@ def interpret_mode() -> bool:
         return False
     if not _notice_shown:
         _notice_shown = True
-        print(f"kitjit: {driver.unavailable_reason()}; running kernels in the CPU interpreter "
-              "(KITJIT_INTERPRET=1 silences this)", file=sys.stderr)
+        logger.warning("kitjit: %s; running kernels in the CPU interpreter "
+                       "(KITJIT_INTERPRET=1 silences this)", driver.unavailable_reason())
     return True
 
 
@@ -131,7 +132,8 @@ class JITFunction:
     """A `@kit.jit` function. `kernel[grid](...)` launches it; inside another kernel a call
     inlines it."""
 
-    def __init__(self, fn, *, do_not_specialize: tuple = ()):
+    def __init__(self, fn, *, do_not_specialize: tuple = (),
+                 do_not_specialize_on_alignment: tuple = (), launch_metadata=None):
         self.fn = fn
         functools.update_wrapper(self, fn)
         self._parsed = None
@@ -139,11 +141,19 @@ class JITFunction:
         self.cache: dict[tuple, Any] = {}  # specialization key -> launcher
         self._miss_locks: dict[tuple, threading.Lock] = {}
         self._ir_cache: dict[tuple, Any] = {}
-        self.do_not_specialize = set(do_not_specialize)
         import inspect
 
         sig = inspect.signature(fn)
         self.params = list(sig.parameters)
+        self.do_not_specialize = _param_names(self, do_not_specialize, "do_not_specialize")
+        self.do_not_specialize_on_alignment = _param_names(
+            self, do_not_specialize_on_alignment, "do_not_specialize_on_alignment")
+        if launch_metadata is not None and not callable(launch_metadata):
+            raise TypeError(f"{fn.__name__}: launch_metadata must be a function (grid, "
+                            "metadata, args) -> dict, as in Triton")
+        # Triton calls it at each launch only while a profiler's launch hook is installed
+        # (knobs.runtime.launch_enter_hook); kitjit has no launch hooks: kept, never called.
+        self.launch_metadata = launch_metadata
         self.constexprs = [n for n, p in sig.parameters.items() if _is_constexpr(p.annotation)]
         self.runtime_params = [n for n in self.params if n not in self.constexprs]
         self._defaults = {n: p.default for n, p in sig.parameters.items()
@@ -152,6 +162,18 @@ class JITFunction:
         from .torch_ops import register_kernel
 
         self._op_name = register_kernel(self)
+
+    @property
+    def arg_names(self) -> list[str]:
+        """The parameters' names in order (Triton's JITFunction.arg_names)."""
+        return self.params
+
+    def _specs(self, rt_args) -> list:
+        """The specialization of each run-time argument, with do_not_specialize(_on_
+        alignment) applied."""
+        dns, dna = self.do_not_specialize, self.do_not_specialize_on_alignment
+        return [_arg_spec(n, a, n not in dns, n not in dna)
+                for n, a in zip(self.runtime_params, rt_args)]
 
     # -------------------------------------------------------------- source
     @property
@@ -211,9 +233,11 @@ class JITFunction:
     def _run(self, *args, grid, **kwargs):  # grid by keyword (the autotuner's entry)
         return self._launch(grid, *args, **kwargs)
 
-    def _miss(self, key, rt_args, consts, num_warps):
+    def _miss(self, key, rt_args, consts, num_warps, maxnreg=None, num_ctas=1,
+              launch_pdl=False):
         """A specialization not seen in this process: compile (or interpret) it and return
-        its launcher, a function (grid, *run-time args). KITJIT_INTERPRET is read here."""
+        its launcher, a function (grid, *run-time args). KITJIT_INTERPRET is read here, and
+        the launch options other than num_warps are checked (`_check_options`)."""
         missing = [n for n, a in zip(self.runtime_params, rt_args) if a is MISSING_ARG]
         missing += [n for n, a in zip(self.constexprs, consts) if a is MISSING_ARG]
         if missing:
@@ -227,6 +251,7 @@ class JITFunction:
             raise ValueError(f"{self.__name__}: num_warps must be a power of two from 1 to "
                              f"32, or a whole number of warpgroups (12, 20, ...) for kernels "
                              f"split into roles; got {num_warps!r}")
+        _check_options(self.__name__, maxnreg, num_ctas, launch_pdl)
         # one compile per key: threads missing the same key together wait for the first
         with self._miss_locks.setdefault(key, threading.Lock()):
             launcher = self.cache.get(key)
@@ -237,22 +262,29 @@ class JITFunction:
             else:
                 device = next((a.get_device() for a in rt_args if hasattr(a, "data_ptr")), -1)
                 with _first_launch_during_capture(self.__name__):
-                    ck = self._compile_for_launch(rt_args, consts, num_warps, device)
+                    ck = self._compile_for_launch(rt_args, consts, num_warps, device, maxnreg,
+                                                  launch_pdl)
                     launcher = _make_launcher(self, ck, device if device >= 0 else
-                                              _launcher._torch_current_device(), consts)
+                                              _launcher._torch_current_device(), consts,
+                                              pdl=bool(launch_pdl))
             self.cache[key] = launcher
         return launcher
 
-    def _compile_for_launch(self, rt_args, consts, num_warps, device) -> CompiledKernel:
+    def _compile_for_launch(self, rt_args, consts, num_warps, device, maxnreg=None,
+                            launch_pdl=False) -> CompiledKernel:
         from .runtime import driver
 
         _check_launch_args(self, rt_args, gpu=True)
         if device < 0:
             device = _launcher._torch_current_device()
         arch = driver.device_arch(device)
-        specs = [_arg_spec(n, a) for n, a in zip(self.runtime_params, rt_args)]
+        if launch_pdl and int(arch[3:5]) < 9:
+            raise ValueError(f"{self.__name__}: launch_pdl=True (programmatic dependent "
+                             f"launch) needs a Hopper or newer GPU; cuda:{device} is {arch}")
+        specs = self._specs(rt_args)
+        kw = {} if maxnreg is None else {"maxnreg": maxnreg}  # (FakeDriver's compile)
         return self.compile(specs, consts, num_warps, arch,
-                            max_shared=driver.max_shared_memory(device))
+                            max_shared=driver.max_shared_memory(device), **kw)
 
     # -------------------------------------------------------------- compile
     def _arg_specs_dict(self, specs: list, consts: tuple) -> tuple[dict, dict]:
@@ -297,33 +329,42 @@ class JITFunction:
 
     def compile(self, specs: list, consts: tuple, num_warps: int, arch: str,
                 max_shared: int | None = None, *,
-                device_fallback: bool | None = None) -> CompiledKernel:
+                device_fallback: bool | None = None,
+                maxnreg: int | None = None) -> CompiledKernel:
         """Compile (or load from disk) one specialization for `arch`; needs no GPU.
 
         `arch` must be one of `kitjit.toolchain.SUPPORTED_ARCHS` (else a CompileError, before
         LLVM could abort the process). `device_fallback`: `arch` is the GPU the kernel will
         run on (default: when `max_shared`, a device's limit, is given); a GPU newer than
-        kitjit knows then gets compute_90 PTX for the driver to JIT, with one notice."""
+        kitjit knows then gets compute_90 PTX for the driver to JIT, with one notice.
+        `maxnreg`: a cap on registers per thread (`.maxnreg` in the PTX entry, which both
+        assemblers honour; Triton's launch option and Config field)."""
         from . import cache as kcache
         from .toolchain import resolve_target
 
         if device_fallback is None:
             device_fallback = max_shared is not None
         target = resolve_target(arch, device_fallback=device_fallback)
+        _check_options(self.__name__, maxnreg, 1, False)
         key = self.cache_key(specs, consts, num_warps, arch)
+        if maxnreg is not None:  # (without it the key is what it always was)
+            key = hashlib.sha256(f"{key}/maxnreg={maxnreg}".encode()).hexdigest()[:48]
         store = kcache.KernelCache() if kcache.disk_cache_enabled() else None
         if store is None:
-            return self._build(specs, consts, num_warps, arch, target, max_shared, None, key)
+            return self._build(specs, consts, num_warps, arch, target, max_shared, None, key,
+                               maxnreg)
         ck = self._load(store, key, max_shared)
-        if ck is not None:
-            return ck
-        # A miss: one process compiles, the others (ranks launching the same kernel) wait
-        # for its entry and load it (kitjit.cache_lock).
-        with store.lock(key, f"compiling kernel {self.__name__} (key {key[:12]})") as lk:
-            ck = self._load(store, key, max_shared) if lk.held or lk.waited else None
-            if ck is not None:
-                return ck
-            return self._build(specs, consts, num_warps, arch, target, max_shared, store, key)
+        if ck is None:
+            # A miss: one process compiles, the others (ranks launching the same kernel)
+            # wait for its entry and load it (kitjit.cache_lock).
+            with store.lock(key, f"compiling kernel {self.__name__} (key {key[:12]})") as lk:
+                ck = self._load(store, key, max_shared) if lk.held or lk.waited else None
+                if ck is None:
+                    return self._build(specs, consts, num_warps, arch, target, max_shared,
+                                       store, key, maxnreg)
+        logger.debug("compile %s [%s] for %s, %d warps: disk cache hit (key %s)",
+                     self.__name__, _spec_text(specs, consts, self), arch, num_warps, key[:12])
+        return ck
 
     def _load(self, store, key: str, max_shared: int | None) -> CompiledKernel | None:
         """The kernel of a sound cache entry, or None (a bad meta.json is removed)."""
@@ -346,11 +387,20 @@ class JITFunction:
         return ck
 
     def _build(self, specs: list, consts: tuple, num_warps: int, arch: str, target,
-               max_shared: int | None, store, key: str) -> CompiledKernel:
+               max_shared: int | None, store, key: str,
+               maxnreg: int | None = None) -> CompiledKernel:
         """Compile one specialization (a cache miss) and publish it in `store`."""
         t0 = time.perf_counter()
         fn = self.build_ir(specs, consts, num_warps)
         op_names = {op.name for op in fn.walk()}
+        if maxnreg is not None:
+            if "setmaxnreg" in op_names:
+                from kitjit.frontend.errors import CompileError
+
+                raise CompileError(f"kernel '{fn.name}': maxnreg= together with "
+                                   "kit.setmaxnreg is not supported yet",
+                                   hint="drop maxnreg: the setmaxnreg budgets set the cap")
+            fn.attrs["maxnreg"] = maxnreg
         hopper = {"smem_alloc", "wgmma", "tma_load", "tma_store", "setmaxnreg"}
         if not target.ptx_arch.startswith("sm_90") and op_names & hopper:
             from kitjit.frontend.errors import CompileError
@@ -380,6 +430,7 @@ class JITFunction:
                           for n, s in zip(self.runtime_params, specs)},
             "constexprs": {n: _const_repr(v) for n, v in zip(self.constexprs, consts)},
             "num_warps": num_warps,
+            **({"maxnreg": maxnreg} if maxnreg is not None else {}),
             "arch": arch,
             "shared": lowering.smem_bytes,
             "registers": res.registers,
@@ -405,6 +456,11 @@ class JITFunction:
                 f"({res.registers} registers used); it will be slower. Use smaller blocks, "
                 "fewer live tiles, or more warps.", CompileWarning,
                 self.parsed.file, self.parsed.first_line)
+        logger.debug("compile %s [%s] for %s, %d warps: cache miss (key %s), compiled in "
+                     "%.3f s: %d registers, %d bytes spilled, %d bytes shared, %s",
+                     self.__name__, _spec_text(specs, consts, self), arch, num_warps, key[:12],
+                     meta["compile_seconds"], res.registers, res.spills, meta["shared"],
+                     meta["assembler"])
         if store is not None:
             store.put(key, {"kernel.tir": tir, "kernel.ll": llir, "kernel.ptx": ptx,
                             "kernel.cubin": cubin}, meta)
@@ -416,14 +472,15 @@ class JITFunction:
 
         rt_args = rt_args[:len(self.runtime_params)]  # then the launch values: not needed
         _check_launch_args(self, rt_args, gpu=False)
-        specs = [_arg_spec(n, a) for n, a in zip(self.runtime_params, rt_args)]
+        specs = self._specs(rt_args)
         key = (tuple(map(tuple, specs)), consts, num_warps)
         fn = self._ir_cache.get(key)
         if fn is None:
             fn = self.build_ir(specs, consts, num_warps)
             self._ir_cache[key] = fn
-        if callable(grid):
-            grid = grid(dict(zip(self.constexprs, consts), num_warps=num_warps))
+        if callable(grid):  # Triton passes every bound argument
+            grid = grid({**dict(zip(self.runtime_params, rt_args)),
+                         **dict(zip(self.constexprs, consts)), "num_warps": num_warps})
         g = _grid3(grid, self.__name__)
         if g[0] * g[1] * g[2] == 0:
             return None
@@ -552,6 +609,14 @@ def _tma_meta(param: int, entry: dict) -> dict:
             "dtype": entry["dtype"]}
 
 
+def _spec_text(specs: list, consts: tuple, jf: JITFunction) -> str:
+    """`X=*fp32, n=i32, BLOCK=128`: one specialization, short, for log records."""
+    parts = [f"{n}={s[0] if s[0] != 'const' else repr(s[1])}"
+             for n, s in zip(jf.runtime_params, specs)]
+    parts += [f"{n}={_const_repr(v)}" for n, v in zip(jf.constexprs, consts)]
+    return ", ".join(parts)
+
+
 def _kind(spec) -> str:
     if spec[0] == "const":
         return "const"
@@ -606,15 +671,54 @@ def _global_names(node: ast.AST) -> set[str]:
     return out
 
 
-def jit(fn=None, *, do_not_specialize: tuple = ()):
-    """Decorator: `@kit.jit` or `@kit.jit(do_not_specialize=("n",))`."""
-    if fn is None:
-        return lambda f: JITFunction(f, do_not_specialize=do_not_specialize)
-    return JITFunction(fn, do_not_specialize=do_not_specialize)
+def jit(fn=None, *, do_not_specialize: tuple = (), do_not_specialize_on_alignment: tuple = (),
+        launch_metadata=None):
+    """Decorator: `@kit.jit` or `@kit.jit(do_not_specialize=("n",))`, as Triton's.
+
+    `do_not_specialize`: parameters (names or indices) whose values never specialize the
+    kernel (an int 1 is not folded, nothing is assumed 16-divisible or 16-byte aligned);
+    `do_not_specialize_on_alignment`: only the latter. `launch_metadata(grid, metadata,
+    args) -> dict`: kept as `kernel.launch_metadata` for profilers; kitjit has no launch
+    hooks that would call it."""
+    def make(f):
+        return JITFunction(f, do_not_specialize=do_not_specialize,
+                           do_not_specialize_on_alignment=do_not_specialize_on_alignment,
+                           launch_metadata=launch_metadata)
+
+    return make if fn is None else make(fn)
+
+
+def _param_names(jf: JITFunction, names, what: str) -> set[str]:
+    """`names` (parameter names or indices, as Triton takes them) as a set of names."""
+    if isinstance(names, (str, int)):
+        names = (names,)
+    out = set()
+    for n in names or ():
+        if isinstance(n, int) and not isinstance(n, bool) and 0 <= n < len(jf.params):
+            n = jf.params[n]
+        if n not in jf.params:
+            raise ValueError(f"{jf.fn.__name__}: {what} names {n!r}, which is not a parameter "
+                             f"({', '.join(jf.params)})")
+        out.add(n)
+    return out
+
+
+def _check_options(name: str, maxnreg, num_ctas, launch_pdl) -> None:
+    """The launch options kitjit takes, checked on a miss (they are part of the key)."""
+    if maxnreg is not None and (not isinstance(maxnreg, int) or isinstance(maxnreg, bool)
+                                or not 16 <= maxnreg <= 255):
+        raise ValueError(f"{name}: maxnreg is a cap on registers per thread, an int from 16 "
+                         f"to 255 (or None); got {maxnreg!r}")
+    if num_ctas != 1:
+        raise ValueError(f"{name}: num_ctas={num_ctas!r} (thread block clusters) is not "
+                         "supported yet; kitjit launches one CTA per program (num_ctas=1)")
+    if launch_pdl not in (False, True, 0, 1):
+        raise ValueError(f"{name}: launch_pdl takes True or False, got {launch_pdl!r}")
 
 
 def compile_aot(path: str, kernel_name: str, signature: list[str], constexprs: dict,
-                num_warps: int = 4, arch: str = "sm_90a") -> CompiledKernel:
+                num_warps: int = 4, arch: str = "sm_90a",
+                maxnreg: int | None = None) -> CompiledKernel:
     """Compile a kernel from a file for `arch` without a GPU and leave it in the cache.
 
     `signature`: one entry per run-time parameter, in order, optionally `name:type`; types
@@ -660,7 +764,7 @@ def compile_aot(path: str, kernel_name: str, signature: list[str], constexprs: d
     if missing:
         raise ValueError(f"missing constexpr values: {', '.join(missing)}")
     consts = tuple(constexprs[c] for c in jf.constexprs)
-    return jf.compile(specs, consts, num_warps, arch)
+    return jf.compile(specs, consts, num_warps, arch, maxnreg=maxnreg)
 
 
 __all__ = ["jit", "JITFunction", "CompiledKernel", "compile_aot", "interpret_mode"]

@@ -29,12 +29,15 @@ class _MissingArg:
 MISSING_ARG = _MissingArg()
 
 
-def _arg_spec(name: str, a: Any) -> tuple:
+def _arg_spec(name: str, a: Any, specialize: bool = True, align: bool = True) -> tuple:
     """The specialization of one run-time argument: (type string, divisibility) or
-    ('const', value) for values folded into the kernel."""
+    ('const', value) for values folded into the kernel. `specialize=False`
+    (do_not_specialize): an int 1 is not folded and nothing is assumed 16-divisible;
+    `align=False` (do_not_specialize_on_alignment): only the latter."""
+    align = align and specialize
     if hasattr(a, "data_ptr"):
         dt = from_torch(a.dtype)
-        return (f"*{dt.name}", 16 if a.data_ptr() % 16 == 0 else 1)
+        return (f"*{dt.name}", 16 if align and a.data_ptr() % 16 == 0 else 1)
     if a is None:
         return ("const", None)
     if isinstance(a, bool):
@@ -42,10 +45,10 @@ def _arg_spec(name: str, a: Any) -> tuple:
     if isinstance(a, int):
         if not -(2 ** 63) <= a < 2 ** 63:
             raise ValueError(f"argument '{name}' is {a}, outside the range of int64")
-        if a == 1:
+        if a == 1 and specialize:
             return ("const", 1)
         ty = "i32" if -(2 ** 31) <= a < 2 ** 31 else "i64"
-        return (ty, 16 if a % 16 == 0 else 1)
+        return (ty, 16 if align and a % 16 == 0 else 1)
     if isinstance(a, float):
         return ("fp32", 1)
     raise TypeError(f"argument '{name}': kitjit cannot pass {type(a).__name__} to a kernel "
@@ -70,7 +73,7 @@ def launch(grid, {args}, stream=None):
         g0 = grid[0]
         g1 = g2 = 1
     else:
-        g0, g1, g2 = _grid3(grid(_META) if callable(grid) else grid, _NAME)
+        g0, g1, g2 = _grid3(grid({meta}) if callable(grid) else grid, _NAME)
     if not (0 < g0 <= 2147483647 and 0 < g1 <= 65535 and 0 < g2 <= 65535):
         if g0 * g1 * g2 == 0 and _grid3((g0, g1, g2), _NAME):
             return _CK
@@ -96,15 +99,20 @@ def launch(grid, {args}, stream=None):
 """
 
 
-def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tuple):
+def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tuple,
+                   pdl: bool = False):
     """A generated function that fills the calling thread's parameter block from the
     arguments and calls cuLaunchKernel on `device` (its module loaded there, the stream that
     device's current one unless `stream=` is given): no loops, no dict lookups on the hot
-    path; the thread's block is one attribute read of a threading.local."""
+    path; the thread's block is one attribute read of a threading.local. `pdl`: launched by
+    cuLaunchKernelEx with programmatic stream serialization (`launch_pdl=True`).
+
+    A grid function gets every bound argument by name, the constexprs and num_warps, as
+    Triton's `grid(bound_args)`."""
     from .runtime import driver
 
     block = ck.params()
-    launch_fn, wrap = driver.raw_launch()
+    launch_fn, wrap = driver.pdl_launch() if pdl else driver.raw_launch()
     names = [f"a{i}" for i in range(len(jf.runtime_params))]
     values = [f"v{i}" for i in range(len(jf.runtime_params))]
     sets = []
@@ -113,8 +121,10 @@ def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tup
     for j, t in enumerate(ck.metadata.get("tma", [])):
         sets.append(f"    _ptrs[{block.desc_base + j}] = _tmap({names[t['param']]}, "
                     f"{t['box'][0]}, {t['box'][1]}, {t['swizzle']}, '{t['dtype']}')")
+    meta = "{" + "".join(f"{n!r}: {a}, " for n, a in zip(jf.runtime_params, names)) + \
+        "**_META}"
     src = _LAUNCH_TEMPLATE.format(args=", ".join(names + values) or "*_",
-                                  sets="\n".join(sets) or "    pass")
+                                  sets="\n".join(sets) or "    pass", meta=meta)
     ns = {
         "_ONES": (1, 1, 1), "_grid3": _grid3, "_NAME": jf.__name__, "_CK": ck,
         "_META": dict(zip(jf.constexprs, consts),
@@ -244,13 +254,28 @@ def _torch_current_device() -> int:
     return torch.cuda.current_device()
 
 
+# Triton's launch options (`kernel[grid](..., num_warps=8)`), with their defaults. A kernel
+# parameter may share an option's name (Liger's `num_warps: tl.constexpr`): as in Triton the
+# keyword then binds the parameter and is the launch option too (`_make_runner`).
+LAUNCH_OPTIONS = {"num_warps": 4, "num_stages": None, "num_ctas": 1, "maxnreg": None,
+                  "launch_pdl": False}
+
+
 def _make_runner(jf: JITFunction, sig):
     """The generated launch entry `<kernel>(grid, <params>, num_warps=4, num_stages=None,
-    stream=None)`: binds the call's arguments, builds the specialization key and launches, in
-    one Python frame (a TypeError from binding names the kernel and the parameter).
+    num_ctas=1, maxnreg=None, launch_pdl=False, stream=None)`: binds the call's arguments,
+    builds the specialization key and launches, in one Python frame (a TypeError from
+    binding names the kernel and the parameter).
 
     `stream`: a torch.cuda.Stream, a raw int CUstream, or None for the current torch stream
-    of the tensors' device (ignored by the interpreter)."""
+    of the tensors' device (ignored by the interpreter). The options other than num_warps
+    are part of the key only (num_stages is not: kitjit does not use it), so a hit costs
+    nothing more; their checks run on a miss (`JITFunction._miss`).
+
+    A parameter named like a launch option takes the option's value as Triton binds it: the
+    launch option is the *keyword* argument of that name (Triton's `parse_options(kwargs)`),
+    its default when the parameter is passed by position or not at all, while the parameter
+    gets whatever binds to it. Such kernels get a thin wrapper that reads the keyword."""
     import torch
 
     global _is_compiling
@@ -260,23 +285,35 @@ def _make_runner(jf: JITFunction, sig):
     params = []
     ns: dict[str, Any] = {"_kit_kp": _key_part, "_kit_get": jf.cache.get,
                           "_kit_miss": jf._miss, "_kit_T": torch.Tensor, "_kit_M": MISSING_ARG}
+    shared_opts = []  # launch options that are also parameters of the kernel
     for i, (pname, p) in enumerate(sig.parameters.items()):
         if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY):
             raise TypeError(f"{jf.__name__}: kernels take plain parameters (no *args/**kwargs)")
-        if pname in ("num_warps", "num_stages", "stream", "grid") or pname.startswith("_kit_"):
+        if pname in ("stream", "grid") or pname.startswith("_kit_"):
             raise TypeError(f"{jf.__name__}: '{pname}' is reserved for launch options; "
                             "rename the parameter")
+        if pname in LAUNCH_OPTIONS:
+            shared_opts.append(pname)
         if p.default is not p.empty:
             ns[f"_kit_d{i}"] = p.default
             params.append(f"{pname}=_kit_d{i}")
         else:  # checked on a cache miss only: a missing argument never reaches a kernel
             params.append(f"{pname}=_kit_M")
+    opt = {o: (f"_kit_o_{o}" if o in shared_opts else o) for o in LAUNCH_OPTIONS}
     rt = jf.runtime_params
+    dns = set(getattr(jf, "do_not_specialize", ()))
+    dna = set(getattr(jf, "do_not_specialize_on_alignment", ())) - dns
     consts = "(" + "".join(c + ", " for c in jf.constexprs) + ")"
     # per run-time argument: its key part, and the value the launcher stores (a tensor's
-    # data pointer, read once here; anything else as it is)
+    # data pointer, read once here; anything else as it is). Parameters in
+    # do_not_specialize(_on_alignment) key on their type only (`_key_part_plain`).
     body = []
     for i, n in enumerate(rt):
+        if n in dns or n in dna:
+            ns["_kit_kpp"] = _key_part_plain
+            body += [f"    _kit_v{i} = {n}.data_ptr() if isinstance({n}, _kit_T) else {n}",
+                     f"    _kit_k{i} = _kit_kpp({n}, {n in dna})"]
+            continue
         body += [f"    if {n}.__class__ is _kit_T:",
                  f"        _kit_v{i} = {n}.data_ptr()",
                  f"        _kit_k{i} = ({n}.get_device(), {n}.dtype, _kit_v{i} & 15 == 0)",
@@ -290,16 +327,37 @@ def _make_runner(jf: JITFunction, sig):
     vals = "".join(f", _kit_v{i}" for i in range(len(rt)))
     args = ", ".join(rt)
     name = jf.__name__ if jf.__name__.isidentifier() else "kernel"
-    opts = ["num_warps=4", "num_stages=None", "stream=None"]
+    opts = [f"{opt[o]}={d!r}" for o, d in LAUNCH_OPTIONS.items()] + ["stream=None"]
+    nw, mr, nc, pdl = opt["num_warps"], opt["maxnreg"], opt["num_ctas"], opt["launch_pdl"]
     src = (f"def {name}(grid, {', '.join(params + opts)}):\n"
            + "".join(line + "\n" for line in body) +
-           f"    _kit_key = ({consts}, num_warps{parts})\n"
+           f"    _kit_key = ({consts}, {nw}, {mr}, {nc}, {pdl}{parts})\n"
            f"    _kit_l = _kit_get(_kit_key)\n"
            f"    if _kit_l is None:\n"
            f"        _kit_l = _kit_miss(_kit_key, ({args}{',' if len(rt) == 1 else ''}), "
-           f"{consts}, num_warps)\n"
+           f"{consts}, {nw}, {mr}, {nc}, {pdl})\n"
            f"    return _kit_l(grid{', ' if rt else ''}{args}{vals}, stream)\n")
     exec(src, ns)
-    return ns[name]
+    inner = ns[name]
+    if not shared_opts:
+        return inner
+
+    def launch(grid, *args, **kw):
+        for o in shared_opts:
+            kw[f"_kit_o_{o}"] = kw.get(o, LAUNCH_OPTIONS[o])
+        return inner(grid, *args, **kw)
+
+    return launch
 
 
+def _key_part_plain(a, one: bool):
+    """The key part of a do_not_specialize(_on_alignment) argument: its type (and a
+    tensor's device and dtype), not its alignment; ints equal to 1 apart only when `one`
+    (do_not_specialize_on_alignment keeps that specialization, as in Triton)."""
+    if a.__class__ is int:
+        return (one and a == 1, 0 if -2147483648 <= a <= 2147483647 else
+                1 if -9223372036854775808 <= a <= 9223372036854775807 else 2)
+    try:
+        return (a.get_device(), a.dtype)
+    except AttributeError:
+        return a.__class__

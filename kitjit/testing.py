@@ -10,8 +10,10 @@ import statistics
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from .perf_report import Benchmark, Mark, perf_report  # noqa: E402,F401 (Triton's names)
+
 __all__ = ["has_gpu", "device", "rel_error", "check", "bench", "do_bench",
-           "do_bench_cudagraph"]
+           "do_bench_cudagraph", "Benchmark", "Mark", "perf_report"]
 
 _RETURN_MODES = ("min", "max", "mean", "median", "all")
 _L2_FLUSH_BYTES = 256 * 1024 * 1024  # what Triton writes between runs: more than any L2
@@ -236,8 +238,9 @@ class FakeDriver:
     kernels take the GPU path (not the interpreter); `compile` builds no code but returns a
     CompiledKernel of the right parameter kinds (counted in `compiles`); module loads are
     recorded in `loads` as (kernel name, device); and every cuLaunchKernel is recorded in
-    `launches` as a dict (function handle, grid, block, shared, stream, and the parameter
-    values read back from the parameter block at the moment of the call), unless
+    `launches` as a dict (function handle, grid, block, shared, stream, the parameter
+    values read back from the parameter block at the moment of the call, and whether it
+    was a programmatic dependent launch, `pdl`), unless
     `record=False` (then a launch costs one trivial call: what the benchmark wants).
 
     `allow_cpu=True` lets CPU tensors through the device checks (they are on device
@@ -256,6 +259,7 @@ class FakeDriver:
         self.current_device = current_device
         self.compile_delay = compile_delay
         self.compiles: list[tuple] = []
+        self.maxnregs: list[int | None] = []  # the maxnreg of each compile
         self.loads: list[tuple[str, int]] = []
         self.launches: list[dict] = []
         self.streams_asked: list[int] = []
@@ -264,7 +268,7 @@ class FakeDriver:
         self._saved: list[tuple[Any, str, Any]] = []
 
     # -------------------------------------------------------------- fakes
-    def _compile(self, jf, specs, consts, num_warps, arch, max_shared=None):
+    def _compile(self, jf, specs, consts, num_warps, arch, max_shared=None, maxnreg=None):
         import time
 
         from .jit import CompiledKernel, _kind
@@ -274,6 +278,7 @@ class FakeDriver:
         kinds = [_kind(s) for s in specs]
         with self._lock:
             self.compiles.append((jf.__name__, tuple(map(tuple, specs)), consts, arch))
+            self.maxnregs.append(maxnreg)
             cubin = f"fake-cubin-{len(self.compiles)}".encode()
             self._kinds[cubin] = [k for k in kinds if k != "const"]
         return CompiledKernel(jf.__name__, {"cubin": cubin},
@@ -294,7 +299,7 @@ class FakeDriver:
             return 0x5000 + device
         return current_stream
 
-    def _launch(self, fn, g0, g1, g2, b0, b1, b2, shared, stream, params, extra):
+    def _launch(self, fn, g0, g1, g2, b0, b1, b2, shared, stream, params, extra, pdl=False):
         import ctypes
         import time
 
@@ -306,7 +311,8 @@ class FakeDriver:
         ptrs = (ctypes.c_void_p * max(1, len(kinds))).from_address(params)
         values = tuple(_CTYPES[k].from_address(ptrs[i]).value for i, k in enumerate(kinds))
         self.launches.append({"function": fn, "grid": (g0, g1, g2), "block": (b0, b1, b2),
-                              "shared": shared, "stream": stream, "values": values})
+                              "shared": shared, "stream": stream, "values": values,
+                              "pdl": pdl})
         return (0,)
 
     # -------------------------------------------------------------- patching
@@ -330,6 +336,8 @@ class FakeDriver:
         self._set(kjit.JITFunction, "compile",
                   lambda jf, *a, **kw: fake._compile(jf, *a, **kw))
         self._set(driver, "raw_launch", lambda: (launch, lambda h: h))
+        pdl = (lambda *a: fake._launch(*a, pdl=True)) if self.record else launch
+        self._set(driver, "pdl_launch", lambda: (pdl, lambda h: h))
         self._set(driver, "launch_ok", lambda: 0)
         self._set(driver, "load_function", self._load_function)
         self._set(driver, "device_arch", lambda device=0: "sm_90a")

@@ -27,7 +27,7 @@ __all__ = ["SUPPORTED_ARCHS", "FALLBACK_PTX_ARCH", "SM90A_ONLY_OPS", "Target",
            "ArchFallbackWarning", "compiler_source_hash", "assembler_fingerprint",
            "resolve_target", "check_target_ops"]
 
-logger = logging.getLogger("kitjit")
+logger = logging.getLogger("kitjit.toolchain")
 
 #: The targets kitjit generates and tests code for.
 SUPPORTED_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")

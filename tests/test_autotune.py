@@ -564,6 +564,52 @@ def test_gpu_tuning_picks_the_faster_config(cache_dir):
     assert again.best_config == fast and torch.equal(out, x + y)
 
 
+@pytest.mark.gpu
+def test_gpu_first_tuned_launch_inside_graph_capture_says_warm_up(cache_dir):
+    """Tuning inside torch.cuda.graph would time configs into the graph: one clear error;
+    after a warm-up launch outside, the capture records the chosen config and replays."""
+    n = 4096
+    tuner = Autotuner(add_kernel, CONFIGS, key=["n"], warmup=1, rep=2, cache_results=False)
+    x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    out = torch.empty_like(x)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with pytest.raises(AutotuneError, match="launch once before capturing"):
+        with torch.cuda.graph(g):
+            tuner[grid(n)](x, y, out, n)
+    torch.cuda.synchronize()
+    tuner[grid(n)](x, y, out, n)  # warm-up: tunes outside the graph
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        tuner[grid(n)](x, y, out, n)
+    out.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, x + y)
+
+
+def test_first_tuned_launch_during_capture_is_one_clear_error(fake_gpu, cache_dir,
+                                                              monkeypatch):
+    """The capture check runs on the tuning miss only: nothing timed, nothing recorded; a
+    tuned key (or one whose record is on disk) launches during capture as usual."""
+    launcher = importlib.import_module("kitjit.launcher")
+    monkeypatch.setattr(launcher, "_capturing", lambda: True)
+    tuner = Autotuner(add_kernel, CONFIGS, key=["n"], do_bench=never)
+    x, y, out, n = add_args()
+    with pytest.raises(AutotuneError, match="launch once before capturing") as ei:
+        tuner[grid(n)](x, y, out, n)
+    assert "n=1000" in str(ei.value) and "3 configs" in str(ei.value)
+    assert not tuner.cache and at.tuning_records(cache_dir) == []
+    monkeypatch.setattr(launcher, "_capturing", lambda: False)
+    bench = FakeBench({128: 0.3, 256: 0.1, 512: 0.2})
+    Autotuner(add_kernel, CONFIGS, key=["n"], do_bench=bench)[grid(n)](x, y, out, n)
+    monkeypatch.setattr(launcher, "_capturing", lambda: True)
+    again = Autotuner(add_kernel, CONFIGS, key=["n"], do_bench=never)  # from the record
+    out.fill_(float("nan"))
+    again[grid(n)](x, y, out, n)
+    assert again.best_config == CONFIGS[1] and torch.allclose(out, x + y)
+
+
 # --------------------------------------------------------------------------- CLI
 def test_cli_shows_tuning_records(fake_gpu, cache_dir, capsys):
     from kitjit.cli import main

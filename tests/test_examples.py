@@ -22,7 +22,10 @@ import kitjit as kit
 from kitjit.testing import check, rel_error
 
 # every example in examples/ has its tests here: a new one must be added
-KNOWN_EXAMPLES = {"vector_add", "softmax", "layernorm", "rmsnorm", "matmul", "attention"}
+# the graph_* examples are tested in tests/test_graph.py
+KNOWN_EXAMPLES = {"vector_add", "softmax", "layernorm", "rmsnorm", "matmul", "attention",
+                  "attention_backward", "graph_attention_decode", "graph_rmsnorm_linear",
+                  "graph_gated_mlp"}
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 if str(EXAMPLES) not in sys.path:
@@ -213,6 +216,17 @@ def test_attention(B, H, S, D, causal, g):
     ro, rl = m.reference(q, k, v, causal)
     assert_close(o, ro, torch.bfloat16, "attention output")
     assert_close(lse, rl, torch.float32, "attention logsumexp")
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_attention_backward(causal):
+    m = example("attention_backward")
+    q, k, v = (torch.randn(1, H, 70, 64, dtype=torch.bfloat16) for H in (4, 2, 2))
+    do = torch.randn(1, 4, 70, 64, dtype=torch.bfloat16)
+    o, lse = m.attention(q, k, v, causal)
+    grads = run_poisoned(m.attention_backward, do, q, k, v, o, lse, causal)
+    for g, r, n in zip(grads, m.reference_grads(q, k, v, do, causal), ("dq", "dk", "dv")):
+        assert_close(g, r, torch.bfloat16, f"attention backward {n}")
 
 
 # ----------------------------------------------------------------------------- main()

@@ -180,6 +180,25 @@ def test_directed_division(fn):
     assert np.array_equal(np.isnan(got), np.isnan(rn))
 
 
+@pytest.mark.parametrize("fn", ["div_rz", "div_rd", "div_ru"])
+def test_directed_division_fp64_by_zero_and_inf(fn):
+    """fp64 operands reach the interpreter's directed division as Python floats: x / 0 once
+    raised ZeroDivisionError there (the GPU test compares against it); IEEE gives +-inf or
+    NaN in every rounding mode."""
+    x = np.array([1.0, -2.0, 0.0, np.inf, 1.0, 3.0, 1.0, -1.0], np.float64)
+    z = np.array([0.0, 0.0, 0.0, 0.0, -0.0, np.inf, 3.0, 3.0], np.float64)
+    y = torch.full((8,), float("nan"), dtype=torch.float64)
+    binary_kernel[(1,)](torch.from_numpy(x), torch.from_numpy(z), y, 8, FN=getattr(ld, fn),
+                        BLOCK=8)
+    got = y.numpy()
+    assert np.array_equal(got[:6], [np.inf, -np.inf, np.nan, np.inf, -np.inf, 0.0],
+                          equal_nan=True)
+    third = {"div_rz": (0x3FD5555555555555, 0xBFD5555555555555),
+             "div_rd": (0x3FD5555555555555, 0xBFD5555555555556),
+             "div_ru": (0x3FD5555555555556, 0xBFD5555555555555)}[fn]
+    assert tuple(int(v) for v in got[6:].view(np.uint64)) == third
+
+
 def test_fma_is_one_rounding():
     # a*a - round(a*a) for a = 1 + ulp: only a fused multiply-add sees the low term ulp**2
     @kit.jit
@@ -375,4 +394,10 @@ def test_libdevice_binary_gpu_matches_interpreter(fn, dtype, monkeypatch):
         y = torch.full((n,), float("nan"), dtype=tx.dtype, device=device)
         binary_kernel[(kit.cdiv(n, 128),)](tx, tz, y, n, FN=getattr(ld, fn), BLOCK=128)
         outs.append(y.cpu().numpy())
+    if fn == "hypot" and dtype == np.float64:
+        # libdevice's __nv_hypot overflows at the top of the range (hypot(DBL_MAX, 1) is inf
+        # on the GPU; the true value, which the interpreter gives, is DBL_MAX): documented
+        # in kitjit/ir/libm.py, left out of the comparison
+        top = np.maximum(np.abs(x), np.abs(z)) > np.finfo(dtype).max / 2
+        outs = [np.where(top, 0.0, o) for o in outs]
     _check(outs[0], outs[1], dtype, libm.FNS[fn].ulp + 1 if libm.FNS[fn].ulp else 0)

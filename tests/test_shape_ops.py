@@ -431,7 +431,7 @@ def test_relabeled_layouts_keep_each_threads_elements(parent, case):
         R, rshape = Permuted(L, (1, 0)), (16, 32)
         pick = lambda c: (0, (c[1], c[0]))  # noqa: E731
     elif case == "reshape":
-        R, rshape = Reshaped(L, shape), (4, 8, 16)
+        R, rshape = Reshaped(L, shape, (4, 8, 16)), (4, 8, 16)
         pick = lambda c: (0, reshape_coord(c, rshape, shape))  # noqa: E731
     elif case == "join":
         R, rshape = Joined(L), shape + (2,)

@@ -228,5 +228,5 @@ def test_setmaxnreg_is_built_by_ptxas_and_recorded():
 def test_nvjitlink_logs_through_logging(caplog, capsys):
     with caplog.at_level("DEBUG", logger="kitjit"):
         copy.compile(SPECS, (128,), 4, "sm_90a")
-    assert any("nvJitLink" in r.getMessage() for r in caplog.records if r.name == "kitjit")
+    assert any("nvJitLink" in r.getMessage() for r in caplog.records if r.name == "kitjit.compiler")
     assert capsys.readouterr().out == ""

@@ -140,6 +140,9 @@ class LoweringBase:
         md.add(self.module.add_metadata([self.kernel, "kernel", ir.Constant(I32, 1)]))
         md.add(self.module.add_metadata([self.kernel, "maxntidx",
                                          ir.Constant(I32, 32 * self.num_warps)]))
+        if fn.attrs.get("maxnreg"):  # the maxnreg= launch option: .maxnreg in the entry
+            md.add(self.module.add_metadata([self.kernel, "maxnreg",
+                                             ir.Constant(I32, fn.attrs["maxnreg"])]))
         if self.uses_setmaxnreg:  # setmaxnreg needs a register cap at entry
             md.add(self.module.add_metadata([self.kernel, "minctasm",
                                              ir.Constant(I32, self.ctas_per_sm)]))

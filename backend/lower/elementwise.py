@@ -14,9 +14,11 @@ from kitjit.ir import ops as O
 from kitjit.ir.core import Op
 from kitjit.ir.registry import lowering
 from kitjit.ir.types import DType
+from kitjit.ir.types import float32 as _F32
 
-from ..nvvm import F32, F64, I1, I32, asm, llvm_type, mem_type
+from ..nvvm import F32, F64, GPTR, I1, I16, I32, I64, asm, llvm_type, mem_type
 from .base import LoweringBase, LoweringError
+from .fp8 import fp8_cast_fn
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -163,8 +165,43 @@ class ElementwiseLowering(LoweringBase):
     @lowering("cast")
     def op_cast(self, op: Op) -> None:
         src, dst = op.operands[0].dtype, op.result.dtype
-        f = self.cast_fn(src, dst)
+        if op.attrs.get("bitcast"):
+            td = llvm_type(dst)
+            f = lambda x: self.b.bitcast(x, td)  # noqa: E731
+        elif op.attrs.get("rounding") == "rtz":
+            f = self.rtz_fn(src, dst)
+        elif src.is_fp8() or dst.is_fp8():
+            f = fp8_cast_fn(self, src, dst)
+        elif src.is_ptr() or dst.is_ptr():
+            f = self.pointer_cast_fn(src, dst)
+        else:
+            f = self.cast_fn(src, dst)
         self.set(op.result, [f(x) for x in self.get(op.operands[0])])
+
+    def pointer_cast_fn(self, src: DType, dst: DType):
+        b = self.b
+        if src.is_ptr() and dst.is_ptr():
+            return lambda x: x
+        if dst.is_ptr():
+            return lambda x: b.inttoptr(x, GPTR)
+        return lambda x: b.ptrtoint(x, I64)
+
+    def rtz_fn(self, src: DType, dst: DType):
+        """A float downcast rounding toward zero (cvt.rz)."""
+        b = self.b
+        if src.bits == 64 and dst.bits < 32:  # f64 -> f32 -> 16 bits: rz twice is rz
+            first, second = self.rtz_fn(src, _F32), self.rtz_fn(_F32, dst)
+            return lambda x: second(first(x))
+        td = llvm_type(dst)
+        ptx = {"fp32": ("f32", "f64", "=f,d"), "fp16": ("f16", "f32", "=h,f"),
+               "bf16": ("bf16", "f32", "=h,f")}[dst.name]
+        ity = I32 if dst.bits == 32 else I16
+
+        def f(x):
+            r = asm(b, ity if dst.bits == 16 else td, f"cvt.rz.{ptx[0]}.{ptx[1]} $0, $1;",
+                    ptx[2], [x], side_effect=False)
+            return b.bitcast(r, td) if dst.bits == 16 else r
+        return f
 
     def cast_fn(self, src: DType, dst: DType):
         b = self.b

@@ -12,7 +12,6 @@ from kitjit.ir.types import DType, float32, int1, int32
 
 from ..errors import CompileError
 from ..semantic import CALL_RULES, Call, describe
-from .helpers import _dtype_attr_of
 
 if TYPE_CHECKING:
     from .build import FunctionCodegen, ParsedFunction
@@ -49,8 +48,9 @@ class CallsMixin:
     def call(self, fn: Any, args: list, kwargs: dict, node) -> Any:
         from kitjit.jit import JITFunction
 
-        if isinstance(fn, _Method):
-            return fn.call(args, kwargs, node)
+        if isinstance(fn, (_Method, _AggregateMethod)):
+            return fn.call(args, kwargs, node) if isinstance(fn, _Method) else \
+                fn.fn(self, args, kwargs, node)
         name = getattr(fn, "__kit_builtin__", None)
         if name is not None:
             return _call_builtin(self, name, args, kwargs, node)
@@ -61,7 +61,9 @@ class CallsMixin:
 
             return python_print(self, args, kwargs, node)
         if isinstance(fn, DType):
-            raise self.err(node, f"use x.to(kit.{_dtype_attr_of(fn)}) to convert a tile")
+            from ..semantic.elementwise import scalar_constructor
+
+            return scalar_constructor(self, fn, args, kwargs, node)
         values = [a for a in list(args) + list(kwargs.values()) if isinstance(a, Value)]
         if values:
             return self.python_builtin_on_values(fn, args, kwargs, node)
@@ -147,6 +149,14 @@ class CallsMixin:
         return result
 
 
+class _AggregateMethod:
+    """A method of a compile-time structure (desc.load of a tensor descriptor), called with
+    (codegen, args, kwargs, node)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+
 class _Method:
     """A tile method (x.to, x.sum, ...) waiting for its call."""
 
@@ -155,13 +165,7 @@ class _Method:
 
     def call(self, args, kwargs, node):
         if self.name == "to":
-            dtype = args[0] if args else kwargs.get("dtype")
-            if kwargs.get("bitcast"):
-                raise self.cg.err(node, "bitcast is not supported yet")
-            if not isinstance(dtype, DType):
-                raise self.cg.err(node, f".to() needs a dtype such as kit.float32, got "
-                                  f"{describe(dtype)}")
-            return self.cg.b.cast(self.value, dtype)
+            return _call_builtin(self.cg, "cast", [self.value, *args], kwargs, node)
         return _call_builtin(self.cg, self.name, [self.value, *args], kwargs, node)
 
 

@@ -14,7 +14,7 @@ from kitjit.ir.types import int1
 
 from ..errors import CompileError
 from ..semantic import describe, shape_str
-from .calls import _Method
+from .calls import _AggregateMethod, _Method
 from .helpers import _HINTS
 
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div",
@@ -218,6 +218,10 @@ class ExpressionsMixin:
                 return self.b.permute(base, (1, 0), "x.T")  # as Triton: 2-d tiles only
             raise self.err(node, f"a tile has no attribute '{attr}'",
                            "tiles have .dtype, .shape and .to(dtype)")
+        methods = base.kit_methods() if hasattr(base, "kit_methods") and \
+            not isinstance(base, type) else {}
+        if attr in methods:  # desc.load(...), desc.store(...)
+            return _AggregateMethod(methods[attr])
         try:
             return _unwrap(getattr(base, attr))
         except AttributeError as e:

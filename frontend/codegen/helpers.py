@@ -14,7 +14,9 @@ _MISSING = object()
 
 def _dtype_attr_of(dt: DType) -> str:
     return {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "fp64": "float64",
-            "i1": "int1"}.get(dt.name, dt.name.replace("i", "int").replace("u", "uint"))
+            "i1": "int1", "fp8e4nv": "float8e4nv", "fp8e5": "float8e5",
+            "fp8e4b15": "float8e4b15"}.get(
+        dt.name, dt.name.replace("i", "int").replace("u", "uint"))
 
 
 _HINTS = {

@@ -345,19 +345,19 @@ class StatementsMixin:
         lbv, ubv, stv = (self.b.cast(v, ity) if isinstance(v, Value) else self.b.constant(v, ity)
                          for v in (lb, ub, step))
         assigned = _assigned(node.body)
-        carried, inits = self._carried(assigned, node, node.target.id)
+        carried, inits, aggs, leaf_names = self._carried(assigned, node, node.target.id)
         body = Block()
         iv = body.add_arg(TileType(ity), node.target.id)
-        args_ = [body.add_arg(TileType(v.dtype, v.shape), n) for n, v in zip(carried, inits)]
+        args_ = [body.add_arg(TileType(v.dtype, v.shape), n) for n, v in zip(leaf_names, inits)]
         before = dict(self.scope)
         self.scope[node.target.id] = iv
-        for n, a in zip(carried, args_):
+        for n, a in zip(carried, _group(carried, args_, aggs)):
             self.scope[n] = a
         self.b.blocks.append(body)
         self.loop_depth += 1
         try:
             self.block(node.body)
-            self.b.emit("yield", self._carried_yields(carried, args_, node), [])
+            self.b.emit("yield", self._carried_yields(carried, args_, node, aggs), [])
         finally:
             self.b.blocks.pop()
             self.loop_depth -= 1
@@ -365,8 +365,9 @@ class StatementsMixin:
         self.at(node)
         op = self.b.for_op([lbv, ubv, stv], inits, [a.type for a in args_], body)
         op.attrs.update(hints)
-        for n, r in zip(carried, op.results):
-            r.name = n
+        for r, ln in zip(op.results, leaf_names):
+            r.name = ln
+        for n, r in zip(carried, _group(carried, op.results, aggs)):
             self.scope[n] = r
         for n in assigned:
             if n not in carried and n not in before:
@@ -406,14 +407,18 @@ class StatementsMixin:
             if r is not None:
                 raise self.err(r, _RETURN_IN_LOOP, _RETURN_IN_LOOP_HINT)
 
-    def _carried_yields(self, carried: list[str], args_: list[Value], node) -> list[Value]:
+    def _carried_yields(self, carried: list[str], args_: list[Value], node,
+                        aggs: dict) -> list[Value]:
         """What a loop body yields for its carried variables, checked against the types
         they enter with."""
         ys = []
-        for n, a in zip(carried, args_):
+        for n, a in zip(carried, _group(carried, args_, aggs)):
             v = self.scope.get(n, _MISSING)
             if v is _MISSING:
                 raise self.err(node, f"'{n}' is deleted inside the loop")
+            if n in aggs:
+                ys.extend(self._carry_aggregate(n, aggs[n][0], v, a, node))
+                continue
             if not isinstance(v, Value):
                 self.at(node)
                 fits = isinstance(v, (int, float, bool)) and \
@@ -433,23 +438,46 @@ class StatementsMixin:
 
     def _carried(self, assigned: list[str], node, exclude: str | None = None):
         """The variables a run-time loop carries (assigned in its body and live before it:
-        tiles and numbers) and their values on entry."""
+        tiles, numbers and aggregates such as block pointers, whose run-time fields are
+        carried as leaves): (names, the leaf values on entry, aggregates, leaf names)."""
         carried = [n for n in assigned if n in self.scope and n != exclude
-                   and (isinstance(self.scope[n], Value)
+                   and (isinstance(self.scope[n], Value) or _is_aggregate(self.scope[n])
                         or isinstance(self.scope[n], (int, float)))]
         for n in assigned:
             if n in self.scope and n not in carried and n != exclude:
                 raise self.err(node, f"'{n}' holds {describe(self.scope[n])} and is reassigned "
                                "inside a runtime loop", "only tiles and numbers can change "
                                "from one iteration to the next")
-        inits = []
+        inits: list[Value] = []
+        aggs: dict[str, tuple[Any, int]] = {}  # name -> (the aggregate entering, its leaves)
+        leaf_names: list[str] = []
         for n in carried:
             v = self.scope[n]
+            if _is_aggregate(v):
+                leaves = v.kit_flatten()
+                aggs[n] = (v, len(leaves))
+                inits.extend(leaves)
+                leaf_names.extend(f"{n}.{i}" for i in range(len(leaves)))
+                continue
             if not isinstance(v, Value):
                 self.at(node)
                 v = self.b.to_value(v)
             inits.append(v)
-        return carried, inits
+            leaf_names.append(n)
+        return carried, inits, aggs, leaf_names
+
+    def _carry_aggregate(self, n: str, init: Any, v: Any, args: Any, node) -> list:
+        """The leaves a loop-carried block pointer yields: the same kind of pointer (block
+        shape, order, element type) with run-time fields of the types it entered with."""
+        if not _is_aggregate(v) or v.kit_static() != init.kit_static():
+            raise CompileError(
+                f"loop-carried variable '{n}' changes type in the loop: it enters as "
+                f"{init.kit_describe()} and is reassigned as "
+                f"{v.kit_describe() if _is_aggregate(v) else describe(v)}",
+                self.assign_locs.get(n, self.p.loc(node)),
+                "advance a block pointer with kit.advance(ptr, offsets); keep its block shape")
+        self.at(node)
+        return [self.b.cast(x, a.dtype) for x, a in zip(v.kit_flatten(), args.kit_flatten())]
 
     def stmt_While(self, node: ast.While) -> None:
         """`while cond:` on a run-time condition: a `while` op whose first region computes
@@ -458,12 +486,13 @@ class StatementsMixin:
             raise self.err(node, "while/else is not supported")
         self._no_return_in(node.body)
         assigned = _assigned(node.body)
-        carried, inits = self._carried(assigned, node)
+        carried, inits, aggs, leaf_names = self._carried(assigned, node)
         types = [TileType(v.dtype, v.shape) for v in inits]
         before = dict(self.scope)
         cond_blk = Block()
-        for n, t in zip(carried, types):
-            self.scope[n] = cond_blk.add_arg(t, n)
+        cargs = [cond_blk.add_arg(t, n) for n, t in zip(leaf_names, types)]
+        for n, a in zip(carried, _group(carried, cargs, aggs)):
+            self.scope[n] = a
         self.b.blocks.append(cond_blk)
         try:
             cond = self.expr(node.test)
@@ -480,22 +509,23 @@ class StatementsMixin:
                            "compile time", "kernels have no `break`: loop on a condition the "
                            "body changes")
         body = Block()
-        args_ = [body.add_arg(t, n) for n, t in zip(carried, types)]
-        for n, a in zip(carried, args_):
+        args_ = [body.add_arg(t, n) for n, t in zip(leaf_names, types)]
+        for n, a in zip(carried, _group(carried, args_, aggs)):
             self.scope[n] = a
         self.b.blocks.append(body)
         self.loop_depth += 1
         try:
             self.block(node.body)
-            self.b.emit("yield", self._carried_yields(carried, args_, node), [])
+            self.b.emit("yield", self._carried_yields(carried, args_, node, aggs), [])
         finally:
             self.b.blocks.pop()
             self.loop_depth -= 1
         self.scope = before
         self.at(node)
         op = self.b.while_op(inits, types, cond_blk, body)
-        for n, r in zip(carried, op.results):
-            r.name = n
+        for r, ln in zip(op.results, leaf_names):
+            r.name = ln
+        for n, r in zip(carried, _group(carried, op.results, aggs)):
             self.scope[n] = r
         for n in assigned:
             if n not in carried and n not in before:
@@ -593,3 +623,22 @@ def _tdesc(t: TileType) -> str:
 
 def _dtype_attr(v: Any) -> str:
     return _dtype_attr_of(v.dtype) if isinstance(v, Value) else "float32"
+
+
+def _is_aggregate(v: Any) -> bool:
+    """A compile-time structure of run-time values (a block pointer, a tensor descriptor)."""
+    return hasattr(v, "kit_flatten") and not isinstance(v, type)
+
+
+def _group(names: list, leaves: list, aggs: dict) -> list:
+    """Leaves (loop args or results) back into one value per carried name."""
+    out, i = [], 0
+    for n in names:
+        if n in aggs:
+            init, k = aggs[n]
+            out.append(init.kit_rebuild(list(leaves[i:i + k])))
+            i += k
+        else:
+            out.append(leaves[i])
+            i += 1
+    return out

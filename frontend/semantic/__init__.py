@@ -10,6 +10,7 @@ Adding an op: declare it in `kitjit/ir/ops.py`, add a `@typing_rule` method to t
 mixin here and, for a new builtin, a `@call_rule` beside it.
 """
 
+from . import block_ptr  # noqa: F401  (block pointers, tensor descriptors: call rules)
 from .base import (
     MAX_TILE_NUMEL,
     BuilderBase,

@@ -16,6 +16,7 @@ from kitjit.ir.types import (
     DType,
     PointerDType,
     TileType,
+    float16,
     float32,
     float64,
     int1,
@@ -127,6 +128,11 @@ def int_range(dt: DType) -> tuple[int, int]:
 
 
 def promote(a: DType, b: DType) -> DType | None:
+    if a.is_fp8() or b.is_fp8():  # fp8 computes in fp16, or in the other side's float type
+        if a.is_ptr() or b.is_ptr():
+            return None
+        other = b if a.is_fp8() else a
+        return other if other.is_floating() and not other.is_fp8() else float16
     if a is b:
         return a
     if a.is_ptr() or b.is_ptr():

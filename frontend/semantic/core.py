@@ -29,6 +29,8 @@ class CoreOps:
             dtype = literal_dtype(value)
             if dtype is None:
                 raise self.error(f"cannot use {value!r} as a value in a kernel")
+        if dtype.is_fp8():  # fp8 has no constants in the IR: an fp32 one, converted
+            return self.cast(self.constant(float(value), float32), dtype)
         if dtype.is_floating():
             value = float(value)
         elif dtype.is_bool():

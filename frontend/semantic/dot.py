@@ -29,9 +29,14 @@ class DotOps:
                              f"b is {_shape(b.shape)}",
                              "a is [M, K] and b is [K, N]: load b with the K offsets on its "
                              "rows")
+        if a.dtype.is_fp8() and b.dtype.is_fp8():
+            # Hopper's mma.sync has no fp8 shape: upcast in registers (exact: fp8 values are
+            # fp16 values), then the f16 mma; the fp32 sums are those of an fp8 mma
+            a, b = self.cast(a, float16), self.cast(b, float16)
         if a.dtype not in (float16, bfloat16) or b.dtype not in (float16, bfloat16):
             raise self.error(f"kit.dot takes fp16 or bf16 inputs for now, got {a.dtype} and "
-                             f"{b.dtype}", "convert the inputs with .to(kit.bfloat16)")
+                             f"{b.dtype} (fp8 works when both sides are fp8)",
+                             "convert the inputs with .to(kit.bfloat16)")
         if a.dtype is not b.dtype:
             raise self.error(f"kit.dot: a is {a.dtype} but b is {b.dtype}",
                              "convert one side so both match")

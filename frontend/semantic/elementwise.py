@@ -36,12 +36,55 @@ class ElementwiseOps:
     """Typing rules of the elementwise family."""
 
     @typing_rule("cast")
-    def cast(self, v: Value, dtype: DType) -> Value:
-        if v.dtype is dtype:
+    def cast(self, v: Value, dtype: DType, bitcast: bool = False,
+             rounding: str | None = None) -> Value:
+        """Conversion (Triton's semantic.cast): values convert, `bitcast` reinterprets bits
+        of the same width, int64 <-> pointer moves addresses, and `rounding` ("rtne",
+        "rtz") picks how a float narrows. fp8 converts only to and from fp16/bf16/fp32/fp64
+        in the IR; other pairs go through fp32 here."""
+        src = v.dtype
+        if not isinstance(dtype, DType):
+            raise self.error(f"expected a dtype such as kit.float32, got {describe(dtype)}")
+        if rounding is not None:
+            if rounding not in ("rtne", "rtz"):
+                raise self.error(f"fp_downcast_rounding must be 'rtne' or 'rtz', got "
+                                 f"{rounding!r}")
+            if not (src.is_floating() and dtype.is_floating() and dtype.bits < src.bits):
+                raise self.error(f"fp_downcast_rounding applies to float downcasts only, not "
+                                 f"{src} to {dtype}")
+            if rounding == "rtne":
+                rounding = None
+            elif dtype.is_fp8():
+                raise self.error("fp_downcast_rounding='rtz' to fp8 is not supported yet",
+                                 "fp8 conversions round to nearest even (cvt.rn.satfinite)")
+        if src is dtype:
             return v
-        if v.dtype.is_ptr() or dtype.is_ptr():
-            raise self.error(f"cannot convert {v.dtype} to {dtype}",
-                             "pointers only change by adding integer offsets")
+        if src.is_ptr() or dtype.is_ptr():
+            return self._pointer_cast(v, dtype)
+        if bitcast:
+            if src.bits != dtype.bits:
+                raise self.error(f"cannot bitcast {src} ({src.bits} bits) to {dtype} "
+                                 f"({dtype.bits} bits)", "bitcast keeps the bits: pick a "
+                                 "dtype of the same width")
+            return self.emit1("cast", [v], TileType(dtype, v.shape), {"bitcast": True})
+        if src.is_fp8() or dtype.is_fp8():
+            other = dtype if src.is_fp8() else src
+            if other.is_fp8() or not other.is_floating():
+                v = self.cast(v, float16 if other.is_fp8() else float32)
+                return self.cast(v, dtype, rounding=rounding if dtype.is_floating() else None)
+        attrs = {"rounding": rounding} if rounding else None
+        return self.emit1("cast", [v], TileType(dtype, v.shape), attrs)
+
+    def _pointer_cast(self, v: Value, dtype: DType) -> Value:
+        src = v.dtype
+        ok = src.is_ptr() and dtype.is_ptr() or \
+            src.is_ptr() and dtype.name in ("i64", "u64") or \
+            dtype.is_ptr() and src.name in ("i64", "u64")
+        if not ok:
+            raise self.error(f"cannot convert {src} to {dtype}",
+                             "a pointer converts to and from int64 (x.to(kit.int64), "
+                             "addr.to(kit.pointer_type(kit.float32))) and to another pointer "
+                             "type; otherwise pointers change by adding integer offsets")
         return self.emit1("cast", [v], TileType(dtype, v.shape))
 
     def binary_operands(self, a: Any, b: Any, opname: str) -> tuple[Value, Value]:
@@ -306,12 +349,35 @@ def _cdiv(c: Call) -> Any:
     return b.binary("floordiv", b.binary("sub", b.binary("add", x, d), 1), d)
 
 
-@call_rule("cast", lambda x, dtype: None)
+@call_rule("cast", lambda x, dtype, fp_downcast_rounding=None, bitcast=False: None)
 def _cast(c: Call) -> Any:
     dt = c.const("dtype")
-    if not isinstance(c["x"], Value):
-        return c.b.constant(c["x"], dt)
-    return c.b.cast(c["x"], dt)
+    rnd = c.const("fp_downcast_rounding", "'rtne' or 'rtz'")
+    bitcast = c.const("bitcast", "True or False")
+    x = c["x"]
+    if not isinstance(dt, DType):
+        raise c.err(f"kit.cast needs a dtype such as kit.float32, got {describe(dt)}")
+    if not isinstance(x, Value):
+        if bitcast or rnd is not None:  # a number first takes its literal dtype
+            x = c.b.to_value(x)
+        else:
+            return c.b.constant(x, dt)
+    return c.b.cast(x, dt, bitcast=bool(bitcast), rounding=rnd)
+
+
+def scalar_constructor(cg, dt: DType, args: list, kwargs: dict, node) -> Value:
+    """`kit.float32(x)` (Triton code writes `tl.float32(n)`): x converted to the dtype, a
+    number becoming a scalar of it; the same as `x.to(dtype)`."""
+    if len(args) != 1 or kwargs:
+        raise cg.err(node, f"{dt}(x) takes one argument, the value to convert")
+    x = args[0]
+    if isinstance(x, Value):
+        return cg.b.cast(x, dt)
+    if dt.is_ptr() or not isinstance(x, (int, float, bool)):
+        raise cg.err(node, f"cannot make a {dt} from {describe(x)}")
+    if dt.is_fp8():
+        return cg.b.cast(cg.b.constant(float(x), float32), dt)
+    return cg.b.constant(x, dt)
 
 
 def _fold_math(cg, node, name, x):

@@ -13,6 +13,7 @@ from kitjit.ir.registry import typing_rule
 from kitjit.ir.types import DType, TileType, int1
 
 from .base import _describe
+from .block_ptr import BlockPointer, load_block, store_block
 from .call_rules import Call, call_rule
 
 
@@ -144,15 +145,30 @@ class MemoryOps:
 @call_rule("load", lambda pointer, mask=None, other=None, boundary_check=(), padding_option="",
            cache_modifier="", eviction_policy="", volatile=False: None)
 def _load(c: Call) -> Any:
-    _no_block_pointer_args(c, padding_option="")
-    return c.b.load(c["pointer"], c["mask"], c["other"])
+    p = c["pointer"]
+    if isinstance(p, BlockPointer):
+        if c["mask"] is not None or c["other"] is not None:
+            raise c.err("kit.load of a block pointer takes no mask or other",
+                        "use boundary_check=(0, 1) and padding_option='zero' or 'nan'")
+        return load_block(c.b, p, c.const("boundary_check"), c.const("padding_option"))
+    if c.args["boundary_check"] or c.args["padding_option"]:
+        raise c.err("boundary_check and padding_option apply to block pointers only",
+                    "use mask= and other= with a tile of pointers")
+    return c.b.load(p, c["mask"], c["other"])
 
 
 @call_rule("store", lambda pointer, value, mask=None, boundary_check=(), cache_modifier="",
            eviction_policy="": None)
 def _store(c: Call) -> Any:
-    _no_block_pointer_args(c)
-    return c.b.store(c["pointer"], c["value"], c["mask"])
+    p = c["pointer"]
+    if isinstance(p, BlockPointer):
+        if c["mask"] is not None:
+            raise c.err("kit.store through a block pointer takes no mask",
+                        "use boundary_check=(0, 1)")
+        return store_block(c.b, p, c["value"], c.const("boundary_check"))
+    if c.args["boundary_check"]:
+        raise c.err("boundary_check applies to block pointers only", "use mask=")
+    return c.b.store(p, c["value"], c["mask"])
 
 
 @call_rule(tuple(f"atomic_{k}" for k in sorted(O.ATOMIC_KINDS)),
@@ -170,11 +186,3 @@ def _atomic_cas(c: Call) -> Any:
                           c.const("scope", "a constant string"))
 
 
-def _no_block_pointer_args(c: Call, **more: Any) -> None:
-    """boundary_check and padding_option are for block pointers (kit.make_block_ptr), which
-    kitjit does not have yet."""
-    for k, default in {"boundary_check": (), **more}.items():
-        v = c[k]
-        if v is not None and v != default and not (isinstance(v, (tuple, list)) and not v):
-            raise c.err(f"kit.{c.name}: '{k}' is for block pointers, which are not supported "
-                        "yet", "mask the access instead")

@@ -15,7 +15,16 @@ from kitjit.ir.types import DType, bfloat16, float16
 
 from .compiler import pure
 from .libm import math_fn
-from .numeric import _fixer, _int_bounds, _np, round_bf16
+from .numeric import (
+    _fixer,
+    _int_bounds,
+    _mem_np,
+    _np,
+    from_bits,
+    round_bf16,
+    round_fp8,
+    to_bits,
+)
 from .sync import _Ctx
 
 
@@ -164,6 +173,15 @@ def cmp(op: Op, ctx: _Ctx) -> Callable:
 def _cast(op: Op, ctx: _Ctx) -> Callable:
     src, dst = op.operands[0].dtype, op.result.dtype
     nd = _np(dst)
+    if op.attrs.get("bitcast"):
+        mdst = _mem_np(dst)
+        return lambda x: from_bits(np.asarray(to_bits(x, src)).view(mdst), dst)
+    if op.attrs.get("rounding") == "rtz":
+        return lambda x: _round_toward_zero(x, dst)
+    if src.is_ptr() or dst.is_ptr():  # addresses are int64 here
+        return lambda x: np.asarray(x).view(nd) if np.asarray(x).dtype.itemsize == 8 else x
+    if dst.is_fp8():
+        return lambda x: round_fp8(x, dst)
     if dst.is_bool():
         return lambda x: np.not_equal(x, 0)
     if src.is_bool():
@@ -186,6 +204,27 @@ def _cast(op: Op, ctx: _Ctx) -> Callable:
         return round_bf16
     # int/float -> fp16/fp32/fp64; bf16 sources are already float32.
     return lambda x: np.asarray(x).astype(nd)
+
+
+def _round_toward_zero(x, dst: DType):
+    """A float narrowed toward zero (cvt.rz): round to nearest, then one step back toward
+    zero where that went away from zero (overflow gives the largest finite value)."""
+    x = np.asarray(x)
+    if dst is bfloat16:
+        x32 = _rtz_step(x, np.float32) if x.dtype == np.float64 else x.astype(np.float32)
+        r = round_bf16(x32)
+        away = np.abs(r) > np.abs(x32)  # never for NaN
+        bits = r.view(np.uint32) - np.where(away, np.uint32(0x10000), np.uint32(0))
+        return bits.astype(np.uint32).view(np.float32)
+    if dst is float16 and x.dtype == np.float64:
+        x = _rtz_step(x, np.float32)
+    return _rtz_step(x, _np(dst).type)
+
+
+def _rtz_step(x, t):
+    r = np.asarray(x).astype(t)
+    away = np.abs(r.astype(np.float64)) > np.abs(np.asarray(x, np.float64))
+    return np.where(away, np.nextafter(r, t(0)), r).astype(t)
 
 
 @semantics("select")

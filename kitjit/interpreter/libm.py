@@ -75,8 +75,8 @@ def _directed_div(mode: str, f32: bool) -> Callable:
     big = ft(np.finfo(ft).max)
 
     def one(a, b):
-        with np.errstate(all="ignore"):
-            c = ft(np.float64(a) / np.float64(b)) if f32 else ft(a / b)
+        with np.errstate(all="ignore"):  # numpy floats: x / 0 is inf or NaN, not an error
+            c = ft(np.float64(a) / np.float64(b))  # (frompyfunc hands fp64 as Python floats)
         if not (np.isfinite(a) and np.isfinite(b)) or b == 0 or np.isnan(c):
             return c
         if np.isinf(c):  # overflow: the directed modes stop at the largest finite value

@@ -22,7 +22,7 @@ from kitjit.ir.registry import semantics
 from kitjit.ir.types import DType, bfloat16, from_torch, tma_desc
 
 from .errors import DeadlockError, OutOfBoundsError, _lane, _where
-from .numeric import _bf16_bits, _mem_np, _np, _scalar_arg, round_bf16
+from .numeric import _bf16_bits, _mem_np, _np, _scalar_arg, from_bits, round_bf16, to_bits
 
 if TYPE_CHECKING:
     from .compiler import Env, Handler, _Compiler
@@ -243,6 +243,8 @@ class _Memory:
                     self._oob(addrs, bad, mdt, what, ctx, op, lanes)
                 return [(b, self._index(b, addrs, size, what, ctx, op, lanes), None)]
         if not self.bufs:
+            if self._adopt(addrs):
+                return self.locate(addrs, mdt, what, ctx, op, lanes)
             self._oob(addrs, np.ones(addrs.shape, bool), mdt, what, ctx, op, lanes)
         which = np.searchsorted(self.bases, addrs, side="right") - 1
         ends = np.array([b.end for b in self.bufs], dtype=np.int64)
@@ -253,6 +255,8 @@ class _Memory:
             if out_k is not None:
                 bad[np.flatnonzero(sel)[out_k]] = True
         if bad.any():
+            if self._adopt(addrs[bad]):  # addresses of tensors that are not arguments
+                return self.locate(addrs, mdt, what, ctx, op, lanes)
             self._oob(addrs, bad, mdt, what, ctx, op, lanes)
         out = []
         for k in np.unique(which):
@@ -261,6 +265,32 @@ class _Memory:
             sub = np.flatnonzero(sel) if lanes is None else lanes[sel]
             out.append((b, self._index(b, addrs[sel], size, what, ctx, op, sub), sel))
         return out
+
+    def _adopt(self, addrs: np.ndarray) -> bool:
+        """Pointers that a kernel loaded from memory (a table of `t.data_ptr()`, as grouped
+        GEMM passes its operands) may point into CPU tensors that are no argument: find the
+        live ones holding those addresses and map their storage (slow; only on a miss).
+        True when some storage was added."""
+        import gc
+
+        import torch
+
+        want = np.unique(addrs)
+        added = False
+        for t in gc.get_objects():
+            if not issubclass(type(t), torch.Tensor) or t.device.type != "cpu":
+                continue
+            st = t.untyped_storage()
+            lo, n = st.data_ptr(), st.nbytes()
+            if not n or ((str(t.device), lo, n) in self._by_storage):
+                continue
+            if ((want >= lo) & (want < lo + n)).any():
+                self._locate_tensor(t)
+                added = True
+        if added:
+            self.bufs.sort(key=lambda b: b.base)
+            self.bases = np.array([b.base for b in self.bufs], dtype=np.int64)
+        return added
 
     def _index(self, b: _Buffer, addrs: np.ndarray, size: int, what: str, ctx: _Ctx, op: Op,
                lanes: np.ndarray | None) -> np.ndarray:
@@ -330,6 +360,9 @@ def load(comp: _Compiler, op: Op) -> Handler:
     elif dt.is_bool():
         def conv(raw):
             return raw != 0
+    elif dt.is_fp8():
+        def conv(raw):
+            return from_bits(raw, dt)
     else:
         def conv(raw):
             return raw
@@ -376,6 +409,9 @@ def store(comp: _Compiler, op: Op) -> Handler:
     elif dt.is_bool():
         def conv(v):
             return np.asarray(v).astype(np.uint8)
+    elif dt.is_fp8():
+        def conv(v):
+            return to_bits(v, dt)
     else:
         def conv(v):
             return np.asarray(v, mdt)

@@ -316,6 +316,35 @@ def shared_layout(shape: tuple[int, ...], dtype) -> SharedLayout | None:
 # cat) takes its operand's layout with every basis vector relabeled: each thread keeps the
 # elements it had, so the op moves no data (backend/lower/shape.py checks this and falls
 # back to shared memory where a result ends up in another layout).
+#
+# A layout class also holds tiles of other shapes than the op's result: `broadcast` grows a
+# dim of size 1 and keeps the layout, `x[None, :]` asks for a Slice of it (the parent at a
+# shape with a 1 in that dim). A relabeling is defined at its own (natural) shape only, so
+# at any other shape it is `fit` from there, as a blocked layout meets a shape other than
+# its tile: bases past a dim's end are dropped (copies) and a larger dim repeats over new
+# register bits. Every shape then gets a layout that holds each element, and tiles of one
+# class agree on the lane and warp bases (what broadcast and elementwise lowering assume).
+def fit(lin: LinearLayout, shape: tuple[int, ...]) -> LinearLayout:
+    """`lin` (laid out at `lin.shape`) at `shape`: clipped where smaller, repeated over
+    registers where larger."""
+    shape = tuple(shape)
+    if lin.shape == shape:
+        return lin
+    rank = len(shape)
+    assert rank == lin.rank, (lin, shape)
+
+    def clip(b):
+        return tuple(x if x < shape[d] else 0 for d, x in enumerate(b))
+
+    reg = [clip(b) for b in lin.reg]
+    for d in range(rank):
+        v = lin.shape[d]
+        while v < shape[d]:
+            reg.append(axis_vec(rank, d, v))
+            v <<= 1
+    return _finish(shape, reg, [clip(b) for b in lin.lane], [clip(b) for b in lin.warp])
+
+
 def row_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     strides = [1] * len(shape)
     for d in range(len(shape) - 2, -1, -1):
@@ -363,6 +392,7 @@ class Reshaped(Layout):
 
     parent: Layout
     src: tuple[int, ...]
+    dst: tuple[int, ...]  # the reshape's result shape (elsewhere: `fit` from it)
 
     @property
     def num_warps(self) -> int:
@@ -370,10 +400,12 @@ class Reshaped(Layout):
 
     def _linear(self, shape):
         p = self.parent.to_linear(self.src)
-        return _mapped(shape, p, lambda b: reshape_coord(b, self.src, shape))
+        nat = _mapped(self.dst, p, lambda b: reshape_coord(b, self.src, self.dst))
+        return fit(nat, shape)
 
     def __str__(self):
-        return f"#reshaped<from [{','.join(map(str, self.src))}], {self.parent}>"
+        f = ",".join
+        return f"#reshaped<[{f(map(str, self.src))}] to [{f(map(str, self.dst))}], {self.parent}>"
 
 
 @dataclass(frozen=True)
@@ -388,9 +420,10 @@ class Joined(Layout):
         return self.parent.num_warps
 
     def _linear(self, shape):
-        p = self.parent.to_linear(shape[:-1])
-        return _mapped(shape, p, lambda b: b + (0,),
-                       first_reg=(axis_vec(len(shape), len(shape) - 1, 1),))
+        nat = tuple(shape[:-1]) + (2,)  # a join's result ends in 2 (elsewhere: `fit`)
+        p = self.parent.to_linear(nat[:-1])
+        return fit(_mapped(nat, p, lambda b: b + (0,),
+                           first_reg=(axis_vec(len(nat), len(nat) - 1, 1),)), shape)
 
     def __str__(self):
         return f"#joined<{self.parent}>"
@@ -427,9 +460,11 @@ class Stacked(Layout):
         return self.parent.num_warps
 
     def _linear(self, shape):
-        half = (shape[0] // 2,) + tuple(shape[1:])
+        nat = (max(shape[0], 2),) + tuple(shape[1:])  # a cat's dim 0 is >= 2 (else `fit`)
+        half = (nat[0] // 2,) + nat[1:]
         p = self.parent.to_linear(half)
-        return _mapped(shape, p, lambda b: b, extra_reg=(axis_vec(len(shape), 0, half[0]),))
+        return fit(_mapped(nat, p, lambda b: b, extra_reg=(axis_vec(len(nat), 0, half[0]),)),
+                   shape)
 
     def __str__(self):
         return f"#stacked<{self.parent}>"

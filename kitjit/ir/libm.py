@@ -11,6 +11,10 @@ intrinsic or a few instructions and need no libdevice. `ulp` is the documented e
 CUDA's libdevice on fp32 (CUDA C Programming Guide, "Mathematical Functions"); the
 interpreter computes in float64 and rounds once to fp32, so it is correctly rounded (or within
 1 ulp) and the GPU is within `ulp` of it.
+
+Known difference: on fp64, libdevice's hypot overflows to inf within a few ulp of the
+largest double (hypot(DBL_MAX, 1.0) is inf on the GPU), where the interpreter gives the true
+value, DBL_MAX.
 """
 
 from __future__ import annotations

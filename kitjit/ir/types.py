@@ -42,6 +42,9 @@ class DType:
     def is_ptr(self) -> bool:
         return self.kind == "p"
 
+    def is_fp8(self) -> bool:
+        return self.kind == "f" and self.bits == 8
+
     @property
     def primitive_bitwidth(self) -> int:
         return self.bits
@@ -93,13 +96,21 @@ uint16 = DType("u16", "u", 16, np.uint16, ("uint16",))
 uint32 = DType("u32", "u", 32, np.uint32, ("uint32",))
 uint64 = DType("u64", "u", 64, np.uint64, ("uint64",))
 int1 = DType("i1", "b", 1, np.bool_, ("bool", "bool_"))
+# fp8 (Triton's names): values are held as float32 in the interpreter (like bf16), one byte in
+# memory. e4nv is torch.float8_e4m3fn (max 448, no inf), e5 is torch.float8_e5m2 (max 57344),
+# e4b15 has exponent bias 15 and no inf/NaN (max 1.875) and no torch dtype: pass its bytes as
+# a torch.uint8 tensor and reinterpret them in the kernel (x.to(kit.float8e4b15, bitcast=True))
+float8e4nv = DType("fp8e4nv", "f", 8, np.float32, ("float8e4nv", "float8_e4m3fn"))
+float8e5 = DType("fp8e5", "f", 8, np.float32, ("float8e5", "float8_e5m2"))
+float8e4b15 = DType("fp8e4b15", "f", 8, np.float32, ("float8e4b15",))
+FP8 = (float8e4nv, float8e5, float8e4b15)
 # Hopper machinery, never in registers: an mbarrier (8 bytes of shared memory) and a TMA
 # descriptor (a 128-byte kernel parameter built on the host from a tensor)
 mbarrier = DType("mbarrier", "m", 64, np.int64)
 tma_desc = DType("tmadesc", "d", 1024, np.uint8)
 
 ALL_DTYPES = [float16, bfloat16, float32, float64, int8, int16, int32, int64,
-              uint8, uint16, uint32, uint64, int1]
+              uint8, uint16, uint32, uint64, int1, float8e4nv, float8e5, float8e4b15]
 _BY_NAME = {d.name: d for d in ALL_DTYPES + [mbarrier, tma_desc]}
 for _d in ALL_DTYPES:
     for _a in _d.aliases:
@@ -122,6 +133,7 @@ _TORCH_NAMES = {
     "torch.float64": float64, "torch.int8": int8, "torch.int16": int16, "torch.int32": int32,
     "torch.int64": int64, "torch.uint8": uint8, "torch.uint16": uint16,
     "torch.uint32": uint32, "torch.uint64": uint64, "torch.bool": int1,
+    "torch.float8_e4m3fn": float8e4nv, "torch.float8_e5m2": float8e5,
 }
 
 

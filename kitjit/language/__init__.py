@@ -11,6 +11,9 @@ from ..ir.types import (  # noqa: F401
     DType,
     PointerDType,
     bfloat16,
+    float8e4b15,
+    float8e4nv,
+    float8e5,
     float16,
     float32,
     float64,
@@ -70,7 +73,8 @@ __all__ = [
     "constexpr", "static_range", "range", "next_power_of_2", "builtin", "BUILTINS", "dtype",
     "pointer_type", "math", "extra", "PropagateNan",
     "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
-    "uint8", "uint16", "uint32", "uint64", "int1", "bool_",
+    "uint8", "uint16", "uint32", "uint64", "int1", "bool_", "float8e4nv", "float8e5",
+    "float8e4b15",
     *BUILTINS, *random.RANDOM,
 ]
 

@@ -9,14 +9,40 @@ from .base import builtin
 def load(pointer, mask=None, other=None, boundary_check=(), padding_option="",
          cache_modifier="", eviction_policy="", volatile=False):
     """Load a tile through a tile of pointers; masked-off lanes read `other` (0 if None).
-    Triton's signature; `boundary_check` / `padding_option` (block pointers) are not
-    supported yet, the cache hints are accepted and do not change the code yet."""
+    Through a block pointer (kit.make_block_ptr): the block, elements outside the tensor on
+    the dims of `boundary_check` read 0 (padding_option "zero" or "") or NaN ("nan"); on
+    other dims they are undefined in Triton and read unmasked in kitjit (the interpreter
+    raises OutOfBoundsError). Triton's signature: the cache hints are accepted and do not
+    change the code yet."""
 
 
 @builtin
 def store(pointer, value, mask=None, boundary_check=(), cache_modifier="", eviction_policy=""):
-    """Store a tile through a tile of pointers; masked-off lanes are not written. The value
-    and the mask broadcast to the pointers' shape (never the other way, as in Triton)."""
+    """Store a tile through a tile of pointers; masked-off lanes are not written. Through a
+    block pointer: elements outside the tensor on the dims of `boundary_check` are not
+    written (others are written unmasked, undefined in Triton). The value and the mask
+    broadcast to the pointers' shape (never the other way, as in Triton)."""
+
+
+@builtin
+def make_block_ptr(base, shape, strides, offsets, block_shape, order):
+    """A pointer to the `block_shape` block at `offsets` of the tensor at `base` with `shape`
+    and `strides` (in elements). kit.load/kit.store take it; kit.advance moves it. It lowers
+    to a tile of pointers plus masks (no TMA); `order` is accepted and does not change the
+    access (kitjit's layouts pick the vector direction from the strides)."""
+
+
+@builtin
+def advance(base, offsets):
+    """The block pointer `base` moved by `offsets` (one per dim, in elements)."""
+
+
+@builtin
+def make_tensor_descriptor(base, shape, strides, block_shape, padding_option="zero"):
+    """A descriptor of the row-major tensor at `base` (last stride 1): `desc.load(offsets)`
+    reads the `block_shape` block at `offsets` (outside the tensor: 0), `desc.store(offsets,
+    value)` writes it (outside: dropped). Lowered onto masked pointer loads and stores, not
+    TMA (correct on every GPU, without TMA's speed)."""
 
 
 # ----------------------------------------------------------------------------- atomics

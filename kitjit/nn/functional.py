@@ -13,6 +13,7 @@ import warnings
 import torch
 
 from .attention import attention
+from .attention_backward import BWD_HEAD_DIMS, attention_backward
 
 __all__ = ["KitjitFallbackWarning", "scaled_dot_product_attention", "sdpa"]
 
@@ -54,8 +55,6 @@ def _fallback_reasons(query, key, value, attn_mask, dropout_p, scale, enable_gqa
         return [*why, "inputs that are not plain tensors"]
     if not (query.dtype == key.dtype == value.dtype) or query.dtype not in DTYPES:
         why.append(f"dtype {query.dtype} (the kernel takes fp16 and bf16)")
-    if torch.is_grad_enabled() and any(t.requires_grad for t in ts):
-        why.append("inputs that require grad (the kernel has no backward yet)")
     if scale is not None and not scale > 0:
         why.append("a softmax scale that is not positive")
     dev = query.device
@@ -76,15 +75,68 @@ def _fallback_reasons(query, key, value, attn_mask, dropout_p, scale, enable_gqa
     E, Hq, Hkv = query.shape[-1], query.shape[-3], key.shape[-3]
     if E not in HEAD_DIMS:
         why.append(f"head dim {E} (the kernel takes {', '.join(map(str, HEAD_DIMS))})")
+    elif _wants_grad(ts) and E not in BWD_HEAD_DIMS:
+        why.append(f"head dim {E} with inputs that require grad (the backward kernels take "
+                   f"{', '.join(map(str, BWD_HEAD_DIMS))})")
+    if _wants_grad(ts) and key.shape[-2] == 0:
+        why.append("no keys (S = 0) with inputs that require grad")
     # torch broadcasts a single K/V head; other head counts need enable_gqa (else it raises)
     if Hkv == 0 or Hq % Hkv or not (Hq == Hkv or Hkv == 1 or enable_gqa):
         why.append(f"{Hq} query heads with {Hkv} key/value heads")
     return why
 
 
+def _wants_grad(ts) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in ts)
+
+
+# ------------------------------------------------------------------ autograd (custom ops)
+# The forward and the backward are torch.library custom ops, so that autograd reaches q, k, v
+# and torch.compile(fullgraph=True) records each as one opaque call (its fake gives shapes).
+@torch.library.custom_op("kitjit::attention_fwd", mutates_args=())
+def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                   scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return attention(q, k, v, causal=causal, sm_scale=scale)
+
+
+@_attention_fwd.register_fake
+def _(q, k, v, causal, scale):
+    return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=torch.float32)
+
+
+@torch.library.custom_op("kitjit::attention_bwd", mutates_args=())
+def _attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   o: torch.Tensor, lse: torch.Tensor, causal: bool,
+                   scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return attention_backward(do, q, k, v, o, lse, causal=causal, sm_scale=scale)
+
+
+@_attention_bwd.register_fake
+def _(do, q, k, v, o, lse, causal, scale):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, ctx.causal, ctx.scale = inputs
+    ctx.save_for_backward(q, k, v, *output)
+
+
+def _backward(ctx, do, _dlse):
+    """The log-sum-exp is an internal output (sdpa never returns it): its gradient is not
+    propagated."""
+    q, k, v, o, lse = ctx.saved_tensors
+    if do is None:
+        return None, None, None, None, None
+    dq, dk, dv = _attention_bwd(do, q, k, v, o, lse, ctx.causal, ctx.scale)
+    return dq, dk, dv, None, None
+
+
+_attention_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                  is_causal=False, scale=None, enable_gqa=False):
-    """torch.nn.functional.scaled_dot_product_attention, forward only.
+    """torch.nn.functional.scaled_dot_product_attention, with a backward.
 
     query (..., H, L, E), key and value (..., H_kv, S, E) with H_kv == H, or H_kv dividing H
     when enable_gqa=True (torch's rule; H_kv == 1 broadcasts). `is_causal` is top-left
@@ -93,11 +145,13 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     values, in a new contiguous tensor.
 
     The kitjit kernel runs for fp16/bf16 inputs with head dim 64, 128 or 256, no attn_mask,
-    dropout_p == 0, no input requiring grad, on a Hopper GPU (or on CPU tensors under
-    KITJIT_INTERPRET=1). Inputs that are not contiguous, such as the (B, L, H, E) layout of
-    LLMs transposed to (B, H, L, E), are copied to contiguous first (the kernels read rows
-    through 2-D TMA descriptors): one extra read and write of each such tensor. Everything
-    else runs through torch's own implementation with a KitjitFallbackWarning per reason.
+    dropout_p == 0 (head dim 64 or 128 when an input requires grad: `loss.backward()` then
+    runs kitjit's backward kernels, kitjit/nn/attention_backward.py), on a Hopper GPU (or
+    on CPU tensors under KITJIT_INTERPRET=1). Inputs that are not contiguous, such as the
+    (B, L, H, E) layout of LLMs transposed to (B, H, L, E), are copied to contiguous first
+    (the kernels read rows through 2-D TMA descriptors): one extra read and write of each
+    such tensor. Everything else runs through torch's own implementation with a
+    KitjitFallbackWarning per reason.
 
     No keys (S == 0): zeros (the empty sum over keys; torch's CPU kernel leaves that output
     uninitialized).
@@ -115,7 +169,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     lead = query.shape[:-3]
     B = math.prod(lead)
     q, k, v = (t.reshape(B, *t.shape[-3:]) for t in (query, key, value))
-    o, _ = attention(q, k, v, causal=bool(is_causal), sm_scale=scale)
+    if _wants_grad((q, k, v)):                     # through the op autograd knows
+        sm = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
+        o, _ = _attention_fwd(q, k, v, bool(is_causal), float(sm))
+    else:
+        o, _ = attention(q, k, v, causal=bool(is_causal), sm_scale=scale)
     return o.view(query.shape)
 
 

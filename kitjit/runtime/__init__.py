@@ -1,1 +1,42 @@
-"""Host runtime: the CUDA driver and launching."""
+"""Host runtime: the CUDA driver and launching (`kitjit.runtime.driver.active` answers
+Triton's `triton.runtime.driver.active` questions), and the scratch allocator."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+_allocator: Callable[[int, int, Any], Any] | None = None
+
+
+def set_allocator(allocator: Callable[[int, int, Any], Any] | None) -> None:
+    """Triton 3.x's `triton.set_allocator(fn)`: `fn(size, alignment, stream)` returns the
+    global scratch memory (a tensor) that kernels needing it get at launch (in Triton: those
+    that build tensor descriptors on the device). Stored here; no kitjit kernel needs global
+    scratch yet, so kitjit never calls it. None removes it."""
+    global _allocator
+    if allocator is not None and not callable(allocator):
+        raise TypeError(f"set_allocator takes a function (size, alignment, stream) -> tensor, "
+                        f"or None; got {type(allocator).__name__}")
+    _allocator = allocator
+
+
+def get_allocator() -> Callable[[int, int, Any], Any] | None:
+    """The allocator given to `set_allocator`, or None."""
+    return _allocator
+
+
+from . import driver  # noqa: E402,F401  (kitjit.runtime.driver.active, as Triton's)
+
+_LAZY = {"Autotuner": "autotune", "Config": "autotune", "autotune": "autotune",
+         "Heuristics": "autotune", "heuristics": "autotune", "JITFunction": "jit"}
+
+
+def __getattr__(name: str):
+    """Triton's `triton.runtime` names that live elsewhere in kitjit (imported on use:
+    kitjit.jit imports this package)."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"kitjit.{_LAZY[name]}"), name)
+    raise AttributeError(f"kitjit.runtime has no attribute '{name}'")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 CUDA_SUCCESS = 0
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
@@ -316,3 +316,122 @@ def launch_retry(code: int, device: int, relaunch):
 
 def launch_failed(code: int) -> None:
     check(code, "cuLaunchKernel")
+
+
+def pdl_launch():
+    """(launch, wrap) like `raw_launch`, but the launch is cuLaunchKernelEx with the
+    programmatic-stream-serialization attribute (`launch_pdl=True`): the kernel may start
+    before the previous kernel in its stream has finished, up to its `kit.gdc_wait`, once
+    that kernel has run `kit.gdc_launch_dependents` (or exited). Same call signature as
+    cuLaunchKernel, so the generated launcher is unchanged."""
+    from cuda.bindings import driver as cu
+
+    attr = cu.CUlaunchAttribute()
+    attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attr.value.programmaticStreamSerializationAllowed = 1
+    launch_ex = cu.cuLaunchKernelEx
+
+    def launch(f, g0, g1, g2, b0, b1, b2, shared, stream, params, extra):
+        config = cu.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = g0, g1, g2
+        config.blockDimX, config.blockDimY, config.blockDimZ = b0, b1, b2
+        config.sharedMemBytes = shared
+        config.hStream = cu.CUstream(stream)
+        config.attrs = [attr]
+        config.numAttrs = 1
+        return launch_ex(config, f, params, extra)
+
+    return launch, cu.CUfunction
+
+
+# cuDeviceGetAttribute numbers for the device properties Triton reports
+_PROPERTY_ATTRS = {
+    "max_shared_mem": CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+    "max_num_regs": 12,  # CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK
+    "multiprocessor_count": CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+    "warpSize": 10,  # CU_DEVICE_ATTRIBUTE_WARP_SIZE
+    "sm_clock_rate": 13,  # CU_DEVICE_ATTRIBUTE_CLOCK_RATE (kHz)
+    "mem_clock_rate": 36,  # CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE (kHz)
+    "mem_bus_width": 37,  # CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH (bits)
+}
+
+
+def _require_driver(what: str) -> None:
+    if not available():
+        raise RuntimeError(f"kitjit.runtime.driver.active.{what} needs a CUDA GPU: "
+                           f"{unavailable_reason()}")
+
+
+class _Utils:
+    """`driver.active.utils`, as Triton's CUDA driver utils."""
+
+    @staticmethod
+    def get_device_properties(device: int = 0) -> dict[str, int]:
+        """The device's properties read from the driver, with Triton's keys:
+        max_shared_mem (opt-in bytes per block), max_num_regs (per block),
+        multiprocessor_count, warpSize, sm_clock_rate, mem_clock_rate (kHz),
+        mem_bus_width (bits). RuntimeError without a GPU."""
+        _require_driver("utils.get_device_properties")
+        device = getattr(device, "index", device)
+        if device is None:
+            device = _ActiveDriver.get_current_device()
+        return {k: device_attribute(a, device) for k, a in _PROPERTY_ATTRS.items()}
+
+
+class _ActiveDriver:
+    """`kitjit.runtime.driver.active`: what Triton's `triton.runtime.driver.active` offers
+    kernels' host code (devices and streams are torch's, as in Triton)."""
+
+    utils = _Utils()
+
+    @staticmethod
+    def get_current_device() -> int:
+        import torch
+
+        _require_driver("get_current_device")
+        return torch.cuda.current_device()
+
+    @staticmethod
+    def get_current_stream(device: int | None = None) -> int:
+        """The raw CUstream handle of torch's current stream on `device`."""
+        import torch
+
+        _require_driver("get_current_stream")
+        if device is None:
+            device = torch.cuda.current_device()
+        return torch.cuda.current_stream(device).cuda_stream
+
+    @staticmethod
+    def get_active_torch_device():
+        import torch
+
+        _require_driver("get_active_torch_device")
+        return torch.device("cuda", torch.cuda.current_device())
+
+    @staticmethod
+    def get_device_interface():
+        import torch
+
+        return torch.cuda
+
+    @staticmethod
+    def get_current_target():
+        """(backend, arch, warp_size) like Triton's GPUTarget: ("cuda", 90, 32)."""
+        _require_driver("get_current_target")
+        import torch
+
+        d = torch.cuda.current_device()
+        major = device_attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d)
+        minor = device_attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d)
+        return GPUTarget("cuda", 10 * major + minor, 32)
+
+
+class GPUTarget(NamedTuple):
+    """Triton's GPUTarget(backend, arch, warp_size)."""
+
+    backend: str
+    arch: int
+    warp_size: int
+
+
+active = _ActiveDriver()
