@@ -20,14 +20,10 @@ first config that compiles to tile IR is used, nothing is timed and nothing is w
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
 import logging
 import os
-import shutil
-import statistics
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -40,12 +36,14 @@ from .launcher import LAUNCH_OPTIONS
 from .tuning_records import (
     fmt_key,
     format_tuning_records,
-    read_record,
+    record_lock,
     record_path,
     table,
+    timings_on_disk,
     tuning_records,
     write_record,
 )
+from .tuning_timing import _bench_cuda, _Progress
 
 logger = logging.getLogger("kitjit.autotune")
 
@@ -498,7 +496,7 @@ class Autotuner:
         path = None
         if self.cache_results and disk_cache_enabled():
             path = record_path(KernelCache().tuning_dir, self.fn, keyrec, target)
-        timings, from_disk, todo = _from_record(path, configs)
+        timings, from_disk, todo = timings_on_disk(path, configs)
         errors: list[BaseException] = []
         if todo and _capturing():
             what = fmt_key(**self._key_record(key))
@@ -510,9 +508,9 @@ class Autotuner:
         if todo:
             # One process times a key: the others (ranks tuning the same kernel) wait for
             # its record, read it again, and time only what it still lacks.
-            with _record_lock(path, self.__name__):
+            with record_lock(path, self.__name__):
                 if path is not None:
-                    timings, from_disk, todo = _from_record(path, configs)
+                    timings, from_disk, todo = timings_on_disk(path, configs)
                 if todo:
                     new, transient = self._time_configs(todo, configs, timings, named, kw,
                                                         grid, target, errors)
@@ -763,99 +761,3 @@ def heuristics(values: dict[str, Callable[[dict[str, Any]], Any]]) -> Callable[[
         return Heuristics(fn, values)
 
     return deco
-
-
-def _from_record(path: Any, configs: list[Config]
-                 ) -> tuple[dict[str, float | str], set[str], list[Config]]:
-    """(timings on disk, configs they cover, configs still to time) for a record path."""
-    stored = read_record(path) if path is not None else None
-    timings: dict[str, float | str] = dict(stored["timings"]) if stored else {}
-    return (timings, {str(c) for c in configs if str(c) in timings},
-            [c for c in configs if str(c) not in timings])
-
-
-def _record_lock(path: Any, name: str) -> Any:
-    """The inter-process lock of a tuning record (`.<digest>.lock` beside it); none when
-    records are not kept."""
-    if path is None:
-        return contextlib.nullcontext()
-    from .cache_lock import KeyLock
-
-    return KeyLock(path.with_name(f".{path.stem}.lock"), f"autotuning {name}")
-
-
-# --------------------------------------------------------------------------- timing
-def _bench_cuda(fn: Callable[[], Any], setup: Callable[[], Any], warmup_ms: float,
-                rep_ms: float, device: int) -> float:
-    """Median milliseconds of `fn()` timed with CUDA events, L2 flushed and `setup()` run
-    before each (outside the timed window); run counts from a 5-run estimate, as Triton's
-    do_bench."""
-    import torch
-
-    with torch.cuda.device(device):
-        flush = torch.empty(64 * 1024 * 1024, dtype=torch.int32, device="cuda")
-        setup()
-        fn()  # the first launch loads the kernel; errors surface here
-        torch.cuda.synchronize()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(5):
-            flush.zero_()
-            setup()
-            fn()
-        e.record()
-        torch.cuda.synchronize()
-        est = max(s.elapsed_time(e) / 5, 1e-4)
-        for _ in range(max(1, int(warmup_ms / est))):
-            setup()
-            fn()
-        n = min(max(5, int(rep_ms / est)), 1000)
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-        for i in range(n):
-            flush.zero_()
-            setup()
-            starts[i].record()
-            fn()
-            ends[i].record()
-        torch.cuda.synchronize()
-        return float(statistics.median(a.elapsed_time(b) for a, b in zip(starts, ends)))
-
-
-class _Progress:
-    """One self-rewriting line on stderr while tuning, when stderr is a terminal; silent
-    otherwise (logs and CI stay clean)."""
-
-    def __init__(self, name: str, total: int, done: int, best: tuple[float, str] | None):
-        stream = sys.stderr
-        try:
-            tty = stream is not None and stream.isatty()
-        except (AttributeError, ValueError):
-            tty = False
-        self.stream = stream if tty else None
-        self.name, self.total, self.done, self.best = name, total, done, best
-        self.shown = False
-
-    def step(self, result: tuple[float, str] | None) -> None:
-        self.done += 1
-        if result is not None and (self.best is None or result[0] < self.best[0]):
-            self.best = result
-        self.show()
-
-    def show(self, phase: str = "") -> None:
-        if self.stream is None:
-            return
-        line = f"kitjit autotune {self.name}: {self.done}/{self.total} configs"
-        if phase:
-            line += f" ({phase})"
-        if self.best is not None:
-            line += f", best {self.best[0]:.4f} ms ({self.best[1]})"
-        width = shutil.get_terminal_size((100, 20)).columns - 1
-        self.stream.write("\r" + line[:width] + "\033[K")
-        self.stream.flush()
-        self.shown = True
-
-    def close(self) -> None:
-        if self.stream is not None and self.shown:
-            self.stream.write("\r\033[K")
-            self.stream.flush()
