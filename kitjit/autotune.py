@@ -9,7 +9,10 @@ fastest; every later launch with that key costs one dict lookup more than a plai
 Timings persist on disk under `KernelCache().tuning_dir`, one JSON record per (kernel source,
 key values, GPU, kitjit version) that maps each config's canonical string to its median
 milliseconds (or "failed: reason"). The winner is the fastest of the *current* config list,
-so adding a config times only that one, and a second process times nothing.
+so adding a config times only that one, and a second process times nothing. Processes that
+tune the same key at once (torch.distributed ranks on one machine) time it once: the first
+takes a lock beside the record (kitjit.cache_lock), the others wait, read its record and time
+only configs it lacks (none, unless their config list differs).
 
 In the interpreter (KITJIT_INTERPRET=1, no GPU, or CPU tensors) timings mean nothing: the
 first config that compiles to tile IR is used, nothing is timed and nothing is written.
@@ -33,9 +36,10 @@ from .launcher import LAUNCH_OPTIONS
 from .tuning_records import (
     fmt_key,
     format_tuning_records,
-    read_record,
+    record_lock,
     record_path,
     table,
+    timings_on_disk,
     tuning_records,
     write_record,
 )
@@ -492,10 +496,7 @@ class Autotuner:
         path = None
         if self.cache_results and disk_cache_enabled():
             path = record_path(KernelCache().tuning_dir, self.fn, keyrec, target)
-        stored = read_record(path) if path is not None else None
-        timings: dict[str, float | str] = dict(stored["timings"]) if stored else {}
-        from_disk = {str(c) for c in configs if str(c) in timings}
-        todo = [c for c in configs if str(c) not in timings]
+        timings, from_disk, todo = timings_on_disk(path, configs)
         errors: list[BaseException] = []
         if todo and _capturing():
             what = fmt_key(**self._key_record(key))
@@ -505,12 +506,18 @@ class Autotuner:
                 "the graph; launch once before capturing (a warm-up call outside the graph "
                 "tunes it, and the capture then records the chosen config)")
         if todo:
-            new, transient = self._time_configs(todo, configs, timings, named, kw, grid,
-                                                target, errors)
-            if path is not None and new:
-                write_record(path, self, keyrec, target, new, configs)
-            timings.update(new)
-            timings.update(transient)
+            # One process times a key: the others (ranks tuning the same kernel) wait for
+            # its record, read it again, and time only what it still lacks.
+            with record_lock(path, self.__name__):
+                if path is not None:
+                    timings, from_disk, todo = timings_on_disk(path, configs)
+                if todo:
+                    new, transient = self._time_configs(todo, configs, timings, named, kw,
+                                                        grid, target, errors)
+                    if path is not None and new:
+                        write_record(path, self, keyrec, target, new, configs)
+                    timings.update(new)
+                    timings.update(transient)
         ok = [c for c in configs if isinstance(timings.get(str(c)), float)]
         if not ok:
             raise self._no_config({str(c): timings.get(str(c), "?") for c in configs}, errors)

@@ -4,7 +4,9 @@ One directory per specialization key, ``<root>/<key[:2]>/<key>/``, holding the s
 JIT produced (``kernel.tir``, ``kernel.ll``, ``kernel.ptx``, ``kernel.cubin``, ...) and a
 ``meta.json`` that records the sha256 of every file. Entries are written to a temporary
 directory inside the root and published with one ``os.rename``, so concurrent processes
-(torch.distributed ranks) either see a whole entry or none. ``get`` checks every hash before
+(torch.distributed ranks) either see a whole entry or none; on a miss, ``lock(key)`` (an
+flock on ``<root>/<key[:2]>/.<key>.lock``, kitjit.cache_lock) makes one of them compile while
+the others wait and load its entry. ``get`` checks every hash before
 handing an entry out: a corrupt entry is removed with one warning and the caller recompiles.
 
 The cache never raises on an unusable disk: the JIT keeps its own in-memory cache, so a
@@ -30,6 +32,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+from .cache_lock import KeyLock
 from .cache_removal import (
     META,
     NAME_RE,
@@ -40,6 +43,7 @@ from .cache_removal import (
     clear_tuning,
     read_json,
     remove_entry_dir,
+    remove_kernel_locks,
     remove_stats,
 )
 
@@ -475,6 +479,17 @@ class KernelCache:
 
     # ------------------------------------------------------------------ write
 
+    def lock(self, key: str, what: str = "") -> KeyLock:
+        """The inter-process lock of ``key`` (``<root>/<key[:2]>/.<key>.lock``), taken on a
+        miss around "get again, compile, put" so that one process compiles and the others
+        load its entry (kitjit.cache_lock says how it never deadlocks)."""
+        _check_key(key)
+        shard = self.root / key[:2]
+        # a symlinked shard leads out of the cache: no lock file there (put repairs it)
+        return KeyLock(shard / f".{key}.lock", what or f"compiling key {key[:12]}",
+                       timeout=0 if shard.is_symlink() else None)
+
+
     def put(self, key: str, files: dict[str, bytes | str], meta: dict) -> CacheEntry:
         """Publish ``files`` and ``meta`` under ``key`` atomically and return the entry.
 
@@ -598,6 +613,7 @@ class KernelCache:
         if name is None:
             clear_tuning(self.root, self.tuning_dir)
             remove_stats(self.root)
+            remove_kernel_locks(self.root)  # stale ones only: a held lock is a live compile
             self._sweep(tmp_age=60.0)  # a younger temp dir may be a put in progress
             for shard in self.root.glob("??"):
                 if shard.is_symlink():

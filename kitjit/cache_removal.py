@@ -16,6 +16,8 @@ import shutil
 import uuid
 from typing import Any
 
+from .cache_lock import KERNEL_LOCK_RE, TUNING_LOCK_RE, remove_stale_lock
+
 META = "meta.json"
 USAGE = "usage.json"
 STATS = "stats.json"
@@ -96,6 +98,9 @@ def clear_tuning(root: pathlib.Path, tdir: pathlib.Path) -> None:
         d = pathlib.Path(dirpath)
         for fname in filenames:
             f = d / fname
+            if TUNING_LOCK_RE.match(fname):
+                remove_stale_lock(f)
+                continue
             if f.is_symlink() or not (fname.endswith(".json") or fname.endswith(".tmp")):
                 continue
             if fname.endswith(".json"):
@@ -121,6 +126,31 @@ def clear_tuning(root: pathlib.Path, tdir: pathlib.Path) -> None:
         tdir.rmdir()
     except OSError:
         pass
+
+
+def remove_kernel_locks(root: pathlib.Path) -> int:
+    """Delete the compile locks (`<shard>/.<key>.lock`, empty files) that no process holds:
+    left by a process that died while compiling (a live holder's lock stays). Returns how
+    many."""
+    removed = 0
+    try:
+        shards = [s for s in os.scandir(root) if len(s.name) == 2 and not s.name.startswith(".")
+                  and s.is_dir(follow_symlinks=False)]
+    except OSError:
+        return 0
+    for shard in shards:
+        try:
+            with os.scandir(shard.path) as it:
+                names = [e.name for e in it]
+        except OSError:
+            continue
+        for n in names:
+            m = KERNEL_LOCK_RE.match(n)
+            if m and m.group(1)[:2] == shard.name and \
+                    remove_stale_lock(pathlib.Path(shard.path) / n):
+                removed += 1
+    return removed
+
 
 def remove_stats(root: pathlib.Path) -> None:
     """Delete stats.json and its lock when they are what `_bump` writes."""

@@ -358,7 +358,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
     cache = _cache(args)
     s = cache.stats()
     tuning = cache.tuning_dir
-    s["tuning_records"] = sum(1 for p in tuning.rglob("*") if p.is_file()) if tuning.is_dir() else 0
+    s["tuning_records"] = sum(1 for p in tuning.rglob("*.json") if p.is_file() and not
+                              p.name.startswith(".")) if tuning.is_dir() else 0
     if args.json:
         _print_json(s)
         return 0

@@ -350,24 +350,46 @@ class JITFunction:
         if maxnreg is not None:  # (without it the key is what it always was)
             key = hashlib.sha256(f"{key}/maxnreg={maxnreg}".encode()).hexdigest()[:48]
         store = kcache.KernelCache() if kcache.disk_cache_enabled() else None
-        if store is not None:
-            entry = store.get(key)
-            problem = _meta_problem(entry.meta) if entry is not None else None
-            if problem is not None:  # hand-edited, or written by another kitjit: rebuild
-                warnings.warn(f"kitjit: cache entry {key[:12]} has a bad meta.json "
-                              f"({problem}); removed, recompiling", kcache.KitCacheWarning,
-                              stacklevel=2)
-                store.remove(key)
-                entry = None
-            if entry is not None:
-                meta = entry.meta
-                asm = {"cubin": entry.read("kernel.cubin")}
-                ck = CompiledKernel(meta["name"], _LazyAsm(entry, asm), meta)
-                _check_shared(ck, max_shared, self)
-                logger.debug("compile %s [%s] for %s, %d warps: disk cache hit (key %s)",
-                             self.__name__, _spec_text(specs, consts, self), arch, num_warps,
-                             key[:12])
-                return ck
+        if store is None:
+            return self._build(specs, consts, num_warps, arch, target, max_shared, None, key,
+                               maxnreg)
+        ck = self._load(store, key, max_shared)
+        if ck is None:
+            # A miss: one process compiles, the others (ranks launching the same kernel)
+            # wait for its entry and load it (kitjit.cache_lock).
+            with store.lock(key, f"compiling kernel {self.__name__} (key {key[:12]})") as lk:
+                ck = self._load(store, key, max_shared) if lk.held or lk.waited else None
+                if ck is None:
+                    return self._build(specs, consts, num_warps, arch, target, max_shared,
+                                       store, key, maxnreg)
+        logger.debug("compile %s [%s] for %s, %d warps: disk cache hit (key %s)",
+                     self.__name__, _spec_text(specs, consts, self), arch, num_warps, key[:12])
+        return ck
+
+    def _load(self, store, key: str, max_shared: int | None) -> CompiledKernel | None:
+        """The kernel of a sound cache entry, or None (a bad meta.json is removed)."""
+        from . import cache as kcache
+
+        entry = store.get(key)
+        problem = _meta_problem(entry.meta) if entry is not None else None
+        if problem is not None:  # hand-edited, or written by another kitjit: rebuild
+            warnings.warn(f"kitjit: cache entry {key[:12]} has a bad meta.json "
+                          f"({problem}); removed, recompiling", kcache.KitCacheWarning,
+                          stacklevel=3)
+            store.remove(key)
+            entry = None
+        if entry is None:
+            return None
+        meta = entry.meta
+        asm = {"cubin": entry.read("kernel.cubin")}
+        ck = CompiledKernel(meta["name"], _LazyAsm(entry, asm), meta)
+        _check_shared(ck, max_shared, self)
+        return ck
+
+    def _build(self, specs: list, consts: tuple, num_warps: int, arch: str, target,
+               max_shared: int | None, store, key: str,
+               maxnreg: int | None = None) -> CompiledKernel:
+        """Compile one specialization (a cache miss) and publish it in `store`."""
         t0 = time.perf_counter()
         fn = self.build_ir(specs, consts, num_warps)
         op_names = {op.name for op in fn.walk()}

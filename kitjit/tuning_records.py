@@ -4,6 +4,7 @@ with a key and listed by `kitjit cache list`."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -53,6 +54,25 @@ def read_record(path: pathlib.Path) -> dict[str, Any] | None:
                                                  and not isinstance(v, bool)
                                                  or isinstance(v, str) and v.startswith("failed"))}
     return rec
+
+
+def timings_on_disk(path: pathlib.Path | None, configs: list[Config]
+                    ) -> tuple[dict[str, float | str], set[str], list[Config]]:
+    """(timings on disk, configs they cover, configs still to time) for a record path."""
+    stored = read_record(path) if path is not None else None
+    timings: dict[str, float | str] = dict(stored["timings"]) if stored else {}
+    return (timings, {str(c) for c in configs if str(c) in timings},
+            [c for c in configs if str(c) not in timings])
+
+
+def record_lock(path: pathlib.Path | None, name: str) -> Any:
+    """The inter-process lock of a tuning record (`.<digest>.lock` beside it, see
+    kitjit.cache_lock): processes tuning one key at once time it once. None kept: no lock."""
+    if path is None:
+        return contextlib.nullcontext()
+    from .cache_lock import KeyLock
+
+    return KeyLock(path.with_name(f".{path.stem}.lock"), f"autotuning {name}")
 
 
 def write_record(path: pathlib.Path, tuner: Autotuner, keyrec: dict[str, Any], target: Target,
