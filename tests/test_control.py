@@ -249,3 +249,38 @@ def test_control_flow_gpu():
         acc += xs
         steps += 1
     close(out[:11].cpu(), acc + steps)
+
+
+@kit.jit
+def _countdown_kernel(X, Out, n, iters, BLOCK: kit.constexpr):
+    offs = kit.arange(0, BLOCK)
+    x = kit.load(X + offs, mask=offs < n, other=0.0)
+    acc = kit.zeros((BLOCK,), kit.float32)
+    for i in range(iters - 1, -1, -1):   # a negative constant step, run-time start
+        acc = acc + x * i
+    for _i in range(iters, 0, -2):       # and another negative step
+        acc = acc + x
+    kit.store(Out + offs, acc, mask=offs < n)
+
+
+def _countdown(device):
+    x = torch.randn(50).to(device)
+    out = torch.full((50,), float("nan"), device=device)
+    _countdown_kernel[(1,)](x, out, 50, 5, BLOCK=64)
+    # sum(4..0) = 10, plus range(5, 0, -2) = 5, 3, 1: three more
+    torch.testing.assert_close(out.cpu(), x.cpu() * 13)
+
+
+def test_negative_step_loops():
+    """The GPU ran `range(a, b, -1)` zero times (the step constant was read unsigned); the
+    differential fuzzer found it. The PTX must compare with sgt."""
+    _countdown("cpu")
+    ck = kit.compile_aot(__file__, "_countdown_kernel", ["*fp32:16", "*fp32:16", "i32", "i32"],
+                         {"BLOCK": 64}, 4, "sm_90a")
+    assert "setp.gt.s32" in ck.asm["ptx"] or "icmp sgt" in ck.asm["llir"]
+    assert "icmp slt i32 %\"i\", 4294967295" not in ck.asm["llir"]
+
+
+@pytest.mark.gpu
+def test_gpu_negative_step_loops():
+    _countdown("cuda")

@@ -52,11 +52,17 @@ class ControlLowering(LoweringBase):
             if init.id in self.inflight or (isinstance(o, Op) and o.name == "wgmma" and
                                             o.attrs.get("pending", 0)):
                 self.inflight.add(arg.id)
-        step_info = self.axis[op.operands[2]].cval
-        if step_info is not None and step_info > 0 or isinstance(step, ir.Constant) and \
-                step.constant > 0:
+        # the step's sign, when known at compile time: from the axis analysis, or from an
+        # LLVM constant read as signed (constants hold the two's-complement bits, so -1 is
+        # 4294967295 in an i32: reading it unsigned ran negative-step loops zero times)
+        sign = self.axis[op.operands[2]].cval
+        if sign is None and isinstance(step, ir.Constant):
+            bits = step.type.width
+            sign = int(step.constant)
+            sign = sign - (1 << bits) if sign >= 1 << (bits - 1) else sign
+        if sign is not None and sign > 0:
             cond = b.icmp_signed("<", iv, ub)
-        elif isinstance(step, ir.Constant) and step.constant < 0:
+        elif sign is not None and sign < 0:
             cond = b.icmp_signed(">", iv, ub)
         else:
             pos = b.icmp_signed(">", step, ir.Constant(step.type, 0))
