@@ -216,6 +216,13 @@ class ElementwiseLowering(LoweringBase):
             return (lambda x: b.fpext(x, td)) if dst.bits > src.bits else \
                 (lambda x: b.fptrunc(x, td))
         if src.is_floating():
+            if dst.bits == 8:  # NVPTX converts to 16 bits and keeps the low 8 (it wraps):
+                # the saturating intrinsic truncates toward zero, clamps and maps NaN to 0,
+                # as PTX's cvt.rzi does for the wider types and as the interpreter does
+                kind = "fptosi" if dst.is_int_signed() else "fptoui"
+                f = self.intr.get(f"llvm.{kind}.sat.{td.intrinsic_name}.{ts.intrinsic_name}",
+                                  td, [ts])
+                return lambda x: b.call(f, [x])
             return (lambda x: b.fptosi(x, td)) if dst.is_int_signed() else \
                 (lambda x: b.fptoui(x, td))
         if dst.is_floating():
