@@ -60,7 +60,7 @@ def abs(x):
 def sin(x):
     """Sine (hardware approximation: sin.approx.f32, absolute error <= 2^-20.5 for |x| <=
     100 pi; the interpreter computes it exactly rounded, so they agree to that bound).
-    Use kit.math / libdevice's sin for libdevice's accuracy."""
+    For libdevice accuracy use kitjit.language.extra.libdevice.sin."""
 
 
 @builtin
