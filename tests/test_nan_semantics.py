@@ -131,3 +131,33 @@ def test_interpreter_float_to_int8_saturates():
 @pytest.mark.gpu
 def test_gpu_float_to_int8_saturates():
     _check_int8("cuda")
+
+
+@kit.jit
+def neg_to_u32_kernel(X, Y, BLOCK: kit.constexpr):
+    offs = kit.arange(0, BLOCK)
+    x = kit.load(X + offs)
+    kit.store(Y + offs, (-x).to(kit.float32).to(kit.uint32).to(kit.float32))
+
+
+def _check_u32(device):
+    x = torch.arange(-16, 16, dtype=torch.int32)
+    y = torch.full((32,), float("nan"), device=device)
+    neg_to_u32_kernel[(1,)](x.to(device), y, BLOCK=32)
+    want = (-x).clamp(min=0).float()  # negative floats saturate to 0 in uint32
+    assert torch.equal(y.cpu(), want)
+
+
+def test_interpreter_negative_float_to_uint32_is_zero():
+    """fptoui(sitofp(x)) was folded to x by LLVM (out of range is poison there), so the GPU
+    gave 4294967291 for -5.0 -> uint32 where the interpreter gives 0 (saturation); found by
+    the differential fuzzer."""
+    _check_u32("cpu")
+    ck = kit.compile_aot(__file__, "neg_to_u32_kernel", ["*i32:16", "*fp32:16"], {"BLOCK": 32},
+                         4, "sm_90a")
+    assert "fptoui.sat" in ck.asm["llir"]
+
+
+@pytest.mark.gpu
+def test_gpu_negative_float_to_uint32_is_zero():
+    _check_u32("cuda")

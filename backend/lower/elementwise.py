@@ -216,15 +216,15 @@ class ElementwiseLowering(LoweringBase):
             return (lambda x: b.fpext(x, td)) if dst.bits > src.bits else \
                 (lambda x: b.fptrunc(x, td))
         if src.is_floating():
-            if dst.bits == 8:  # NVPTX converts to 16 bits and keeps the low 8 (it wraps):
-                # the saturating intrinsic truncates toward zero, clamps and maps NaN to 0,
-                # as PTX's cvt.rzi does for the wider types and as the interpreter does
-                kind = "fptosi" if dst.is_int_signed() else "fptoui"
-                f = self.intr.get(f"llvm.{kind}.sat.{td.intrinsic_name}.{ts.intrinsic_name}",
-                                  td, [ts])
-                return lambda x: b.call(f, [x])
-            return (lambda x: b.fptosi(x, td)) if dst.is_int_signed() else \
-                (lambda x: b.fptoui(x, td))
+            # the saturating intrinsics: truncate toward zero, clamp to the range, NaN -> 0,
+            # as PTX's cvt.rzi does and as the interpreter does. Plain fptosi/fptoui make an
+            # out-of-range value poison: LLVM then folds fptoui(sitofp(x)) to x (a negative
+            # int came back as a huge uint32), and NVPTX converts 8-bit results through 16
+            # bits keeping the low byte (200.5 became -56)
+            kind = "fptosi" if dst.is_int_signed() else "fptoui"
+            f = self.intr.get(f"llvm.{kind}.sat.{td.intrinsic_name}.{ts.intrinsic_name}",
+                              td, [ts])
+            return lambda x: b.call(f, [x])
         if dst.is_floating():
             if src.is_int_signed():
                 return lambda x: b.sitofp(x, td)
