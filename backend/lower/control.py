@@ -36,14 +36,8 @@ class ControlLowering(LoweringBase):
         b.position_at_end(header)
         iv = b.phi(lb.type, name=body.args[0].name or "iv")
         iv.add_incoming(lb, pre)
-        phis = []
-        for arg, init in zip(body.args[1:], inits):
-            ps = []
-            for x in init:
-                p = b.phi(x.type)
-                p.add_incoming(x, pre)
-                ps.append(p)
-            phis.append(ps)
+        phis = self._carried_phis(inits, pre)
+        for arg, ps in zip(body.args[1:], phis):
             self.vals[arg.id] = ps
         self.vals[body.args[0].id] = [iv]
         ys_ops = body.ops[-1].operands
@@ -127,6 +121,19 @@ class ControlLowering(LoweringBase):
                 regs.append(p)
             self.vals[r.id] = regs
 
+    def _carried_phis(self, inits: list[list[ir.Value]], pre) -> list[list[ir.Value]]:
+        """One phi per register of each loop-carried value, entering with its initial value
+        from block `pre` (the loop's back edge is added once the body is lowered)."""
+        phis = []
+        for init in inits:
+            ps = []
+            for x in init:
+                p = self.b.phi(x.type)
+                p.add_incoming(x, pre)
+                ps.append(p)
+            phis.append(ps)
+        return phis
+
     @lowering("yield")
     def op_yield(self, op: Op) -> None:
         # block() returns at a region's yield before dispatching it (see the module's text)
@@ -145,14 +152,8 @@ class ControlLowering(LoweringBase):
         exit_ = self.kernel.append_basic_block("while.exit")
         b.branch(header)
         b.position_at_end(header)
-        phis = []
-        for ca, ba, init in zip(cond.args, body.args, inits):
-            ps = []
-            for x in init:
-                p = b.phi(x.type)
-                p.add_incoming(x, pre)
-                ps.append(p)
-            phis.append(ps)
+        phis = self._carried_phis(inits, pre)
+        for ca, ba, ps in zip(cond.args, body.args, phis):
             self.vals[ca.id] = ps
             self.vals[ba.id] = ps
         (c,) = self.block(cond)[0]

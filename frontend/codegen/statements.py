@@ -351,24 +351,12 @@ class StatementsMixin:
         args_ = [body.add_arg(TileType(v.dtype, v.shape), n) for n, v in zip(leaf_names, inits)]
         before = dict(self.scope)
         self.scope[node.target.id] = iv
-        for n, a in zip(carried, _group(carried, args_, aggs)):
-            self.scope[n] = a
-        self.b.blocks.append(body)
-        self.loop_depth += 1
-        try:
-            self.block(node.body)
-            self.b.emit("yield", self._carried_yields(carried, args_, node, aggs), [])
-        finally:
-            self.b.blocks.pop()
-            self.loop_depth -= 1
+        self._loop_body(node, body, carried, args_, aggs)
         self.scope = before
         self.at(node)
         op = self.b.for_op([lbv, ubv, stv], inits, [a.type for a in args_], body)
         op.attrs.update(hints)
-        for r, ln in zip(op.results, leaf_names):
-            r.name = ln
-        for n, r in zip(carried, _group(carried, op.results, aggs)):
-            self.scope[n] = r
+        self._bind_loop_results(op, carried, leaf_names, aggs)
         for n in assigned:
             if n not in carried and n not in before:
                 self.scope.pop(n, None)
@@ -466,6 +454,29 @@ class StatementsMixin:
             leaf_names.append(n)
         return carried, inits, aggs, leaf_names
 
+    def _loop_body(self, node, body: Block, carried: list[str], args_: list[Value],
+                   aggs: dict) -> None:
+        """The body of a run-time loop (for, while) into `body`, its carried variables bound
+        to the block's arguments, ending in the yield of their new values."""
+        for n, a in zip(carried, _group(carried, args_, aggs)):
+            self.scope[n] = a
+        self.b.blocks.append(body)
+        self.loop_depth += 1
+        try:
+            self.block(node.body)
+            self.b.emit("yield", self._carried_yields(carried, args_, node, aggs), [])
+        finally:
+            self.b.blocks.pop()
+            self.loop_depth -= 1
+
+    def _bind_loop_results(self, op, carried: list[str], leaf_names: list[str],
+                           aggs: dict) -> None:
+        """After the loop, its carried variables are the loop op's results."""
+        for r, ln in zip(op.results, leaf_names):
+            r.name = ln
+        for n, r in zip(carried, _group(carried, op.results, aggs)):
+            self.scope[n] = r
+
     def _carry_aggregate(self, n: str, init: Any, v: Any, args: Any, node) -> list:
         """The leaves a loop-carried block pointer yields: the same kind of pointer (block
         shape, order, element type) with run-time fields of the types it entered with."""
@@ -510,23 +521,11 @@ class StatementsMixin:
                            "body changes")
         body = Block()
         args_ = [body.add_arg(t, n) for n, t in zip(leaf_names, types)]
-        for n, a in zip(carried, _group(carried, args_, aggs)):
-            self.scope[n] = a
-        self.b.blocks.append(body)
-        self.loop_depth += 1
-        try:
-            self.block(node.body)
-            self.b.emit("yield", self._carried_yields(carried, args_, node, aggs), [])
-        finally:
-            self.b.blocks.pop()
-            self.loop_depth -= 1
+        self._loop_body(node, body, carried, args_, aggs)
         self.scope = before
         self.at(node)
         op = self.b.while_op(inits, types, cond_blk, body)
-        for r, ln in zip(op.results, leaf_names):
-            r.name = ln
-        for n, r in zip(carried, _group(carried, op.results, aggs)):
-            self.scope[n] = r
+        self._bind_loop_results(op, carried, leaf_names, aggs)
         for n in assigned:
             if n not in carried and n not in before:
                 self.scope.pop(n, None)
