@@ -58,11 +58,6 @@ def atomic_add_gap(where):
     return ("kitjit.language.atomic_add", f"kit.atomic_add missing (atomics slice): {where}")
 
 
-def early_return_gap(where):
-    return (None, "early `return` inside an `if` on a run-time value (control-flow slice): "
-            + where)
-
-
 def close(got, ref, what, rtol=2e-5, atol=2e-5):
     assert got is not None, f"{what}: no result"
     got = got.detach().to("cpu", torch.float64)
