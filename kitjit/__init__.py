@@ -45,10 +45,15 @@ from .log_config import configure as _configure_logging  # noqa: E402
 _configure_logging()  # KITJIT_LOG
 
 from . import (  # noqa: E402
-    graph,  # kit.graph: the superoptimizer (issue 14)
     runtime,  # triton.runtime.driver
     testing,  # kit.testing.do_bench, as triton.testing
 )
+
+try:
+    from . import graph  # kit.graph: the superoptimizer (issue 14); needs torch
+except ModuleNotFoundError as _e:  # kitjit imports (and compiles) without torch
+    if _e.name != "torch":
+        raise
 from .autotune import Autotuner, Config, Heuristics, autotune, heuristics  # noqa: E402
 from .jit import CompiledKernel, JITFunction, compile_aot, interpret_mode, jit  # noqa: E402
 from .language import *  # noqa: E402,F403
@@ -66,6 +71,8 @@ def __getattr__(name: str):
     """`kit.foo` for a name kitjit lacks: Triton's names say "not supported yet"."""
     if name.startswith("__"):
         raise AttributeError(name)
+    if name == "graph":  # not imported: torch is missing; say so
+        import kitjit.graph  # noqa: F401
     from .language.triton_names import missing_name_message
 
     raise AttributeError(missing_name_message(name))

@@ -74,7 +74,8 @@ class CompiledKernel:
         self.arg_kinds: list[str] = metadata["arg_kinds"]  # per runtime param, or "const"
         self.runtime_index = [i for i, k in enumerate(self.arg_kinds) if k != "const"]
         self.functions: dict[int, int] = {}
-        self._tls = threading.local()
+        self._tls = threading.local()  # params(): each thread's own block
+        self._free: list[tuple] = []  # the launcher's blocks not in use (`_new_fast`)
         self._load_lock = threading.Lock()
 
     @property
@@ -101,8 +102,9 @@ class CompiledKernel:
         return f
 
     def params(self):
-        """The calling thread's parameter block (each thread fills its own, so concurrent
-        launches never carry each other's arguments)."""
+        """The calling thread's own parameter block (its layout: field names, where the TMA
+        descriptors start). Launches do not fill it: each takes a block of its own off
+        `_free` (`_new_fast`)."""
         try:
             return self._tls.block
         except AttributeError:
@@ -114,14 +116,17 @@ class CompiledKernel:
         block = ParamBlock([self.arg_kinds[i] for i in self.runtime_index],
                            len(self.metadata.get("tma", [])))
         self._tls.block = block
-        self._tls.fast = (block.struct, block.ptrs, block.address)
         return block
 
-    def _fast_params(self):
-        """(struct, void* array, its address) of this thread's block: the launcher's miss
-        path (its hit path reads `_tls.fast` itself)."""
-        self._new_params()
-        return self._tls.fast
+    def _new_fast(self) -> tuple:
+        """(struct, void* array, its address) of a new parameter block: what the launcher
+        takes when the kernel's free list of blocks (`_free`) is empty, and then puts there
+        after its launch (so there are as many blocks as launches ever ran at once)."""
+        from .runtime.driver import ParamBlock
+
+        block = ParamBlock([self.arg_kinds[i] for i in self.runtime_index],
+                           len(self.metadata.get("tma", [])))
+        return (block.struct, block.ptrs, block.address)
 
     def __repr__(self) -> str:
         return (f"<CompiledKernel {self.name} warps={self.num_warps} regs={self.n_regs} "
@@ -159,6 +164,10 @@ class JITFunction:
         self._defaults = {n: p.default for n, p in sig.parameters.items()
                           if p.default is not p.empty}
         self._launch = _make_runner(self, sig)
+        # `kernel[grid]` is the runner bound to the grid as a method is to its object: made
+        # and called faster than a functools.partial (the grid becomes the first argument)
+        self._bind = self._launch.__get__
+        self._tracing = _launcher._is_compiling  # (set by _make_runner)
         from .torch_ops import register_kernel
 
         self._op_name = register_kernel(self)
@@ -215,12 +224,13 @@ class JITFunction:
                            "calls without one work only inside other @kit.jit functions")
 
     def __getitem__(self, grid):
-        if _launcher._is_compiling():  # traced by torch.compile: one opaque op in the graph
+        if self._tracing():  # traced by torch.compile: one opaque op in the graph
             from .torch_ops import traced_launch
 
             return functools.partial(traced_launch, self, grid)
-        # grid bound positionally: calling a partial then merges no keyword dicts
-        return functools.partial(self._launch, grid)
+        if grid is None:  # (a method bound to None would be the plain function)
+            return functools.partial(self._launch, grid)
+        return self._bind(grid)
 
     def __repr__(self) -> str:
         return f"JITFunction({self.fn.__module__}:{self.__name__})"

@@ -55,16 +55,17 @@ def _arg_spec(name: str, a: Any, specialize: bool = True, align: bool = True) ->
                     "(tensors, ints, floats, bools and None can be passed)")
 
 
-def _key_part(a):
-    """What the specialization depends on, for one run-time argument (kept cheap: this runs
-    on every launch)."""
-    if a.__class__ is int:
-        return (a == 1, a & 15 == 0, 0 if -2147483648 <= a <= 2147483647 else
-                1 if -9223372036854775808 <= a <= 9223372036854775807 else 2)
+def _key_part(a) -> tuple:
+    """The three key elements of a run-time argument that is neither a torch.Tensor nor an
+    int (the generated entry inlines those two): a float, bool or None keys on its type; an
+    object with a data pointer like a tensor. Kept cheap: this runs on every launch."""
+    c = a.__class__
+    if c is float or c is bool or a is None:
+        return (c, None, None)
     try:
-        return (a.get_device(), a.dtype, a.data_ptr() & 15 == 0)
+        return (a.dtype, a.get_device(), a.data_ptr() & 15 == 0)
     except AttributeError:
-        return a.__class__
+        return (c, None, None)
 
 
 _LAUNCH_TEMPLATE = """
@@ -72,40 +73,55 @@ def launch(grid, {args}, stream=None):
     if grid.__class__ is tuple and len(grid) == 1:
         g0 = grid[0]
         g1 = g2 = 1
+        if not 0 < g0 <= 2147483647 and _grid3(grid, _NAME)[0] == 0:  # (raises if bad)
+            return _CK  # an empty grid launches nothing
     else:
         g0, g1, g2 = _grid3(grid({meta}) if callable(grid) else grid, _NAME)
-    if not (0 < g0 <= 2147483647 and 0 < g1 <= 65535 and 0 < g2 <= 65535):
-        if g0 * g1 * g2 == 0 and _grid3((g0, g1, g2), _NAME):
+        if g0 == 0 or g1 == 0 or g2 == 0:
             return _CK
-        _grid3((g0, g1, g2), _NAME)
-    try:
-        _st, _ptrs, _addr = _TLS.fast
-    except AttributeError:
-        _st, _ptrs, _addr = _CK._fast_params()
+    try:  # a parameter block no other launch holds (list.pop is atomic: no lock)
+        _blk = _FREE.pop()
+    except IndexError:
+        _blk = _CK._new_fast()
+    _st, _ptrs, _addr = _blk
 {sets}
+    _s = _stream(_DEV) if stream is None else _handle(stream, _DEV)
     try:
-        r = _launch(_FN, g0, g1, g2, _THREADS, 1, 1, _SHARED,
-                    _stream(_DEV) if stream is None else _handle(stream, _DEV), _addr, 0)[0]
+        r = _launch(_FN, g0, g1, g2, _THREADS, 1, 1, _SHARED, _cs(_s) or _cs_new(_s),
+                    _addr, 0)[0]
     except TypeError:
         _grid3((g0, g1, g2), _NAME)
         raise
+    _FREE.append(_blk)  # (cuLaunchKernel copied the values)
     if r is not _OK:  # a thread with no (or another device's) context current: retry once
-        r = _retry(int(r), _DEV, lambda: _launch(
-            _FN, g0, g1, g2, _THREADS, 1, 1, _SHARED,
-            _stream(_DEV) if stream is None else _handle(stream, _DEV), _addr, 0)[0])
-        if r is not _OK:
-            _fail(int(r))
+        _relaunch(r, _launch, _FN, g0, g1, g2, _THREADS, _SHARED, _cs_new(_s), _addr, _DEV)
     return _CK
 """
 
 
+def _relaunch(r, launch, fn, g0, g1, g2, threads, shared, stream, addr, device) -> None:
+    """After a failed launch: retried once in `device`'s context where that can help
+    (`driver.launch_retry`), else the error raised. A function of its own: a lambda in the
+    launcher would make its locals closure cells, a cost on every launch."""
+    from .runtime import driver
+
+    ok = driver.launch_ok()
+    if r is not ok:
+        r = driver.launch_retry(int(r), device, lambda: launch(
+            fn, g0, g1, g2, threads, 1, 1, shared, stream, addr, 0)[0])
+    if r is not ok:
+        driver.launch_failed(int(r))
+
+
 def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tuple,
                    pdl: bool = False):
-    """A generated function that fills the calling thread's parameter block from the
-    arguments and calls cuLaunchKernel on `device` (its module loaded there, the stream that
-    device's current one unless `stream=` is given): no loops, no dict lookups on the hot
-    path; the thread's block is one attribute read of a threading.local. `pdl`: launched by
-    cuLaunchKernelEx with programmatic stream serialization (`launch_pdl=True`).
+    """A generated function that fills a parameter block from the arguments and calls
+    cuLaunchKernel on `device` (its module loaded there, the stream that device's current one
+    unless `stream=` is given): no loops, no dict lookups on the hot path. Each launch pops a
+    block off the kernel's free list and puts it back after the call (both atomic, so
+    concurrent launches never share a block; cheaper than a threading.local read), a new
+    block when the list is empty. `pdl`: launched by cuLaunchKernelEx with programmatic
+    stream serialization (`launch_pdl=True`).
 
     A grid function gets every bound argument by name, the constexprs and num_warps, as
     Triton's `grid(bound_args)`."""
@@ -113,6 +129,7 @@ def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tup
 
     block = ck.params()
     launch_fn, wrap = driver.pdl_launch() if pdl else driver.raw_launch()
+    stream_get, stream_new = _stream_objects(driver.stream_wrap())
     names = [f"a{i}" for i in range(len(jf.runtime_params))]
     values = [f"v{i}" for i in range(len(jf.runtime_params))]
     sets = []
@@ -129,11 +146,10 @@ def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tup
         "_ONES": (1, 1, 1), "_grid3": _grid3, "_NAME": jf.__name__, "_CK": ck,
         "_META": dict(zip(jf.constexprs, consts),
                       num_warps=ck.num_warps),
-        "_TLS": ck._tls, "_launch": launch_fn, "_fail": driver.launch_failed,
-        "_retry": driver.launch_retry,
+        "_FREE": ck._free, "_launch": launch_fn, "_relaunch": _relaunch,
         "_FN": wrap(ck.function(device)),
         "_THREADS": ck.threads, "_SHARED": ck.shared, "_stream": _stream_getter(),
-        "_DEV": device, "_handle": _stream_handle,
+        "_DEV": device, "_handle": _stream_handle, "_cs": stream_get, "_cs_new": stream_new,
         "_tmap": driver.tensor_map, "_OK": driver.launch_ok(),
     }
     exec(src, ns)
@@ -185,6 +201,26 @@ def _stream_getter():
     import torch
 
     return torch._C._cuda_getCurrentRawStream
+
+
+_STREAM_OBJECTS: dict = {}
+
+
+def _stream_objects(wrap) -> tuple:
+    """(get, new) for the launch call's stream argument: cuda.bindings converts an int
+    handle into a CUstream object on every call (~0.1 us), so the launcher passes one made
+    once per handle: `get(handle) or new(handle)` (a CUstream is never falsy). Shared by
+    all launchers of one wrap; bounded (streams come and go in long runs)."""
+    cache = _STREAM_OBJECTS.setdefault(wrap, {})
+
+    def new(handle):
+        s = wrap(handle)
+        if len(cache) >= 256:
+            cache.clear()
+        cache[handle] = s
+        return s
+
+    return cache.get, new
 
 
 def _stream_handle(stream, device: int) -> int:
@@ -276,15 +312,16 @@ def _make_runner(jf: JITFunction, sig):
     launch option is the *keyword* argument of that name (Triton's `parse_options(kwargs)`),
     its default when the parameter is passed by position or not at all, while the parameter
     gets whatever binds to it. Such kernels get a thin wrapper that reads the keyword."""
-    import torch
-
     global _is_compiling
-    # dynamo folds it to True while it traces (bound once here, never rebound while traced,
-    # which would be a guard failure); in eager code one trivial call (~1/3 of is_compiling)
-    _is_compiling = torch.compiler.is_dynamo_compiling
+    torch = _torch_or_none()
+    if torch is not None:
+        # dynamo folds it to True while it traces (bound once here, never rebound while
+        # traced, which would be a guard failure); in eager code one trivial call
+        _is_compiling = torch.compiler.is_dynamo_compiling
     params = []
-    ns: dict[str, Any] = {"_kit_kp": _key_part, "_kit_get": jf.cache.get,
-                          "_kit_miss": jf._miss, "_kit_T": torch.Tensor, "_kit_M": MISSING_ARG}
+    ns: dict[str, Any] = {"_kit_kp": _key_part, "_kit_C": jf.cache,
+                          "_kit_miss": jf._miss, "_kit_M": MISSING_ARG,
+                          "_kit_T": _NoTorchTensor if torch is None else torch.Tensor}
     shared_opts = []  # launch options that are also parameters of the kernel
     for i, (pname, p) in enumerate(sig.parameters.items()):
         if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY):
@@ -303,27 +340,35 @@ def _make_runner(jf: JITFunction, sig):
     rt = jf.runtime_params
     dns = set(getattr(jf, "do_not_specialize", ()))
     dna = set(getattr(jf, "do_not_specialize_on_alignment", ())) - dns
-    consts = "(" + "".join(c + ", " for c in jf.constexprs) + ")"
+    flat = "".join(c + ", " for c in jf.constexprs)
+    consts = "(" + flat + ")"
     # per run-time argument: its key part, and the value the launcher stores (a tensor's
     # data pointer, read once here; anything else as it is). Parameters in
     # do_not_specialize(_on_alignment) key on their type only (`_key_part_plain`).
     body = []
     for i, n in enumerate(rt):
+        k = f"_kit_k{i}, _kit_d{i}, _kit_a{i}"
         if n in dns or n in dna:
             ns["_kit_kpp"] = _key_part_plain
             body += [f"    _kit_v{i} = {n}.data_ptr() if isinstance({n}, _kit_T) else {n}",
-                     f"    _kit_k{i} = _kit_kpp({n}, {n in dna})"]
+                     f"    {k} = _kit_kpp({n}, {n in dna})"]
             continue
-        body += [f"    if {n}.__class__ is _kit_T:",
-                 f"        _kit_v{i} = {n}.data_ptr()",
-                 f"        _kit_k{i} = ({n}.get_device(), {n}.dtype, _kit_v{i} & 15 == 0)",
-                 f"    elif {n}.__class__ is int or not isinstance({n}, _kit_T):",
+        tensor = [f"        _kit_v{i} = {n}.data_ptr()",
+                  f"        {k} = {n}.dtype, {n}.get_device(), _kit_v{i} & 15 == 0"]
+        body += [f"    if {n}.__class__ is _kit_T:", *tensor,
+                 f"    elif {n}.__class__ is int:  # == 1, 32/64-bit/too wide, divisible by 16",
                  f"        _kit_v{i} = {n}",
-                 f"        _kit_k{i} = _kit_kp({n})",
+                 f"        {k} = {n} == 1, -2147483648 <= {n} <= 2147483647 or "
+                 f"(-9223372036854775808 <= {n} <= 9223372036854775807 and 2), {n} & 15 == 0",
+                 f"    elif not isinstance({n}, _kit_T):",
+                 f"        _kit_v{i} = {n}",
+                 f"        {k} = _kit_kp({n})",
                  "    else:  # a Tensor subclass (nn.Parameter, ...): passed as a tensor",
-                 f"        _kit_v{i} = {n}.data_ptr()",
-                 f"        _kit_k{i} = ({n}.get_device(), {n}.dtype, _kit_v{i} & 15 == 0)"]
-    parts = "".join(f", _kit_k{i}" for i in range(len(rt)))
+                 *tensor]
+    # the key is flat (hashing nested tuples costs more): the constexprs, the options, then
+    # three elements per run-time argument (tensor: dtype, device, aligned; int: == 1, width,
+    # divisible by 16; anything else: its type, None, None)
+    parts = "".join(f", _kit_k{i}, _kit_d{i}, _kit_a{i}" for i in range(len(rt)))
     vals = "".join(f", _kit_v{i}" for i in range(len(rt)))
     args = ", ".join(rt)
     name = jf.__name__ if jf.__name__.isidentifier() else "kernel"
@@ -331,8 +376,11 @@ def _make_runner(jf: JITFunction, sig):
     nw, mr, nc, pdl = opt["num_warps"], opt["maxnreg"], opt["num_ctas"], opt["launch_pdl"]
     src = (f"def {name}(grid, {', '.join(params + opts)}):\n"
            + "".join(line + "\n" for line in body) +
-           f"    _kit_key = ({consts}, {nw}, {mr}, {nc}, {pdl}{parts})\n"
-           f"    _kit_l = _kit_get(_kit_key)\n"
+           f"    _kit_key = ({flat}{nw}, {mr}, {nc}, {pdl}{parts})\n"
+           f"    try:\n"
+           f"        _kit_l = _kit_C[_kit_key]\n"
+           f"    except KeyError:\n"
+           f"        _kit_l = None\n"
            f"    if _kit_l is None:\n"
            f"        _kit_l = _kit_miss(_kit_key, ({args}{',' if len(rt) == 1 else ''}), "
            f"{consts}, {nw}, {mr}, {nc}, {pdl})\n"
@@ -343,21 +391,38 @@ def _make_runner(jf: JITFunction, sig):
         return inner
 
     def launch(grid, *args, **kw):
-        for o in shared_opts:
-            kw[f"_kit_o_{o}"] = kw.get(o, LAUNCH_OPTIONS[o])
+        for o in shared_opts:  # (kitjit::launch passes the option itself, `_kit_o_<o>`)
+            kw.setdefault(f"_kit_o_{o}", kw.get(o, LAUNCH_OPTIONS[o]))
         return inner(grid, *args, **kw)
 
     return launch
 
 
-def _key_part_plain(a, one: bool):
-    """The key part of a do_not_specialize(_on_alignment) argument: its type (and a
-    tensor's device and dtype), not its alignment; ints equal to 1 apart only when `one`
+class _NoTorchTensor:
+    """Stands in for torch.Tensor where torch is not installed (kernels compile ahead of
+    time with no torch, `kitjit compile`; nothing can be an instance of it)."""
+
+
+def _torch_or_none():
+    """torch, or None where it is not installed (kitjit imports and compiles without it;
+    launching needs it)."""
+    try:
+        import torch
+    except ModuleNotFoundError as e:
+        if e.name != "torch":
+            raise
+        return None
+    return torch
+
+
+def _key_part_plain(a, one: bool) -> tuple:
+    """The three key elements of a do_not_specialize(_on_alignment) argument: its type (a
+    tensor's dtype and device), not its alignment; ints equal to 1 apart only when `one`
     (do_not_specialize_on_alignment keeps that specialization, as in Triton)."""
     if a.__class__ is int:
         return (one and a == 1, 0 if -2147483648 <= a <= 2147483647 else
-                1 if -9223372036854775808 <= a <= 9223372036854775807 else 2)
+                1 if -9223372036854775808 <= a <= 9223372036854775807 else 2, None)
     try:
-        return (a.get_device(), a.dtype)
+        return (a.dtype, a.get_device(), None)
     except AttributeError:
-        return a.__class__
+        return (a.__class__, None, None)

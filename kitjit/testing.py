@@ -305,6 +305,10 @@ class FakeDriver:
 
         from .runtime.driver import _CTYPES
 
+        import operator
+
+        for g in (g0, g1, g2):  # cuda.bindings takes ints only (a TypeError otherwise)
+            operator.index(g)
         if self.yield_in_launch:
             time.sleep(0)  # another thread runs here, between filling the block and the call
         kinds = self._kinds[fn]
@@ -339,6 +343,7 @@ class FakeDriver:
         pdl = (lambda *a: fake._launch(*a, pdl=True)) if self.record else launch
         self._set(driver, "pdl_launch", lambda: (pdl, lambda h: h))
         self._set(driver, "launch_ok", lambda: 0)
+        self._set(driver, "stream_wrap", lambda: int)
         self._set(driver, "load_function", self._load_function)
         self._set(driver, "device_arch", lambda device=0: "sm_90a")
         self._set(driver, "max_shared_memory", lambda device=0: 227 * 1024)

@@ -38,15 +38,21 @@ def _launch_op():
     traces a launch: defining it is not traceable)."""
     global _op
     if _op is None:
-        import torch
+        from .launcher import _torch_or_none
+
+        torch = _torch_or_none()
+        if torch is None:  # no torch installed: nothing to trace, nothing to register
+            return None
 
         @torch.library.custom_op(
             "kitjit::launch", mutates_args={"tensors"},
-            schema="(str kernel, str consts, int num_warps, SymInt[] grid, "
-                   "Tensor(a!)[] tensors, SymInt[] ints, float[] floats, str layout) -> ()")
-        def launch(kernel, consts, num_warps, grid, tensors, ints, floats, layout):
+            schema="(str kernel, str consts, int num_warps, int num_ctas, int? maxnreg, "
+                   "bool launch_pdl, SymInt[] grid, Tensor(a!)[] tensors, SymInt[] ints, "
+                   "float[] floats, str layout) -> ()")
+        def launch(kernel, consts, num_warps, num_ctas, maxnreg, launch_pdl, grid, tensors,
+                   ints, floats, layout):
             jf = _KERNELS[kernel]
-            names = dict(zip(jf.constexprs, ast.literal_eval(consts)))
+            kw = dict(zip(jf.constexprs, ast.literal_eval(consts)))
             ii, fi = iter(ints), iter(floats)
             args = []
             for code in layout.split(","):
@@ -60,39 +66,68 @@ def _launch_op():
                     args.append(next(fi))
                 else:
                     args.append(None)
-            jf._launch(tuple(grid), *args, num_warps=num_warps, **names)
+            opts = {"num_warps": num_warps, "num_ctas": num_ctas, "maxnreg": maxnreg,
+                    "launch_pdl": launch_pdl}
+            for o, v in opts.items():  # an option-named parameter keeps its own value
+                kw[f"_kit_o_{o}" if o in jf.params else o] = v
+            jf._launch(tuple(grid), *args, **kw)
 
         @launch.register_fake
-        def _(kernel, consts, num_warps, grid, tensors, ints, floats, layout):
+        def _(kernel, consts, num_warps, num_ctas, maxnreg, launch_pdl, grid, tensors, ints,
+              floats, layout):
             return None
 
         _op = launch
     return _op
 
 
-def traced_launch(jf, grid, *args, num_warps=4, num_stages=None, stream=None, **kwargs):
-    """What `kernel[grid](...)` becomes while dynamo traces: the arguments bound by name,
-    the grid evaluated, and one `kitjit::launch` call in the graph."""
-    bound = dict(zip(jf.params, args))
+def traced_launch(jf, grid, *args, **kwargs):
+    """What `kernel[grid](...)` becomes while dynamo traces: the arguments bound by name as
+    the eager launch binds them (a parameter named like a launch option takes the keyword,
+    which is then the option too), the launch options checked, the grid evaluated, and one
+    `kitjit::launch` call in the graph carrying the options."""
+    from .jit import _check_options
+    from .launcher import LAUNCH_OPTIONS
+
+    opts = {o: kwargs.get(o, d) for o, d in LAUNCH_OPTIONS.items()}
+    stream = kwargs.pop("stream", None)
+    if stream is not None:
+        raise TypeError(f"{jf.__name__}: stream= is not supported under torch.compile (the "
+                        "graph's launch runs on the current stream); compile a function that "
+                        "enters `with torch.cuda.stream(s):` instead, or launch outside it")
+    for o in LAUNCH_OPTIONS:
+        if o not in jf.params:
+            kwargs.pop(o, None)
     if len(args) > len(jf.params):
         raise TypeError(f"{jf.__name__}() takes {len(jf.params)} arguments, got {len(args)}")
-    bound.update(kwargs)
+    bound = dict(zip(jf.params, args))
+    for n, v in kwargs.items():
+        if n not in jf.params:
+            raise TypeError(f"{jf.__name__}() got an unexpected keyword argument '{n}'")
+        if n in bound:
+            raise TypeError(f"{jf.__name__}() got multiple values for argument '{n}'")
+        bound[n] = v
     for n, d in jf._defaults.items():
         if n not in bound:
             bound[n] = d
     missing = [n for n in jf.params if n not in bound]
     if missing:
         raise TypeError(f"{jf.__name__}() missing required arguments: {', '.join(missing)}")
+    num_warps = opts["num_warps"]
+    if not isinstance(num_warps, int) or not 1 <= num_warps <= 32 or \
+            (num_warps & (num_warps - 1) and num_warps % 4):
+        raise ValueError(f"{jf.__name__}: num_warps must be a power of two from 1 to 32, or a "
+                         f"whole number of warpgroups (12, 20, ...); got {num_warps!r}")
+    _check_options(jf.__name__, opts["maxnreg"], opts["num_ctas"], opts["launch_pdl"])
     consts = tuple(bound[n] for n in jf.constexprs)
     for n, c in zip(jf.constexprs, consts):
         if not (c is None or isinstance(c, (bool, int, float, str))):
             raise TypeError(f"{jf.__name__}: constexpr '{n}' is a {type(c).__name__}; under "
                             "torch.compile constexprs must be ints, floats, bools, strings "
                             "or None (or wrap the launch in kit.custom_op)")
-    if callable(grid):
-        meta = dict(zip(jf.constexprs, consts))
-        meta["num_warps"] = num_warps
-        grid = grid(meta)
+    if callable(grid):  # as the eager launch calls it: every argument by name, num_warps
+        grid = grid({**{n: bound[n] for n in jf.runtime_params},
+                     **dict(zip(jf.constexprs, consts)), "num_warps": num_warps})
     if isinstance(grid, int):
         grid = (grid,)
     tensors, layout, ints, floats = [], [], [], []
@@ -122,8 +157,8 @@ def traced_launch(jf, grid, *args, num_warps=4, num_stages=None, stream=None, **
         else:
             raise TypeError(f"argument '{n}': kitjit cannot pass {type(a).__name__} to a "
                             "kernel")
-    _op(jf._op_name, repr(consts), num_warps, list(grid), tensors, ints, floats,
-                 ",".join(layout))
+    _op(jf._op_name, repr(consts), num_warps, opts["num_ctas"], opts["maxnreg"],
+        bool(opts["launch_pdl"]), list(grid), tensors, ints, floats, ",".join(layout))
     return None
 
 

@@ -7,14 +7,21 @@
 - Tests marked `multigpu` (as well as `gpu`) need two or more GPUs and skip with fewer.
 - Every other test runs kernels in the CPU interpreter (`KITJIT_INTERPRET=1`), also on a GPU
   machine, so the CPU suite means the same thing everywhere.
+- Without torch installed (`NO_TORCH`), test modules that import torch are not collected and
+  a test that reaches an import of torch is reported as skipped ("needs torch").
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 
 import pytest
+
+#: No torch installed: the CI jobs on the oldest and newest Python (`.ci/run`; a CPU torch
+#: build is at hand for one Python only) install kitjit without it and run what needs none.
+NO_TORCH = importlib.util.find_spec("torch") is None
 
 
 def pytest_addoption(parser):
@@ -80,3 +87,27 @@ def _kitjit_env(request, tmp_path, monkeypatch):
 def cache_dir(_kitjit_env):
     """The test's private KITJIT_CACHE_DIR (it may not exist yet)."""
     return _kitjit_env
+
+
+if NO_TORCH:
+    def pytest_ignore_collect(collection_path, config):
+        """Test modules, and folders whose conftest.py (the port suite's), import torch."""
+        p = collection_path
+        if p.is_dir():
+            return (p / "conftest.py").is_file() and _imports_torch(p / "conftest.py")
+        return p.suffix == ".py" and p.name.startswith("test_") and _imports_torch(p)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(item, call):
+        """A test that imports torch at run time (an example's module, a helper): skipped."""
+        report = (yield).get_result()
+        exc = call.excinfo
+        if exc is not None and exc.errisinstance(ModuleNotFoundError) and \
+                getattr(exc.value, "name", None) == "torch":
+            report.outcome = "skipped"
+            report.longrepr = (str(item.path), item.location[1] or 0, "Skipped: needs torch")
+
+
+def _imports_torch(path) -> bool:
+    text = path.read_text(encoding="utf-8")
+    return "import torch" in text or "from torch" in text

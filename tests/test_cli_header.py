@@ -4,6 +4,7 @@ toolkit header on this machine) and the JSON launch description, checked against
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
@@ -101,6 +102,8 @@ def _syntax_check(header, tmp_path, lang: str) -> None:
     assert p.returncode == 0, p.stderr
 
 
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                    reason="needs torch (benchmarks/ws_kernel.py imports it)")
 def test_ws_kernel_12_warps_header_and_sidecar(tmp_path, cache_root, capsys):
     """The warp-specialized GEMM (three warpgroups, TMA, >48 KB shared) as a C host sees it."""
     out = tmp_path / "ws.cubin"

@@ -142,6 +142,91 @@ def test_each_thread_gets_its_own_parameter_block():
         assert other[0] is not mine and other[0].address != mine.address
 
 
+def test_a_launch_in_flight_holds_its_block():
+    """A launch takes a parameter block off the kernel's free list and returns it after the
+    call: a launch made while another is inside cuLaunchKernel fills another block (seen
+    here from inside the first launch), and sequential launches reuse one block."""
+    with FakeDriver(allow_cpu=True) as fake:
+        x, y = torch.empty(64), torch.empty(64)
+        ck = add_kernel[(1,)](x, x, x, 64, BLOCK=64)
+        assert len(ck._free) == 1
+        inner = []
+        launch = fake._launch
+
+        def nested(fn, *a, **kw):
+            if not inner:  # the outer launch: launch again before reading its block
+                (launcher,) = add_kernel.cache.values()
+                inner.append(len(launcher.__globals__["_FREE"]))
+                add_kernel[(1,)](y, y, y, 48, BLOCK=64)
+            return launch(fn, *a, **kw)
+
+        fake._set(driver, "raw_launch", lambda: (nested, lambda h: h))
+        add_kernel.cache.clear()
+        ck2 = add_kernel[(1,)](x, x, x, 64, BLOCK=64)
+        assert ck2 is not ck and inner == [0]  # the outer launch held the only block
+        assert [la["values"] for la in fake.launches[-2:]] == [
+            (y.data_ptr(),) * 3 + (48,), (x.data_ptr(),) * 3 + (64,)]
+        assert len(ck2._free) == 2
+        for _ in range(3):
+            add_kernel[(1,)](x, x, x, 64, BLOCK=64)
+        assert len(ck2._free) == 2
+
+
+# ============================================================================ the hot path
+@pytest.mark.parametrize("grid,exc,match", [
+    ((-1,), ValueError, "grid dim 0 is negative"),
+    ((2 ** 31,), ValueError, "grid dim 0 is 2147483648, over the hardware limit"),
+    ((1, 65536), ValueError, "grid dim 1 is 65536, over the hardware limit 65535"),
+    ((1, 1, 1, 1), ValueError, "the grid has 4 dims"),
+    ((1.5,), TypeError, "the grid must be a tuple of ints"),
+    (lambda meta: (1, -1), ValueError, "grid dim 1 is negative"),
+])
+def test_grid_errors_on_the_gpu_path(grid, exc, match):
+    x = torch.empty(64)
+    with FakeDriver(allow_cpu=True) as fake:
+        add_kernel[(1,)](x, x, x, 64, BLOCK=64)  # a cache hit next: the launcher's checks
+        with pytest.raises(exc, match=match):
+            add_kernel[grid](x, x, x, 64, BLOCK=64)
+    assert len(fake.launches) == 1
+
+
+def test_empty_grids_launch_nothing_on_the_gpu_path():
+    x = torch.empty(64)
+    with FakeDriver(allow_cpu=True) as fake:
+        for grid in [(1,), (0,), (3, 0), lambda meta: (0, 1, 1), (2, 1, 1)]:
+            add_kernel[grid](x, x, x, 64, BLOCK=64)
+    assert [la["grid"] for la in fake.launches] == [(1, 1, 1), (2, 1, 1)]
+
+
+def test_key_parts_of_each_argument_kind():
+    """The flat key: ints keyed on == 1, width (i32 / i64 / too wide) and divisibility by
+    16; floats, bools and None on their type; tensors on dtype, device, alignment. Each
+    distinct specialization compiles once; an int too wide for int64 is an error even
+    after an i64 launch of the same parameter hit the cache."""
+    @kit.jit
+    def k(X, n, s, flag, opt, BLOCK: kit.constexpr):
+        pass
+
+    x, x16 = torch.empty(64), torch.empty(64, dtype=torch.float16)
+    with FakeDriver(allow_cpu=True) as fake:
+        for n in [64, 65, 1, 2 ** 40, 2 ** 40 + 16, 2 ** 40 + 1, 64]:
+            k[(1,)](x, n, 0.5, True, None, BLOCK=64)
+        k[(1,)](x, 64, 1.5, False, None, BLOCK=64)  # float and bool values: same key
+        k[(1,)](x, 64, 0.5, True, 3, BLOCK=64)  # None -> an int: a new key
+        k[(1,)](x16, 64, 0.5, True, None, BLOCK=64)  # dtype
+        k[(1,)](x[1:], 64, 0.5, True, None, BLOCK=64)  # 4-byte aligned only
+        with pytest.raises(ValueError, match="outside the range of int64"):
+            k[(1,)](x, 2 ** 70, 0.5, True, None, BLOCK=64)
+    specs = [c[1] for c in fake.compiles]
+    assert [s[1] for s in specs[:5]] == [("i32", 16), ("i32", 1), ("const", 1), ("i64", 16),
+                                         ("i64", 1)]
+    assert specs[5][4] == ("i32", 1) and specs[6][0] == ("*fp16", 16)
+    assert specs[7][0] == ("*fp32", 1) and len(specs) == 8
+    assert [la["values"][1] for la in fake.launches[:7]] == [64, 65, 0.5, 2 ** 40,
+                                                             2 ** 40 + 16, 2 ** 40 + 1, 64]
+    assert len(fake.launches[2]["values"]) == 3  # n == 1 folded into the kernel
+
+
 # ============================================================================ streams
 def test_stream_option():
     class Stream:  # what kitjit reads from a torch.cuda.Stream

@@ -107,3 +107,84 @@ def _scaled_add_impl(x: torch.Tensor, y: torch.Tensor, s: float) -> torch.Tensor
     add_kernel[(kit.cdiv(x.numel(), 256),)](x, y, out, x.numel(), BLOCK=256)
     scale_kernel[(kit.cdiv(x.numel(), 256),)](out, out, s, x.numel(), BLOCK=256)
     return out
+
+
+# ============================================================ launch options under tracing
+@kit.jit
+def warps_kernel(Out, n, num_warps: kit.constexpr, BLOCK: kit.constexpr):
+    """A parameter named like a launch option (as Liger's kernels have): writes its value."""
+    offs = kit.arange(0, BLOCK)
+    kit.store(Out + offs, kit.zeros((BLOCK,), kit.float32) + num_warps, mask=offs < n)
+
+
+def test_traced_launch_passes_maxnreg_and_pdl():
+    """maxnreg and launch_pdl reach the launch the graph makes (FakeDriver records the
+    compile's maxnreg and the launch's pdl), as an eager launch passes them."""
+    from kitjit.testing import FakeDriver
+
+    def f(x, y):
+        out = torch.empty_like(x)
+        add_kernel[(1,)](x, y, out, x.numel(), BLOCK=64, maxnreg=128, launch_pdl=True)
+        return out
+
+    x, y = torch.randn(64), torch.randn(64)
+    add_kernel.cache.clear()
+    try:
+        with FakeDriver(allow_cpu=True) as fake:
+            torch.compile(f, fullgraph=True, backend="aot_eager")(x, y)
+    finally:
+        add_kernel.cache.clear()
+    assert fake.maxnregs == [128]
+    assert fake.launches and all(la["pdl"] for la in fake.launches)
+
+
+def test_traced_launch_refuses_what_eager_refuses():
+    x, y = torch.randn(64), torch.randn(64)
+
+    def ctas(x, y):
+        add_kernel[(1,)](x, y, x, 64, BLOCK=64, num_ctas=2)
+        return x
+
+    def stream(x, y):
+        add_kernel[(1,)](x, y, x, 64, BLOCK=64, stream=0)
+        return x
+
+    def unknown(x, y):
+        add_kernel[(1,)](x, y, x, 64, BLOCK=64, num_warp=8)
+        return x
+
+    for fn, msg in [(ctas, "num_ctas=2"), (stream, "stream= is not supported under torch"),
+                    (unknown, "unexpected keyword argument 'num_warp'")]:
+        with pytest.raises(Exception, match=msg):
+            torch.compile(fn, fullgraph=True, backend="aot_eager")(x, y)
+        torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("by_keyword", [True, False])
+def test_traced_option_named_parameter(by_keyword):
+    """`num_warps` as a kernel parameter: by keyword it is the parameter and the launch
+    option; by position only the parameter (the option keeps its default), as eagerly."""
+    def f(out):
+        if by_keyword:
+            warps_kernel[(1,)](out, 32, num_warps=2, BLOCK=32)
+        else:
+            warps_kernel[(1,)](out, 32, 2, BLOCK=32)
+        return out
+
+    expect = f(torch.full((32,), float("nan")))
+    torch.testing.assert_close(expect, torch.full((32,), 2.0))
+    got = torch.compile(f, fullgraph=True, backend="aot_eager")(torch.full((32,), float("nan")))
+    torch.testing.assert_close(got, expect)
+    # the launch option: 2 warps by keyword, the default 4 by position (block sizes)
+    from kitjit.testing import FakeDriver
+
+    torch._dynamo.reset()
+    warps_kernel.cache.clear()
+    try:
+        with FakeDriver(allow_cpu=True) as fake:
+            f(torch.empty(32))
+            torch.compile(f, fullgraph=True, backend="aot_eager")(torch.empty(32))
+    finally:
+        warps_kernel.cache.clear()
+    threads = 64 if by_keyword else 128
+    assert [la["block"] for la in fake.launches] == [(threads, 1, 1)] * 2

@@ -288,6 +288,17 @@ def raw_launch():
         return (lambda *a: (lib.cuLaunchKernel(*a),)), (lambda h: h)
 
 
+def stream_wrap():
+    """What the launch callable takes as its stream (see `raw_launch`): cuda.bindings'
+    CUstream, or the int handle itself for libcuda through ctypes."""
+    try:
+        from cuda.bindings import driver as cu
+
+        return cu.CUstream
+    except ImportError:  # pragma: no cover - cuda-bindings is a dependency
+        return lambda h: h
+
+
 def launch_ok():
     """What the launch call returns on success (compared by identity on the hot path)."""
     try:
@@ -336,7 +347,7 @@ def pdl_launch():
         config.gridDimX, config.gridDimY, config.gridDimZ = g0, g1, g2
         config.blockDimX, config.blockDimY, config.blockDimZ = b0, b1, b2
         config.sharedMemBytes = shared
-        config.hStream = cu.CUstream(stream)
+        config.hStream = stream if stream.__class__ is cu.CUstream else cu.CUstream(stream)
         config.attrs = [attr]
         config.numAttrs = 1
         return launch_ex(config, f, params, extra)
