@@ -90,6 +90,10 @@ def triton_kernels():
     def t_empty(X, n, BLOCK: tl.constexpr):
         pass
 
+    @triton.jit
+    def t_empty3(X, Y, Out, n, BLOCK: tl.constexpr):
+        pass
+
     configs = [triton.Config({"BM": bm, "BN": bn, "BK": bk, "GROUP": 8}, num_warps=w,
                              num_stages=st)
                for bm, bn, bk, w, st in ((128, 256, 64, 8, 3), (128, 128, 64, 4, 4),
@@ -152,7 +156,7 @@ def triton_kernels():
                  mask=rows[:, None] < S)
 
     return {"softmax": t_softmax, "layernorm": t_layernorm, "rmsnorm": t_rmsnorm,
-            "empty": t_empty, "matmul": t_matmul, "attention": t_attention}
+            "empty": t_empty, "empty3": t_empty3, "matmul": t_matmul, "attention": t_attention}
 
 
 def warps_for(name: str, block: int) -> int:
@@ -428,6 +432,11 @@ def empty_kernel(X, n, BLOCK: kit.constexpr):
     pass
 
 
+@kit.jit
+def empty3_kernel(X, Y, Out, n, BLOCK: kit.constexpr):
+    pass
+
+
 def host_costs(fns: dict, n: int = 10000, rounds: int = 7) -> dict:
     """Microseconds of host time per call, the best of `rounds` interleaved rounds, so the
     variants see the same machine state (the host's clock and load drift between runs)."""
@@ -453,6 +462,10 @@ def bench_launch(tri) -> None:
     fns = {"kitjit_us": lambda: empty_kernel[(1,)](x, 1024, BLOCK=128)}
     if tri:
         fns["triton_us"] = lambda: tri["empty"][(1,)](x, 1024, BLOCK=128)
+    # three tensors and an int (an elementwise kernel's arguments): per-tensor costs
+    fns["kitjit_3t_us"] = lambda: empty3_kernel[(1,)](x, y, x, 1024, BLOCK=128)
+    if tri:
+        fns["triton_3t_us"] = lambda: tri["empty3"][(1,)](x, y, x, 1024, BLOCK=128)
     fns["torch_add__us"] = lambda: y.add_(x)
     # bare cuLaunchKernel through cuda.bindings on the same cubin
     from cuda.bindings import driver as cu
@@ -472,6 +485,7 @@ def bench_launch(tri) -> None:
     out = host_costs(fns)
     if "triton_us" in out:
         out["kitjit_over_triton"] = out["kitjit_us"] / out["triton_us"]
+        out["kitjit_over_triton_3t"] = out["kitjit_3t_us"] / out["triton_3t_us"]
     results["launch"] = {k: round(v, 3) for k, v in out.items()}
     print(results["launch"], flush=True)
 

@@ -3,7 +3,7 @@
 Launch path (`kernel[grid](*args, **kw)`): bind the arguments (a generated function, so
 binding costs one Python call), build the specialization key from cheap facts (dtypes,
 16-byte alignment, device; ints equal to 1 or divisible by 16), look it up in an in-memory
-dict, fill the kernel's ctypes parameter block (one per thread) and call `cuLaunchKernel` on
+dict, fill a ctypes parameter block (one per launch in flight) and call `cuLaunchKernel` on
 the tensors' device and its current torch stream (or `stream=`). A miss compiles, once per key
 however many threads miss it together: frontend -> layouts -> LLVM -> PTX -> cubin, through
 the on-disk cache (`kitjit.cache`).
@@ -14,6 +14,7 @@ interpreter instead.
 from __future__ import annotations
 
 import ast
+import collections
 import functools
 import hashlib
 import logging
@@ -32,8 +33,9 @@ from .launcher import (
     _check_launch_args,
     _first_launch_during_capture,
     _grid3,
-    _make_launcher,
+    _make_launch_record,
     _make_runner,
+    slow_record,
 )
 
 _notice_shown = False
@@ -75,7 +77,9 @@ class CompiledKernel:
         self.runtime_index = [i for i, k in enumerate(self.arg_kinds) if k != "const"]
         self.functions: dict[int, int] = {}
         self._tls = threading.local()  # params(): each thread's own block
-        self._free: list[tuple] = []  # the launcher's blocks not in use (`_new_fast`)
+        # the launches' parameter blocks not in use (`_new_fast`): a deque, whose pop and
+        # append are atomic and, unlike a list's going between 0 and 1 items, never realloc
+        self._free: collections.deque[tuple] = collections.deque()
         self._load_lock = threading.Lock()
 
     @property
@@ -113,7 +117,7 @@ class CompiledKernel:
     def _new_params(self):
         from .runtime.driver import ParamBlock
 
-        block = ParamBlock([self.arg_kinds[i] for i in self.runtime_index],
+        block = ParamBlock(self.arg_kinds,
                            len(self.metadata.get("tma", [])))
         self._tls.block = block
         return block
@@ -124,7 +128,7 @@ class CompiledKernel:
         after its launch (so there are as many blocks as launches ever ran at once)."""
         from .runtime.driver import ParamBlock
 
-        block = ParamBlock([self.arg_kinds[i] for i in self.runtime_index],
+        block = ParamBlock(self.arg_kinds,
                            len(self.metadata.get("tma", [])))
         return (block.struct, block.ptrs, block.address)
 
@@ -268,15 +272,16 @@ class JITFunction:
             if launcher is not None:
                 return launcher
             if interpret_mode():
-                launcher = functools.partial(self._interpret_launch, consts, num_warps)
+                launcher = slow_record(functools.partial(self._interpret_launch, consts,
+                                                         num_warps))
             else:
                 device = next((a.get_device() for a in rt_args if hasattr(a, "data_ptr")), -1)
                 with _first_launch_during_capture(self.__name__):
                     ck = self._compile_for_launch(rt_args, consts, num_warps, device, maxnreg,
                                                   launch_pdl)
-                    launcher = _make_launcher(self, ck, device if device >= 0 else
-                                              _launcher._torch_current_device(), consts,
-                                              pdl=bool(launch_pdl))
+                    launcher = _make_launch_record(self, ck, device if device >= 0 else
+                                                   _launcher._torch_current_device(), consts,
+                                                   pdl=bool(launch_pdl))
             self.cache[key] = launcher
         return launcher
 

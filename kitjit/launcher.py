@@ -1,12 +1,15 @@
 """The launch path: what a `kernel[grid](...)` call runs once its kernel is compiled.
 
 `_make_runner` generates, per @kit.jit function, the Python function a launch calls: it
-binds the arguments, computes the specialization key from cheap facts (dtype, 16-byte
-alignment, divisibility of ints), finds the compiled launcher in a dict and calls it;
-`_make_launcher` makes that launcher per (kernel, device): it fills the calling thread's
-ctypes parameter block and calls cuLaunchKernel on the tensors' device and stream. Checks
-that can only fail on a cache miss (`_check_launch_args`) run on the miss. Why generated
-code: the cached launch is the hot path (benchmarks/NOTES.md has its host cost).
+binds the arguments, computes the specialization key from cheap facts (dtype, device, 16-byte
+alignment of tensors; ints equal to 1, 32/64-bit, divisible by 16), finds the
+specialization's launch record in a dict (`_make_launch_record`, per kernel and device) and
+launches in the same frame: a parameter block off the kernel's free list, filled, and
+cuLaunchKernel on the tensors' device and stream. The interpreter and kernels with TMA
+descriptors go through a generated per-key launcher instead (`_make_launcher`). Checks that
+can only fail on a cache miss (`_check_launch_args`) run on the miss. Why generated code:
+the cached launch is the hot path (benchmarks/NOTES.md has its host cost and what each
+step of it costs).
 """
 
 from __future__ import annotations
@@ -113,6 +116,44 @@ def _relaunch(r, launch, fn, g0, g1, g2, threads, shared, stream, addr, device) 
         driver.launch_failed(int(r))
 
 
+# The generated entry's launch, after the key lookup: the record unpacked (`_RECORD`),
+# the grid checked, a parameter block off the kernel's free list filled, cuLaunchKernel.
+_RUN_TEMPLATE = """\
+    {fields} = _kit_l
+    if _kit_slow is not None:  # the interpreter, TMA descriptors
+        return _kit_slow(grid{comma}{all}, stream)
+    if grid.__class__ is _kit_tuple and _kit_len(grid) == 1:
+        _kit_g0 = grid[0]
+        _kit_g1 = _kit_g2 = 1
+        if not 0 < _kit_g0 <= 2147483647 and _kit_grid3(grid, _kit_NAME)[0] == 0:
+            return _kit_ck  # an empty grid launches nothing (_kit_grid3 raises if bad)
+    else:
+        _kit_g0, _kit_g1, _kit_g2 = _kit_grid3(
+            grid({meta}) if _kit_callable(grid) else grid, _kit_NAME)
+        if _kit_g0 == 0 or _kit_g1 == 0 or _kit_g2 == 0:
+            return _kit_ck
+    try:  # a parameter block no other launch holds (list.pop is atomic: no lock)
+        _kit_b = _kit_free.pop()
+    except IndexError:
+        _kit_b = _kit_ck._new_fast()
+    _kit_st, _kit_p, _kit_addr = _kit_b
+{sets}\
+    _kit_s = _kit_stream(_kit_device) if stream is None else _kit_handle(stream, _kit_device)
+    try:
+        _kit_r = _kit_launch(_kit_fn, _kit_g0, _kit_g1, _kit_g2, _kit_threads, 1, 1,
+                             _kit_shared, _kit_cs(_kit_s) or _kit_cs_new(_kit_s), _kit_addr,
+                             0)[0]
+    except TypeError:
+        _kit_grid3((_kit_g0, _kit_g1, _kit_g2), _kit_NAME)
+        raise
+    _kit_free.append(_kit_b)  # (cuLaunchKernel copied the values)
+    if _kit_r is not _kit_ok:  # a thread with no (or another device's) context: retry once
+        _kit_relaunch(_kit_r, _kit_launch, _kit_fn, _kit_g0, _kit_g1, _kit_g2, _kit_threads,
+                      _kit_shared, _kit_cs_new(_kit_s), _kit_addr, _kit_device)
+    return _kit_ck
+"""
+
+
 def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tuple,
                    pdl: bool = False):
     """A generated function that fills a parameter block from the arguments and calls
@@ -154,6 +195,34 @@ def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tup
     }
     exec(src, ns)
     return ns["launch"]
+
+
+def _make_launch_record(jf: JITFunction, ck: CompiledKernel, device: int, consts: tuple,
+                        pdl: bool = False) -> tuple:
+    """The cache value of one GPU specialization on `device`: what the generated entry
+    unpacks to launch it without another Python call (`_RECORD` names the fields): the
+    function handle, the kernel's free list of parameter blocks, the launch callable, block
+    size, shared memory, device, the CompiledKernel, and the stream getter, CUstream cache and
+    success value of the driver the record was made with. Kernels with TMA descriptors take
+    the generated per-key launcher instead (`slow`)."""
+    from .runtime import driver
+
+    if ck.metadata.get("tma"):
+        return slow_record(_make_launcher(jf, ck, device, consts, pdl))
+    launch_fn, wrap = driver.pdl_launch() if pdl else driver.raw_launch()
+    stream_get, stream_new = _stream_objects(driver.stream_wrap())
+    return (wrap(ck.function(device)), ck._free, launch_fn, ck.threads, ck.shared, device, ck,
+            None, _stream_getter(), stream_get, stream_new, driver.launch_ok())
+
+
+_RECORD = ("fn", "free", "launch", "threads", "shared", "device", "ck", "slow", "stream",
+           "cs", "cs_new", "ok")
+
+
+def slow_record(launcher) -> tuple:
+    """A cache value whose launches all go to `launcher(grid, *args, *values, stream)`: the
+    interpreter, kernels with TMA descriptors."""
+    return (None,) * 7 + (launcher,) + (None,) * 4
 
 
 def _check_launch_args(jf: JITFunction, rt_args, gpu: bool) -> None:
@@ -350,17 +419,19 @@ def _make_runner(jf: JITFunction, sig):
         k = f"_kit_k{i}, _kit_d{i}, _kit_a{i}"
         if n in dns or n in dna:
             ns["_kit_kpp"] = _key_part_plain
-            body += [f"    _kit_v{i} = {n}.data_ptr() if isinstance({n}, _kit_T) else {n}",
+            body += [f"    _kit_v{i} = {n}.data_ptr() if _kit_isinstance({n}, _kit_T) "
+                     f"else {n}",
                      f"    {k} = _kit_kpp({n}, {n in dna})"]
             continue
         tensor = [f"        _kit_v{i} = {n}.data_ptr()",
-                  f"        {k} = {n}.dtype, {n}.get_device(), _kit_v{i} & 15 == 0"]
+                  f"        {k} = {n}.dtype, {n}.get_device(), not _kit_v{i} & 15"]
         body += [f"    if {n}.__class__ is _kit_T:", *tensor,
-                 f"    elif {n}.__class__ is int:  # == 1, 32/64-bit/too wide, divisible by 16",
+                 f"    elif {n}.__class__ is _kit_int:  # == 1, 32/64-bit/too wide, "
+                 "divisible by 16",
                  f"        _kit_v{i} = {n}",
                  f"        {k} = {n} == 1, -2147483648 <= {n} <= 2147483647 or "
-                 f"(-9223372036854775808 <= {n} <= 9223372036854775807 and 2), {n} & 15 == 0",
-                 f"    elif not isinstance({n}, _kit_T):",
+                 f"(-9223372036854775808 <= {n} <= 9223372036854775807 and 2), not {n} & 15",
+                 f"    elif not _kit_isinstance({n}, _kit_T):",
                  f"        _kit_v{i} = {n}",
                  f"        {k} = _kit_kp({n})",
                  "    else:  # a Tensor subclass (nn.Parameter, ...): passed as a tensor",
@@ -372,6 +443,12 @@ def _make_runner(jf: JITFunction, sig):
     vals = "".join(f", _kit_v{i}" for i in range(len(rt)))
     args = ", ".join(rt)
     name = jf.__name__ if jf.__name__.isidentifier() else "kernel"
+    # what a grid function gets: every argument by name, the constexprs, num_warps (Triton's)
+    meta = "{" + "".join(f"{p!r}: {p}, " for p in [*rt, *jf.constexprs]) + \
+        f"'num_warps': {opt['num_warps']}}}"
+    ns.update(_kit_grid3=_grid3, _kit_relaunch=_relaunch, _kit_handle=_stream_handle,
+              _kit_NAME=jf.__name__, _kit_tuple=tuple, _kit_len=len, _kit_callable=callable,
+              _kit_int=int, _kit_isinstance=isinstance)  # (a parameter may be named `len`)
     opts = [f"{opt[o]}={d!r}" for o, d in LAUNCH_OPTIONS.items()] + ["stream=None"]
     nw, mr, nc, pdl = opt["num_warps"], opt["maxnreg"], opt["num_ctas"], opt["launch_pdl"]
     src = (f"def {name}(grid, {', '.join(params + opts)}):\n"
@@ -384,7 +461,10 @@ def _make_runner(jf: JITFunction, sig):
            f"    if _kit_l is None:\n"
            f"        _kit_l = _kit_miss(_kit_key, ({args}{',' if len(rt) == 1 else ''}), "
            f"{consts}, {nw}, {mr}, {nc}, {pdl})\n"
-           f"    return _kit_l(grid{', ' if rt else ''}{args}{vals}, stream)\n")
+           + _RUN_TEMPLATE.format(
+               fields=", ".join(f"_kit_{f}" for f in _RECORD), all=f"{args}{vals}",
+               comma=", " if rt else "", name=name, meta=meta,
+               sets="".join(f"    _kit_st.a{i} = _kit_v{i}\n" for i in range(len(rt)))))
     exec(src, ns)
     inner = ns[name]
     if not shared_opts:

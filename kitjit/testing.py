@@ -301,11 +301,10 @@ class FakeDriver:
 
     def _launch(self, fn, g0, g1, g2, b0, b1, b2, shared, stream, params, extra, pdl=False):
         import ctypes
+        import operator
         import time
 
         from .runtime.driver import _CTYPES
-
-        import operator
 
         for g in (g0, g1, g2):  # cuda.bindings takes ints only (a TypeError otherwise)
             operator.index(g)

@@ -155,8 +155,8 @@ def test_a_launch_in_flight_holds_its_block():
 
         def nested(fn, *a, **kw):
             if not inner:  # the outer launch: launch again before reading its block
-                (launcher,) = add_kernel.cache.values()
-                inner.append(len(launcher.__globals__["_FREE"]))
+                (record,) = add_kernel.cache.values()
+                inner.append(len(record[1]))  # the free list (launcher._RECORD)
                 add_kernel[(1,)](y, y, y, 48, BLOCK=64)
             return launch(fn, *a, **kw)
 
@@ -225,6 +225,43 @@ def test_key_parts_of_each_argument_kind():
     assert [la["values"][1] for la in fake.launches[:7]] == [64, 65, 0.5, 2 ** 40,
                                                              2 ** 40 + 16, 2 ** 40 + 1, 64]
     assert len(fake.launches[2]["values"]) == 3  # n == 1 folded into the kernel
+
+
+def test_tma_kernels_go_through_their_per_key_launcher():
+    """A kernel with TMA descriptors: each launch encodes (or finds) the tensor's map and
+    puts its address in the descriptor slot after the run-time parameters."""
+    maps = []
+
+    def tensor_map(t, rows, cols, swizzle, dtype):
+        maps.append((t.data_ptr(), rows, cols, swizzle, dtype))
+        return 0xD000 + len(maps)
+
+    x = torch.empty(64, 64)
+    with FakeDriver(allow_cpu=True) as fake:
+        compile_ = fake._compile
+
+        def with_tma(*a, **kw):
+            ck = compile_(*a, **kw)
+            ck.metadata["tma"] = [{"param": 0, "box": [64, 32], "swizzle": 128,
+                                   "dtype": "fp32"}]
+            return ck
+
+        fake._set(kjit.JITFunction, "compile", lambda jf, *a, **kw: with_tma(jf, *a, **kw))
+        fake._set(driver, "tensor_map", tensor_map)
+        fake._set(driver, "raw_launch", lambda: (spy, lambda h: h))
+        slots = []
+
+        def spy(fn, g0, g1, g2, b0, b1, b2, shared, stream, params, extra):
+            ptrs = (ctypes.c_void_p * 5).from_address(params)
+            slots.append(ptrs[4])
+            return fake._launch(fn, g0, g1, g2, b0, b1, b2, shared, stream, params, extra)
+
+        add_kernel[(2,)](x, x, x, 64, BLOCK=64)
+        add_kernel[(3,)](x, x, x, 64, BLOCK=64)
+    assert maps == [(x.data_ptr(), 64, 32, 128, "fp32")] * 2
+    assert slots == [0xD001, 0xD002]
+    assert [la["grid"] for la in fake.launches] == [(2, 1, 1), (3, 1, 1)]
+    assert fake.launches[1]["values"] == (x.data_ptr(),) * 3 + (64,)
 
 
 # ============================================================================ streams

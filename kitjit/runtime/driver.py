@@ -212,22 +212,27 @@ _CTYPES = {"ptr": ctypes.c_uint64, "i32": ctypes.c_int32, "i64": ctypes.c_int64,
 class ParamBlock:
     """The kernel's parameters as one ctypes struct plus the void* array cuLaunchKernel reads;
     TMA descriptors come last, their slots pointing at host-side CUtensorMaps. A launch fills
-    it in place, so each thread has its own (CompiledKernel.params(), a threading.local):
-    cuLaunchKernel copies the values before it returns."""
+    it in place, so a block serves one launch at a time (CompiledKernel's free list):
+    cuLaunchKernel copies the values before it returns.
+
+    `kinds`: one per run-time parameter, "const" for those folded into the kernel. Field
+    `a<i>` holds parameter i, so a launch fills every block the same way whatever the
+    specialization; a const's field (it takes None or 1) is not in the void* array."""
 
     def __init__(self, kinds: list[str], n_desc: int = 0):
-        self.kinds = kinds
-        fields = [(f"a{i}", _CTYPES[k]) for i, k in enumerate(kinds)]
+        self.kinds = [k for k in kinds if k != "const"]
+        fields = [(f"a{i}", ctypes.c_void_p if k == "const" else _CTYPES[k])
+                  for i, k in enumerate(kinds)]
         self.struct_t = type("Params", (ctypes.Structure,), {"_fields_": fields})
         self.struct = self.struct_t()
-        self.desc_base = len(kinds)
-        n = max(1, len(kinds) + n_desc)
+        self.names = [f for (f, _), k in zip(fields, kinds) if k != "const"]
+        self.desc_base = len(self.names)
+        n = max(1, len(self.names) + n_desc)
         self.ptrs = (ctypes.c_void_p * n)()
         base = ctypes.addressof(self.struct)
-        for i, (fname, _) in enumerate(fields):
+        for i, fname in enumerate(self.names):
             self.ptrs[i] = base + getattr(self.struct_t, fname).offset
         self.address = ctypes.addressof(self.ptrs)
-        self.names = [f for f, _ in fields]
 
 
 _TMAP_CACHE: dict = {}
