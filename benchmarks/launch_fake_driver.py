@@ -102,6 +102,12 @@ def main():
                 lambda: six_kernel[(1,)](x, y, a, b, 1000, 1e-5, BLOCK=64),
             "noop lambda": lambda: None,
         }
+        if stub:  # the floor: cuda.bindings' cuLaunchKernel alone, an int stream as torch's
+            from cuda.bindings import driver as cu
+
+            cufn, stream = cu.CUfunction(0x10000), (0x7F0000005000).__add__
+            rows["bare cuLaunchKernel (cuda.bindings)"] = lambda: cu.cuLaunchKernel(
+                cufn, 1, 1, 1, 128, 1, 1, 0, stream(0), 12345, 0)
         for fn in rows.values():
             fn()
         print("driver:", "stub libcuda + cuda.bindings" if stub else "fake (trivial call)")
