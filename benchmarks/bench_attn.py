@@ -121,6 +121,21 @@ def graph_ms(fns: list, min_ms: float = 20.0) -> float:
     return best
 
 
+def host_us(fn, n: int = 200) -> float:
+    """Host microseconds per call (few enough calls that the launch queue never fills)."""
+    import time
+
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    dt = (time.perf_counter() - t) / n * 1e6
+    torch.cuda.synchronize()
+    return dt
+
+
 def bench_decode(results: dict, interleaved) -> None:
     from torch.nn.attention import sdpa_kernel
 
@@ -170,7 +185,10 @@ def bench_decode(results: dict, interleaved) -> None:
             except Exception as e:       # this backend does not take the call
                 peers[name] = f"n/a: {type(e).__name__}: {str(e)[:80]}"
         ms = interleaved(runs)
+        host = {n: round(host_us(runs[n]), 1) for n in ("kitjit", "kitjit_best", "flash")
+                if n in runs}
         gfns["kitjit"] = [lambda t=t: KF.sdpa(*t, enable_gqa=True) for t in sets]
+        gfns["kitjit_no_pdl"] = [lambda t=t: AD.attention_decode(*t, pdl=False) for t in sets]
         graph = {}
         for name, fns in gfns.items():
             try:
@@ -180,11 +198,13 @@ def bench_decode(results: dict, interleaved) -> None:
         torch_us = {n: round(ms[n] * 1e3, 2) for n in ("flash", "cudnn", "efficient")
                     if n in ms}
         best_torch = min(torch_us.values()) if torch_us else None
-        g_torch = [x for n, x in graph.items() if n != "kitjit" and isinstance(x, float)]
+        g_torch = [x for n, x in graph.items() if not n.startswith("kitjit")
+                   and isinstance(x, float)]
         row = {"case": f"B{B} H{H}/{Hkv} Sq1 Skv{Skv} D{D}",
                "kitjit_us": round(ms["kitjit"] * 1e3, 2),
                "kitjit_best_us": round(ms["kitjit_best"] * 1e3, 2), "best_config": best[1],
                "default_splits": s0, "torch_us": torch_us, "peers": peers, "graph_us": graph,
+               "host_us": host,
                "kitjit_gbs": round(kv_bytes / ms["kitjit"] / 1e6, 1), "by_config_us": by}
         if best_torch:
             row["vs_best_torch"] = round(best_torch / row["kitjit_us"], 3)
@@ -224,5 +244,6 @@ def table_lines(results: dict) -> list[str]:
                          f"{f(g.get('flash'), 7, 1)} {f(g.get('cudnn'), 7, 1)} "
                          f"{f(g.get('efficient'), 7, 1)} {f(r.get('graph_vs_best_torch'), 7, 2)} "
                          f"{f(r.get('graph_kitjit_gbs'), 6)}  {r['best_config']} "
-                         f"(default splits {r['default_splits']})")
+                         f"(default splits {r['default_splits']}) no-PDL graph "
+                         f"{f(g.get('kitjit_no_pdl'), 5, 1)} host us {r.get('host_us')}")
     return lines

@@ -20,6 +20,7 @@ query i sees keys 0..i, so with Sq <= 16 a causal call reads at most Sq keys.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -58,6 +59,8 @@ def decode_kernel(Q, K, V, O, L, n_rows, R, SK, Sq, H, G, chunk, qk_scale, BM: k
     """Q: (B*H*Sq, D) rows, K and V: (B*H_kv*SK, D) rows. One program per (key chunk, tile of
     the R = G*Sq query rows of a group, batch * K/V head). SPLIT: O and L are fp32 partials
     (splits, B*H*Sq, D) and (splits, B*H*Sq), else the output and its LSE."""
+    if SPLIT:     # the combine kernel (launched with PDL) may take its SMs' spare room now:
+        kit.gdc_launch_dependents()   # it waits in kit.gdc_wait for this grid to finish
     split = kit.program_id(0)
     bkv = kit.program_id(2)                        # batch * H_kv + K/V head
     hkv = H // G
@@ -102,7 +105,10 @@ def decode_kernel(Q, K, V, O, L, n_rows, R, SK, Sq, H, G, chunk, qk_scale, BM: k
 @kit.jit
 def combine_kernel(Op, Lp, O, L, n_rows, n_splits, NS: kit.constexpr, D: kit.constexpr):
     """One program per query row: O = sum_s w_s O_s / sum_s w_s with w_s = exp(lse_s - max),
-    all splits' partials of the row loaded at once (one memory latency)."""
+    all splits' partials of the row loaded at once (one memory latency). Launched with PDL
+    (programmatic dependent launch) behind decode_kernel: it starts while that one runs and
+    waits here until the partials are written and visible."""
+    kit.gdc_wait()
     r = kit.program_id(0)
     s = kit.arange(0, NS)
     ok = s < n_splits
@@ -117,6 +123,7 @@ def combine_kernel(Op, Lp, O, L, n_rows, n_splits, NS: kit.constexpr, D: kit.con
     kit.store(L + r, m + kit.log(total))
 
 
+@functools.lru_cache(maxsize=1024)
 def num_splits(n_programs: int, n_blocks: int, n_sms: int) -> int:
     """How many key chunks per (group tile, K/V head): `n_programs` programs without a split,
     `n_blocks` key blocks each, `n_sms` SMs (two programs fit on one). Enough programs for
@@ -138,14 +145,29 @@ def num_splits(n_programs: int, n_blocks: int, n_sms: int) -> int:
     return best
 
 
+_SMS: dict = {}
+
+
+def _sm_count(device: torch.device) -> int:
+    """Multiprocessors of `device` (132 for the interpreter's CPU tensors: an H100's)."""
+    if device.type != "cuda":
+        return 132
+    i = device.index if device.index is not None else torch.cuda.current_device()
+    if i not in _SMS:
+        _SMS[i] = torch.cuda.get_device_properties(i).multi_processor_count
+    return _SMS[i]
+
+
 def attention_decode(q, k, v, causal: bool = False, sm_scale: float | None = None,
                      splits: int | None = None, BN: int | None = None,
-                     STAGES: int | None = None):
+                     STAGES: int | None = None, pdl: bool = True):
     """Attention of q (B, H, Sq, D) against k, v (B, H_kv, SK, D), H a multiple of H_kv,
     fp16/bf16, head dim 64, 128 or 256: as `kitjit.nn.attention.attention` (same (o, lse),
     same top-left causal, same copy of inputs that are not contiguous), by split-KV; made for
     Sq <= 16. `splits`: key chunks per K/V head (default: `num_splits` for this GPU; causal
-    calls take one); 1 writes the output directly, with no combine kernel."""
+    calls take one); 1 writes the output directly, with no combine kernel. `pdl`: launch the
+    combine kernel as a programmatic dependent of the split kernel (it starts early and waits
+    on the GPU; a CUDA-graph capture keeps that edge)."""
     if q.dim() != 4 or k.dim() != 4 or v.shape != k.shape or k.shape[0] != q.shape[0] \
             or k.shape[3] != q.shape[3] or k.shape[1] == 0 or q.shape[1] % k.shape[1]:
         raise ValueError(f"attention_decode: q must be (B, H, S, D) and k, v (B, H_kv, SK, D) "
@@ -173,8 +195,7 @@ def attention_decode(q, k, v, causal: bool = False, sm_scale: float | None = Non
     n_blocks = kit.cdiv(keys, BN)
     row_tiles = kit.cdiv(R, BM)
     if splits is None:
-        sms = torch.cuda.get_device_properties(q.device).multi_processor_count \
-            if q.device.type == "cuda" else 132
+        sms = _sm_count(q.device)
         splits = num_splits(B * Hkv * row_tiles, n_blocks, sms)
     if causal:       # one chunk: every row then sees key 0 (a chunk no key of which a row
         splits = 1   # sees would leave that row's softmax empty)
@@ -198,5 +219,6 @@ def attention_decode(q, k, v, causal: bool = False, sm_scale: float | None = Non
     decode_kernel[grid](q2, k2, v2, op, lp, *args, SPLIT=True, **meta)
     ns = kit.next_power_of_2(splits)
     combine_kernel[(n_rows,)](op, lp, o, lse, n_rows, splits, NS=ns, D=D,
-                              num_warps=8 if ns * D >= 8192 else 4)
+                              num_warps=8 if ns * D >= 8192 else 4,
+                              launch_pdl=pdl and q.device.type == "cuda")
     return o, lse

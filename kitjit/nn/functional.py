@@ -44,6 +44,17 @@ def _interpreting() -> bool:
     return _env_flag("KITJIT_INTERPRET")
 
 
+_CAPS: dict = {}
+
+
+def _capability(dev: torch.device) -> tuple[int, int]:
+    """The device's compute capability, asked once per device (this runs on every call)."""
+    i = dev.index if dev.index is not None else torch.cuda.current_device()
+    if i not in _CAPS:
+        _CAPS[i] = torch.cuda.get_device_capability(i)
+    return _CAPS[i]
+
+
 def _fallback_reasons(query, key, value, attn_mask, dropout_p, scale, enable_gqa) -> list[str]:
     """Why the kitjit kernel cannot run this call (empty: it can). Shapes torch rejects
     also land here; torch then raises its own error."""
@@ -63,7 +74,7 @@ def _fallback_reasons(query, key, value, attn_mask, dropout_p, scale, enable_gqa
     if key.device != dev or value.device != dev:
         why.append("inputs on different devices")
     elif dev.type == "cuda":
-        if torch.cuda.get_device_capability(dev) != (9, 0):
+        if _capability(dev) != (9, 0):
             why.append("a GPU other than Hopper (sm_90)")
     elif dev.type != "cpu" or not _interpreting():
         why.append(f"{dev.type} tensors (the kernels run on Hopper GPUs; KITJIT_INTERPRET=1 "
@@ -163,8 +174,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     (the kernels read rows through 2-D TMA descriptors): one extra read and write of each
     such tensor. Query lengths up to 16 (decoding against a KV cache) run the split-KV kernels
     of kitjit/nn/attention_decode.py, longer ones the FlashAttention forward. Everything else
-    runs through torch's own implementation with a
-    KitjitFallbackWarning per reason.
+    runs through torch's own implementation with a KitjitFallbackWarning per reason.
 
     No keys (S == 0): zeros (the empty sum over keys; torch's CPU kernel leaves that output
     uninitialized).
