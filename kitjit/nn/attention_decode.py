@@ -176,15 +176,22 @@ def attention_decode(q, k, v, causal: bool = False, sm_scale: float | None = Non
     if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.float16, torch.bfloat16):
         raise TypeError(f"attention_decode: q, k, v must all be fp16 or all bf16, got "
                         f"{q.dtype}, {k.dtype}, {v.dtype}")
-    B, H, S, D = q.shape
-    Hkv, SK = k.shape[1], k.shape[2]
+    D = q.shape[3]
     if D not in (64, 128, 256):
         raise ValueError(f"attention_decode: head dim {D} not supported (64, 128, 256)")
-    if SK == 0:
+    if k.shape[2] == 0:
         raise ValueError("attention_decode: no keys (SK = 0): every softmax row would be empty")
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)
     if not scale > 0:
         raise ValueError(f"attention_decode: the softmax scale must be positive, got {scale}")
+    return decode(q, k, v, causal, scale, splits, BN, STAGES, pdl)
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan(B: int, H: int, Hkv: int, S: int, SK: int, D: int, causal: bool, splits, BN, STAGES,
+          sms: int) -> tuple:
+    """Launch parameters of one shape (cached: decoding calls the same shapes over and over,
+    and the host cost of a call is what small batches wait on)."""
     G = H // Hkv
     R = G * S                                      # query rows per K/V head
     BM = 64                                        # one warpgroup's WGMMA rows
@@ -195,30 +202,42 @@ def attention_decode(q, k, v, causal: bool = False, sm_scale: float | None = Non
     n_blocks = kit.cdiv(keys, BN)
     row_tiles = kit.cdiv(R, BM)
     if splits is None:
-        sms = _sm_count(q.device)
         splits = num_splits(B * Hkv * row_tiles, n_blocks, sms)
     if causal:       # one chunk: every row then sees key 0 (a chunk no key of which a row
         splits = 1   # sees would leave that row's softmax empty)
     splits = max(1, min(int(splits), n_blocks, MAX_SPLITS))
     chunk = kit.cdiv(n_blocks, splits) * BN
     splits = kit.cdiv(keys, chunk)                 # every split holds at least one key
+    n_rows = B * H * S
+    grid = (splits, row_tiles, B * Hkv)
+    ns = kit.next_power_of_2(splits)
+    meta = dict(BM=BM, BN=BN, D=D, CAUSAL=causal, STAGES=STAGES, SPLIT=splits > 1,
+                num_warps=4)
+    return grid, splits, (n_rows, R, SK, S, H, G, chunk), meta, \
+        dict(NS=ns, D=D, num_warps=8 if ns * D >= 8192 else 4)
+
+
+def decode(q, k, v, causal: bool, scale: float, splits=None, BN=None, STAGES=None,
+           pdl: bool = True):
+    """attention_decode without its argument checks: for callers that made them
+    (kitjit.nn.functional.scaled_dot_product_attention); scale is the softmax scale."""
+    B, H, S, D = q.shape
+    Hkv, SK = k.shape[1], k.shape[2]
+    cuda = q.device.type == "cuda"
+    grid, splits, args, meta, cmeta = _plan(B, H, Hkv, S, SK, D, causal, splits, BN, STAGES,
+                                            _sm_count(q.device) if cuda else 132)
     q2, k2, v2 = (_rows(t, D) for t in (q, k, v))
     o = torch.empty((B, H, S, D), device=q.device, dtype=q.dtype)
     lse = torch.empty((B, H, S), device=q.device, dtype=torch.float32)
     if o.numel() == 0:
         return o, lse
-    grid = (splits, row_tiles, B * Hkv)
-    n_rows = B * H * S
-    args = (n_rows, R, SK, S, H, G, chunk, scale * LOG2E)
-    meta = dict(BM=BM, BN=BN, D=D, CAUSAL=causal, STAGES=STAGES, num_warps=4)
     if splits == 1:
-        decode_kernel[grid](q2, k2, v2, o, lse, *args, SPLIT=False, **meta)
+        decode_kernel[grid](q2, k2, v2, o, lse, *args, scale * LOG2E, **meta)
         return o, lse
+    n_rows = args[0]
     op = torch.empty((splits, n_rows, D), device=q.device, dtype=torch.float32)
     lp = torch.empty((splits, n_rows), device=q.device, dtype=torch.float32)
-    decode_kernel[grid](q2, k2, v2, op, lp, *args, SPLIT=True, **meta)
-    ns = kit.next_power_of_2(splits)
-    combine_kernel[(n_rows,)](op, lp, o, lse, n_rows, splits, NS=ns, D=D,
-                              num_warps=8 if ns * D >= 8192 else 4,
-                              launch_pdl=pdl and q.device.type == "cuda")
+    decode_kernel[grid](q2, k2, v2, op, lp, *args, scale * LOG2E, **meta)
+    combine_kernel[(n_rows,)](op, lp, o, lse, n_rows, splits, launch_pdl=pdl and cuda,
+                              **cmeta)
     return o, lse

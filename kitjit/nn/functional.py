@@ -12,9 +12,9 @@ import warnings
 
 import torch
 
+from . import attention_decode as _decode
 from .attention import attention
 from .attention_backward import BWD_HEAD_DIMS, attention_backward
-from .attention_decode import attention_decode
 
 __all__ = ["KitjitFallbackWarning", "scaled_dot_product_attention", "sdpa"]
 
@@ -107,8 +107,9 @@ def _forward(q, k, v, causal: bool, scale):
     """(o, lse) from the forward kernels: split-KV (kitjit/nn/attention_decode.py) for a few
     query rows, whose one program per head would leave most SMs idle and read each K/V head
     once per query head of its group; the FlashAttention forward otherwise."""
-    if q.shape[2] <= DECODE_MAX_Q:
-        return attention_decode(q, k, v, causal=causal, sm_scale=scale)
+    if q.shape[2] <= DECODE_MAX_Q:       # _fallback_reasons made attention_decode's checks
+        return _decode.decode(q, k, v, causal,
+                              scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]))
     return attention(q, k, v, causal=causal, sm_scale=scale)
 
 
