@@ -49,6 +49,8 @@ from .base import (  # noqa: F401
     pointer_type,
     range,
     static_range,
+    tensor,
+    tensor_descriptor,
 )
 from .core import next_power_of_2  # noqa: F401
 from .elementwise import PropagateNan  # noqa: F401
