@@ -86,6 +86,12 @@ class TensorDescriptor(BlockPointer):
     def kit_methods(self) -> dict:
         return {"load": self._load, "store": self._store}
 
+    def kit_attrs(self) -> dict:
+        """What a kernel reads of a descriptor, as Triton's tensor_descriptor: dtype is the
+        element type."""
+        return {"dtype": self.dtype.element_ty, "block_shape": list(self.block_shape),
+                "shape": list(self.shape), "strides": list(self.strides)}
+
     def _at(self, cg, offsets, node) -> BlockPointer:
         offs = _ints(cg, offsets, len(self.block_shape), "offsets", node, int32)
         return BlockPointer(self.base, self.shape, self.strides, offs, self.block_shape,

@@ -50,6 +50,9 @@ class TensorDescriptor:
         if type(self.base).__name__ not in ("FakeTensor", "FunctionalTensor") and \
                 self.base.data_ptr() % 16:
             raise ValueError("TensorDescriptor: the base must be 16-byte aligned")
+        if self.strides[-1] != 1:
+            raise ValueError(f"TensorDescriptor: the last dimension must be contiguous "
+                             f"(stride 1), strides are {self.strides}")
         self._check_block()
         elem = self.base.element_size()
         if any(s * elem % 16 for s in self.strides[:-1]):
@@ -57,9 +60,6 @@ class TensorDescriptor:
                              f"16 bytes (but the last)")
         if any(s <= 0 for s in self.shape):
             raise ValueError(f"TensorDescriptor: shape {self.shape} must be positive")
-        if self.strides[-1] != 1:
-            raise ValueError(f"TensorDescriptor: the last dimension must be contiguous "
-                             f"(stride 1), strides are {self.strides}")
         if self.padding not in ("zero", "nan"):
             raise ValueError(f"TensorDescriptor: padding must be 'zero' or 'nan', got "
                              f"{self.padding!r}")
