@@ -155,7 +155,9 @@ class CompiledKernel:
         if driver.available():
             import torch
 
-            self.function(torch.cuda.current_device())
+            f = self.function(torch.cuda.current_device())
+            if not self.metadata.get("registers"):  # the assembler's log said nothing
+                self.metadata["registers"] = driver.function_registers(f)
 
     def __getitem__(self, grid):
         """`ck[grid](*args)`: launch a kernel that `warmup` returned, with its options."""

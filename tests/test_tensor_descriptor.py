@@ -222,8 +222,10 @@ def test_sass_host_descriptors_use_tma():
     assert [t["desc"] for t in ck.metadata["tma"]] == [True] * 3
     assert ck.metadata["arg_kinds"] == ["desc2", "desc2", "desc2", "i32"]
     assert ck.metadata["spills"] == 0
-    # rank 3 and padding "nan" keep masked loads
+    # ranks 1 and 3 and padding "nan" keep masked loads
     ck, ops = _sass(desc_any_rank, [("desc", "fp32", 3, (2, 4, 8), "zero")] * 2, (2, 4, 8))
+    assert not any(o.startswith("UTMA") for o in ops)
+    ck, ops = _sass(desc_1d, [("desc", "fp32", 1, (32,), "zero")] * 2, (32,))
     assert not any(o.startswith("UTMA") for o in ops)
     ck, ops = _sass(desc_copy, [("desc", "fp32", 2, (16, 16), "nan"),
                                 ("desc", "fp32", 2, (16, 16), "zero")], (16, 16))

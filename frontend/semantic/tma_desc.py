@@ -27,13 +27,14 @@ from kitjit.ir.types import TileType, mbarrier, tma_desc
 _SMEM_BUDGET = 160 * 1024  # bytes of TMA tiles per kernel; scratch and the rest need room
 
 
-def _fits(b, desc, nbytes: int) -> bool:
+def _fits(b, desc) -> bool:
     block = desc.block_shape
     elem = desc.dtype.element_ty
     if len(block) != 2 or elem.itemsize not in (1, 2, 4, 8) or elem.is_bool():
         return False
     if max(block) > 256 or block[1] * elem.itemsize < 16:
         return False
+    nbytes = block[0] * block[1] * elem.itemsize
     used = b.fn.attrs.get("tma_desc_smem", 0)
     if used + nbytes > _SMEM_BUDGET:
         return False
@@ -75,11 +76,11 @@ def _hoisted(b, name: str, rtype: TileType, attrs: dict | None = None) -> Value:
 def tma_desc_load(b, desc, offsets: list) -> Value | None:
     """The block at `offsets` copied by TMA, in registers; None where the masked path must
     do it."""
+    if not _fits(b, desc):
+        return None
     elem = desc.dtype.element_ty
     block = tuple(desc.block_shape)
     nbytes = block[0] * block[1] * elem.itemsize
-    if not _fits(b, desc, nbytes):
-        return None
     m = _map(b, desc)
     tile = _hoisted(b, "smem_alloc", TileType(elem, block, space="smem"))
     bars = _hoisted(b, "smem_alloc", TileType(mbarrier, (1,), space="smem"), {"init": 1})
@@ -94,9 +95,7 @@ def tma_desc_store(b, desc, offsets: list, value: Any) -> bool:
     masked path must do it."""
     elem = desc.dtype.element_ty
     block = tuple(desc.block_shape)
-    if not isinstance(value, Value) or value.shape != block:
-        return False
-    if not _fits(b, desc, block[0] * block[1] * elem.itemsize):
+    if not isinstance(value, Value) or value.shape != block or not _fits(b, desc):
         return False
     value = b.cast(value, elem)
     m = _map(b, desc)

@@ -204,6 +204,15 @@ def load_function(cubin: bytes, name: str, shared: int, device: int) -> tuple[in
     return mod.value, fn.value
 
 
+def function_registers(fn: int) -> int:
+    """Registers per thread of a loaded function (CU_FUNC_ATTRIBUTE_NUM_REGS), as Triton
+    reads `n_regs` at `_init_handles`."""
+    v = ctypes.c_int(0)
+    check(_load().cuFuncGetAttribute(ctypes.byref(v), 4, ctypes.c_void_p(fn)),
+          "cuFuncGetAttribute(NUM_REGS)")
+    return v.value
+
+
 _CTYPES = {"ptr": ctypes.c_uint64, "i32": ctypes.c_int32, "i64": ctypes.c_int64,
            "u32": ctypes.c_uint32, "u64": ctypes.c_uint64, "fp32": ctypes.c_float,
            "fp64": ctypes.c_double, "i1": ctypes.c_int32}
