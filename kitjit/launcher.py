@@ -99,6 +99,8 @@ def launch(grid, {args}, stream=None):
     if grid.__class__ is tuple and len(grid) == 1:
         g0 = grid[0]
         g1 = g2 = 1
+    elif grid.__class__ is tuple and len(grid) == 3:  # (checked below, as the 1-d case)
+        g0, g1, g2 = grid
     else:
         g0, g1, g2 = _grid3(grid({meta}) if callable(grid) else grid, _NAME)
     if not (0 < g0 <= 2147483647 and 0 < g1 <= 65535 and 0 < g2 <= 65535):

@@ -246,11 +246,21 @@ class FakeDriver:
     `allow_cpu=True` lets CPU tensors through the device checks (they are on device
     `current_device`); `yield_in_launch=True` releases the GIL inside each launch before the
     block is read, the moment another thread would overwrite a shared block.
+
+    `real_compile=True` keeps the real compiler (for sm_90a: kernels get their true
+    parameters and TMA metadata, so the launcher builds their descriptors); the descriptor
+    encoder (`driver.encode_tiled`) is faked either way: each encoding is appended to
+    `encodings` as (data type, pointer, rows, cols, row bytes, box rows, box cols, swizzle),
+    and its 128 bytes hold the encoding's index (`encoding_of(address)` reads it back).
+    A recorded launch then also holds `tma`, the encodings of the descriptors it passed, and
+    the launchers made while the fake was active are dropped at its end (they would launch
+    nothing; real kernels, such as kitjit.nn's, are launched by other code afterwards).
+    kitjit.nn's direct launchers and workspaces are dropped at both ends in any case.
     """
 
     def __init__(self, record: bool = True, allow_cpu: bool = False,
                  yield_in_launch: bool = False, current_device: int = 0,
-                 compile_delay: float = 0.0):
+                 compile_delay: float = 0.0, real_compile: bool = False):
         import threading
 
         self.record = record
@@ -258,12 +268,16 @@ class FakeDriver:
         self.yield_in_launch = yield_in_launch
         self.current_device = current_device
         self.compile_delay = compile_delay
+        self.real_compile = real_compile
+        self.encodings: list[tuple] = []
+        self._maps: list[Any] = []
         self.compiles: list[tuple] = []
         self.maxnregs: list[int | None] = []  # the maxnreg of each compile
         self.loads: list[tuple[str, int]] = []
         self.launches: list[dict] = []
         self.streams_asked: list[int] = []
         self._kinds: dict[Any, list[str]] = {}
+        self._n_desc: dict[Any, int] = {}
         self._lock = threading.Lock()
         self._saved: list[tuple[Any, str, Any]] = []
 
@@ -289,8 +303,38 @@ class FakeDriver:
         with self._lock:
             self.loads.append((name, device))
             handle = 0x10000 * (len(self.loads)) + device
-            self._kinds[handle] = self._kinds[cubin]
+            self._kinds[handle] = self._kinds.get(cubin)
+            self._n_desc[handle] = self._n_desc.get(cubin, 0)
         return 0xAA00 + device, handle
+
+    def _real_compile(self, compile_):
+        """The real compile, and the parameter kinds (and TMA descriptor count) of what it
+        made, so that recorded launches read their values back."""
+        from .launcher import flat_kinds
+
+        def compile_and_note(jf, *a, **kw):
+            ck = compile_(jf, *a, **kw)
+            with self._lock:
+                self._kinds[ck.asm["cubin"]] = flat_kinds(
+                    [ck.arg_kinds[i] for i in ck.runtime_index])
+                self._n_desc[ck.asm["cubin"]] = len(ck.metadata.get("tma", []))
+            return ck
+        return compile_and_note
+
+    def _encode_tiled(self, *values):
+        import ctypes
+
+        with self._lock:
+            self.encodings.append(values)
+            m = (ctypes.c_uint64 * 16)(len(self.encodings) - 1)  # 128 bytes, as a CUtensorMap
+            self._maps.append(m)
+        return m, ctypes.addressof(m)
+
+    def encoding_of(self, address: int) -> tuple:
+        """The `encodings` entry whose map lives at `address` (what a launch passed)."""
+        import ctypes
+
+        return self.encodings[ctypes.c_uint64.from_address(address).value]
 
     def _stream_getter(self):
         def current_stream(device):
@@ -307,12 +351,16 @@ class FakeDriver:
 
         if self.yield_in_launch:
             time.sleep(0)  # another thread runs here, between filling the block and the call
-        kinds = self._kinds[fn]
-        ptrs = (ctypes.c_void_p * max(1, len(kinds))).from_address(params)
-        values = tuple(_CTYPES[k].from_address(ptrs[i]).value for i, k in enumerate(kinds))
+        kinds, n_desc = self._kinds[fn], self._n_desc.get(fn, 0)
+        values = tma = None
+        if kinds is not None:
+            ptrs = (ctypes.c_void_p * max(1, len(kinds) + n_desc)).from_address(params)
+            values = tuple(_CTYPES[k].from_address(ptrs[i]).value
+                           for i, k in enumerate(kinds))
+            tma = [self.encoding_of(ptrs[len(kinds) + j]) for j in range(n_desc)]
         self.launches.append({"function": fn, "grid": (g0, g1, g2), "block": (b0, b1, b2),
                               "shared": shared, "stream": stream, "values": values,
-                              "pdl": pdl})
+                              "tma": tma, "pdl": pdl})
         return (0,)
 
     # -------------------------------------------------------------- patching
@@ -320,10 +368,25 @@ class FakeDriver:
         self._saved.append((obj, name, getattr(obj, name)))
         setattr(obj, name, value)
 
+    def _forget_fake_launchers(self) -> None:
+        """Launchers made while faking launch nothing once the fake is gone: drop them (the
+        kernels' caches as they were at the start; kitjit.nn's direct launchers)."""
+        from .torch_ops import _KERNELS
+
+        for jf in list(_KERNELS.values()):
+            keep = self._cache_keys.get(id(jf), ())
+            for key in [k for k in jf.cache if k not in keep]:
+                del jf.cache[key]
+        self._reset_nn()
+
     def __enter__(self):
         import sys
 
         from .runtime import driver
+        from .torch_ops import _KERNELS
+
+        self._cache_keys = {id(jf): set(jf.cache) for jf in list(_KERNELS.values())}
+        self._reset_nn()
 
         kjit = sys.modules["kitjit.jit"]  # the module (kitjit.jit the name is the decorator)
         ok = (0,)
@@ -333,8 +396,12 @@ class FakeDriver:
         launcher = sys.modules["kitjit.launcher"]
         self._set(launcher, "_stream_getter", self._stream_getter)
         self._set(launcher, "_torch_current_device", lambda: fake.current_device)
-        self._set(kjit.JITFunction, "compile",
-                  lambda jf, *a, **kw: fake._compile(jf, *a, **kw))
+        if not self.real_compile:
+            self._set(kjit.JITFunction, "compile",
+                      lambda jf, *a, **kw: fake._compile(jf, *a, **kw))
+        else:
+            self._set(kjit.JITFunction, "compile", self._real_compile(kjit.JITFunction.compile))
+        self._set(driver, "encode_tiled", self._encode_tiled)
         self._set(driver, "raw_launch", lambda: (launch, lambda h: h))
         pdl = (lambda *a: fake._launch(*a, pdl=True)) if self.record else launch
         self._set(driver, "pdl_launch", lambda: (pdl, lambda h: h))
@@ -352,4 +419,16 @@ class FakeDriver:
         while self._saved:
             obj, name, value = self._saved.pop()
             setattr(obj, name, value)
+        if self.real_compile:
+            self._forget_fake_launchers()
+        else:
+            self._reset_nn()
         return False
+
+    @staticmethod
+    def _reset_nn() -> None:
+        import sys
+
+        host = sys.modules.get("kitjit.nn._host")
+        if host is not None:
+            host.reset()

@@ -99,8 +99,8 @@ def test_decode_scale(poison):
 @pytest.mark.parametrize("Sq,decode", [(1, True), (16, True), (17, False)])
 def test_sdpa_chooses_decode_by_query_length(Sq, decode, monkeypatch, poison, no_fallback):
     calls = []
-    real = AD.decode
-    monkeypatch.setattr(AD, "decode", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    real = AD.Route.__call__   # every decode call, through sdpa's fast path or not
+    monkeypatch.setattr(AD.Route, "__call__", lambda *a, **kw: calls.append(1) or real(*a, **kw))
     q, k, v = llm_qkv(1, Sq, 4, 64, Hkv=2, Skv=80, seed=34)
     out = KF.sdpa(q, k, v, enable_gqa=True)
     assert bool(calls) == decode

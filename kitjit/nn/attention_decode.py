@@ -26,8 +26,10 @@ import math
 import torch
 
 import kitjit as kit
+from kitjit import launcher as _launcher
 
 # absolute: kitjit.compile_aot loads this file by its path
+from kitjit.nn._host import Rows, Site, int_facts, on_reset, workspace
 from kitjit.nn.attention import _rows, softmax, store_out
 
 LOG2E = 1.4426950408889634
@@ -148,14 +150,14 @@ def num_splits(n_programs: int, n_blocks: int, n_sms: int) -> int:
 _SMS: dict = {}
 
 
-def _sm_count(device: torch.device) -> int:
-    """Multiprocessors of `device` (132 for the interpreter's CPU tensors: an H100's)."""
-    if device.type != "cuda":
+def _sm_count(device: int) -> int:
+    """Multiprocessors of cuda:`device` (132 for -1, the interpreter's CPU tensors: an
+    H100's)."""
+    if device < 0:
         return 132
-    i = device.index if device.index is not None else torch.cuda.current_device()
-    if i not in _SMS:
-        _SMS[i] = torch.cuda.get_device_properties(i).multi_processor_count
-    return _SMS[i]
+    if device not in _SMS:
+        _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return _SMS[device]
 
 
 def attention_decode(q, k, v, causal: bool = False, sm_scale: float | None = None,
@@ -219,25 +221,123 @@ def _plan(B: int, H: int, Hkv: int, S: int, SK: int, D: int, causal: bool, split
 
 def decode(q, k, v, causal: bool, scale: float, splits=None, BN=None, STAGES=None,
            pdl: bool = True):
-    """attention_decode without its argument checks: for callers that made them
-    (kitjit.nn.functional.scaled_dot_product_attention); scale is the softmax scale."""
+    """attention_decode without its argument checks: for callers that made them; scale is
+    the softmax scale."""
     B, H, S, D = q.shape
     Hkv, SK = k.shape[1], k.shape[2]
-    cuda = q.device.type == "cuda"
-    grid, splits, args, meta, cmeta = _plan(B, H, Hkv, S, SK, D, causal, splits, BN, STAGES,
-                                            _sm_count(q.device) if cuda else 132)
-    q2, k2, v2 = (_rows(t, D) for t in (q, k, v))
-    o = torch.empty((B, H, S, D), device=q.device, dtype=q.dtype)
-    lse = torch.empty((B, H, S), device=q.device, dtype=torch.float32)
-    if o.numel() == 0:
+    dev = q.device
+    return route(B, H, Hkv, S, SK, D, causal, scale, splits, BN, STAGES, pdl, q.dtype,
+                 -1 if dev.type != "cuda" else dev.index if dev.index is not None
+                 else torch.cuda.current_device())(q, k, v, True)
+
+
+_WS_ALIGN = 64   # workspace regions start on 256-byte boundaries
+
+
+def _up(n: int) -> int:
+    return -(-n // _WS_ALIGN) * _WS_ALIGN
+
+
+class Route:
+    """One decode shape, dtype and device: the plan, the two launch sites and every number
+    of a call, made once (a decode loop calls the same shapes over and over, and the host
+    cost of a call is what small batches wait on: kitjit/nn/_host.py). Calling it with
+    (q, k, v, want_lse) runs the kernels and returns (o, lse); lse is None when not wanted
+    (sdpa without autograd), then written to scratch memory nobody reads."""
+
+    def __init__(self, B, H, Hkv, S, SK, D, causal, scale, splits, BN, STAGES, pdl, dtype,
+                 device):
+        grid, splits, args, meta, cmeta = _plan(B, H, Hkv, S, SK, D, causal, splits, BN,
+                                                STAGES, _sm_count(device))
+        self.grid, self.splits, self.D = grid, splits, D
+        self.dtype, self.device = dtype, device
+        self.tdev = torch.device("cuda", device) if device >= 0 else torch.device("cpu")
+        self.oshape, self.lshape = (B, H, S, D), (B, H, S)
+        self.empty = B * H * S * D == 0
+        self.qrows, self.kvrows = B * H * S, B * Hkv * SK
+        self.esize = torch.empty((), dtype=dtype).element_size()
+        n_rows = args[0]
+        self.n_rows = n_rows
+        self.tail = (*args, scale * LOG2E)          # decode_kernel's ints and its scale
+        facts = (dtype, device, *int_facts(*args))
+        self.split = Site(decode_kernel, meta, facts, device)
+        self.pad = (None,) * (len(self.tail) + 2)   # no tensor behind O, L and the numbers
+        self.combine = None
+        if splits > 1:
+            self.combine = Site(combine_kernel,
+                                dict(cmeta, launch_pdl=pdl and device >= 0),
+                                (dtype, device, *int_facts(n_rows, splits)), device)
+            self.cgrid = (n_rows,)
+            self.cpad = (None,) * 6
+            self.cn = (n_rows, splits)
+            self.lp_off = 4 * _up(splits * n_rows * D)      # bytes into the workspace
+            self.sink_off = self.lp_off + 4 * _up(splits * n_rows)
+        else:
+            self.sink_off = 0
+        self.ws_numel = self.sink_off // 4 + _up(n_rows)
+        self.rows = (Rows(-1, 0, 0, 0),) * 3     # the last call's TMA operands
+
+    def __call__(self, q, k, v, want_lse: bool):
+        split, combine = self.split, self.combine
+        if split.fn is None or (combine is not None and combine.fn is None) or self.empty:
+            return self.slow(q, k, v, want_lse)
+        qp, kp, vp = q.data_ptr(), k.data_ptr(), v.data_ptr()
+        if (qp | kp | vp) & 15 or not (q.is_contiguous() and k.is_contiguous()
+                                       and v.is_contiguous()) or _launcher._is_compiling():
+            return self.slow(q, k, v, want_lse)
+        ws = workspace(self.device, self.ws_numel) if combine is not None or not want_lse \
+            else (None, 0)
+        if ws is None:                       # the stream is being captured
+            return self.slow(q, k, v, want_lse)
+        wp = ws[1]
+        o = q.new_empty(self.oshape)
+        if want_lse:
+            lse = q.new_empty(self.lshape, dtype=torch.float32)
+            lp = lse.data_ptr()
+        else:
+            lse, lp = None, wp + self.sink_off
+        op = o.data_ptr()
+        # the TMA operands as pointer + rows (no views); the K/V cache's are kept, as it
+        # stays put from one step to the next
+        qr, kr, vr = self.rows
+        if qr.ptr != qp or kr.ptr != kp or vr.ptr != vp:
+            D, e = self.D, self.esize
+            qr = qr if qr.ptr == qp else Rows(qp, self.qrows, D, e)
+            kr = kr if kr.ptr == kp else Rows(kp, self.kvrows, D, e)
+            vr = vr if vr.ptr == vp else Rows(vp, self.kvrows, D, e)
+            self.rows = qr, kr, vr
+        if combine is None:
+            split.fn(self.grid, qr, kr, vr, *self.pad, qp, kp, vp, op, lp, *self.tail)
+            return o, lse
+        split.fn(self.grid, qr, kr, vr, *self.pad, qp, kp, vp, wp, wp + self.lp_off,
+                 *self.tail)
+        combine.fn(self.cgrid, *self.cpad, wp, wp + self.lp_off, op, lp, *self.cn)
         return o, lse
-    if splits == 1:
-        decode_kernel[grid](q2, k2, v2, o, lse, *args, scale * LOG2E, **meta)
+
+    def out(self, q, k, v):
+        """sdpa's call: the output alone (its log-sum-exp goes to scratch)."""
+        return self(q, k, v, False)[0]
+
+    def slow(self, q, k, v, want_lse: bool):
+        """The call through `kernel[grid](...)`: the first of a route (it makes the sites'
+        launchers), inputs that are not contiguous or aligned (copied), the interpreter,
+        torch.compile's tracing, CUDA graph capture (every buffer from torch)."""
+        D = self.D
+        q2, k2, v2 = (_rows(t, D) for t in (q, k, v))
+        o = torch.empty(self.oshape, device=self.tdev, dtype=self.dtype)
+        lse = torch.empty(self.lshape, device=self.tdev, dtype=torch.float32)
+        if self.empty:
+            return o, lse
+        if self.combine is None:
+            self.split.slow(self.grid, q2, k2, v2, o, lse, *self.tail)
+            return o, lse
+        n_rows = self.n_rows
+        op = torch.empty((self.splits, n_rows, D), device=self.tdev, dtype=torch.float32)
+        lp = torch.empty((self.splits, n_rows), device=self.tdev, dtype=torch.float32)
+        self.split.slow(self.grid, q2, k2, v2, op, lp, *self.tail)
+        self.combine.slow(self.cgrid, op, lp, o, lse, *self.cn)
         return o, lse
-    n_rows = args[0]
-    op = torch.empty((splits, n_rows, D), device=q.device, dtype=torch.float32)
-    lp = torch.empty((splits, n_rows), device=q.device, dtype=torch.float32)
-    decode_kernel[grid](q2, k2, v2, op, lp, *args, scale * LOG2E, **meta)
-    combine_kernel[(n_rows,)](op, lp, o, lse, n_rows, splits, launch_pdl=pdl and cuda,
-                              **cmeta)
-    return o, lse
+
+
+route = functools.lru_cache(maxsize=1024)(Route)
+on_reset(route.cache_clear)

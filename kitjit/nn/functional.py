@@ -13,6 +13,7 @@ import warnings
 import torch
 
 from . import attention_decode as _decode
+from ._host import on_reset
 from .attention import attention
 from .attention_backward import BWD_HEAD_DIMS, attention_backward
 
@@ -180,6 +181,47 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     No keys (S == 0): zeros (the empty sum over keys; torch's CPU kernel leaves that output
     uninitialized).
     """
+    if attn_mask is None and dropout_p == 0.0 and query.__class__ is torch.Tensor and \
+            key.__class__ is torch.Tensor and value.__class__ is torch.Tensor and \
+            not (torch.is_grad_enabled() and (query.requires_grad or key.requires_grad
+                                              or value.requires_grad)):
+        try:   # (a nested tensor has no shape: the general path)
+            facts = (query.shape, key.shape, value.shape, query.dtype, key.dtype, value.dtype,
+                     query.device, key.device, value.device, is_causal, scale, enable_gqa)
+            fast = _FAST.get(facts, _UNSEEN)
+        except (RuntimeError, TypeError):
+            fast = None
+        if fast is _UNSEEN:
+            fast = _FAST[facts] = _fast_path(query, key, value, is_causal, scale, enable_gqa)
+        if fast is not None and (fast.device >= 0 or _interpreting()):
+            return fast.out(query, key, value)
+    return _general(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+
+_FAST: dict = {}
+_UNSEEN = object()
+
+
+def _fast_path(query, key, value, is_causal, scale, enable_gqa):
+    """For the facts of a call without autograd (shapes, dtypes, devices, flags): the decode
+    route that runs it, or None (the general path). Made once per facts (a decode loop asks
+    the same ones every step), so a call skips `_fallback_reasons` and the reshapes."""
+    if len(_FAST) >= 4096:
+        _FAST.clear()
+    if query.dim() != 4 or query.shape[2] > DECODE_MAX_Q or key.shape[2] == 0 or \
+            _fallback_reasons(query, key, value, None, 0.0, scale, enable_gqa):
+        return None
+    B, H, S, D = query.shape
+    dev = query.device
+    return _decode.route(B, H, key.shape[1], S, key.shape[2], D, bool(is_causal),
+                         scale if scale is not None else 1.0 / math.sqrt(D), None, None,
+                         None, True, query.dtype,
+                         -1 if dev.type != "cuda" else dev.index if dev.index is not None
+                         else torch.cuda.current_device())
+
+
+def _general(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+    """Every call the fast path does not take: fallbacks, autograd, the forward kernels."""
     why = _fallback_reasons(query, key, value, attn_mask, dropout_p, scale, enable_gqa)
     if why:
         out = torch.nn.functional.scaled_dot_product_attention(
@@ -202,3 +244,4 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
 
 sdpa = scaled_dot_product_attention
+on_reset(_FAST.clear)

@@ -64,6 +64,7 @@ def _load() -> Any:
             "cuFuncGetAttribute": [P(i), i, vp],
             "cuLaunchKernel": [vp, u, u, u, u, u, u, u, vp, vp, vp],
             "cuGetErrorString": [i, P(ctypes.c_char_p)],
+            "cuStreamIsCapturing": [vp, P(i)],
         }
         for name, args in sigs.items():
             f = getattr(lib, name)
@@ -160,6 +161,14 @@ class device_context:
 CU_STREAM_CAPTURE_MODE_RELAXED = 2
 
 
+def stream_capturing(stream: int) -> bool:
+    """Whether the raw CUstream `stream` is being captured into a CUDA graph (also when the
+    driver cannot tell: the caller then takes its capture-safe path)."""
+    status = ctypes.c_int(0)
+    r = _load().cuStreamIsCapturing(ctypes.c_void_p(stream), ctypes.byref(status))
+    return r != CUDA_SUCCESS or status.value != 0
+
+
 def exchange_capture_mode(mode: int) -> int:
     """Set this thread's stream-capture interaction mode (cuThreadExchangeStreamCaptureMode)
     and return the previous one. RELAXED lets the thread load a module while some stream is
@@ -241,18 +250,61 @@ class ParamBlock:
 
 _TMAP_CACHE: dict = {}
 _TMAP_OLD: dict = {}
+_TMAP_MAX = 4096
 _DTYPES_TMA = {"bf16": 9, "fp16": 6, "fp32": 7, "u8": 0, "i32": 3, "fp64": 8}
 _SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
+_TMA_BY_SIZE = {1: 0, 2: 1, 4: 2, 8: 4}  # UINT8/16/32/64: a copy is a copy (zeros fill)
+
+
+def encode_tiled(data_type: int, ptr: int, rows: int, cols: int, row_bytes: int,
+                 box_rows: int, box_cols: int, swizzle: int) -> tuple[Any, int]:
+    """cuTensorMapEncodeTiled for a 2-d row-major region (rows x cols elements, rows
+    `row_bytes` apart) and a box of box_rows x box_cols: (the object that owns the 128-byte
+    CUtensorMap, its host address). Pure host work (no context, no GPU); kitjit.testing's
+    FakeDriver replaces it on machines without libcuda. Raises DriverError."""
+    from cuda.bindings import driver as cu
+
+    u64, u32 = cu.cuuint64_t, cu.cuuint32_t
+    err, tmap = cu.cuTensorMapEncodeTiled(
+        cu.CUtensorMapDataType(data_type), u32(2), ptr, [u64(cols), u64(rows)],
+        [u64(row_bytes)], [u32(box_cols), u32(box_rows)], [u32(1), u32(1)],
+        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        cu.CUtensorMapSwizzle(_SWIZZLE[swizzle]),
+        cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    if int(err):
+        raise DriverError(f"cuTensorMapEncodeTiled failed ({err})")
+    return tmap, tmap.getPtr()
+
+
+def cached_map(key: tuple, data_type: int, ptr: int, rows: int, cols: int, row_bytes: int,
+               box_rows: int, box_cols: int, swizzle: int) -> int:
+    """The address of the CUtensorMap `encode_tiled` makes from these values, cached under
+    `key`, which must determine every one of them (a cached map is then never stale: the
+    same key encodes the same 128 bytes). When full the cache starts over but keeps the
+    previous generation alive, so a map another thread is about to launch with is never
+    freed (cuLaunchKernel copies the 128 bytes before it returns)."""
+    hit = _TMAP_CACHE.get(key)
+    if hit is not None:
+        return hit[1]
+    owner, addr = encode_tiled(data_type, ptr, rows, cols, row_bytes, box_rows, box_cols,
+                               swizzle)
+    if len(_TMAP_CACHE) >= _TMAP_MAX:
+        global _TMAP_OLD
+        _TMAP_OLD = dict(_TMAP_CACHE)
+        _TMAP_CACHE.clear()
+    _TMAP_CACHE[key] = (owner, addr)
+    return addr
 
 
 def tensor_map(t: Any, box_rows: int, box_cols: int, swizzle: int, dtype: str) -> int:
-    """Address of a CUtensorMap for 2-d tensor `t` and the box, built once per (pointer,
-    shape, strides) and cached: encoding costs microseconds, a dict lookup does not. The
-    encoding is host-side and the pointer is unique across devices (unified addressing), so
-    one cache serves every device. When full, the cache starts over but keeps the previous
-    generation alive, so a map another thread is about to launch with is never freed."""
+    """Address of a CUtensorMap for 2-d tensor `t` (whose element type is `dtype`, the
+    kernel's: the launch specialized on it) and the box, built once per (pointer, shape,
+    strides, dtype, box, swizzle) and cached: encoding costs microseconds, a dict lookup
+    does not. The encoding is host-side and the pointer is unique across devices (unified
+    addressing), so one cache serves every device."""
     ptr = t.data_ptr()
-    key = (ptr, t.shape[0], t.shape[1], t.stride(0), t.stride(1), box_rows, box_cols, swizzle)
+    key = (ptr, t.shape, t.stride(), box_rows, box_cols, swizzle, dtype)
     hit = _TMAP_CACHE.get(key)
     if hit is not None:
         return hit[1]
@@ -260,31 +312,12 @@ def tensor_map(t: Any, box_rows: int, box_cols: int, swizzle: int, dtype: str) -
         raise ValueError(f"a tensor copied by TMA must be 2-d, contiguous in its last dim, "
                          f"16-byte aligned, with rows a multiple of 16 bytes apart; got shape "
                          f"{tuple(t.shape)}, strides {tuple(t.stride())}, address {ptr:#x}")
-    from cuda.bindings import driver as cu
-
-    e = t.element_size()
-    u64, u32 = cu.cuuint64_t, cu.cuuint32_t
-    err, tmap = cu.cuTensorMapEncodeTiled(
-        cu.CUtensorMapDataType(_DTYPES_TMA[dtype]), u32(2), ptr,
-        [u64(t.shape[1]), u64(t.shape[0])], [u64(t.stride(0) * e)],
-        [u32(box_cols), u32(box_rows)], [u32(1), u32(1)],
-        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        cu.CUtensorMapSwizzle(_SWIZZLE[swizzle]),
-        cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
-    if int(err):
-        raise DriverError(f"cuTensorMapEncodeTiled failed ({err}) for shape "
-                          f"{tuple(t.shape)} box [{box_rows}, {box_cols}]")
-    if len(_TMAP_CACHE) > 4096:
-        global _TMAP_OLD
-        _TMAP_OLD = dict(_TMAP_CACHE)
-        _TMAP_CACHE.clear()
-    addr = tmap.getPtr()
-    _TMAP_CACHE[key] = (tmap, addr)
-    return addr
-
-
-_TMA_BY_SIZE = {1: 0, 2: 1, 4: 2, 8: 4}  # UINT8/16/32/64: a copy is a copy (zeros fill)
+    try:
+        return cached_map(key, _DTYPES_TMA[dtype], ptr, t.shape[0], t.shape[1],
+                          t.stride(0) * t.element_size(), box_rows, box_cols, swizzle)
+    except DriverError as e:
+        raise DriverError(f"{e} for shape {tuple(t.shape)} box [{box_rows}, {box_cols}]"
+                          ) from None
 
 
 def descriptor_map(d: Any, box_rows: int, box_cols: int, swizzle: int, dtype: str) -> int:
@@ -292,32 +325,17 @@ def descriptor_map(d: Any, box_rows: int, box_cols: int, swizzle: int, dtype: st
     strides; the box one swizzle chunk of its block), cached like `tensor_map`."""
     ptr = d.base.data_ptr()
     (rows, cols), stride = d.shape, d.strides[0]
-    key = ("desc", ptr, rows, cols, stride, box_rows, box_cols, swizzle, dtype)
+    e = d.base.element_size()
+    key = ("desc", ptr, rows, cols, stride, e, box_rows, box_cols, swizzle, dtype)
     hit = _TMAP_CACHE.get(key)
     if hit is not None:
         return hit[1]
-    from cuda.bindings import driver as cu
-
-    e = d.base.element_size()
-    u64, u32 = cu.cuuint64_t, cu.cuuint32_t
-    err, tmap = cu.cuTensorMapEncodeTiled(
-        cu.CUtensorMapDataType(_DTYPES_TMA.get(dtype, _TMA_BY_SIZE[e])), u32(2), ptr,
-        [u64(cols), u64(rows)], [u64(stride * e)], [u32(box_cols), u32(box_rows)],
-        [u32(1), u32(1)], cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        cu.CUtensorMapSwizzle(_SWIZZLE[swizzle]),
-        cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
-    if int(err):
-        raise DriverError(f"cuTensorMapEncodeTiled failed ({err}) for a descriptor of shape "
-                          f"{[rows, cols]}, strides {list(d.strides)}, box "
-                          f"[{box_rows}, {box_cols}]")
-    if len(_TMAP_CACHE) > 4096:
-        global _TMAP_OLD
-        _TMAP_OLD = dict(_TMAP_CACHE)
-        _TMAP_CACHE.clear()
-    addr = tmap.getPtr()
-    _TMAP_CACHE[key] = (tmap, addr)
-    return addr
+    try:
+        return cached_map(key, _DTYPES_TMA.get(dtype, _TMA_BY_SIZE[e]), ptr, rows, cols,
+                          stride * e, box_rows, box_cols, swizzle)
+    except DriverError as err:
+        raise DriverError(f"{err} for a descriptor of shape {[rows, cols]}, strides "
+                          f"{list(d.strides)}, box [{box_rows}, {box_cols}]") from None
 
 
 def raw_launch():
