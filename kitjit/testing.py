@@ -247,11 +247,12 @@ class FakeDriver:
     `current_device`); `yield_in_launch=True` releases the GIL inside each launch before the
     block is read, the moment another thread would overwrite a shared block.
 
-    `real_compile=True` keeps the real compiler (for sm_90a: kernels get their true
-    parameters and TMA metadata, so the launcher builds their descriptors); the descriptor
-    encoder (`driver.encode_tiled`) is faked either way: each encoding is appended to
-    `encodings` as (data type, pointer, rows, cols, row bytes, box rows, box cols, swizzle),
-    and its 128 bytes hold the encoding's index (`encoding_of(address)` reads it back).
+    `ir_compile=True` builds each kernel's tile IR for sm_90a (no LLVM, no assembler): the
+    compiled kernel then has its true parameters and TMA metadata, so the launcher builds
+    its descriptors as on a GPU. The descriptor encoder (`driver.encode_tiled`) is faked
+    either way: each encoding is appended to `encodings` as (data type, pointer, rows, cols,
+    row bytes, box rows, box cols, swizzle), and its 128 bytes hold the encoding's index
+    (`encoding_of(address)` reads it back).
     A recorded launch then also holds `tma`, the encodings of the descriptors it passed, and
     the launchers made while the fake was active are dropped at its end (they would launch
     nothing; real kernels, such as kitjit.nn's, are launched by other code afterwards).
@@ -260,7 +261,7 @@ class FakeDriver:
 
     def __init__(self, record: bool = True, allow_cpu: bool = False,
                  yield_in_launch: bool = False, current_device: int = 0,
-                 compile_delay: float = 0.0, real_compile: bool = False):
+                 compile_delay: float = 0.0, ir_compile: bool = False):
         import threading
 
         self.record = record
@@ -268,7 +269,7 @@ class FakeDriver:
         self.yield_in_launch = yield_in_launch
         self.current_device = current_device
         self.compile_delay = compile_delay
-        self.real_compile = real_compile
+        self.ir_compile = ir_compile
         self.encodings: list[tuple] = []
         self._maps: list[Any] = []
         self.compiles: list[tuple] = []
@@ -286,18 +287,27 @@ class FakeDriver:
         import time
 
         from .jit import CompiledKernel, _kind
+        from .launcher import flat_kinds
 
         if self.compile_delay:
             time.sleep(self.compile_delay)
         kinds = [_kind(s) for s in specs]
+        tma = []
+        if self.ir_compile:
+            from .jit_meta import _tma_meta
+
+            fn = jf.build_ir(specs, consts, num_warps, tma=True)
+            tma = [_tma_meta(jf.runtime_params.index(name), e)
+                   for name, e in fn.attrs.get("tma", {}).items()]
         with self._lock:
             self.compiles.append((jf.__name__, tuple(map(tuple, specs)), consts, arch))
             self.maxnregs.append(maxnreg)
             cubin = f"fake-cubin-{len(self.compiles)}".encode()
-            self._kinds[cubin] = [k for k in kinds if k != "const"]
+            self._kinds[cubin] = flat_kinds([k for k in kinds if k != "const"])
+            self._n_desc[cubin] = len(tma)
         return CompiledKernel(jf.__name__, {"cubin": cubin},
                               {"num_warps": num_warps, "arg_kinds": kinds, "arch": arch,
-                               "shared": 0, "tma": []})
+                               "shared": 0, "tma": tma})
 
     def _load_function(self, cubin, name, shared, device):
         with self._lock:
@@ -306,20 +316,6 @@ class FakeDriver:
             self._kinds[handle] = self._kinds.get(cubin)
             self._n_desc[handle] = self._n_desc.get(cubin, 0)
         return 0xAA00 + device, handle
-
-    def _real_compile(self, compile_):
-        """The real compile, and the parameter kinds (and TMA descriptor count) of what it
-        made, so that recorded launches read their values back."""
-        from .launcher import flat_kinds
-
-        def compile_and_note(jf, *a, **kw):
-            ck = compile_(jf, *a, **kw)
-            with self._lock:
-                self._kinds[ck.asm["cubin"]] = flat_kinds(
-                    [ck.arg_kinds[i] for i in ck.runtime_index])
-                self._n_desc[ck.asm["cubin"]] = len(ck.metadata.get("tma", []))
-            return ck
-        return compile_and_note
 
     def _encode_tiled(self, *values):
         import ctypes
@@ -353,7 +349,7 @@ class FakeDriver:
             time.sleep(0)  # another thread runs here, between filling the block and the call
         kinds, n_desc = self._kinds[fn], self._n_desc.get(fn, 0)
         values = tma = None
-        if kinds is not None:
+        if kinds is not None:  # (a launcher made before this fake: values unknown)
             ptrs = (ctypes.c_void_p * max(1, len(kinds) + n_desc)).from_address(params)
             values = tuple(_CTYPES[k].from_address(ptrs[i]).value
                            for i, k in enumerate(kinds))
@@ -396,11 +392,8 @@ class FakeDriver:
         launcher = sys.modules["kitjit.launcher"]
         self._set(launcher, "_stream_getter", self._stream_getter)
         self._set(launcher, "_torch_current_device", lambda: fake.current_device)
-        if not self.real_compile:
-            self._set(kjit.JITFunction, "compile",
-                      lambda jf, *a, **kw: fake._compile(jf, *a, **kw))
-        else:
-            self._set(kjit.JITFunction, "compile", self._real_compile(kjit.JITFunction.compile))
+        self._set(kjit.JITFunction, "compile",
+                  lambda jf, *a, **kw: fake._compile(jf, *a, **kw))
         self._set(driver, "encode_tiled", self._encode_tiled)
         self._set(driver, "raw_launch", lambda: (launch, lambda h: h))
         pdl = (lambda *a: fake._launch(*a, pdl=True)) if self.record else launch
@@ -419,7 +412,7 @@ class FakeDriver:
         while self._saved:
             obj, name, value = self._saved.pop()
             setattr(obj, name, value)
-        if self.real_compile:
+        if self.ir_compile:
             self._forget_fake_launchers()
         else:
             self._reset_nn()

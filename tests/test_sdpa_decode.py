@@ -242,3 +242,88 @@ def test_gpu_sdpa_decode_cuda_graph():
         g.replay()
         torch.cuda.synchronize()
         assert_close(out, base.ref(q, k, v, enable_gqa=True), f"graph replay seed {seed}")
+
+
+@pytest.mark.gpu
+def test_gpu_direct_path_repeated_calls(poison, no_fallback):
+    """sdpa's direct path (kitjit/nn/_host.py): from the second call of a shape on, the
+    kernels launch through their own launchers with the TMA operands by pointer and the
+    partials in the workspace. Each call sees fresh values (a new q every step, the cache
+    rewritten in place, a new cache, a strided one that is copied) and matches float64."""
+    B, H, Hkv, D, SK = 2, 32, 8, 128, 3000
+    _, k, v = base.bhsd(B, H, 1, D, Hkv=Hkv, Skv=SK, device="cuda", seed=50)
+    for step in range(6):
+        q = base.randn(B, H, 1, D, device="cuda", seed=60 + step)
+        if step == 2:                                  # the cache rewritten in place
+            k.copy_(base.randn(B, Hkv, SK, D, device="cuda", seed=70))
+        if step == 3:                                  # a new cache: new pointers, rows
+            _, k, v = base.bhsd(B, H, 1, D, Hkv=Hkv, Skv=SK + 7, device="cuda", seed=71)
+        kk = k
+        if step == 4:                                  # strided: the checked path copies it
+            kk = base.randn(B, Hkv, SK + 7, 2 * D, device="cuda", seed=72)[..., :D]
+        out = KF.sdpa(q, kk, v, enable_gqa=True)
+        torch.cuda.synchronize()
+        assert from_kernel(out, poison), step
+        assert_close(out, base.ref(q, kk, v, enable_gqa=True), f"step {step}")
+
+
+@pytest.mark.gpu
+def test_gpu_direct_path_streams_and_threads(no_fallback):
+    """Calls queued on two streams at once, and from two threads on one stream, each with
+    its own q: every output is its own call's (the workspace is per stream and thread)."""
+    import threading
+
+    B, H, Hkv, D, SK = 1, 32, 8, 128, 4096
+    _, k, v = base.bhsd(B, H, 1, D, Hkv=Hkv, Skv=SK, device="cuda", seed=80)
+    qs = [base.randn(B, H, 1, D, device="cuda", seed=81 + i) for i in range(8)]
+    KF.sdpa(qs[0], k, v, enable_gqa=True)               # the checked first call
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    for s in streams:
+        s.wait_stream(torch.cuda.current_stream())
+    outs = [None] * 8
+    for i, q in enumerate(qs):                          # no sync between: both queues full
+        with torch.cuda.stream(streams[i % 2]):
+            outs[i] = KF.sdpa(q, k, v, enable_gqa=True)
+    torch.cuda.synchronize()
+    for i, (q, o) in enumerate(zip(qs, outs)):
+        assert_close(o, base.ref(q, k, v, enable_gqa=True), f"stream {i % 2} call {i}")
+
+    touts: list = [None] * 8
+    barrier = threading.Barrier(2)
+
+    def work(j):
+        barrier.wait()
+        for i in range(j, 8, 2):
+            touts[i] = KF.sdpa(qs[i], k, v, enable_gqa=True)
+
+    ths = [threading.Thread(target=work, args=(j,)) for j in range(2)]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join()
+    torch.cuda.synchronize()
+    for i, (q, o) in enumerate(zip(qs, touts)):
+        assert_close(o, base.ref(q, k, v, enable_gqa=True), f"thread {i % 2} call {i}")
+
+
+@pytest.mark.gpu
+def test_gpu_direct_path_forward_backward(no_fallback):
+    """The forward and backward routes, called again on new values (their direct path):
+    outputs and gradients against float64 each time."""
+    from test_sdpa_backward import assert_grads, ref_grads
+
+    for step in range(3):
+        q, k, v = (t.requires_grad_() for t in base.bhsd(2, 8, 300, 128, Hkv=2, Skv=333,
+                                                          device="cuda", seed=90 + step))
+        do = base.randn(2, 8, 300, 128, device="cuda", seed=95 + step)
+        out = KF.sdpa(q, k, v, enable_gqa=True)
+        out.backward(do)
+        torch.cuda.synchronize()
+        assert_close(out.detach(), base.ref(q.detach(), k.detach(), v.detach(),
+                                            enable_gqa=True), f"forward step {step}")
+        assert_grads((q.grad, k.grad, v.grad), ref_grads(q, k, v, do, False),
+                     f"backward step {step}")
+        with torch.no_grad():                        # sdpa's route without autograd
+            o2 = KF.sdpa(q, k, v, enable_gqa=True)
+        assert_close(o2, base.ref(q.detach(), k.detach(), v.detach(), enable_gqa=True),
+                     f"no-grad forward step {step}")

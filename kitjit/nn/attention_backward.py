@@ -20,11 +20,14 @@ a head's S (or keys past SK) read the next head's rows through the 2-D descripto
 masked to P = 0 (a select, so an overflowing exp of garbage never leaks) and never stored.
 """
 
+import functools
 import math
 
 import torch
 
 import kitjit as kit
+from kitjit import launcher as _launcher
+from kitjit.nn._host import Rows, Site, int_facts, on_reset, workspace
 
 LOG2E = 1.4426950408889634
 
@@ -174,25 +177,100 @@ def attention_backward(do, q, k, v, o, lse, causal: bool = False, sm_scale: floa
     if do.shape != q.shape or o.shape != q.shape or lse.shape != (B, H, S):
         raise ValueError("attention_backward: do and o must be q's shape, lse (B, H, S)")
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)
-    dq = torch.empty((B, H, S, D), device=q.device, dtype=q.dtype)
-    dk = torch.empty((B, Hkv, SK, D), device=q.device, dtype=k.dtype)
-    dv = torch.empty((B, Hkv, SK, D), device=q.device, dtype=v.dtype)
-    if dk.numel() == 0 or dq.numel() == 0:
-        return dq.zero_(), dk.zero_(), dv.zero_()
-    from .attention import _rows
+    dev = q.device
+    if any(t.device != dev for t in (do, k, v, o, lse)):
+        raise ValueError(f"attention_backward: do, q, k, v, o, lse must be on one device, got "
+                         f"{[str(t.device) for t in (do, q, k, v, o, lse)]}")
+    return route(B, H, Hkv, S, SK, D, causal, scale, tuple(sorted((dkdv_config or {}).items())),
+                 tuple(sorted((dq_config or {}).items())), q.dtype,
+                 -1 if dev.type != "cuda" else dev.index if dev.index is not None
+                 else torch.cuda.current_device())(do, q, k, v, o, lse)
 
-    q2, k2, v2, o2, do2 = (_rows(t, D) for t in (q, k, v, o, do.to(q.dtype)))
-    lse = lse.contiguous()
-    delta = torch.empty((B, H, S), device=q.device, dtype=torch.float32)
-    bwd_preprocess[(kit.cdiv(B * H * S, 64),)](o2, do2, delta, B * H * S, BM=64, D=D)
-    c1, c2 = default_config(D)
-    c1 = dict(c1, **(dkdv_config or {}))
-    c2 = dict(c2, **(dq_config or {}))
-    G = H // Hkv
-    dkdv_kernel[(kit.cdiv(SK, c1["BN"]), B * Hkv)](
-        q2, k2, v2, do2, dk, dv, lse, delta, S, SK, H, G, scale, scale * LOG2E, D=D,
-        CAUSAL=causal, **c1)
-    dq_kernel[(kit.cdiv(S, c2["BM"]), B * H)](
-        q2, k2, v2, do2, dq, lse, delta, S, SK, H, G, scale, scale * LOG2E, D=D,
-        CAUSAL=causal, **c2)
-    return dq, dk, dv
+
+class Route:
+    """One backward shape, configuration, dtype and device: the three launch sites and the
+    numbers of a call, made once (kitjit/nn/_host.py: the first call launches through
+    `kernel[grid](...)`, the next through the kernels' own launchers with the TMA operands
+    by pointer, delta in the workspace)."""
+
+    def __init__(self, B, H, Hkv, S, SK, D, causal, scale, dkdv_config, dq_config, dtype,
+                 device):
+        c1, c2 = default_config(D)
+        c1 = dict(c1, **dict(dkdv_config))
+        c2 = dict(c2, **dict(dq_config))
+        G = H // Hkv
+        n_rows = B * H * S
+        self.dtype, self.device, self.D = dtype, device, D
+        self.tdev = torch.device("cuda", device) if device >= 0 else torch.device("cpu")
+        self.qshape, self.kshape, self.lshape = (B, H, S, D), (B, Hkv, SK, D), (B, H, S)
+        self.empty = B * Hkv * SK * D == 0 or n_rows * D == 0
+        self.qrows, self.kvrows, self.n_rows = n_rows, B * Hkv * SK, n_rows
+        self.esize = torch.empty((), dtype=dtype).element_size()
+        self.pgrid = (kit.cdiv(n_rows, 64),)
+        self.kgrid = (kit.cdiv(SK, c1["BN"]), B * Hkv, 1)
+        self.qgrid = (kit.cdiv(S, c2["BM"]), B * H, 1)
+        ints = (S, SK, H, G)
+        self.tail = (*ints, scale, scale * LOG2E)
+        facts = (dtype, device, *int_facts(*ints))
+        self.pre = Site(bwd_preprocess, dict(BM=64, D=D), (dtype, device, *int_facts(n_rows)),
+                        device)
+        self.dkdv = Site(dkdv_kernel, dict(D=D, CAUSAL=causal, **c1), facts, device)
+        self.dq = Site(dq_kernel, dict(D=D, CAUSAL=causal, **c2), facts, device)
+        self.rows = (Rows(-1, 0, 0, 0),) * 4
+
+    def __call__(self, do, q, k, v, o, lse):
+        if self.dq.fn is None or self.dkdv.fn is None or self.pre.fn is None or self.empty:
+            return self.slow(do, q, k, v, o, lse)
+        dp, qp, kp, vp, op, lp = (do.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                  o.data_ptr(), lse.data_ptr())
+        dt = self.dtype          # (q's: the route's key) every tensor as the first call's
+        if (dp | qp | kp | vp | op | lp) & 15 or do.dtype is not dt or k.dtype is not dt or \
+                v.dtype is not dt or o.dtype is not dt or lse.dtype is not torch.float32 or \
+                not (do.is_contiguous() and q.is_contiguous() and k.is_contiguous() and
+                     v.is_contiguous() and o.is_contiguous() and lse.is_contiguous()) or \
+                _launcher._is_compiling():
+            return self.slow(do, q, k, v, o, lse)
+        ps = (dp, qp, kp, vp)
+        ws = workspace(self.device, self.n_rows)
+        if ws is None:                       # the stream is being captured
+            return self.slow(do, q, k, v, o, lse)
+        delta = ws[1]
+        dq, dk, dv = q.new_empty(self.qshape), k.new_empty(self.kshape), \
+            v.new_empty(self.kshape)
+        dqp, dkp, dvp = dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
+        rows = self.rows
+        if (rows[0].ptr, rows[1].ptr, rows[2].ptr, rows[3].ptr) != ps:
+            D, e = self.D, self.esize
+            n = (self.qrows, self.qrows, self.kvrows, self.kvrows)
+            self.rows = rows = tuple(r if r.ptr == p else Rows(p, m, D, e)
+                                     for r, p, m in zip(rows, ps, n))
+        dor, qr, kr, vr = rows
+        self.pre.fn(self.pgrid, None, None, None, None, op, dp, delta, self.n_rows)
+        self.dkdv.fn(self.kgrid, qr, kr, vr, dor, *(None,) * 10, qp, kp, vp, dp, dkp, dvp,
+                     lp, delta, *self.tail)
+        self.dq.fn(self.qgrid, qr, kr, vr, dor, *(None,) * 9, qp, kp, vp, dp, dqp, lp, delta,
+                   *self.tail)
+        return dq, dk, dv
+
+    def slow(self, do, q, k, v, o, lse):
+        """Through `kernel[grid](...)`: a route's first call, inputs that are not contiguous,
+        aligned or of q's dtype (copied), the interpreter, tracing, graph capture."""
+        D = self.D
+        dq = torch.empty(self.qshape, device=self.tdev, dtype=q.dtype)
+        dk = torch.empty(self.kshape, device=self.tdev, dtype=k.dtype)
+        dv = torch.empty(self.kshape, device=self.tdev, dtype=v.dtype)
+        if self.empty:
+            return dq.zero_(), dk.zero_(), dv.zero_()
+        from .attention import _rows
+
+        q2, k2, v2, o2, do2 = (_rows(t, D) for t in (q, k, v, o, do.to(q.dtype)))
+        lse = lse.contiguous()
+        delta = torch.empty(self.lshape, device=self.tdev, dtype=torch.float32)
+        self.pre.slow(self.pgrid, o2, do2, delta, self.n_rows)
+        self.dkdv.slow(self.kgrid, q2, k2, v2, do2, dk, dv, lse, delta, *self.tail)
+        self.dq.slow(self.qgrid, q2, k2, v2, do2, dq, lse, delta, *self.tail)
+        return dq, dk, dv
+
+
+route = functools.lru_cache(maxsize=1024)(Route)
+on_reset(route.cache_clear)

@@ -186,6 +186,9 @@ def attention_decode(q, k, v, causal: bool = False, sm_scale: float | None = Non
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)
     if not scale > 0:
         raise ValueError(f"attention_decode: the softmax scale must be positive, got {scale}")
+    if k.device != q.device or v.device != q.device:
+        raise ValueError(f"attention_decode: q, k, v must be on one device, got {q.device}, "
+                         f"{k.device}, {v.device}")
     return decode(q, k, v, causal, scale, splits, BN, STAGES, pdl)
 
 

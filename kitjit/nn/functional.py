@@ -12,6 +12,7 @@ import warnings
 
 import torch
 
+from . import attention as _attention
 from . import attention_decode as _decode
 from ._host import on_reset
 from .attention import attention
@@ -204,20 +205,25 @@ _UNSEEN = object()
 
 def _fast_path(query, key, value, is_causal, scale, enable_gqa):
     """For the facts of a call without autograd (shapes, dtypes, devices, flags): the decode
-    route that runs it, or None (the general path). Made once per facts (a decode loop asks
-    the same ones every step), so a call skips `_fallback_reasons` and the reshapes."""
+    or forward route that runs it, or None (the general path). Made once per facts (a
+    decode loop asks the same ones every step), so a call skips `_fallback_reasons` and the
+    reshapes."""
     if len(_FAST) >= 4096:
         _FAST.clear()
-    if query.dim() != 4 or query.shape[2] > DECODE_MAX_Q or key.shape[2] == 0 or \
+    if query.dim() != 4 or key.shape[2] == 0 or \
             _fallback_reasons(query, key, value, None, 0.0, scale, enable_gqa):
         return None
     B, H, S, D = query.shape
     dev = query.device
-    return _decode.route(B, H, key.shape[1], S, key.shape[2], D, bool(is_causal),
-                         scale if scale is not None else 1.0 / math.sqrt(D), None, None,
-                         None, True, query.dtype,
-                         -1 if dev.type != "cuda" else dev.index if dev.index is not None
-                         else torch.cuda.current_device())
+    index = -1 if dev.type != "cuda" else dev.index if dev.index is not None \
+        else torch.cuda.current_device()
+    if S <= DECODE_MAX_Q:
+        return _decode.route(B, H, key.shape[1], S, key.shape[2], D, bool(is_causal),
+                             scale if scale is not None else 1.0 / math.sqrt(D), None, None,
+                             None, True, query.dtype, index)
+    return _attention.route(B, H, key.shape[1], S, key.shape[2], D, bool(is_causal),
+                            scale if scale is not None else 1.0 / math.sqrt(D), (),
+                            query.dtype, index)
 
 
 def _general(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
