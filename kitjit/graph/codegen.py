@@ -131,6 +131,13 @@ def store_tile(acc: Access, space, b: Index | None, r: Index, c: Index, value: s
         f"kit.store({' + '.join(parts)}, {v})"
 
 
+def lin(i: str, n: int, j) -> str:
+    """`i * n + j`, written short when n is 1 or j is 0."""
+    e = i if n == 1 else f"{i} * {n}"
+    e = e if j in (0, "0") else f"{e} + {j}"
+    return e if e == i else f"({e})"
+
+
 def bound(name: str, n: int, block: int, always: bool = False) -> str | None:
     """The mask `name < n` of an index running over blocks of `block`, or None when every
     block is whole."""

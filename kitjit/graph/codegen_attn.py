@@ -10,8 +10,8 @@ from the search (space.py):
   heads of one KV head) fold into the rows, so one program's K/V loads serve them all;
 - SPLIT > 1: the keys split over programs (grid: row blocks x batch x splits) that write
   fp32 partials (acc, running max, running sum); a combine kernel merges them;
-- STAGES=2: the next K/V tiles are loaded before the current ones are used (register
-  prefetch), when every tile is whole."""
+- STAGES=2: the next K/V tiles are loaded (masked at the program's last keys) before the
+  current ones are used: a register prefetch, two tiles in flight per program."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from .codegen import (
     elementwise,
     flat_offset,
     kernel_header,
+    lin,
     load_tile,
     load_vec,
     p2,
@@ -111,14 +112,12 @@ def attention_kernel(group, name: str) -> tuple[list[str], list[str]]:
     rd = Index("rd", (nb + 1,), bound("rd", D, DP))
     rdk = Index("rd", (nb,), rd.mask)
     rv = Index("rv", (nb + 1,), bound("rv", Dv, DVP))
-    whole = N % CH == 0 and CH % BN == 0 and SPLIT * CH == N
-    prefetch = STAGES == 2 and whole
+    masked = N % BN != 0      # only the tile at N's end can be partial (CH % BN == 0)
 
-    def rn(name: str, masked: bool) -> tuple[Index, Index]:
-        m = f"{name} < {N}" if masked else None
+    def rn(name: str, bound_: str | None) -> tuple[Index, Index]:
+        m = f"{name} < {bound_}" if bound_ else None
         return Index(name, (nb + 1,), m), Index(name, (nb,), m)
 
-    masked = not whole
     e.line("pm = kit.program_id(0)" + ("   # one query row per program" if fma else ""))
     e.line("b = kit.program_id(1)")
     e.line("sp = kit.program_id(2)" if SPLIT > 1 else "sp = 0")
@@ -145,8 +144,8 @@ def attention_kernel(group, name: str) -> tuple[list[str], list[str]]:
         e.line(f"l_i = kit.zeros(({BM},), kit.float32)")
         e.line(f"acc = kit.zeros(({BM}, {DVP}), kit.float32)")
 
-    def loads(n: str, sfx: str) -> list[str]:
-        c, r = rn(n, masked)
+    def loads(n: str, sfx: str, bound_: str | None) -> list[str]:
+        c, r = rn(n, bound_)
         return [f"kt{sfx} = {load_tile(ka, ks, b, rdk, c)}",
                 f"v{sfx} = {load_tile(va, vs, b, r, rv)}"]
 
@@ -183,24 +182,26 @@ def attention_kernel(group, name: str) -> tuple[list[str], list[str]]:
         return out
 
     lo = f"sp * {CH}" if SPLIT > 1 else "0"
-    if prefetch:
-        hi = f"{lo} + {CH}" if SPLIT > 1 else str(N)
-        e.line(f"rn = {lo} + kit.arange(0, {BN})" if SPLIT > 1 else f"rn = kit.arange(0, {BN})")
-        for ln in loads("rn", ""):
+    hi = (f"kit.minimum({lo} + {CH}, {N})" if N % CH else f"{lo} + {CH}") \
+        if SPLIT > 1 else str(N)
+    if " " in hi:
+        e.line(f"n_end = {hi}   # this program's keys: [{lo}, n_end)")
+        hi = "n_end"
+    if STAGES == 2:   # prefetch: the next tiles load while these are used
+        e.line(f"rn = {lo} + kit.arange(0, {BN})" if SPLIT > 1 else
+               f"rn = kit.arange(0, {BN})")
+        for ln in loads("rn", "", str(N) if masked else None):
             e.line(ln)
         e.line(f"for n0 in range({lo}, {hi}, {BN}):")
-        e.line(f"    nn = kit.multiple_of(kit.minimum(n0 + {BN}, {hi} - {BN}), {BN})"
-               "   # the next keys (the last ones again at the end)")
-        e.line(f"    rn = nn + kit.arange(0, {BN})")
-        for ln in loads("rn", "_next") + body("rn"):
+        e.line(f"    rn = n0 + kit.arange(0, {BN})")
+        e.line(f"    rn_next = rn + {BN}")
+        for ln in loads("rn_next", "_next", hi) + body("rn"):
             e.line("    " + ln)
         e.line("    kt, v = kt_next, v_next")
     else:
-        hi = (f"kit.minimum({lo} + {CH}, {N})" if N % CH else f"{lo} + {CH}") \
-            if SPLIT > 1 else str(N)
         e.line(f"for n0 in range({lo}, {hi}, {BN}):")
         e.line(f"    rn = n0 + kit.arange(0, {BN})")
-        for ln in loads("rn", "") + body("rn"):
+        for ln in loads("rn", "", str(N) if masked else None) + body("rn"):
             e.line("    " + ln)
     args = group.args()
     nw = P["num_warps"]
@@ -219,16 +220,16 @@ def attention_kernel(group, name: str) -> tuple[list[str], list[str]]:
             f"{name}[{grid}]({', '.join(args)}, num_warps={nw})"]
     # partials: wacc[sp, b, r, dv], wm / wl[sp, b, r] (fp32, contiguous)
     if fma:
-        ws = f"(sp * {NB} + b) * {R} + pm"
-        e.line(f"kit.store(wacc + ({ws}) * {Dv} + rv, acc"
+        ws = lin(lin("sp", NB, "b"), R, "pm")
+        e.line(f"kit.store(wacc + {ws} * {Dv} + rv, acc"
                + (f", mask={rv.mask})" if rv.mask else ")"))
         e.line(f"kit.store(wm + {ws}, m_i)")
         e.line(f"kit.store(wl + {ws}, l_i)")
     else:
-        ws = f"(sp * {NB} + b) * {R} + rm"
+        ws = lin(lin("sp", NB, "b"), R, "rm")
         mk = " & ".join(x for x in (f"({rm.mask})[:, None]" if rm.mask else "",
                                     f"({rv.mask})[None, :]" if rv.mask else "") if x)
-        e.line(f"kit.store(wacc + ({ws})[:, None] * {Dv} + rv[None, :], acc"
+        e.line(f"kit.store(wacc + {ws}[:, None] * {Dv} + rv[None, :], acc"
                + (f", mask={mk})" if mk else ")"))
         e.line(f"kit.store(wm + {ws}, m_i" + (f", mask={rm.mask})" if rm.mask else ")"))
         e.line(f"kit.store(wl + {ws}, l_i" + (f", mask={rm.mask})" if rm.mask else ")"))
@@ -253,7 +254,7 @@ def attention_kernel(group, name: str) -> tuple[list[str], list[str]]:
         f"    a = kit.load({aptr}, mask={amask}, other=0.0)" if amask else
         f"    a = kit.load({aptr})",
         "    o = kit.sum(a * w[:, None], axis=0) / kit.sum(ls * w, axis=0)",
-        f"    b = row // {R}",
+        f"    b = row // {R}" if R > 1 else "    b = row",
         "    " + _store_row(O, S, L, f"row % {R}", "rv", rv.mask, "o"),
     ]
     dev = f"{buf(mm2)}.device"

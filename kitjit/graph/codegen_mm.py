@@ -5,9 +5,9 @@ scale, or the scale applied to the accumulators after the loop: rms_norm(x) W =
 rstd * ((x * w) W)), and the elementwise epilogue on the output tile.
 
 Choices from the search (space.py): tile BM x BN x BK, STAGES=2 loads the next K tiles
-before the current ones feed kit.dot (a register prefetch: two tiles in flight per
-program), SPLIT > 1 splits K over programs that write fp32 partials, and a combine kernel
-adds them and runs the norm scale and the epilogue."""
+(masked at the program's end of K) before the current ones feed kit.dot (a register
+prefetch: two tiles in flight per program), SPLIT > 1 splits K over programs that write
+fp32 partials, and a combine kernel adds them and runs the norm scale and the epilogue."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from .codegen import (
     buf,
     elementwise,
     kernel_header,
+    lin,
     load_tile,
     load_vec,
     p2,
@@ -73,19 +74,20 @@ def matmul_kernel(group, name: str) -> tuple[list[str], list[str]]:
     A = pro.inputs[0] if pro is not None else mm0.inputs[0]
     kmask = bound("{k}", K, BK)
 
-    def kidx(k: str, axis: int) -> Index:
-        return Index(k, (axis,), kmask.format(k=k) if kmask else None)
+    def kidx(k: str, axis: int, m: str | None = None) -> Index:
+        return Index(k, (axis,), m)
 
-    def loads(k: str, sfx: str) -> list[str]:
-        out = [f"a{sfx} = {load_tile(Access.of(A), aspace, b, rm, kidx(k, nb + 1))}"]
+    def loads(k: str, sfx: str, m: str | None) -> list[str]:
+        """The tiles of A, the B's (and LoRA's A) at K index `k`, valid where `m`."""
+        out = [f"a{sfx} = {load_tile(Access.of(A), aspace, b, rm, kidx(k, nb + 1, m))}"]
         for i, mm in enumerate(group.mms):
             out.append(f"w{i}{sfx} = "
-                       f"{load_tile(Access.of(mm.inputs[1]), bspace, b, kidx(k, nb), rn)}")
+                       f"{load_tile(Access.of(mm.inputs[1]), bspace, b, kidx(k, nb, m), rn)}")
         if lr:
             R = lr[0].shape[-1]
             rr = Index("rr", (nb + 1,), bound("rr", R, p2(R, 16)))
             lspace = (*S[:-2], K, R)
-            la = load_tile(Access.of(lr[0].inputs[1]), lspace, b, kidx(k, nb), rr)
+            la = load_tile(Access.of(lr[0].inputs[1]), lspace, b, kidx(k, nb, m), rr)
             out.append(f"la{sfx} = {la}")
         return out
 
@@ -120,7 +122,8 @@ def matmul_kernel(group, name: str) -> tuple[list[str], list[str]]:
         e.line(f"ss = kit.zeros(({BM},), kit.float32)")
         e.line(f"for k0 in range(0, {K}, {BK}):")
         e.line("    k = k0 + rk")
-        e.line(f"    x = {load_tile(Access.of(A), aspace, b, rm, kidx('k', nb + 1))}"
+        km = kidx("k", nb + 1, kmask.format(k="k") if kmask else None)
+        e.line(f"    x = {load_tile(Access.of(A), aspace, b, rm, km)}"
                ".to(kit.float32)")
         e.line("    ss += kit.sum(x * x, axis=1)")
         e.line(f"rstd = kit.rsqrt(ss / {K} + {pro.attrs['eps']!r})")
@@ -130,29 +133,29 @@ def matmul_kernel(group, name: str) -> tuple[list[str], list[str]]:
         e.line(f"acc{i} = kit.zeros(({BM}, {BN}), kit.float32)")
     if lr:
         e.line(f"accl = kit.zeros(({BM}, {p2(lr[0].shape[-1], 16)}), kit.float32)")
-    k_lo = "sp * " + str(KCH) if SPLIT > 1 else "0"
-    if STAGES == 2:     # every K tile whole (space.py): prefetch without masks
-        assert K % BK == 0 and K % KCH == 0 and SPLIT * KCH == K
-        k_end = f"{k_lo} + {KCH}" if SPLIT > 1 else str(K)
+    k_lo = f"sp * {KCH}" if SPLIT > 1 else "0"
+    hi = (f"kit.minimum({k_lo} + {KCH}, {K})" if K % KCH else f"{k_lo} + {KCH}") \
+        if SPLIT > 1 else str(K)
+    if " " in hi:
+        e.line(f"k_end = {hi}   # this program's part of K: [{k_lo}, k_end)")
+        hi = "k_end"
+    if STAGES == 2:     # prefetch: the next K tiles load while these feed kit.dot
         e.line(f"k = {k_lo} + rk" if SPLIT > 1 else "k = rk")
-        for ln in loads("k", ""):
+        for ln in loads("k", "", kmask.format(k="k") if kmask else None):
             e.line(ln)
-        e.line(f"for k0 in range({k_lo}, {k_end}, {BK}):")
+        e.line(f"for k0 in range({k_lo}, {hi}, {BK}):")
         e.line("    k = k0 + rk")
-        e.line(f"    kn = kit.multiple_of(kit.minimum(k0 + {BK}, {k_end} - {BK}), {BK}) + rk"
-               f"   # the next tiles (the last ones again at the end)")
-        for ln in loads("kn", "_next"):
+        e.line(f"    kn = k + {BK}")
+        for ln in loads("kn", "_next", f"kn < {hi}"):
             e.line("    " + ln)
         for ln in compute("k"):
             e.line("    " + ln)
         names = ["a"] + [f"w{i}" for i in range(len(group.mms))] + (["la"] if lr else [])
         e.line(f"    {', '.join(names)} = {', '.join(n + '_next' for n in names)}")
     else:
-        hi = f"kit.minimum({k_lo} + {KCH}, {K})" if SPLIT > 1 and K % KCH else (
-            f"{k_lo} + {KCH}" if SPLIT > 1 else str(K))
         e.line(f"for k0 in range({k_lo}, {hi}, {BK}):")
         e.line("    k = k0 + rk")
-        for ln in loads("k", "") + compute("k"):
+        for ln in loads("k", "", kmask.format(k="k") if kmask else None) + compute("k"):
             e.line("    " + ln)
     args = group.args()
     nw = P["num_warps"]
@@ -181,11 +184,11 @@ def matmul_kernel(group, name: str) -> tuple[list[str], list[str]]:
     part = Access("ws_i", (M, N), (N, 1))
     prm, prn = Index("rm", (0,), rm.mask), Index("rn", (1,), rn.mask)
     for i in range(nmm):
-        e.line(f"ws_i = ws + (sp * {nmm} + {i}) * {NB * M * N} + b * {M * N}")
+        e.line(f"ws_i = ws + {lin('sp', nmm, i)} * {NB * M * N} + b * {M * N}")
         e.line(store_tile(part, (M, N), None, prm, prn, f"acc{i}"))
     extra = []
     if norm == "epi":
-        e.line(f"kit.store(wss + (sp * {NB} + b) * {M} + rm, ss"
+        e.line(f"kit.store(wss + {lin('sp', NB, 'b')} * {M} + rm, ss"
                + (f", mask={rm.mask})" if rm.mask else ")"))
         extra = ["wss"]
     # the combine kernel: sum the partials, then the norm scale and the epilogue
@@ -201,10 +204,10 @@ def matmul_kernel(group, name: str) -> tuple[list[str], list[str]]:
     c.line(f"for sp in kit.static_range({SPLIT}):")
     for i in range(nmm):
         ld = load_tile(part, (M, N), None, prm, prn)
-        c.line(f"    ws_i = ws + (sp * {nmm} + {i}) * {NB * M * N} + b * {M * N}")
+        c.line(f"    ws_i = ws + {lin('sp', nmm, i)} * {NB * M * N} + b * {M * N}")
         c.line(f"    acc{i} += {ld}")
     if norm == "epi":
-        c.line(f"    ss += kit.load(wss + (sp * {NB} + b) * {M} + rm"
+        c.line(f"    ss += kit.load(wss + {lin('sp', NB, 'b')} * {M} + rm"
                + (f", mask={rm.mask}, other=0.0)" if rm.mask else ")"))
         c.line(f"rstd = kit.rsqrt(ss / {K} + {pro.attrs['eps']!r})")
         for i in range(nmm):

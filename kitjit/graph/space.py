@@ -29,6 +29,7 @@ LATENCY_S = 1.0e-6         # a load's round trip in a loaded memory system
 SM_BPS = 35e9              # what one SM pulls at most: HBM's peak needs ~96 SMs busy
 LAUNCH_S = 2.5e-6          # one more kernel in the chain (launch gap + its ramp)
 REGS_SM, MAX_REGS, WARPS_SM, CTAS_SM = 65536, 255, 64, 32
+REG_LIMIT = 280            # estimates over this are dropped (the estimate is ~20% off)
 SMEM_BYTES = 227 * 1024
 KEEP = 3.0                 # candidates modelled within KEEP x the best survive pruning
 
@@ -55,10 +56,9 @@ def _row_choices(grp: Group) -> list[dict]:
         if rows > p2(R):
             break
         for nw in (1, 2, 4, 8, 16):
-            live = len(grp.nodes) + 2
-            if rows * block * live / (32 * nw) > 160 or rows * block < 32 * nw // 4:
-                continue
-            out.append(dict(ROWS=rows, num_warps=nw))
+            p = dict(ROWS=rows, num_warps=nw)
+            if registers(grp, p) <= 200 and rows * block >= 32 * nw // 4:
+                out.append(p)
     return out
 
 
@@ -68,7 +68,6 @@ def _mm_choices(grp: Group) -> list[dict]:
     K = grp.mms[0].inputs[0].shape[-1]
     n = len(grp.mms)
     lr = grp.lowrank
-    RP = p2(lr[0].shape[-1], 16) if lr else 0
     norms = ("pro", "epi") if grp.prologue is not None else (None,)
     for BM, BN, BK, nw, split, stages, norm in itertools.product(
             (16, 32, 64, 128), (32, 64, 128, 256), (32, 64, 128, 256), (2, 4, 8),
@@ -78,25 +77,19 @@ def _mm_choices(grp: Group) -> list[dict]:
         nbk = -(-K // BK)
         if split > 1 and (lr or split > nbk or (split - 1) * -(-nbk // split) >= nbk):
             continue
-        if stages == 2 and (K % BK or K % split or (K // split) % BK):
-            continue
-        tile_in = BM * BK + n * BK * BN + (BK * RP if lr else 0)
-        regs = (n * BM * BN + BM * RP) / (32 * nw) + tile_in / 2 * (stages + 1) / (32 * nw)
-        if regs + 40 > MAX_REGS or tile_in * 2 > SMEM_BYTES:
-            continue
+        if stages == 2 and -(-nbk // split) < 2:
+            continue     # a prefetch needs two K tiles per program
         p = dict(BM=BM, BN=BN, BK=BK, SPLIT=split, STAGES=stages, num_warps=nw)
         if norm:
             p["NORM"] = norm
-        out.append(p)
+        if registers(grp, p) <= REG_LIMIT and (BM * BK + n * BK * BN) * 2 <= SMEM_BYTES:
+            out.append(p)
     return out
 
 
 def _attn_choices(grp: Group) -> list[dict]:
     out = []
-    mm1, mm2 = grp.mm1, grp.mm2
-    N = mm1.shape[-1]
-    D, Dv = mm1.inputs[0].shape[-1], mm2.shape[-1]
-    DP, DVP = p2(D, 16), p2(Dv, 16)
+    N = grp.mm1.shape[-1]
     can_pack = bool(packable(grp))
     for pack, form in itertools.product((False, True) if can_pack else (False,),
                                         ("mma", "fma")):
@@ -117,18 +110,12 @@ def _attn_choices(grp: Group) -> list[dict]:
             ch = -(-nblk // split)
             if split > nblk or (split - 1) * ch >= nblk:
                 continue     # every split gets keys
-            if stages == 2 and (N % (ch * BN) or split * ch * BN != N):
-                continue     # prefetch only over whole tiles
-            tiles = (BN * DP + BN * DVP) / 2               # K and V tiles, 32-bit registers
-            if form == "fma":
-                regs = (DP + DVP + tiles * (stages + 1) * 2) / (32 * nw)
-            else:
-                regs = (BM * DVP + BM * BN + BM * DP / 2) / (32 * nw) + \
-                    tiles * (stages + 1) / (32 * nw)
-            if regs + 40 > MAX_REGS:
-                continue
-            out.append(dict(FORM=form, PACK=pack, BM=BM, BN=BN, SPLIT=split,
-                            STAGES=stages, num_warps=nw))
+            if stages == 2 and ch < 2:
+                continue     # a prefetch needs two key tiles per program
+            p = dict(FORM=form, PACK=pack, BM=BM, BN=BN, SPLIT=split, STAGES=stages,
+                     num_warps=nw)
+            if registers(grp, p) <= REG_LIMIT:
+                out.append(p)
     grp.params = {}
     return out
 
@@ -144,7 +131,6 @@ def cost(grp: Group, p: dict) -> float:
         rows = math.prod(grp.space) // C
         progs = -(-rows // p["ROWS"])
         step = (loads + stores) / max(rows, 1) * p["ROWS"]
-        regs = p["ROWS"] * p2(C) * (len(grp.nodes) + 2) / (32 * nw)
     elif grp.kind == "matmul":
         *batch, M, N = grp.mms[0].shape
         K = grp.mms[0].inputs[0].shape[-1]
@@ -164,7 +150,6 @@ def cost(grp: Group, p: dict) -> float:
             kernels = 2
             stores += 2 * 4 * split * n * NB * M * N       # partials out and back in
         step = (BM * BK + n * BK * BN) * 2
-        regs = (n * BM * BN + (BM * BK + n * BK * BN) / 2 * (stages + 1)) / (32 * nw)
     else:
         L = layout(_with(grp, p))
         R, NB = L["R"], L["NB"]
@@ -189,9 +174,7 @@ def cost(grp: Group, p: dict) -> float:
             kernels = 2
             stores += 2 * 4 * split * NB * R * (Dv + 2)
         step = BN * (D + Dv) * 2
-        tiles = (BN * p2(D, 16) + BN * p2(Dv, 16)) / 2
-        regs = (BM * p2(Dv, 16) + BM * BN) / (32 * nw) + tiles * (stages + 1) / (32 * nw)
-    regs = min(MAX_REGS, regs + 40)
+    regs = min(MAX_REGS, registers(grp, p))
     per_sm = max(1, min(REGS_SM // int(regs * 32 * nw), WARPS_SM // nw, CTAS_SM))
     resident = min(progs, SMS * per_sm)
     waves = -(-progs // (SMS * per_sm))
@@ -199,6 +182,35 @@ def cost(grp: Group, p: dict) -> float:
     bw = min(HBM_BPS, min(progs, SMS) * SM_BPS, resident * step * stages / LATENCY_S)
     t = max((loads + stores) / bw, flops / rate / busy)
     return t + waves * LATENCY_S + (kernels - 1) * LAUNCH_S
+
+
+def registers(grp: Group, p: dict) -> float:
+    """Estimated 32-bit registers per thread: the loaded tiles of every stage with their
+    64-bit addresses, kit.dot's operand copies (A replicated over the warps that split N),
+    the fp32 accumulators. Within ~20% of ptxas on the generated sm_90a kernels."""
+    nw, st = p["num_warps"], p.get("STAGES", 1)
+    th = 32 * nw
+    if grp.kind == "row":
+        C = grp.space[grp.axis]
+        return 40 + p["ROWS"] * p2(C) * (len(grp.nodes) + 2) / th
+    if grp.kind == "matmul":
+        BM, BN, BK = p["BM"], p["BN"], p["BK"]
+        n = len(grp.mms)
+        RP = p2(grp.lowrank[0].shape[-1], 16) if grp.lowrank else 0
+        loaded = BM * BK + n * BK * BN + BK * RP                  # halves per stage
+        wm = max(1, min(nw, BM // 16))
+        return (40 + loaded / (2 * th) * st + loaded / (4 * th) * st + BM / wm * BK / 64
+                + (n * BK * BN + BK * RP) / (2 * th) + (n * BN + RP) * BM / th)
+    D, Dv = p2(grp.mm1.inputs[0].shape[-1], 16), p2(grp.mm2.shape[-1], 16)
+    BN = p["BN"]
+    loaded = BN * (D + Dv)
+    base = 40 + loaded / (2 * th) * st + loaded / (4 * th) * st
+    if p.get("FORM") == "fma":
+        return base + (D + Dv) / th
+    BM = p["BM"]
+    wm = max(1, min(nw, BM // 16))
+    return (base + BM / wm * (D + BN) / 64 + loaded / (2 * th)
+            + BM * (Dv + BN) / th)
 
 
 def _with(grp: Group, p: dict) -> Group:
