@@ -258,3 +258,26 @@ def test_errors():
     t = g.transpose(a)
     with pytest.raises(NotImplementedError, match="would need a copy"):
         g.reshape(t, (256,))
+
+
+def test_benchmark_script_without_gpu():
+    """benchmarks/graph_bench.py: every workload builds its graph, the smaller ones' eager
+    functions and SDPA layouts compute the graph; the table marks bars met and missed."""
+    spec = importlib.util.spec_from_file_location(
+        "graph_bench", EXAMPLES.parent / "benchmarks" / "graph_bench.py")
+    gb = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gb)
+    for name, make in gb.WORKLOADS.items():
+        wl = make()
+        assert wl["graph"].outputs and callable(wl["eager"]), name
+    wl = gb.WORKLOADS["lora"]()
+    ins = wl["inputs"]("cpu")
+    ref = wl["graph"].reference(ins)[0]
+    assert gb._rel(wl["eager"](*[x.double() for x in ins]), ref) < 1e-9
+    res = [dict(workload="a", search_s=30.0, rel_err=1e-3, floor_us=1.0,
+                times_ms={"kitjit": (0.010, 0.02), "eager": (0.020, 0.05),
+                          "compile": (0.011, 0.03), "sdpa:flash": (0.012, 0.02)}),
+           dict(workload="b", search_s=200.0, rel_err=1e-3, floor_us=1.0,
+                times_ms={"kitjit": (0.010, 0.02), "eager": (0.012, 0.05)})]
+    rows = gb.table(res).splitlines()
+    assert rows[1].split()[-1] == "ok" and rows[2].split()[-1] == "miss"

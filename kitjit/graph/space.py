@@ -181,7 +181,8 @@ def cost(grp: Group, p: dict) -> float:
     busy = min(1.0, progs / SMS)
     bw = min(HBM_BPS, min(progs, SMS) * SM_BPS, resident * step * stages / LATENCY_S)
     t = max((loads + stores) / bw, flops / rate / busy)
-    return t + waves * LATENCY_S + (kernels - 1) * LAUNCH_S
+    t += waves * LATENCY_S + (kernels - 1) * LAUNCH_S
+    return t * (1 + 0.05 * regs / MAX_REGS)   # ties: the lighter kernel (spills, residency)
 
 
 def registers(grp: Group, p: dict) -> float:
