@@ -3,7 +3,7 @@ verification + timing), check the result on fresh inputs against the float64 ref
 and time it against torch eager, torch.compile and, for decode attention, torch SDPA's best
 backend, all on the same graph in the same run. Prints a table last.
 
-    python benchmarks/graph_bench.py                       # every workload
+    python benchmarks/graph_bench.py                       # the default workloads
     python benchmarks/graph_bench.py --only decode,gqa_b1_s4096 --json $OUT/graph.json
 
 Method (benchmarks/NOTES.md): every variant runs 0.25 s before it is timed; variants are
@@ -139,6 +139,9 @@ WORKLOADS = {
     "lora": _lora,
     "qk_norm": _qk,
 }
+# the default run: every workload, GQA at its two corners (the other two with --only)
+DEFAULT = ["decode", "gqa_b1_s4096", "gqa_b8_s32768", "rmsnorm_linear", "gated_mlp", "lora",
+           "qk_norm"]
 
 
 # ----------------------------------------------------------------------------- timing
@@ -272,7 +275,8 @@ def run_workload(name: str, args, compile_state: dict) -> dict:
     out_bytes = sum(math.prod(t.shape) * t.dtype.itemsize for t in g.outputs)
     floor_us = (in_bytes + out_bytes) / HBM * 1e6
     t0 = time.perf_counter()
-    opt = g.superoptimize(budget=args.budget, cache=False, progress=True)
+    opt = g.superoptimize(budget=args.budget, cache=False, progress=True,
+                          max_candidates=args.candidates)
     search_s = time.perf_counter() - t0
     res = dict(workload=name, desc=wl["desc"], search_s=search_s, plan=opt.info["plan"],
                kernels=opt.info["kernels"], search=opt.info["search"], floor_us=floor_us)
@@ -357,7 +361,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", default="", help="comma-separated workloads: "
                     + ",".join(WORKLOADS))
-    ap.add_argument("--budget", type=float, default=150.0, help="superoptimize budget (s)")
+    ap.add_argument("--budget", type=float, default=120.0, help="superoptimize budget (s)")
+    ap.add_argument("--candidates", type=int, default=16, help="candidates timed at most")
     ap.add_argument("--compile-mode", default="max-autotune-no-cudagraphs",
                     help="torch.compile mode, 'default', or 'none' to skip it")
     ap.add_argument("--compile-limit", type=float, default=240.0)
@@ -367,7 +372,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("graph_bench needs a CUDA GPU", file=sys.stderr)
         return 2
-    names = [n for n in args.only.split(",") if n] or list(WORKLOADS)
+    names = [n for n in args.only.split(",") if n] or DEFAULT
     bad = [n for n in names if n not in WORKLOADS]
     if bad:
         print(f"unknown workloads {bad}; choose from {list(WORKLOADS)}", file=sys.stderr)
