@@ -272,3 +272,25 @@ def test_forward_and_backward_direct_launches(fake):
     attention_backward(do.float(), q, k, v, o, lse)
     (p2, _, _), = pairs(fake, n2, 3)
     same_launch(p1, p2, skip=(1, 2))
+
+
+def test_sdpa_decode_under_torch_compile_is_one_graph(monkeypatch):
+    """Traced by dynamo, an inference sdpa skips the direct path (it reads pointers): one
+    graph (fullgraph), the forward as kitjit's opaque op, eager's result."""
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(str(gm.graph))
+        return gm.forward
+
+    def f(q, k, v):
+        return KF.sdpa(q, k, v, enable_gqa=True) * 2
+
+    q, k, v = randn(1, 4, 1, 64), randn(1, 2, 70, 64, seed=1), randn(1, 2, 70, 64, seed=2)
+    with torch.no_grad():
+        eager = f(q, k, v)
+        torch._dynamo.reset()
+        out = torch.compile(f, fullgraph=True, backend=backend)(q, k, v)
+    assert len(graphs) == 1 and "kitjit.attention_fwd" in graphs[0], graphs
+    assert torch.equal(out, eager)

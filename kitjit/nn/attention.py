@@ -262,11 +262,11 @@ class Route:
 
     def __call__(self, q, k, v, want_lse: bool):
         fn = self.site.fn
-        if fn is None or self.empty:
+        if fn is None or self.empty or _launcher._is_compiling():
             return self.slow(q, k, v)
         qp, kp, vp = q.data_ptr(), k.data_ptr(), v.data_ptr()
         if (qp | kp | vp) & 15 or not (q.is_contiguous() and k.is_contiguous()
-                                       and v.is_contiguous()) or _launcher._is_compiling():
+                                       and v.is_contiguous()):
             return self.slow(q, k, v)
         if want_lse:
             lse = q.new_empty(self.lshape, dtype=torch.float32)

@@ -219,7 +219,8 @@ class Route:
         self.rows = (Rows(-1, 0, 0, 0),) * 4
 
     def __call__(self, do, q, k, v, o, lse):
-        if self.dq.fn is None or self.dkdv.fn is None or self.pre.fn is None or self.empty:
+        if self.dq.fn is None or self.dkdv.fn is None or self.pre.fn is None or self.empty \
+                or _launcher._is_compiling():
             return self.slow(do, q, k, v, o, lse)
         dp, qp, kp, vp, op, lp = (do.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
                                   o.data_ptr(), lse.data_ptr())
@@ -227,8 +228,7 @@ class Route:
         if (dp | qp | kp | vp | op | lp) & 15 or do.dtype is not dt or k.dtype is not dt or \
                 v.dtype is not dt or o.dtype is not dt or lse.dtype is not torch.float32 or \
                 not (do.is_contiguous() and q.is_contiguous() and k.is_contiguous() and
-                     v.is_contiguous() and o.is_contiguous() and lse.is_contiguous()) or \
-                _launcher._is_compiling():
+                     v.is_contiguous() and o.is_contiguous() and lse.is_contiguous()):
             return self.slow(do, q, k, v, o, lse)
         ps = (dp, qp, kp, vp)
         ws = workspace(self.device, self.n_rows)

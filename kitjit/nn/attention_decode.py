@@ -282,11 +282,12 @@ class Route:
 
     def __call__(self, q, k, v, want_lse: bool):
         split, combine = self.split, self.combine
-        if split.fn is None or (combine is not None and combine.fn is None) or self.empty:
+        if split.fn is None or (combine is not None and combine.fn is None) or self.empty \
+                or _launcher._is_compiling():
             return self.slow(q, k, v, want_lse)
         qp, kp, vp = q.data_ptr(), k.data_ptr(), v.data_ptr()
         if (qp | kp | vp) & 15 or not (q.is_contiguous() and k.is_contiguous()
-                                       and v.is_contiguous()) or _launcher._is_compiling():
+                                       and v.is_contiguous()):
             return self.slow(q, k, v, want_lse)
         ws = workspace(self.device, self.ws_numel) if combine is not None or not want_lse \
             else (None, 0)

@@ -12,6 +12,7 @@ import warnings
 
 import torch
 
+from .. import launcher as _launcher
 from . import attention as _attention
 from . import attention_decode as _decode
 from ._host import on_reset
@@ -185,7 +186,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if attn_mask is None and dropout_p == 0.0 and query.__class__ is torch.Tensor and \
             key.__class__ is torch.Tensor and value.__class__ is torch.Tensor and \
             not (torch.is_grad_enabled() and (query.requires_grad or key.requires_grad
-                                              or value.requires_grad)):
+                                              or value.requires_grad)) and \
+            not _launcher._is_compiling():   # (traced: kernel[grid] records opaque ops)
         try:   # (a nested tensor has no shape: the general path)
             facts = (query.shape, key.shape, value.shape, query.dtype, key.dtype, value.dtype,
                      query.device, key.device, value.device, is_causal, scale, enable_gqa)
@@ -241,7 +243,9 @@ def _general(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_g
     lead = query.shape[:-3]
     B = math.prod(lead)
     q, k, v = (t.reshape(B, *t.shape[-3:]) for t in (query, key, value))
-    if _wants_grad((q, k, v)):                     # through the op autograd knows
+    # through the op autograd knows; traced by torch.compile, also without autograd (one
+    # opaque call in the graph: the host path reads pointers, which dynamo cannot trace)
+    if _wants_grad((q, k, v)) or _launcher._is_compiling():
         sm = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
         o, _ = _attention_fwd(q, k, v, bool(is_causal), float(sm))
     else:
