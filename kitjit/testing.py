@@ -253,9 +253,9 @@ class FakeDriver:
     either way: each encoding is appended to `encodings` as (data type, pointer, rows, cols,
     row bytes, box rows, box cols, swizzle), and its 128 bytes hold the encoding's index
     (`encoding_of(address)` reads it back).
-    A recorded launch then also holds `tma`, the encodings of the descriptors it passed, and
-    the launchers made while the fake was active are dropped at its end (they would launch
-    nothing; real kernels, such as kitjit.nn's, are launched by other code afterwards).
+    A recorded launch then also holds `tma`, the encodings of the descriptors it passed; the
+    kernels' launchers are set aside while the fake is active (every launch goes through
+    it) and put back at its end, without those made meanwhile (they would launch nothing).
     kitjit.nn's direct launchers and workspaces are dropped at both ends in any case.
     """
 
@@ -364,24 +364,32 @@ class FakeDriver:
         self._saved.append((obj, name, getattr(obj, name)))
         setattr(obj, name, value)
 
-    def _forget_fake_launchers(self) -> None:
-        """Launchers made while faking launch nothing once the fake is gone: drop them (the
-        kernels' caches as they were at the start; kitjit.nn's direct launchers)."""
+    def _stash_launchers(self) -> None:
+        """ir_compile: every kernel launches through the fake while it is active, also one
+        that has a launcher already (the interpreter's, say): the kernels' caches are set
+        aside at the start and put back at the end, dropping what was made meanwhile (it
+        would launch nothing)."""
         from .torch_ops import _KERNELS
 
+        self._stash = [(jf, dict(jf.cache)) for jf in list(_KERNELS.values())]
+        for jf, _ in self._stash:
+            jf.cache.clear()   # (in place: the generated launch entry holds the dict)
+
+    def _restore_launchers(self) -> None:
+        from .torch_ops import _KERNELS
+
+        kept = {id(jf): c for jf, c in self._stash}
         for jf in list(_KERNELS.values()):
-            keep = self._cache_keys.get(id(jf), ())
-            for key in [k for k in jf.cache if k not in keep]:
-                del jf.cache[key]
-        self._reset_nn()
+            jf.cache.clear()
+            jf.cache.update(kept.get(id(jf), {}))
 
     def __enter__(self):
         import sys
 
         from .runtime import driver
-        from .torch_ops import _KERNELS
 
-        self._cache_keys = {id(jf): set(jf.cache) for jf in list(_KERNELS.values())}
+        if self.ir_compile:
+            self._stash_launchers()
         self._reset_nn()
 
         kjit = sys.modules["kitjit.jit"]  # the module (kitjit.jit the name is the decorator)
@@ -413,9 +421,8 @@ class FakeDriver:
             obj, name, value = self._saved.pop()
             setattr(obj, name, value)
         if self.ir_compile:
-            self._forget_fake_launchers()
-        else:
-            self._reset_nn()
+            self._restore_launchers()
+        self._reset_nn()
         return False
 
     @staticmethod
