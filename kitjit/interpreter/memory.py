@@ -280,8 +280,11 @@ class _Memory:
         for t in gc.get_objects():
             if not issubclass(type(t), torch.Tensor) or t.device.type != "cpu":
                 continue
-            st = t.untyped_storage()
-            lo, n = st.data_ptr(), st.nbytes()
+            try:   # (a FakeTensor that torch.compile keeps alive has no data)
+                st = t.untyped_storage()
+                lo, n = st.data_ptr(), st.nbytes()
+            except (RuntimeError, NotImplementedError):
+                continue
             if not n or ((str(t.device), lo, n) in self._by_storage):
                 continue
             if ((want >= lo) & (want < lo + n)).any():
