@@ -393,15 +393,21 @@ def pdl_launch():
     attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
     attr.value.programmaticStreamSerializationAllowed = 1
     launch_ex = cu.cuLaunchKernelEx
+    tls = threading.local()   # one config per thread, its attribute set once (making a
+    # CUlaunchConfig and its attribute array cost ~1 us per launch; the driver reads the
+    # config during the call only)
 
     def launch(f, g0, g1, g2, b0, b1, b2, shared, stream, params, extra):
-        config = cu.CUlaunchConfig()
+        try:
+            config = tls.config
+        except AttributeError:
+            config = tls.config = cu.CUlaunchConfig()
+            config.attrs = [attr]
+            config.numAttrs = 1
         config.gridDimX, config.gridDimY, config.gridDimZ = g0, g1, g2
         config.blockDimX, config.blockDimY, config.blockDimZ = b0, b1, b2
         config.sharedMemBytes = shared
         config.hStream = cu.CUstream(stream)
-        config.attrs = [attr]
-        config.numAttrs = 1
         return launch_ex(config, f, params, extra)
 
     return launch, cu.CUfunction
