@@ -92,7 +92,12 @@ class LoweringBase:
         self.smem_bytes = 0
         self.role = None  # (first warpgroup, warpgroups) inside `if kit.warpgroup_id() ...`
         self.uses_setmaxnreg = False
+        # wgmma results whose MMAs may still run; `groups` lists those issued since the last
+        # region boundary in issue order (one commit group each), so that reading one waits
+        # only for it and what is older (wait_group <newer groups>); values in flight from
+        # before the boundary are read after a wait_group 0
         self.inflight: set[int] = set()
+        self.groups: list[int] = []
         self.scratch_base = 0
         self.static_bytes = 0
         self.axis = AxisAnalysis(fn)
@@ -387,7 +392,20 @@ class LoweringBase:
         if pending == 0:
             self.inflight.discard(v.id)
 
-    # ------------------------------------------------------------------ blocks
+    def wgmma_done(self, v: Value) -> None:
+        """Wait until the MMA group that writes `v` has finished (and those before it): the
+        groups issued after it, in this stretch of straight-line code, may go on running
+        (`a = kit.mma(..., pending=1); b = kit.mma(..., pending=1); f(a)` overlaps b with f)."""
+        if v.id in self.groups:
+            newer = len(self.groups) - 1 - self.groups.index(v.id)
+        else:
+            newer = 0
+        self.wgmma_wait(v, newer)
+        self.inflight.discard(v.id)
+        if v.id in self.groups:
+            self.groups.remove(v.id)
+
+        # ------------------------------------------------------------------ blocks
     def block(self, block: Block) -> list[list[ir.Value]] | None:
         for op in block.ops:
             if op.name == "yield":
@@ -395,11 +413,15 @@ class LoweringBase:
             if self.inflight and op.name not in ("wgmma", "for"):
                 for v in op.operands:
                     if v.id in self.inflight:
-                        self.wgmma_wait(v, 0)
+                        self.wgmma_done(v)
             fn = registry.lowering_of(op.name)
             if fn is None:
                 raise LoweringError(f"no lowering for op '{op.name}'")
+            if op.regions:  # MMAs issued inside a region: their order is not known here
+                self.groups = []
             fn(self, op)
+            if op.regions:
+                self.groups = []
         return None
 
 

@@ -1,6 +1,6 @@
 """The `tma` family: Hopper's shared tiles, bulk tensor copies, mbarriers, CTA barriers,
-warpgroup roles' ids and register budgets (smem_alloc, smem_index, smem_trans, tma_load,
-tma_store, mbar_wait, mbar_arrive, barrier, warpgroup_id, setmaxnreg).
+warpgroup roles' ids and register budgets (smem_alloc, smem_index, smem_trans, smem_store,
+smem_load, tma_load, tma_store, mbar_wait, mbar_arrive, barrier, warpgroup_id, setmaxnreg).
 
 `sync` and `thread0` are in `base.py`: other families and `lower()` use them too.
 """
@@ -70,9 +70,105 @@ class TmaLowering(LoweringBase):
     def op_smem_trans(self, op: Op) -> None:
         self.vals[op.result.id] = self.get(op.operands[0])
 
+    def smem_offset(self, lay, R: int, C: int, e: int, rr, cl):
+        """Byte offset of element (rr, cl) of an [R, C] shared tile laid out as `lay`: column
+        chunks one after another, rows of `swizzle` bytes whose 16-byte units are XORed with
+        address bits 7.. (the pattern TMA writes and WGMMA reads; 1024-aligned tiles)."""
+        b = self.b
+        sw, cc = (lay.swizzle, lay.chunk) if lay is not None else (0, C)
+        row_bytes = sw if sw else C * e
+        chunk = b.udiv(cl, self.c32(cc)) if cc < C else self.c32(0)
+        incol = b.urem(cl, self.c32(cc)) if cc < C else cl
+        byte = b.mul(incol, self.c32(e))
+        if sw:
+            unit = b.lshr(byte, self.c32(4))
+            row = rr if sw == 128 else b.lshr(rr, self.c32({64: 1, 32: 2}[sw]))
+            unit = b.xor(unit, b.and_(row, self.c32(sw // 16 - 1)))
+            byte = b.or_(b.shl(unit, self.c32(4)), b.and_(byte, self.c32(15)))
+        return b.add(b.add(b.mul(chunk, self.c32(R * row_bytes)),
+                           b.mul(rr, self.c32(row_bytes))), byte)
+
+    def smem_elements(self, tile: Value, lin, vec_ok: bool = True):
+        """(register indices, byte offset) of each run of registers that sit side by side in
+        shared tile `tile` (up to 16 bytes, as wide as the layout and the chunk allow) for a
+        register tile laid out as `lin`: what kit.store / kit.load move with one access."""
+        lay = tile.type.layout
+        trans = lay is not None and lay.transposed
+        R, C = tile.shape[::-1] if trans else tile.shape
+        e = tile.dtype.itemsize
+        inner = 0 if trans else 1  # the register tile's dim that runs along a stored row
+        cc = lay.chunk if lay is not None else C
+        vec = 1
+        if vec_ok and e <= 8:
+            steps = [v for _, _, v in lin.thread_terms(inner)]
+            while vec * 2 * e <= 16 and vec * 2 <= cc and all(v % (vec * 2) == 0 for v in steps):
+                vec *= 2
+        coords = lin.reg_coords()
+        idx = lin.reg_index()
+        rbase, cbase = self.thread_coord(lin, 0), self.thread_coord(lin, 1)
+        runs, done = [], set()
+        for i, c in enumerate(coords):
+            if i in done:
+                continue
+            n = vec
+            while n > 1:
+                if c[inner] % n == 0:
+                    more = [idx.get(tuple(x + (k if d == inner else 0) for d, x in enumerate(c)))
+                            for k in range(n)]
+                    if None not in more:
+                        break
+                n //= 2
+            run = [i] if n == 1 else more
+            done.update(run)
+            r = self.b.add(rbase, self.c32(c[0]))
+            col = self.b.add(cbase, self.c32(c[1]))
+            if trans:
+                r, col = col, r
+            runs.append((run, self.smem_offset(lay, R, C, e, r, col)))
+        return runs
+
+    @lowering("smem_store")
+    def op_smem_store(self, op: Op) -> None:
+        """Registers -> a shared tile (vector st.shared where runs allow), then a proxy fence
+        so that WGMMA and TMA (the async proxy) see the writes after a barrier."""
+        dst, value = op.operands
+        b = self.b
+        (saddr,) = self.get(dst)
+        vals = self.get(value)
+        mt = mem_type(value.dtype)
+        for run, off in self.smem_elements(dst, _lin(value.type)):
+            ptr = b.inttoptr(b.add(saddr, off), SPTR)
+            if len(run) == 1:
+                b.store(self.to_mem(vals[run[0]], value.dtype), ptr)
+                continue
+            vec = ir.Constant(ir.VectorType(mt, len(run)), ir.Undefined)
+            for k, i in enumerate(run):
+                vec = b.insert_element(vec, self.to_mem(vals[i], value.dtype), self.c32(k))
+            b.store(vec, ptr, align=len(run) * value.dtype.itemsize)
+        asm(b, VOID, "fence.proxy.async.shared::cta;", "~{memory}", [])
+
+    @lowering("smem_load")
+    def op_smem_load(self, op: Op) -> None:
+        src = op.operands[0]
+        b = self.b
+        (saddr,) = self.get(src)
+        lin = _lin(op.result.type)
+        mt = mem_type(src.dtype)
+        out = [None] * lin.nregs
+        for run, off in self.smem_elements(src, lin):
+            ptr = b.inttoptr(b.add(saddr, off), SPTR)
+            if len(run) == 1:
+                out[run[0]] = self.from_mem(b.load(ptr, typ=mt), src.dtype)
+                continue
+            vec = b.load(ptr, typ=ir.VectorType(mt, len(run)), align=len(run) * src.dtype.itemsize)
+            for k, i in enumerate(run):
+                out[i] = self.from_mem(b.extract_element(vec, self.c32(k)), src.dtype)
+        self.set(op.result, out)
+
     @lowering("tma_store")
     def op_tma_store(self, op: Op) -> None:
-        """Registers -> swizzled staging tile -> one bulk tensor copy per column chunk."""
+        """Registers -> swizzled staging tile -> one bulk tensor copy per column chunk (a
+        reduce-add into the tensor with reduce="add")."""
         desc, row, col, value, staging = op.operands
         b = self.b
         (saddr,) = self.get(staging)
@@ -103,15 +199,7 @@ class TmaLowering(LoweringBase):
             pair = idx.get((cr, ccol + 1)) if e == 2 and ccol % 2 == 0 else None
             rr = b.add(rbase, self.c32(cr))
             cl = b.add(cbase, self.c32(ccol))
-            chunk = b.udiv(cl, self.c32(cc)) if cc < C else self.c32(0)
-            incol = b.urem(cl, self.c32(cc)) if cc < C else cl
-            byte = b.mul(incol, self.c32(e))
-            if sw:
-                unit = b.lshr(byte, self.c32(4))
-                unit = b.xor(unit, b.and_(rr, self.c32(sw // 16 - 1)))
-                byte = b.or_(b.shl(unit, self.c32(4)), b.and_(byte, self.c32(15)))
-            off = b.add(b.add(b.mul(chunk, self.c32(R * row_bytes)),
-                              b.mul(rr, self.c32(row_bytes))), byte)
+            off = self.smem_offset(lay, R, C, e, rr, cl)
             ptr = b.inttoptr(b.add(saddr, off), SPTR)
             if pair is not None:
                 vec = ir.Constant(ir.VectorType(mt, 2), ir.Undefined)
@@ -123,11 +211,16 @@ class TmaLowering(LoweringBase):
                 b.store(self.to_mem(vals[i], value.dtype), ptr)
         asm(b, VOID, "fence.proxy.async.shared::cta;", "~{memory}", [])
         self.sync()
+        if op.attrs.get("reduce"):
+            copy = (f"cp.reduce.async.bulk.tensor.2d.global.shared::cta.{op.attrs['reduce']}"
+                    ".tile.bulk_group")
+        else:
+            copy = "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group"
         for j in range(max(1, C // cc)):
             sj = b.add(saddr, self.c32(j * R * row_bytes)) if j else saddr
             cj = b.add(c, self.c32(j * cc)) if j else c
-            asm(b, VOID, "@$0 cp.async.bulk.tensor.2d.global.shared::cta.bulk_group "
-                "[$1, {$2, $3}], [$4];", "b,l,r,r,r,~{memory}", [p, dptr, cj, r, sj])
+            asm(b, VOID, f"@$0 {copy} [$1, {{$2, $3}}], [$4];", "b,l,r,r,r,~{memory}",
+                [p, dptr, cj, r, sj])
         asm(b, VOID, "@$0 cp.async.bulk.commit_group;", "b,~{memory}", [p])
         self.has_tma_store = True
 
