@@ -72,6 +72,16 @@ def _ctas_per_sm(fn: Function, num_warps: int) -> int:
     return ctas
 
 
+def _allocs_by_role(block: Block, role):
+    """(smem_alloc op, the role it runs in: (first warpgroup, count) or None), pre-order."""
+    for op in block.ops:
+        if op.name == "smem_alloc":
+            yield op, role
+        roles = op.attrs.get("roles") if op.name == "if" else None
+        for i, r in enumerate(op.regions):
+            yield from _allocs_by_role(r, tuple(roles[i]) if roles else role)
+
+
 def _lin(t: TileType) -> LinearLayout | None:
     if t.is_scalar:
         return None
@@ -169,16 +179,32 @@ class LoweringBase:
     def plan_shared(self) -> None:
         """Offsets of the kernel's shared tiles and mbarriers (static, from 1024-aligned base);
         scratch for reductions and conversions goes after them."""
-        off = 0
         self.alloc_offset: dict[int, int] = {}
-        for op in self.fn.walk():
-            if op.name == "smem_alloc":
-                t = op.result.type
-                size = t.numel * (8 if t.dtype.name == "mbarrier" else t.dtype.itemsize)
-                align = 8 if t.dtype.name == "mbarrier" else 1024
-                off = (off + align - 1) // align * align
-                self.alloc_offset[op.result.id] = off
-                off += size
+
+        def size_of(op) -> int:
+            t = op.result.type
+            return t.numel * (8 if t.dtype.name == "mbarrier" else t.dtype.itemsize)
+
+        # the staging tiles of a role's TMA stores share one region (each store waits until
+        # the bulk copies before it have read theirs: kit.tma_store's lowering)
+        allocs = list(_allocs_by_role(self.fn.body, None))
+        staging: dict = {}
+        for op, role in allocs:
+            if op.attrs.get("staging"):
+                staging[role] = max(staging.get(role, 0), size_of(op))
+        placed: dict = {}
+        off = 0
+        for op, role in allocs:
+            if op.attrs.get("staging") and role in placed:
+                self.alloc_offset[op.result.id] = placed[role]
+                continue
+            size = staging[role] if op.attrs.get("staging") else size_of(op)
+            align = 8 if op.result.type.dtype.name == "mbarrier" else 1024
+            off = (off + align - 1) // align * align
+            self.alloc_offset[op.result.id] = off
+            if op.attrs.get("staging"):
+                placed[role] = off
+            off += size
         self.static_bytes = off
         self.scratch_base = (1024 + off + 15) // 16 * 16 if off else 0
         self.smem_bytes = self.scratch_base

@@ -110,6 +110,18 @@ class DotLowering(LoweringBase):
             a_wg = b.add(aaddr, b.mul(wg, self.c32(64 // ca * K * sa)))
         else:
             a_wg = b.add(aaddr, b.mul(wg, self.c32(64 * sa)))
+        # one descriptor per operand, each K step a constant added to it (the address field
+        # is bits 0-13 of addr >> 4, and every step's address is a shared address too, so
+        # nothing carries out); the base goes through an opaque mov, so that LLVM computes
+        # the steps here instead of hoisting each out of a loop into registers of its own
+        def opaque(x):
+            return asm(b, I32, "mov.b32 $0, $1;", "=r,r", [x], side_effect=True)
+
+        def step(d0, off: int):
+            return b.add(d0, ir.Constant(I64, off >> 4)) if off else d0
+
+        a_desc0 = None if a_regs else self._desc(opaque(a_wg), da)
+        b_desc0 = self._desc(opaque(baddr), db)
         n_out = N // 2
         outs = ", ".join(f"${i}" for i in range(n_out))
         if a_regs:  # four 32-bit registers of the A fragment, then B's descriptor
@@ -146,19 +158,17 @@ class DotLowering(LoweringBase):
                     a_ops = [asm(b, I32, "mov.b32 $0, $1;", "=r,r", [x], side_effect=True)
                              for x in a_ops]
                 elif trans_a:
-                    a_addr = b.add(a_wg, self.c32(r0 // ca * K * sa + k0 * sa))
+                    a_off = r0 // ca * K * sa + k0 * sa
                 else:
-                    a_addr = b.add(a_wg, self.c32((k0 // ca) * M * sa + r0 * sa +
-                                                  (k0 % ca) * e))
+                    a_off = (k0 // ca) * M * sa + r0 * sa + (k0 % ca) * e
                 if lb.transposed:
                     b_off = (k0 // cb) * N * sb + (k0 % cb) * e
                 else:
                     b_off = k0 * sb
-                b_addr = b.add(baddr, self.c32(b_off))
                 if a_regs:
-                    ins = a_ops + [self._desc(b_addr, db), self.c32(1)]
+                    ins = a_ops + [step(b_desc0, b_off), self.c32(1)]
                 else:
-                    ins = [self._desc(a_addr, da), self._desc(b_addr, db), self.c32(1)]
+                    ins = [step(a_desc0, a_off), step(b_desc0, b_off), self.c32(1)]
                 ks.append(ins)
             regs = [asm(b, F32, "mov.b32 $0, $1;", "=f,f", [C[i]], side_effect=True)
                     for i in idx]

@@ -170,7 +170,8 @@ class TmaOps:
         cs = [self.cast(c, int32) if isinstance(c, Value) else self.constant(c, int32)
               for c in coords]
         desc = self.tma_desc_arg(tensor, value.shape, "kit.tma_store")
-        staging = self.emit1("smem_alloc", [], TileType(value.dtype, value.shape, space="smem"))
+        staging = self.emit1("smem_alloc", [], TileType(value.dtype, value.shape, space="smem"),
+                             {"staging": True})
         self.emit("tma_store", [desc, *cs, value, staging], [],
                   {"reduce": reduce} if reduce else None)
 

@@ -297,7 +297,7 @@ class _Ctx:
                     f"\n  {what} overwrites shared memory that {self.roles[k]} "
                     f"read{'s' if self.roles[k].count == 1 else ''} in the "
                     f"kit.{'mma' if rop.name == 'wgmma' else 'load'}{_at(rop)}, and nothing "
-                    "orders that read before this write"
+                    f"orders that read before this {what.split()[-1]}"
                     "\n  hint: the reader arrives on an mbarrier once it is done with the "
                     "tile (an MMA: after the MMA, or after a later MMA or use of the result "
                     "retires it), and the writer waits for that phase")

@@ -148,6 +148,178 @@ def dq_kernel(Q, K, V, DO, DQ, L, Delta, S, SK, H, G, sm_scale, qk_scale,
               (dq * sm_scale).to(DQ.dtype.element_ty), mask=live[:, None])
 
 
+@kit.jit
+def bwd_preprocess_padded(O, DO, L, Delta2, LSE2, S, SP, BM: kit.constexpr, D: kit.constexpr):
+    """Per query row, in (B*H, SP) rows padded past S: Δ = sum(O * dO) (0 in the padding) and
+    the LSE in log2 (+inf in the padding, so that P = exp2(S - LSE) is 0 there, unmasked)."""
+    m = kit.program_id(0) * BM + kit.arange(0, BM)
+    bh = kit.program_id(1)
+    live = m < S
+    offs = (bh * S + m)[:, None] * D + kit.arange(0, D)[None, :]
+    o = kit.load(O + offs, mask=live[:, None], other=0.0).to(kit.float32)
+    do = kit.load(DO + offs, mask=live[:, None], other=0.0).to(kit.float32)
+    lse = kit.load(L + bh * S + m, mask=live, other=float("inf"))
+    kit.store(Delta2 + bh * SP + m, kit.sum(o * do, axis=1), mask=m < SP)
+    kit.store(LSE2 + bh * SP + m, kit.where(live, lse * LOG2E, float("inf")), mask=m < SP)
+
+
+@kit.jit
+def keys_as_rows(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t, s, phase, ready, empty,
+                 qk_scale, dk, dv, BM: kit.constexpr, BN: kit.constexpr, D: kit.constexpr,
+                 MASK: kit.constexpr):
+    """One block of BM queries against the CTA's BN keys (two warpgroups, 64 keys each), for
+    D >= 128 (FA3's SdP_swapAB): Sᵀ = K Qᵀ and dPᵀ = V dOᵀ keep the keys as MMA rows, so Pᵀ and
+    dSᵀ are register A operands of dV += Pᵀ dO and dK += dSᵀ Q; dQᵀ = Kᵀ dSᵀ reads dSᵀ from
+    shared memory (both warpgroups' rows) and is reduce-added into the fp32 dQᵀ buffer.
+    LSE and Δ come from shared memory right where they are used: with dK and dV (128
+    registers a thread) live, there is no room to hold both for a whole iteration."""
+    rows = m0 + kit.arange(0, BM)
+    kit.mbarrier_wait(ready[s], phase)
+    st = kit.mma(k, q[s].T, kit.zeros((BN, BM), kit.float32), pending=1)
+    dpt = kit.mma(v, do[s].T, kit.zeros((BN, BM), kit.float32), pending=1)
+    pt = kit.exp2(st * qk_scale - kit.load(lse_s[s]))            # under dPᵀ's MMA
+    if MASK:                                       # causal, top-left: key j sees query i >= j
+        keys = n0 + kit.arange(0, BN)
+        pt = kit.where(keys[:, None] <= rows[None, :], pt, 0.0)
+    dst = pt * (dpt - kit.load(dlt_s[s]))
+    dv = kit.mma(pt.to(do.dtype), do[s], dv, pending=1)
+    kit.store(ds[t % 2], dst.to(q.dtype))          # this warpgroup's 64 rows of dSᵀ
+    kit.barrier()                                  # ... and the other's, for dQᵀ
+    dk = kit.mma(dst.to(q.dtype), q[s], dk, pending=1)
+    dqt = kit.mma(k.T, ds[t % 2], kit.zeros((D, BM), kit.float32), pending=1)
+    kit.mbarrier_arrive(empty[s])                  # dV's and dK's MMAs are done with stage s
+    kit.tma_store(DQA, (bh * D, m0), dqt, reduce="add")
+    return dk, dv
+
+
+@kit.jit
+def queries_as_rows(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t, s, phase, ready,
+                    empty, qk_scale, dk, dv, BM: kit.constexpr, BN: kit.constexpr,
+                    D: kit.constexpr, MASK: kit.constexpr, S):
+    """The same for D = 64 with BM = 128 queries (two warpgroups, 64 queries each): S = Q Kᵀ
+    keeps one LSE and Δ per row; P and dS go to shared memory and come back transposed as the
+    A operands of dV += Pᵀ dO and dK += dSᵀ Q; dQ = dS K takes dS from registers."""
+    rows = m0 + kit.arange(0, BM)
+    kit.mbarrier_wait(ready[s], phase)
+    sc = kit.mma(q[s], k.T, kit.zeros((BM, BN), kit.float32), pending=1)
+    dp = kit.mma(do[s], v.T, kit.zeros((BM, BN), kit.float32), pending=1)
+    p = kit.exp2(sc * qk_scale - kit.load(lse_s[s].T))
+    if MASK:
+        keys = n0 + kit.arange(0, BN)
+        p = kit.where(keys[None, :] <= rows[:, None], p, 0.0)
+    dsc = (p * (dp - kit.load(dlt_s[s].T))).to(q.dtype)
+    kit.store(ds[0], p.to(q.dtype))
+    kit.store(ds[1], dsc)
+    kit.barrier()
+    dv = kit.mma(ds[0].T, do[s], dv, pending=1)
+    dk = kit.mma(ds[1].T, q[s], dk, pending=1)
+    dq = kit.mma(dsc, k, kit.zeros((BM, D), kit.float32), pending=1)
+    kit.mbarrier_arrive(empty[s])
+    # (the TMA store's barriers also order the next iteration's kit.store after these MMAs)
+    kit.tma_store(DQA, (bh * S + m0, 0), dq, reduce="add")
+    return dk, dv
+
+
+@kit.jit
+def bwd_step(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t, ready, empty, S, qk_scale,
+             dk, dv, BM: kit.constexpr, BN: kit.constexpr, D: kit.constexpr,
+             STAGES: kit.constexpr, MASK: kit.constexpr, KEYS_AS_ROWS: kit.constexpr):
+    if KEYS_AS_ROWS:
+        return keys_as_rows(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t, t % STAGES,
+                            t // STAGES % 2, ready, empty, qk_scale, dk, dv, BM, BN, D, MASK)
+    else:
+        return queries_as_rows(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t,
+                               t % STAGES, t // STAGES % 2, ready, empty, qk_scale, dk, dv, BM,
+                               BN, D, MASK, S)
+
+
+@kit.jit
+def bwd_kernel(Q, K, V, DO, DK, DV, DQA, LSE2, Delta2, S, SK, H, G, SP, sm_scale, qk_scale,
+               BM: kit.constexpr, BN: kit.constexpr, D: kit.constexpr, CAUSAL: kit.constexpr,
+               STAGES: kit.constexpr, KEYS_AS_ROWS: kit.constexpr):
+    """FA3's backward: one program per BN keys of one K/V head; a producer warpgroup streams
+    Q, dO, LSE and Δ blocks (of every query head of the GQA group) through a TMA ring, two
+    consumer warpgroups accumulate dK and dV in registers and reduce-add dQ into fp32 DQA (dQᵀ
+    rows (B*H*D, SP) when KEYS_AS_ROWS, else dQ rows (B*H*S, D)). LSE2, Delta2: (B*H, SP)."""
+    n0 = kit.program_id(0) * BN
+    kvbh = kit.program_id(1)                       # batch * H_kv + kv head
+    hkv = H // G
+    bh0 = kvbh // hkv * H + kvbh % hkv * G         # its first query head
+    k = kit.shared((BN, D), K.dtype.element_ty)
+    v = kit.shared((BN, D), V.dtype.element_ty)
+    q = kit.shared((STAGES, BM, D), Q.dtype.element_ty)
+    do = kit.shared((STAGES, BM, D), DO.dtype.element_ty)
+    lse_s = kit.shared((STAGES, 1, BM), kit.float32)
+    dlt_s = kit.shared((STAGES, 1, BM), kit.float32)
+    if KEYS_AS_ROWS:
+        ds = kit.shared((2, BN, BM), Q.dtype.element_ty)     # dSᵀ, double-buffered
+    else:
+        ds = kit.shared((2, BM, BN), Q.dtype.element_ty)     # P and dS
+    kv_ready = kit.mbarriers(1)
+    ready = kit.mbarriers(STAGES)
+    empty = kit.mbarriers(STAGES, arrivals=2)
+    # causal, top-left: query i sees key j iff j <= i, so query blocks before n0 see none
+    first = n0 // BM if CAUSAL else 0
+    nq = kit.maximum(kit.cdiv(S, BM) - first, 0)   # query blocks per head (0: dK = dV = 0)
+    n = G * nq                                     # over every query head of the group
+    if kit.warpgroup_id() == 0:                    # producer: K, V once, then the ring
+        kit.setmaxnreg(24)
+        kit.tma_load(k, K, (kvbh * SK + n0, 0), kv_ready[0])
+        kit.tma_load(v, V, (kvbh * SK + n0, 0), kv_ready[0])
+        for t in range(n):
+            s = t % STAGES
+            kit.mbarrier_wait(empty[s], t // STAGES % 2 ^ 1)
+            bh = bh0 + t // nq
+            m0 = (first + t % nq) * BM
+            kit.tma_load(q[s], Q, (bh * S + m0, 0), ready[s])
+            kit.tma_load(do[s], DO, (bh * S + m0, 0), ready[s])
+            kit.tma_load(lse_s[s], LSE2, (bh, m0), ready[s])
+            kit.tma_load(dlt_s[s], Delta2, (bh, m0), ready[s])
+    else:
+        kit.setmaxnreg(240)
+        dk = kit.zeros((BN, D), kit.float32)
+        dv = kit.zeros((BN, D), kit.float32)
+        kit.mbarrier_wait(kv_ready[0], 0)
+        if n0 + BN > SK:   # keys past SK (the next head's): zero K's rows, so P dS and dQ see 0
+            kit.store(k, kit.where((n0 + kit.arange(0, BN) < SK)[:, None], kit.load(k), 0.0))
+            kit.barrier()
+        # per query head: the blocks on the diagonal (causal) masked, then the rest; in two
+        # loops, so that each holds one copy of the step's registers
+        nmask = kit.minimum(kit.cdiv(n0 + BN - 1, BM) - first, nq) if CAUSAL else 0
+        for g in range(G):
+            if CAUSAL:
+                for j in range(nmask):
+                    dk, dv = bwd_step(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh0 + g,
+                                      (first + j) * BM, g * nq + j, ready, empty, S, qk_scale,
+                                      dk, dv, BM, BN, D, STAGES, True, KEYS_AS_ROWS)
+            for j in range(nmask, nq):
+                dk, dv = bwd_step(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh0 + g,
+                                  (first + j) * BM, g * nq + j, ready, empty, S, qk_scale,
+                                  dk, dv, BM, BN, D, STAGES, False, KEYS_AS_ROWS)
+        keys = n0 + kit.arange(0, BN)
+        offs = (kvbh * SK + keys)[:, None] * D + kit.arange(0, D)[None, :]
+        kmask = (keys < SK)[:, None]
+        kit.store(DK + offs, (dk * sm_scale).to(DK.dtype.element_ty), mask=kmask)
+        kit.store(DV + offs, dv.to(DV.dtype.element_ty), mask=kmask)
+
+
+@kit.jit
+def dq_convert(DQA, DQ, S, SP, scale, BM: kit.constexpr, D: kit.constexpr,
+               TRANS: kit.constexpr):
+    """dQ = scale * the fp32 sums, as DQ's dtype: DQA holds dQᵀ rows (B*H*D, SP) if TRANS,
+    else dQ rows (B*H*S, D). One program per BM query rows of one head."""
+    m = kit.program_id(0) * BM + kit.arange(0, BM)
+    bh = kit.program_id(1)
+    d = kit.arange(0, D)
+    live = (m < S)[:, None]
+    if TRANS:
+        x = kit.load(DQA + (bh * D + d)[None, :] * SP + m[:, None], mask=live, other=0.0)
+    else:
+        x = kit.load(DQA + (bh * S + m)[:, None] * D + d[None, :], mask=live, other=0.0)
+    kit.store(DQ + (bh * S + m)[:, None] * D + d[None, :], (x * scale).to(DQ.dtype.element_ty),
+              mask=live)
+
+
 BWD_HEAD_DIMS = (64, 128)
 
 
@@ -160,8 +332,17 @@ def default_config(D):
             dict(BM=64, BN=64, STAGES=2, num_warps=4))
 
 
+def bwd_config(D: int) -> dict:
+    """The warp-specialized kernel's blocks: FA3's for sm90 (flash-attention hopper/
+    flash_bwd_launch_template.h): D=128 BM=64 queries x BN=128 keys with the keys as MMA rows;
+    D=64 128 x 128 with the queries as rows (one LSE per row keeps the registers in budget)."""
+    if D <= 64:
+        return dict(BM=128, BN=128, STAGES=2, KEYS_AS_ROWS=False)
+    return dict(BM=64, BN=128, STAGES=2, KEYS_AS_ROWS=True)
+
+
 def attention_backward(do, q, k, v, o, lse, causal: bool = False, sm_scale: float | None = None,
-                       dkdv_config=None, dq_config=None):
+                       dkdv_config=None, dq_config=None, config=None, algorithm: str = "fa3"):
     """Gradients (dq, dk, dv) of `attention(q, k, v, causal, sm_scale)` given its output o,
     its log-sum-exp lse (B, H, S) and the output's gradient do. Shapes as `attention`:
     q, o, do (B, H, S, D), k, v (B, H_kv, SK, D); dk and dv are summed over the query heads
@@ -183,16 +364,33 @@ def attention_backward(do, q, k, v, o, lse, causal: bool = False, sm_scale: floa
 
     q2, k2, v2, o2, do2 = (_rows(t, D) for t in (q, k, v, o, do.to(q.dtype)))
     lse = lse.contiguous()
-    delta = torch.empty((B, H, S), device=q.device, dtype=torch.float32)
-    bwd_preprocess[(kit.cdiv(B * H * S, 64),)](o2, do2, delta, B * H * S, BM=64, D=D)
-    c1, c2 = default_config(D)
-    c1 = dict(c1, **(dkdv_config or {}))
-    c2 = dict(c2, **(dq_config or {}))
     G = H // Hkv
-    dkdv_kernel[(kit.cdiv(SK, c1["BN"]), B * Hkv)](
-        q2, k2, v2, do2, dk, dv, lse, delta, S, SK, H, G, scale, scale * LOG2E, D=D,
-        CAUSAL=causal, **c1)
-    dq_kernel[(kit.cdiv(S, c2["BM"]), B * H)](
-        q2, k2, v2, do2, dq, lse, delta, S, SK, H, G, scale, scale * LOG2E, D=D,
-        CAUSAL=causal, **c2)
+    if algorithm == "fa2":
+        delta = torch.empty((B, H, S), device=q.device, dtype=torch.float32)
+        bwd_preprocess[(kit.cdiv(B * H * S, 64),)](o2, do2, delta, B * H * S, BM=64, D=D)
+        c1, c2 = default_config(D)
+        c1 = dict(c1, **(dkdv_config or {}))
+        c2 = dict(c2, **(dq_config or {}))
+        dkdv_kernel[(kit.cdiv(SK, c1["BN"]), B * Hkv)](
+            q2, k2, v2, do2, dk, dv, lse, delta, S, SK, H, G, scale, scale * LOG2E, D=D,
+            CAUSAL=causal, **c1)
+        dq_kernel[(kit.cdiv(S, c2["BM"]), B * H)](
+            q2, k2, v2, do2, dq, lse, delta, S, SK, H, G, scale, scale * LOG2E, D=D,
+            CAUSAL=causal, **c2)
+        return dq, dk, dv
+    cfg = dict(bwd_config(D), **(config or {}))
+    BM = cfg["BM"]
+    SP = kit.cdiv(S, BM) * BM   # rows of LSE, Δ (and dQᵀ) padded to whole blocks for TMA
+    lse2 = torch.empty((B * H, SP), device=q.device, dtype=torch.float32)
+    delta2 = torch.empty((B * H, SP), device=q.device, dtype=torch.float32)
+    bwd_preprocess_padded[(SP // BM, B * H)](o2, do2, lse, delta2, lse2, S, SP, BM=BM, D=D)
+    if cfg["KEYS_AS_ROWS"]:
+        dqa = torch.zeros((B * H * D, SP), device=q.device, dtype=torch.float32)
+    else:
+        dqa = torch.zeros((B * H * S, D), device=q.device, dtype=torch.float32)
+    bwd_kernel[(kit.cdiv(SK, cfg["BN"]), B * Hkv)](
+        q2, k2, v2, do2, dk, dv, dqa, lse2, delta2, S, SK, H, G, SP, scale, scale * LOG2E, D=D,
+        CAUSAL=causal, num_warps=12, **cfg)
+    dq_convert[(kit.cdiv(S, 64), B * H)](dqa, dq, S, SP, scale, BM=64, D=D,
+                                         TRANS=cfg["KEYS_AS_ROWS"])
     return dq, dk, dv
