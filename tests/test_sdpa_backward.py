@@ -59,6 +59,7 @@ CASES = [  # (B, H, Hkv, Sq, Skv, D): ragged, GQA, Sq != Skv both ways, decode, 
     (1, 4, 1, 96, 40, 64),
     (1, 2, 2, 1, 70, 64),
     (1, 2, 1, 65, 130, 128),
+    (3, 6, 3, 40, 130, 64),    # 9 K/V heads: causal programs go in groups of 8 heads
 ]
 CAUSAL = pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 

@@ -247,3 +247,42 @@ def test_gpu_smem_ops():
     overlap_two[(1,)](a, b, c, d, M=64, N=64, K=64, num_warps=4)
     assert rel_error(c, 2 * a.double() @ b.double()) < 1e-5
     assert rel_error(d, a.double() @ b.double().T) < 1e-5
+
+
+@kit.jit
+def row_stages(X, Out, R: kit.constexpr, N: kit.constexpr):
+    """Rows of X through the stages of a (2, 1, N) fp32 tile (TMA in, kit.load out)."""
+    t = kit.shared((2, 1, N), kit.float32)
+    bar = kit.mbarriers(2)
+    for r in kit.static_range(R):
+        kit.tma_load(t[r % 2], X, (r, 0), bar[r % 2])
+        kit.mbarrier_wait(bar[r % 2], r // 2 % 2)
+        x = kit.load(t[r % 2])
+        kit.store(Out + r * N + kit.arange(0, N)[None, :], x * 2.0)
+
+
+def test_layout_of_few_rows_is_unswizzled():
+    """The swizzle is a function of address bits 7..: only tiles of 8 rows or more keep their
+    stages and chunks at whole repeats of it, so smaller ones are not swizzled (a (2, 1, 64)
+    fp32 tile's stage 1 would start 256 bytes into a repeat, where TMA XORs otherwise)."""
+    from kitjit.ir.layouts import shared_layout
+    from kitjit.ir.types import bfloat16, float32
+
+    assert shared_layout((1, 64), float32).swizzle == 0
+    assert shared_layout((4, 128), bfloat16).swizzle == 0
+    assert shared_layout((8, 64), bfloat16).swizzle == 128
+
+
+def test_interp_row_stages():
+    x = randn(4, 64, dtype=torch.float32, seed=10)
+    out = torch.full((4, 64), NAN)
+    row_stages[(1,)](x, out, R=4, N=64, num_warps=4)
+    assert torch.equal(out, 2 * x)
+
+
+@pytest.mark.gpu
+def test_gpu_row_stages():
+    x = randn(4, 64, dtype=torch.float32, seed=10, device="cuda")
+    out = torch.full((4, 64), NAN, device="cuda")
+    row_stages[(1,)](x, out, R=4, N=64, num_warps=4)
+    assert torch.equal(out, 2 * x)

@@ -15,7 +15,7 @@ import math
 import llvmlite.ir as ir
 
 from kitjit.ir import ops, registry  # noqa: F401  (ops declares what block() dispatches)
-from kitjit.ir.core import Block, Function, Value
+from kitjit.ir.core import Block, Function, Value, walk_block
 from kitjit.ir.layouts import LinearLayout
 from kitjit.ir.types import DType, TileType
 
@@ -443,10 +443,13 @@ class LoweringBase:
             fn = registry.lowering_of(op.name)
             if fn is None:
                 raise LoweringError(f"no lowering for op '{op.name}'")
-            if op.regions:  # MMAs issued inside a region: their order is not known here
+            # MMAs issued inside a region: their order is not known here
+            mmas = op.regions and any(o.name == "wgmma" for r in op.regions
+                                      for o in walk_block(r))
+            if mmas:
                 self.groups = []
             fn(self, op)
-            if op.regions:
+            if mmas:
                 self.groups = []
         return None
 

@@ -166,7 +166,7 @@ def bwd_preprocess_padded(O, DO, L, Delta2, LSE2, S, SP, BM: kit.constexpr, D: k
 @kit.jit
 def keys_as_rows(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t, s, phase, ready, empty,
                  qk_scale, dk, dv, BM: kit.constexpr, BN: kit.constexpr, D: kit.constexpr,
-                 MASK: kit.constexpr):
+                 MASK: kit.constexpr, STAGES: kit.constexpr):
     """One block of BM queries against the CTA's BN keys (two warpgroups, 64 keys each), for
     D >= 128 (FA3's SdP_swapAB): Sᵀ = K Qᵀ and dPᵀ = V dOᵀ keep the keys as MMA rows, so Pᵀ and
     dSᵀ are register A operands of dV += Pᵀ dO and dK += dSᵀ Q; dQᵀ = Kᵀ dSᵀ reads dSᵀ from
@@ -176,18 +176,19 @@ def keys_as_rows(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t, s, phase, re
     rows = m0 + kit.arange(0, BM)
     kit.mbarrier_wait(ready[s], phase)
     st = kit.mma(k, q[s].T, kit.zeros((BN, BM), kit.float32), pending=1)
+    if t > 0:   # issuing Sᵀ waited for the last iteration's dK MMA: its stage is free
+        kit.mbarrier_arrive(empty[(t - 1) % STAGES])
     dpt = kit.mma(v, do[s].T, kit.zeros((BN, BM), kit.float32), pending=1)
     pt = kit.exp2(st * qk_scale - kit.load(lse_s[s]), ftz=True)   # under dPᵀ's MMA
     if MASK:                                       # causal, top-left: key j sees query i >= j
         keys = n0 + kit.arange(0, BN)
         pt = kit.where(keys[:, None] <= rows[None, :], pt, 0.0)
-    dst = pt * (dpt - kit.load(dlt_s[s]))
+    dst = (pt * (dpt - kit.load(dlt_s[s]))).to(q.dtype)
     dv = kit.mma(pt.to(do.dtype), do[s], dv, pending=1)
-    kit.store(ds[t % 2], dst.to(q.dtype))          # this warpgroup's 64 rows of dSᵀ
+    kit.store(ds[t % 2], dst)                      # this warpgroup's 64 rows of dSᵀ
     kit.barrier()                                  # ... and the other's, for dQᵀ
-    dk = kit.mma(dst.to(q.dtype), q[s], dk, pending=1)
     dqt = kit.mma(k.T, ds[t % 2], kit.zeros((D, BM), kit.float32), pending=1)
-    kit.mbarrier_arrive(empty[s])                  # dV's and dK's MMAs are done with stage s
+    dk = kit.mma(dst, q[s], dk, pending=1)         # runs while dQᵀ goes out
     kit.tma_store(DQA, (bh * D, m0), dqt, reduce="add")
     return dk, dv
 
@@ -226,7 +227,8 @@ def bwd_step(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t, ready, empty, S,
              STAGES: kit.constexpr, MASK: kit.constexpr, KEYS_AS_ROWS: kit.constexpr):
     if KEYS_AS_ROWS:
         return keys_as_rows(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t, t % STAGES,
-                            t // STAGES % 2, ready, empty, qk_scale, dk, dv, BM, BN, D, MASK)
+                            t // STAGES % 2, ready, empty, qk_scale, dk, dv, BM, BN, D, MASK,
+                            STAGES)
     else:
         return queries_as_rows(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t,
                                t % STAGES, t // STAGES % 2, ready, empty, qk_scale, dk, dv, BM,
@@ -236,13 +238,21 @@ def bwd_step(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t, ready, empty, S,
 @kit.jit
 def bwd_kernel(Q, K, V, DO, DK, DV, DQA, LSE2, Delta2, S, SK, H, G, SP, sm_scale, qk_scale,
                BM: kit.constexpr, BN: kit.constexpr, D: kit.constexpr, CAUSAL: kit.constexpr,
-               STAGES: kit.constexpr, KEYS_AS_ROWS: kit.constexpr):
+               STAGES: kit.constexpr, KEYS_AS_ROWS: kit.constexpr, HG: kit.constexpr = 8):
     """FA3's backward: one program per BN keys of one K/V head; a producer warpgroup streams
     Q, dO, LSE and Δ blocks (of every query head of the GQA group) through a TMA ring, two
     consumer warpgroups accumulate dK and dV in registers and reduce-add dQ into fp32 DQA (dQᵀ
     rows (B*H*D, SP) when KEYS_AS_ROWS, else dQ rows (B*H*S, D)). LSE2, Delta2: (B*H, SP)."""
-    n0 = kit.program_id(0) * BN
-    kvbh = kit.program_id(1)                       # batch * H_kv + kv head
+    if CAUSAL:   # longest first: key block 0 of HG heads, then block 1, ... (L2 keeps their Q)
+        nkv = kit.cdiv(SK, BN)
+        pid = kit.program_id(0)
+        grp = pid // (nkv * HG)
+        nh = kit.minimum(HG, kit.num_programs(0) // nkv - grp * HG)   # heads in this group
+        n0 = pid % (nkv * HG) // nh * BN
+        kvbh = grp * HG + pid % (nkv * HG) % nh
+    else:
+        n0 = kit.program_id(0) * BN
+        kvbh = kit.program_id(1)                   # batch * H_kv + kv head
     hkv = H // G
     bh0 = kvbh // hkv * H + kvbh % hkv * G         # its first query head
     k = kit.shared((BN, D), K.dtype.element_ty)
@@ -389,7 +399,8 @@ def attention_backward(do, q, k, v, o, lse, causal: bool = False, sm_scale: floa
         dqa = torch.zeros((B * H * D, SP), device=q.device, dtype=torch.float32)
     else:
         dqa = torch.zeros((B * H * S, D), device=q.device, dtype=torch.float32)
-    bwd_kernel[(kit.cdiv(SK, cfg["BN"]), B * Hkv)](
+    nkv = kit.cdiv(SK, cfg["BN"])
+    bwd_kernel[(nkv * B * Hkv,) if causal else (nkv, B * Hkv)](
         q2, k2, v2, do2, dk, dv, dqa, lse2, delta2, S, SK, H, G, SP, scale, scale * LOG2E, D=D,
         CAUSAL=causal, num_warps=12, **cfg)
     dq_convert[(kit.cdiv(S, 64), B * H)](dqa, dq, S, SP, scale, BM=64, D=D,
