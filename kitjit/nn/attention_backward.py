@@ -166,7 +166,7 @@ def bwd_preprocess_padded(O, DO, L, Delta2, LSE2, S, SP, BM: kit.constexpr, D: k
 @kit.jit
 def keys_as_rows(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t, s, phase, ready, empty,
                  qk_scale, dk, dv, BM: kit.constexpr, BN: kit.constexpr, D: kit.constexpr,
-                 MASK: kit.constexpr, STAGES: kit.constexpr):
+                 MASK: kit.constexpr, STAGES: kit.constexpr, REORDER: kit.constexpr):
     """One block of BM queries against the CTA's BN keys (two warpgroups, 64 keys each), for
     D >= 128 (FA3's SdP_swapAB): Sᵀ = K Qᵀ and dPᵀ = V dOᵀ keep the keys as MMA rows, so Pᵀ and
     dSᵀ are register A operands of dV += Pᵀ dO and dK += dSᵀ Q; dQᵀ = Kᵀ dSᵀ reads dSᵀ from
@@ -176,7 +176,7 @@ def keys_as_rows(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t, s, phase, re
     rows = m0 + kit.arange(0, BM)
     kit.mbarrier_wait(ready[s], phase)
     st = kit.mma(k, q[s].T, kit.zeros((BN, BM), kit.float32), pending=1)
-    if t > 0:   # issuing Sᵀ waited for the last iteration's dK MMA: its stage is free
+    if REORDER and t > 0:   # issuing Sᵀ waited for the last iteration's dK MMA: stage free
         kit.mbarrier_arrive(empty[(t - 1) % STAGES])
     dpt = kit.mma(v, do[s].T, kit.zeros((BN, BM), kit.float32), pending=1)
     pt = kit.exp2(st * qk_scale - kit.load(lse_s[s]), ftz=True)   # under dPᵀ's MMA
@@ -187,8 +187,13 @@ def keys_as_rows(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t, s, phase, re
     dv = kit.mma(pt.to(do.dtype), do[s], dv, pending=1)
     kit.store(ds[t % 2], dst)                      # this warpgroup's 64 rows of dSᵀ
     kit.barrier()                                  # ... and the other's, for dQᵀ
-    dqt = kit.mma(k.T, ds[t % 2], kit.zeros((D, BM), kit.float32), pending=1)
-    dk = kit.mma(dst, q[s], dk, pending=1)         # runs while dQᵀ goes out
+    if REORDER:
+        dqt = kit.mma(k.T, ds[t % 2], kit.zeros((D, BM), kit.float32), pending=1)
+        dk = kit.mma(dst, q[s], dk, pending=1)     # runs while dQᵀ goes out
+    else:
+        dk = kit.mma(dst, q[s], dk, pending=1)
+        dqt = kit.mma(k.T, ds[t % 2], kit.zeros((D, BM), kit.float32), pending=1)
+        kit.mbarrier_arrive(empty[s])              # dV's and dK's MMAs are done with stage s
     kit.tma_store(DQA, (bh * D, m0), dqt, reduce="add")
     return dk, dv
 
@@ -224,11 +229,12 @@ def queries_as_rows(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t, s, phase,
 @kit.jit
 def bwd_step(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t, ready, empty, S, qk_scale,
              dk, dv, BM: kit.constexpr, BN: kit.constexpr, D: kit.constexpr,
-             STAGES: kit.constexpr, MASK: kit.constexpr, KEYS_AS_ROWS: kit.constexpr):
+             STAGES: kit.constexpr, MASK: kit.constexpr, KEYS_AS_ROWS: kit.constexpr,
+             REORDER: kit.constexpr):
     if KEYS_AS_ROWS:
         return keys_as_rows(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t, t % STAGES,
                             t // STAGES % 2, ready, empty, qk_scale, dk, dv, BM, BN, D, MASK,
-                            STAGES)
+                            STAGES, REORDER)
     else:
         return queries_as_rows(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t,
                                t % STAGES, t // STAGES % 2, ready, empty, qk_scale, dk, dv, BM,
@@ -236,14 +242,16 @@ def bwd_step(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t, ready, empty, S,
 
 
 @kit.jit
-def bwd_kernel(Q, K, V, DO, DK, DV, DQA, LSE2, Delta2, S, SK, H, G, SP, sm_scale, qk_scale,
+def bwd_kernel(Q, K, V, DO, DK, DV, DQA, LSE2, Delta2, S, SK, H, G, SP, HG, sm_scale, qk_scale,
                BM: kit.constexpr, BN: kit.constexpr, D: kit.constexpr, CAUSAL: kit.constexpr,
-               STAGES: kit.constexpr, KEYS_AS_ROWS: kit.constexpr, HG: kit.constexpr = 8):
+               STAGES: kit.constexpr, KEYS_AS_ROWS: kit.constexpr, LPT: kit.constexpr = True,
+               REORDER: kit.constexpr = True):
     """FA3's backward: one program per BN keys of one K/V head; a producer warpgroup streams
     Q, dO, LSE and Δ blocks (of every query head of the GQA group) through a TMA ring, two
     consumer warpgroups accumulate dK and dV in registers and reduce-add dQ into fp32 DQA (dQᵀ
     rows (B*H*D, SP) when KEYS_AS_ROWS, else dQ rows (B*H*S, D)). LSE2, Delta2: (B*H, SP)."""
-    if CAUSAL:   # longest first: key block 0 of HG heads, then block 1, ... (L2 keeps their Q)
+    if CAUSAL and LPT:   # longest first: key block 0 of HG heads, then block 1, ... (L2 holds
+        # their Q and dO)
         nkv = kit.cdiv(SK, BN)
         pid = kit.program_id(0)
         grp = pid // (nkv * HG)
@@ -301,11 +309,11 @@ def bwd_kernel(Q, K, V, DO, DK, DV, DQA, LSE2, Delta2, S, SK, H, G, SP, sm_scale
                 for j in range(nmask):
                     dk, dv = bwd_step(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh0 + g,
                                       (first + j) * BM, g * nq + j, ready, empty, S, qk_scale,
-                                      dk, dv, BM, BN, D, STAGES, True, KEYS_AS_ROWS)
+                                      dk, dv, BM, BN, D, STAGES, True, KEYS_AS_ROWS, REORDER)
             for j in range(nmask, nq):
                 dk, dv = bwd_step(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh0 + g,
                                   (first + j) * BM, g * nq + j, ready, empty, S, qk_scale,
-                                  dk, dv, BM, BN, D, STAGES, False, KEYS_AS_ROWS)
+                                  dk, dv, BM, BN, D, STAGES, False, KEYS_AS_ROWS, REORDER)
         keys = n0 + kit.arange(0, BN)
         offs = (kvbh * SK + keys)[:, None] * D + kit.arange(0, D)[None, :]
         kmask = (keys < SK)[:, None]
@@ -400,9 +408,13 @@ def attention_backward(do, q, k, v, o, lse, causal: bool = False, sm_scale: floa
     else:
         dqa = torch.zeros((B * H * S, D), device=q.device, dtype=torch.float32)
     nkv = kit.cdiv(SK, cfg["BN"])
-    bwd_kernel[(nkv * B * Hkv,) if causal else (nkv, B * Hkv)](
-        q2, k2, v2, do2, dk, dv, dqa, lse2, delta2, S, SK, H, G, SP, scale, scale * LOG2E, D=D,
-        CAUSAL=causal, num_warps=12, **cfg)
+    lpt = causal and cfg.get("LPT", True)
+    # causal, longest first in groups of HG K/V heads whose Q and dO (G*S*D*4 bytes) share
+    # ~24 MB of the 50 MB L2
+    hg = cfg.pop("HG", None) or max(1, min(B * Hkv, (24 << 20) // (G * S * D * 4)))
+    bwd_kernel[(nkv * B * Hkv,) if lpt else (nkv, B * Hkv)](
+        q2, k2, v2, do2, dk, dv, dqa, lse2, delta2, S, SK, H, G, SP, hg, scale, scale * LOG2E,
+        D=D, CAUSAL=causal, num_warps=12, **cfg)
     dq_convert[(kit.cdiv(S, 64), B * H)](dqa, dq, S, SP, scale, BM=64, D=D,
                                          TRANS=cfg["KEYS_AS_ROWS"])
     return dq, dk, dv
