@@ -24,7 +24,10 @@ from kitjit.testing import bench
 
 CASES = [(4, 32, 4096, 128), (4, 32, 4096, 64), (2, 16, 16384, 128)]
 ROUNDS = 2
-VARIANTS = {"old_order": dict(REORDER=False), "no_lpt": dict(LPT=False)}
+VARIANTS = {"s3_reorder": dict(STAGES=3, DSB=1, REORDER=True),
+            "s3_old_order": dict(STAGES=3, DSB=1, REORDER=False),
+            "s2_old_order": dict(STAGES=2, DSB=2, REORDER=False),
+            "no_lpt": dict(LPT=False)}
 
 
 def steady(fn, seconds=0.2):
@@ -108,7 +111,7 @@ def time_case(B, H, S, D, causal, fa2: bool, fwd: bool) -> dict:
     o, lse = attention(q, k, v, causal)
     runs = {"kitjit": lambda: attention_backward(do, q, k, v, o, lse, causal)}
     for name, cfg in VARIANTS.items():
-        if D > 64 or "REORDER" not in cfg:
+        if D > 64 and "LPT" not in cfg or D == 64 and "LPT" in cfg:
             if causal or "LPT" not in cfg:
                 runs[name] = (lambda cfg=cfg: attention_backward(do, q, k, v, o, lse, causal,
                                                                  config=cfg))

@@ -236,6 +236,42 @@ def test_sass_backward(kernel, D):
     assert 0 < ck.metadata["registers"] <= 255
 
 
+@needs_sass
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("D", [64, 128])
+def test_sass_bwd_kernel(D, causal):
+    """The warp-specialized kernel: SS and RS HGMMAs (for D=128 one with a transposed A: Kᵀ),
+    TMA loads and reduce-adds, setmaxnreg budgets, no spills at 240 registers a consumer."""
+    cfg = dict(AB.bwd_config(D), D=D, CAUSAL=causal)
+    sig = ["*bf16:16"] * 6 + ["*fp32:16"] * 3 + ["i32:16", "i32:16", "i32", "i32", "i32:16",
+                                                 "i32", "fp32", "fp32"]
+    ck = kit.compile_aot(str(SRC), "bwd_kernel", sig, cfg, 12, arch="sm_90a")
+    try:
+        text = disassemble(ck.asm["cubin"])
+    except ToolError as e:
+        pytest.skip(str(e))
+    insns = re.findall(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([^;]*);", text, re.M)
+    ss = [i for i in insns if re.match(r"HGMMA\.\S+ R\d+, gdesc\[", i)]
+    rs = [i for i in insns if re.match(r"HGMMA\.\S+ R\d+, R\d+, gdesc\[", i)]
+    assert ss and rs, "S, dP (and dQᵀ or dV, dK) from shared memory, dV and dK (or dQ) from registers"
+    assert any(i.startswith("UTMALDG") for i in insns), "no TMA loads"
+    assert any(i.startswith("UTMAREDG") for i in insns), "no TMA reduce-add of dQ"
+    assert any(i.startswith("USETMAXREG") for i in insns)
+    assert not any(i.startswith(("HMMA", "LDL", "STL")) for i in insns)
+    assert ck.metadata["spills"] == 0 and ck.n_spills == 0, ck.metadata
+    if D == 128:
+        assert "p, 1, 1, 1, 1; }" in ck.asm["ptx"], "dQᵀ = Kᵀ dSᵀ reads Kᵀ transposed"
+
+
+def test_backward_causal_head_groups(poison):
+    """Causal programs go longest first in groups of K/V heads: 3 groups of 2, 2 and 1."""
+    q, k, v = llm_qkv(1, 70, 10, 64, Hkv=5, Skv=200, seed=39)
+    do = randn(1, 10, 70, 64, seed=40)
+    o, lse = attention(q, k, v, True)
+    got = AB.attention_backward(do, q, k, v, o, lse, True, config=dict(HG=2))
+    assert_grads(got, ref_grads(q, k, v, do, True), "HG=2")
+
+
 # ============================================================================ GPU
 GPU_CASES = [  # (B, H, Hkv, Sq, Skv, D)
     (2, 8, 8, 1000, 1000, 128),

@@ -166,7 +166,8 @@ def bwd_preprocess_padded(O, DO, L, Delta2, LSE2, S, SP, BM: kit.constexpr, D: k
 @kit.jit
 def keys_as_rows(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t, s, phase, ready, empty,
                  qk_scale, dk, dv, BM: kit.constexpr, BN: kit.constexpr, D: kit.constexpr,
-                 MASK: kit.constexpr, STAGES: kit.constexpr, REORDER: kit.constexpr):
+                 MASK: kit.constexpr, STAGES: kit.constexpr, REORDER: kit.constexpr,
+                 DSB: kit.constexpr):
     """One block of BM queries against the CTA's BN keys (two warpgroups, 64 keys each), for
     D >= 128 (FA3's SdP_swapAB): Sᵀ = K Qᵀ and dPᵀ = V dOᵀ keep the keys as MMA rows, so Pᵀ and
     dSᵀ are register A operands of dV += Pᵀ dO and dK += dSᵀ Q; dQᵀ = Kᵀ dSᵀ reads dSᵀ from
@@ -185,14 +186,14 @@ def keys_as_rows(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t, s, phase, re
         pt = kit.where(keys[:, None] <= rows[None, :], pt, 0.0)
     dst = (pt * (dpt - kit.load(dlt_s[s]))).to(q.dtype)
     dv = kit.mma(pt.to(do.dtype), do[s], dv, pending=1)
-    kit.store(ds[t % 2], dst)                      # this warpgroup's 64 rows of dSᵀ
+    kit.store(ds[t % DSB], dst)                    # this warpgroup's 64 rows of dSᵀ
     kit.barrier()                                  # ... and the other's, for dQᵀ
     if REORDER:
-        dqt = kit.mma(k.T, ds[t % 2], kit.zeros((D, BM), kit.float32), pending=1)
+        dqt = kit.mma(k.T, ds[t % DSB], kit.zeros((D, BM), kit.float32), pending=1)
         dk = kit.mma(dst, q[s], dk, pending=1)     # runs while dQᵀ goes out
     else:
         dk = kit.mma(dst, q[s], dk, pending=1)
-        dqt = kit.mma(k.T, ds[t % 2], kit.zeros((D, BM), kit.float32), pending=1)
+        dqt = kit.mma(k.T, ds[t % DSB], kit.zeros((D, BM), kit.float32), pending=1)
         kit.mbarrier_arrive(empty[s])              # dV's and dK's MMAs are done with stage s
     kit.tma_store(DQA, (bh * D, m0), dqt, reduce="add")
     return dk, dv
@@ -230,11 +231,11 @@ def queries_as_rows(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t, s, phase,
 def bwd_step(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t, ready, empty, S, qk_scale,
              dk, dv, BM: kit.constexpr, BN: kit.constexpr, D: kit.constexpr,
              STAGES: kit.constexpr, MASK: kit.constexpr, KEYS_AS_ROWS: kit.constexpr,
-             REORDER: kit.constexpr):
+             REORDER: kit.constexpr, DSB: kit.constexpr):
     if KEYS_AS_ROWS:
         return keys_as_rows(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t, t % STAGES,
                             t // STAGES % 2, ready, empty, qk_scale, dk, dv, BM, BN, D, MASK,
-                            STAGES, REORDER)
+                            STAGES, REORDER, DSB)
     else:
         return queries_as_rows(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t,
                                t % STAGES, t // STAGES % 2, ready, empty, qk_scale, dk, dv, BM,
@@ -245,7 +246,7 @@ def bwd_step(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t, ready, empty, S,
 def bwd_kernel(Q, K, V, DO, DK, DV, DQA, LSE2, Delta2, S, SK, H, G, SP, HG, sm_scale, qk_scale,
                BM: kit.constexpr, BN: kit.constexpr, D: kit.constexpr, CAUSAL: kit.constexpr,
                STAGES: kit.constexpr, KEYS_AS_ROWS: kit.constexpr, LPT: kit.constexpr = True,
-               REORDER: kit.constexpr = True):
+               REORDER: kit.constexpr = True, DSB: kit.constexpr = 2):
     """FA3's backward: one program per BN keys of one K/V head; a producer warpgroup streams
     Q, dO, LSE and Δ blocks (of every query head of the GQA group) through a TMA ring, two
     consumer warpgroups accumulate dK and dV in registers and reduce-add dQ into fp32 DQA (dQᵀ
@@ -269,8 +270,9 @@ def bwd_kernel(Q, K, V, DO, DK, DV, DQA, LSE2, Delta2, S, SK, H, G, SP, HG, sm_s
     do = kit.shared((STAGES, BM, D), DO.dtype.element_ty)
     lse_s = kit.shared((STAGES, 1, BM), kit.float32)
     dlt_s = kit.shared((STAGES, 1, BM), kit.float32)
-    if KEYS_AS_ROWS:
-        ds = kit.shared((2, BN, BM), Q.dtype.element_ty)     # dSᵀ, double-buffered
+    if KEYS_AS_ROWS:   # dSᵀ in DSB buffers (one is enough: each kit.tma_store's barrier
+        # comes after this iteration's dQᵀ MMAs, in both warpgroups)
+        ds = kit.shared((DSB, BN, BM), Q.dtype.element_ty)
     else:
         ds = kit.shared((2, BM, BN), Q.dtype.element_ty)     # P and dS
     kv_ready = kit.mbarriers(1)
@@ -309,11 +311,11 @@ def bwd_kernel(Q, K, V, DO, DK, DV, DQA, LSE2, Delta2, S, SK, H, G, SP, HG, sm_s
                 for j in range(nmask):
                     dk, dv = bwd_step(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh0 + g,
                                       (first + j) * BM, g * nq + j, ready, empty, S, qk_scale,
-                                      dk, dv, BM, BN, D, STAGES, True, KEYS_AS_ROWS, REORDER)
+                                      dk, dv, BM, BN, D, STAGES, True, KEYS_AS_ROWS, REORDER, DSB)
             for j in range(nmask, nq):
                 dk, dv = bwd_step(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh0 + g,
                                   (first + j) * BM, g * nq + j, ready, empty, S, qk_scale,
-                                  dk, dv, BM, BN, D, STAGES, False, KEYS_AS_ROWS, REORDER)
+                                  dk, dv, BM, BN, D, STAGES, False, KEYS_AS_ROWS, REORDER, DSB)
         keys = n0 + kit.arange(0, BN)
         offs = (kvbh * SK + keys)[:, None] * D + kit.arange(0, D)[None, :]
         kmask = (keys < SK)[:, None]
