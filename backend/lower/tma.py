@@ -253,10 +253,30 @@ class TmaLowering(LoweringBase):
                 "mbarrier::complete_tx::bytes [$1], [$2, {$3, $4}], [$5];",
                 "b,r,l,r,r,r,~{memory}", [p, dj, dptr, cj, r, baddr])
 
+    def phase_slot(self, bar: Value):
+        """A per-barrier phase bit kept in a local slot (an alloca at the entry, which LLVM
+        turns into SSA values and loop phis): `mbar_wait` with `auto_phase` waits on it and
+        flips it."""
+        slots = self.__dict__.setdefault("_phase_slots", {})
+        slot = slots.get(bar.id)
+        if slot is None:
+            b = self.b
+            here = b.block
+            b.position_at_start(self.kernel.entry_basic_block)
+            slot = b.alloca(ir.IntType(32))
+            b.store(self.c32(0), slot)
+            b.position_at_end(here)
+            slots[bar.id] = slot
+        return slot
+
     @lowering("mbar_wait")
     def op_mbar_wait(self, op: Op) -> None:
         (baddr,) = self.get(op.operands[0])
         (ph,) = self.get(op.operands[1])
+        if op.attrs.get("auto_phase"):
+            slot = self.phase_slot(op.operands[0])
+            ph = self.b.load(slot)
+            self.b.store(self.b.xor(ph, self.c32(1)), slot)
         asm(self.b, VOID,
             "{ .reg .pred P1; \nKITWAIT${:uid}: \n"
             "mbarrier.try_wait.parity.shared::cta.b64 P1, [$0], $1; \n"

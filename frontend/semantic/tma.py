@@ -141,7 +141,8 @@ class TmaOps:
 
     @typing_rule("smem_load")
     def smem_load(self, src: Value) -> Value:
-        """kit.load(a[s]): shared tile a[s] (or its .T view) into registers."""
+        """kit.load(a[s]): shared tile a[s] (or its .T view) into registers (also what a host
+        descriptor's TMA load gives: frontend/semantic/tma_desc.py)."""
         if len(src.shape) != 2:
             raise self.error(f"kit.load from shared memory needs a 2-d tile (a stage a[s]), "
                              f"got shape {_shape(src.shape)}")
