@@ -119,7 +119,8 @@ def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tup
     for j, i in enumerate(ck.runtime_index):  # v_i: a tensor's data pointer, or the value
         sets.append(f"    _st.{block.names[j]} = {values[i]}")
     for j, t in enumerate(ck.metadata.get("tma", [])):
-        sets.append(f"    _ptrs[{block.desc_base + j}] = _tmap({names[t['param']]}, "
+        make = "_rowmap" if t.get("kind") == "rows" else "_tmap"  # rows: below sm_90
+        sets.append(f"    _ptrs[{block.desc_base + j}] = {make}({names[t['param']]}, "
                     f"{t['box'][0]}, {t['box'][1]}, {t['swizzle']}, '{t['dtype']}')")
     meta = "{" + "".join(f"{n!r}: {a}, " for n, a in zip(jf.runtime_params, names)) + \
         "**_META}"
@@ -134,10 +135,16 @@ def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tup
         "_FN": wrap(ck.function(device)),
         "_THREADS": ck.threads, "_SHARED": ck.shared, "_stream": _stream_getter(),
         "_DEV": device, "_handle": _stream_handle,
-        "_tmap": driver.tensor_map, "_OK": driver.launch_ok(),
+        "_tmap": driver.tensor_map, "_OK": driver.launch_ok(), "_rowmap": _row_map(),
     }
     exec(src, ns)
     return ns["launch"]
+
+
+def _row_map():
+    from .runtime.ampere import row_map
+
+    return row_map
 
 
 def _check_launch_args(jf: JITFunction, rt_args, gpu: bool) -> None:
@@ -258,14 +265,17 @@ def _torch_current_device() -> int:
 # parameter may share an option's name (Liger's `num_warps: tl.constexpr`): as in Triton the
 # keyword then binds the parameter and is the launch option too (`_make_runner`).
 LAUNCH_OPTIONS = {"num_warps": 4, "num_stages": None, "num_ctas": 1, "maxnreg": None,
-                  "launch_pdl": False}
+                  "launch_pdl": False, "arch": None}
 
 
 def _make_runner(jf: JITFunction, sig):
     """The generated launch entry `<kernel>(grid, <params>, num_warps=4, num_stages=None,
-    num_ctas=1, maxnreg=None, launch_pdl=False, stream=None)`: binds the call's arguments,
-    builds the specialization key and launches, in one Python frame (a TypeError from
-    binding names the kernel and the parameter).
+    num_ctas=1, maxnreg=None, launch_pdl=False, arch=None, stream=None)`: binds the call's
+    arguments, builds the specialization key and launches, in one Python frame (a TypeError
+    from binding names the kernel and the parameter).
+
+    `arch`: compile for this target instead of the GPU's own ("sm_80" on an H100 runs the
+    Ampere code path from PTX the driver assembles; `JITFunction._compile_for_launch`).
 
     `stream`: a torch.cuda.Stream, a raw int CUstream, or None for the current torch stream
     of the tensors' device (ignored by the interpreter). The options other than num_warps
@@ -329,13 +339,14 @@ def _make_runner(jf: JITFunction, sig):
     name = jf.__name__ if jf.__name__.isidentifier() else "kernel"
     opts = [f"{opt[o]}={d!r}" for o, d in LAUNCH_OPTIONS.items()] + ["stream=None"]
     nw, mr, nc, pdl = opt["num_warps"], opt["maxnreg"], opt["num_ctas"], opt["launch_pdl"]
+    arch = opt["arch"]
     src = (f"def {name}(grid, {', '.join(params + opts)}):\n"
            + "".join(line + "\n" for line in body) +
-           f"    _kit_key = ({consts}, {nw}, {mr}, {nc}, {pdl}{parts})\n"
+           f"    _kit_key = ({consts}, {nw}, {mr}, {nc}, {pdl}, {arch}{parts})\n"
            f"    _kit_l = _kit_get(_kit_key)\n"
            f"    if _kit_l is None:\n"
            f"        _kit_l = _kit_miss(_kit_key, ({args}{',' if len(rt) == 1 else ''}), "
-           f"{consts}, {nw}, {mr}, {nc}, {pdl})\n"
+           f"{consts}, {nw}, {mr}, {nc}, {pdl}, {arch})\n"
            f"    return _kit_l(grid{', ' if rt else ''}{args}{vals}, stream)\n")
     exec(src, ns)
     inner = ns[name]

@@ -91,12 +91,14 @@ class FunctionCodegen(StatementsMixin, ExpressionsMixin, CallsMixin):
             self.stmt(s)
 
 
-def build_kernel_ir(jf, arg_specs: dict[str, Any], num_warps: int) -> Function:
+def build_kernel_ir(jf, arg_specs: dict[str, Any], num_warps: int,
+                    target: str | None = None) -> Function:
     """The tile IR of kernel `jf` for one specialization.
 
     `arg_specs` maps each parameter to either a `TileType` (a run-time argument: a pointer,
     an int, a float) or ('const', value) for values folded in (constexprs, ints equal to 1,
-    None).
+    None). `target`: set (as `fn.attrs["target"]`) only for the targets whose typing and
+    layouts differ from Hopper's (sm_80/86/89: frontend/ampere.py).
     """
     parsed = jf.parsed
     args = []
@@ -110,6 +112,8 @@ def build_kernel_ir(jf, arg_specs: dict[str, Any], num_warps: int) -> Function:
         else:
             scope[p] = spec[1]
     fn = Function(parsed.fn.__name__, args, {"num_warps": num_warps})
+    if target is not None:
+        fn.attrs["target"] = target
     builder = Builder(fn)
     cg = FunctionCodegen(parsed, builder, scope)
     cg.run()
