@@ -24,16 +24,16 @@ from kitjit.testing import bench, check, device, has_gpu
 
 
 @kit.jit
-def fa2_block(q, k, v, k_ready, v_ready, K, V, acc, m_i, l_i, m0, j, n_kv, kvh, SK,
+def fa2_block(q, k, v, k_ready, v_ready, K, V, acc, m_i, l_i, m0, j, n_full, n_kv, kvh, SK,
               qk_scale, BM: kit.constexpr, BN: kit.constexpr, STAGES: kit.constexpr,
-              MASK: kit.constexpr, CAUSAL: kit.constexpr):
+              CAUSAL: kit.constexpr):
     """Keys j*BN .. j*BN+BN-1: S = Q Kᵀ, online softmax (exp2, the scale folded in), O += P V."""
     s, phase = j % STAGES, j // STAGES % 2
     kit.mbarrier_wait(k_ready[s], phase)
     sc = kit.mma(q, k[s].T, kit.zeros((BM, BN), kit.float32))
     if j + STAGES < n_kv:                           # k[s] is read: load block j+STAGES
         kit.tma_load(k[s], K, (kvh * SK + (j + STAGES) * BN, 0), k_ready[s])
-    if MASK:                                        # the ragged end, or the causal diagonal
+    if j >= n_full:                                 # the ragged end, or the causal diagonal
         cols = j * BN + kit.arange(0, BN)
         keep = cols[None, :] < SK
         if CAUSAL:                                  # top-left aligned: key c <= query r
@@ -74,12 +74,9 @@ def fa2_kernel(Q, K, V, O, L, S, SK, H, G, qk_scale, BM: kit.constexpr, BN: kit.
     l_i = kit.zeros((BM,), kit.float32)
     acc = kit.zeros((BM, D), kit.float32)
     kit.mbarrier_wait(q_ready[0], 0)
-    for j in range(n_full):
+    for j in range(n_kv):   # one loop body (a masked copy would double the code)
         acc, m_i, l_i = fa2_block(q, k, v, k_ready, v_ready, K, V, acc, m_i, l_i, m0, j,
-                                  n_kv, kvh, SK, qk_scale, BM, BN, STAGES, False, CAUSAL)
-    for j in range(n_full, n_kv):
-        acc, m_i, l_i = fa2_block(q, k, v, k_ready, v_ready, K, V, acc, m_i, l_i, m0, j,
-                                  n_kv, kvh, SK, qk_scale, BM, BN, STAGES, True, CAUSAL)
+                                  n_full, n_kv, kvh, SK, qk_scale, BM, BN, STAGES, CAUSAL)
     rows = m0 + kit.arange(0, BM)
     live = rows < S
     dcol = kit.arange(0, D)
