@@ -85,10 +85,14 @@ def fa2_kernel(Q, K, V, O, L, S, SK, H, G, qk_scale, BM: kit.constexpr, BN: kit.
     kit.store(L + bh * S + rows, (m_i + kit.log2(l_i)) * 0.6931471805599453, mask=live)
 
 
-def default_config(D: int) -> dict:
-    """BM x BN tiles and stages for head dim D (FA2's: 128 query rows on 4 warps)."""
-    return dict(BM=128, BN=64, STAGES=2, num_warps=4) if D > 64 else \
-        dict(BM=128, BN=128, STAGES=2, num_warps=4)
+def default_config(D: int, causal: bool = False) -> dict:
+    """BM x BN tiles and stages for head dim D: FA2's tiles (128 query rows on 4 warps; 64
+    keys a block at D 128, 128 at D 64), the stages measured best on an H100 running this
+    code path (benchmarks/NOTES.md). One stage is 64 KB of shared memory at D 128 (two CTAs
+    per SM on an A100 too)."""
+    if D > 64:
+        return dict(BM=128, BN=64, STAGES=1, num_warps=4)
+    return dict(BM=128, BN=128, STAGES=1 if causal else 2, num_warps=4)
 
 
 def attention(q, k, v, causal: bool = False, sm_scale: float | None = None,
@@ -104,7 +108,7 @@ def attention(q, k, v, causal: bool = False, sm_scale: float | None = None,
                          "(B, H, S, D) and (B, H_kv, SK > 0, D) with H a multiple of H_kv")
     if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.float16, torch.bfloat16):
         raise TypeError("attention: q, k, v must all be fp16 or all bf16")
-    cfg = dict(default_config(D), **config)
+    cfg = dict(default_config(D, causal), **config)
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)
     q2, k2, v2 = (t.contiguous().view(-1, D) for t in (q, k, v))
     o = torch.empty((B, H, S, D), device=q.device, dtype=q.dtype)

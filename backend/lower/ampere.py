@@ -237,7 +237,7 @@ class AmpereLowering(LoweringBase):
         (c0,) = self.get(col0)
         (baddr,) = self.get(bar)
         gbase, rows, cols, stride = self.sm80_desc(desc)
-        if op.attrs.get("expect", 1) and self.role is None:
+        if op.attrs.get("expect", 1) and self.role is None and not op.attrs.get("nosync"):
             self.sync()  # every warp is done reading the stage these copies overwrite
         R, C = dst.shape
         e = dst.dtype.itemsize

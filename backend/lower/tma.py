@@ -151,8 +151,8 @@ class TmaLowering(LoweringBase):
         expect = op.attrs.get("expect", op.attrs["bytes"])  # see frontend/tma_groups.py
         p = self.thread0()
         if expect:
-            if self.role is None:  # every warpgroup is done reading the stage it overwrites
-                self.sync()
+            if self.role is None and not op.attrs.get("nosync"):
+                self.sync()  # every warpgroup is done reading the stage it overwrites
             asm(b, VOID, "@$0 mbarrier.arrive.expect_tx.shared::cta.b64 _, [$1], $2;",
                 "b,r,r,~{memory}", [p, baddr, self.c32(expect)])
         lay = dst.type.layout
