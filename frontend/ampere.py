@@ -11,7 +11,10 @@ issuing thread instead of one, so a barrier that copies complete on counts `arri
 (threads that issue them) per phase. This pass works that out and checks what sm_80 cannot
 do:
 
-- `init_count`: each `kit.mbarriers` allocation gets `sm80_init`, its arrivals per phase;
+- each `kit.mbarriers` allocation gets `sm80_init`, its arrivals per phase: copies arrive
+  once per issuing thread, and `kit.mbarrier_arrive` once per warp (after the warp syncs),
+  not once per warpgroup as on Hopper: on Hopper a warpgroup's WGMMA is done with its tiles
+  together, here each warp's ldmatrix reads are its own;
 - the last load of each run of loads on one barrier (frontend/tma_groups.py) gets
   `sm80_arrive` (the thread's one `cp.async.mbarrier.arrive` covers all its copies before);
 - each tensor copied gets a plain row descriptor (`kind: rows`: base, rows, cols, row
@@ -50,6 +53,7 @@ def prepare(fn: Function) -> Function:
         return fn
     copiers: dict[int, set[int]] = {}   # barrier allocation id -> threads issuing copies
     arrivers: dict[int, Op] = {}         # barrier allocation id -> a kit.mbarrier_arrive
+    per_arrive: dict[int, set[int]] = {}  # barrier allocation id -> warp arrivals per arrival
 
     def walk(block: Block, warps: int) -> None:
         last: Op | None = None  # the latest load of the current run (tma_groups' runs)
@@ -57,10 +61,11 @@ def prepare(fn: Function) -> Function:
             roles = op.attrs.get("roles") if op.name == "if" else None
             for i, r in enumerate(op.regions):
                 walk(r, roles[i][1] * 4 if roles else warps)
-            if op.name == "mbar_arrive":
+            if op.name == "mbar_arrive":  # Hopper: one per warpgroup; here one per warp
                 a = _alloc_of(op.operands[0])
                 if a is not None:
                     arrivers[a.result.id] = op
+                    per_arrive.setdefault(a.result.id, set()).add(warps // -(-warps // 4))
             if op.name != "tma_load":
                 continue
             dst, bar = op.operands[0], op.operands[-1]
@@ -86,7 +91,13 @@ def prepare(fn: Function) -> Function:
         if op.name == "smem_alloc" and "init" in op.attrs:
             threads = copiers.get(op.result.id)
             if threads is None:
-                op.attrs["sm80_init"] = op.attrs["init"]
+                warps = per_arrive.get(op.result.id, {1})
+                if len(warps) > 1:
+                    raise CompileError(f"on {fn.attrs['target']} each warp arrives on its own "
+                                       "(warps read shared tiles on their own), and this "
+                                       "barrier takes kit.mbarrier_arrive from roles of "
+                                       "different sizes", arrivers[op.result.id].loc)
+                op.attrs["sm80_init"] = op.attrs["init"] * warps.pop()
                 continue
             if len(threads) > 1:
                 raise CompileError(f"on {fn.attrs['target']} every thread that issues a copy "

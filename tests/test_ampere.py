@@ -225,6 +225,51 @@ def mixed_barrier_kernel(A, C, BM: kit.constexpr):
     kit.mbarrier_wait(bar[0], 0)
 
 
+@kit.jit
+def roles_kernel(A, C, BM: kit.constexpr):
+    """A producer warpgroup copies, a consumer warpgroup reads and hands the stage back
+    (kit.mbarrier_arrive: once per warpgroup on Hopper, once per warp on Ampere)."""
+    a = kit.shared((2, BM, 64), A.dtype.element_ty)
+    ready = kit.mbarriers(2)
+    empty = kit.mbarriers(2, arrivals=1)
+    if kit.warpgroup_id() == 0:
+        for j in range(4):
+            kit.mbarrier_wait(empty[j % 2], j // 2 % 2 ^ 1)
+            kit.tma_load(a[j % 2], A, (j * BM, 0), ready[j % 2])
+    else:
+        for j in range(4):
+            kit.mbarrier_wait(ready[j % 2], j // 2 % 2)
+            acc = kit.mma(a[j % 2], a[j % 2].T, kit.zeros((BM, BM), kit.float32))
+            kit.mbarrier_arrive(empty[j % 2])
+            rm, rn = kit.arange(0, BM), kit.arange(0, BM)
+            kit.store(C + j * BM * BM + rm[:, None] * BM + rn[None, :], acc)
+
+
+def test_roles_arrival_counts_on_sm80():
+    """Copies arrive per producer thread (128), kit.mbarrier_arrive per consumer warp (4)."""
+    ck = kit.compile_aot(str(pathlib.Path(__file__)), "roles_kernel", ["*bf16:16", "*fp32:16"],
+                         {"BM": 64}, 8, "sm_80")
+    ptx = ck.asm["ptx"]
+    assert "bar.warp.sync" in ptx and "cp.async.mbarrier.arrive.noinc" in ptx
+    tir = ck.asm["tir"]
+    assert "sm80_init=128" in tir and "sm80_init=4" in tir, tir[:2000]
+
+
+@pytest.mark.parametrize("arch", [None, "sm_80"] if has_gpu() else [None])
+def test_roles_kernel_runs(arch, monkeypatch):
+    """In the interpreter (roles as coroutines), and on a GPU through the sm_80 path."""
+    if arch is None:
+        monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    dev = "cuda" if arch else "cpu"
+    a = torch.randn(256, 64, generator=torch.Generator().manual_seed(9)).to(dev,
+                                                                            torch.bfloat16)
+    c = torch.full((4, 64, 64), float("nan"), device=dev)
+    roles_kernel[(1,)](a, c, BM=64, num_warps=8, arch=arch)
+    ref = torch.stack([a[j * 64:(j + 1) * 64].double() @ a[j * 64:(j + 1) * 64].double().T
+                       for j in range(4)])
+    _check(c, ref, 1e-5)
+
+
 def _mma_store(a, b, trans_b, arch=None, BM=64, BN=64, BK=32, num_warps=4):
     M, K = a.shape
     N = b.shape[0] if trans_b else b.shape[1]

@@ -6,8 +6,8 @@
   completes its phase when every thread's copies have landed (frontend/ampere.py sets its
   arrival count). The tensor comes as a row descriptor (base, rows, cols, row stride) in the
   kernel parameter where Hopper has its CUtensorMap (kitjit/runtime/ampere.py).
-- `mbar_wait` spins on `mbarrier.test_wait.parity` (sm_80 has no try_wait);
-  `mbar_arrive` and the barrier init are Hopper's without the `.shared::cta` forms.
+- `mbar_wait` spins on `mbarrier.test_wait.parity` (sm_80 has no try_wait); `mbar_arrive`
+  arrives once per warp (Hopper: once per warpgroup); no `.shared::cta` forms.
 - `wgmma` (`kit.mma`): `ldmatrix.x4` fragments (`.trans` for an operand stored the other
   way round) from the swizzled shared tiles into `mma.sync.m16n8k16`, fp32 accumulation;
   A may come from registers (P @ V). Synchronous: `pending` has nothing to wait for.
@@ -222,8 +222,11 @@ class AmpereLowering(LoweringBase):
             "r,r,~{memory}", [baddr, ph])
 
     def sm80_mbar_arrive(self, op: Op) -> None:
+        """One arrival per warp (frontend/ampere.py counts them), once the whole warp is
+        past this point: each warp's ldmatrix reads are its own."""
         (baddr,) = self.get(op.operands[0])
-        p = self.b.icmp_unsigned("==", self.b.and_(self.tid, self.c32(127)), self.c32(0))
+        asm(self.b, VOID, "bar.warp.sync -1;", "~{memory}", [])
+        p = self.b.icmp_unsigned("==", self.lane, self.c32(0))
         asm(self.b, VOID, "{ .reg .b64 st; @$0 mbarrier.arrive.shared.b64 st, [$1]; }",
             "b,r,~{memory}", [p, baddr])
 
