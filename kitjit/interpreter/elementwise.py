@@ -60,9 +60,11 @@ def _exp(x, sign: float = 1.0):
     x * log2(e) rounded to fp32. That rounding costs up to ~|x| ulp of the result; doing the
     same product here leaves only ex2's own 2 ulp between the two paths, at any x."""
     x = np.asarray(x)
+    if x.dtype != np.float32:  # (fp64 kit.exp is libdevice's, a math op: never here)
+        return np.exp(sign * x)
     with np.errstate(all="ignore"):
-        t = x * (x.dtype.type(sign) * _LOG2E).astype(x.dtype)
-        return np.exp2(t.astype(np.float64)).astype(x.dtype)
+        t = x * (np.float32(sign) * _LOG2E)
+        return np.exp2(t.astype(np.float64)).astype(np.float32)
 
 
 def _sigmoid(x):
