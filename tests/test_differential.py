@@ -10,6 +10,8 @@ import test_examples as E
 import torch
 from fuzz.shadow import Shadow, _compare, _mirror, shadowed, summary
 
+import kitjit as kit
+
 RECORDS: list[Shadow] = []
 
 
@@ -96,3 +98,37 @@ def test_compare_tolerances():
     j = i.clone()
     j[4] = 7
     assert "differ" in _compare(i, j)
+
+
+# ------------------------------------------------------------------ the harness, on the CPU
+@kit.jit
+def _scale_kernel(X, Out, n, s, BLOCK: kit.constexpr):
+    offs = kit.program_id(0) * BLOCK + kit.arange(0, BLOCK)
+    mask = offs < n
+    kit.store(Out + offs, kit.load(X + offs, mask=mask) * s, mask=mask)
+
+
+_tuned_kernel = kit.autotune([kit.Config({"BLOCK": 16}), kit.Config({"BLOCK": 32})],
+                             key=["n"])(_scale_kernel)
+
+
+def test_shadow_wraps_every_launch_entry():
+    """(CPU) launches through kernel[grid], the autotuner and `run` are all shadowed; the
+    "GPU" here is the interpreter on CPU tensors that answer is_cuda (so the harness
+    mirrors them), so they agree; the kernels get their own launch entries back after."""
+    class LooksCuda(torch.Tensor):
+        __torch_function__ = torch._C._disabled_torch_function_impl
+        is_cuda = True
+
+    x, out = (torch.Tensor._make_subclass(LooksCuda, t)
+              for t in (torch.randn(40), torch.full((40,), float("nan"))))
+    n_keys = len(_scale_kernel.cache)
+    records: list[Shadow] = []
+    with shadowed(records):
+        _scale_kernel[(3,)](x, out, 40, 2.0, BLOCK=16)
+        _tuned_kernel[lambda m: (kit.cdiv(40, m["BLOCK"]),)](x, out, 40, 3.0)
+        _scale_kernel.run(x, out, 40, 0.5, grid=(2,), BLOCK=32)
+    assert [r.verdict for r in records] == ["agree"] * 3, summary(records)
+    assert torch.equal(out, x * 0.5)
+    assert len(_scale_kernel.cache) == n_keys + 2, "the copies' launchers stayed"
+    assert not getattr(_scale_kernel._launch, "_kit_shadow", False)

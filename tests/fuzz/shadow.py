@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import os
 import sys
 
@@ -91,12 +92,12 @@ def _in_autotuning() -> bool:
     return False
 
 
-def _interpret(jf: JITFunction, grid, args, kw):
+def _interpret(launch, grid, args, kw):
     saved = os.environ.get("KITJIT_INTERPRET")
     os.environ["KITJIT_INTERPRET"] = "1"
     try:
         kw = {k: v for k, v in kw.items() if k != "stream"}
-        jf._launch(grid, *args, **kw)
+        launch(grid, *args, **kw)
     finally:
         if saved is None:
             del os.environ["KITJIT_INTERPRET"]
@@ -109,9 +110,7 @@ def shadowed(records: list[Shadow], raise_on_disagreement: bool = True):
     """Every GPU launch inside the block is shadowed by the interpreter (see the module
     docstring); each is recorded in `records`. A disagreement raises AssertionError at the
     launch (with `raise_on_disagreement`)."""
-    originals = {n: getattr(JITFunction, n) for n in ("__getitem__", "run", "_run")}
-
-    def shadow(jf: JITFunction, grid, args, kw):
+    def shadow(jf: JITFunction, orig, grid, args, kw):
         tensors = [a for a in [*args, *kw.values()] if isinstance(a, torch.Tensor)]
         why = None
         if not any(t.is_cuda for t in tensors):
@@ -122,17 +121,22 @@ def shadowed(records: list[Shadow], raise_on_disagreement: bool = True):
             why = "an autotuning run"
         if why is not None:
             records.append(Shadow(jf.__name__, f"skipped: {why}"))
-            return jf._launch(grid, *args, **kw)
+            return orig(grid, *args, **kw)
         cargs, ckw, pairs = _mirror(args, kw)
-        r = jf._launch(grid, *args, **kw)
-        torch.cuda.synchronize()
+        r = orig(grid, *args, **kw)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        cached = set(jf.cache)
         try:
-            _interpret(jf, grid, cargs, ckw)
+            _interpret(orig, grid, cargs, ckw)
         except Exception as e:  # noqa: BLE001 - the interpreter failing is a disagreement
             problems = [f"the interpreter raised {type(e).__name__}: {e}"]
         else:
             problems = [f"tensor argument {i}: {p}" for i, (g, c) in enumerate(pairs)
                         if (p := _compare(g, c)) is not None]
+        finally:  # (the interpreter's launchers, keyed on CPU tensors, leave with it)
+            for key in set(jf.cache) - cached:
+                jf.cache.pop(key, None)
         records.append(Shadow(jf.__name__, "DISAGREE" if problems else "agree",
                               "; ".join(problems)))
         if problems and raise_on_disagreement:
@@ -140,20 +144,38 @@ def shadowed(records: list[Shadow], raise_on_disagreement: bool = True):
                                  + "; ".join(problems))
         return r
 
-    def getitem(self, grid):
-        launch = originals["__getitem__"](self, grid)
-        if not isinstance(self, JITFunction) or launch.func is not self._launch:
-            return launch  # (traced by torch.compile)
-        return lambda *a, **kw: shadow(self, grid, a, kw)
+    # every kernel's launch entry (`_launch`, which `kernel[grid]`, `run` and the
+    # autotuner's bound `_run` all call), in existing kernels and in those made inside
+    wrapped: list[JITFunction] = []
 
-    JITFunction.__getitem__ = getitem
-    JITFunction.run = lambda self, *a, grid, **kw: shadow(self, grid, a, kw)
-    JITFunction._run = lambda self, *a, grid, **kw: shadow(self, grid, a, kw)
+    def wrap(jf: JITFunction) -> None:
+        orig = jf.__dict__.get("_launch")
+        if orig is None or getattr(orig, "_kit_shadow", False):
+            return
+
+        def launch(grid, *a, **kw):
+            return shadow(jf, orig, grid, a, kw)
+        launch._kit_shadow = True
+        launch._kit_orig = orig
+        jf._launch = launch
+        wrapped.append(jf)
+
+    init = JITFunction.__init__
+
+    def new_init(self, *a, **kw):
+        init(self, *a, **kw)
+        wrap(self)
+
+    for obj in gc.get_objects():
+        if isinstance(obj, JITFunction):
+            wrap(obj)
+    JITFunction.__init__ = new_init
     try:
         yield records
     finally:
-        for n, f in originals.items():
-            setattr(JITFunction, n, f)
+        JITFunction.__init__ = init
+        for jf in wrapped:
+            jf._launch = jf._launch._kit_orig
 
 
 def summary(records: list[Shadow]) -> str:
