@@ -53,7 +53,7 @@ def rows(shape: str) -> dict:
 
 
 def training_rows() -> dict:
-    """The forward (Sq > 16) through sdpa and the backward's three launches."""
+    """The forward (Sq > 16) through sdpa, and the backward (not on the host path)."""
     from kitjit.nn.attention_backward import attention_backward
 
     q, k, v = inputs(2, 16, 4, 512, 512, 128)

@@ -69,6 +69,8 @@ class DotLowering(LoweringBase):
 
     @lowering("wgmma")
     def op_wgmma(self, op: Op) -> None:
+        if self.ampere:  # sm_80/86/89: ldmatrix + mma.sync (ampere.py)
+            return self.sm80_mma(op)
         a, bt, acc = op.operands
         b = self.b
         a_regs = not a.type.is_shared
@@ -88,11 +90,14 @@ class DotLowering(LoweringBase):
         ic = lc.reg_index()
         nw = self.num_warps
         kind = "bf16" if a.dtype.name == "bf16" else "f16"
-        # A: K-major rows of `swizzle` bytes, column chunks one after another
+        # A: K-major rows of `swizzle` bytes, column chunks one after another; or (a `.T`
+        # view) stored [K, M] with M contiguous (MN-major, imm-trans-a = 1), each
+        # warpgroup's 64 rows of M a run of column chunks
         sa, ca = (la.swizzle, la.chunk) if la else (128, 64)
-        da = self._desc_const(16, 8 * sa, sa)
-        if la is not None and la.transposed:
-            raise LoweringError("kit.mma: a transposed A operand is not supported")
+        trans_a = int(la is not None and la.transposed)
+        if trans_a and 64 % ca:
+            raise LoweringError(f"kit.mma: a transposed A operand of {ca}-column chunks")
+        da = self._desc_const(K * sa, 8 * sa, sa) if trans_a else self._desc_const(16, 8 * sa, sa)
         sb, cb = lb.swizzle, lb.chunk
         if lb.transposed:  # B stored [N, K], K contiguous (K-major, imm-trans-b = 0)
             db = self._desc_const(16, 8 * sb, sb)
@@ -101,7 +106,24 @@ class DotLowering(LoweringBase):
             db = self._desc_const(K * sb, 8 * sb, sb)
             trans_b = 1
         wg = b.lshr(self.warp, self.c32(2))
-        a_wg = b.add(aaddr, b.mul(wg, self.c32(64 * sa))) if not a_regs else None
+        if a_regs:
+            a_wg = None
+        elif trans_a:  # warpgroup w: stored columns 64w.. (64 // ca chunks of K rows each)
+            a_wg = b.add(aaddr, b.mul(wg, self.c32(64 // ca * K * sa)))
+        else:
+            a_wg = b.add(aaddr, b.mul(wg, self.c32(64 * sa)))
+        # one descriptor per operand, each K step a constant added to it (the address field
+        # is bits 0-13 of addr >> 4, and every step's address is a shared address too, so
+        # nothing carries out); the base goes through an opaque mov, so that LLVM computes
+        # the steps here instead of hoisting each out of a loop into registers of its own
+        def opaque(x):
+            return asm(b, I32, "mov.b32 $0, $1;", "=r,r", [x], side_effect=True)
+
+        def step(d0, off: int):
+            return b.add(d0, ir.Constant(I64, off >> 4)) if off else d0
+
+        a_desc0 = None if a_regs else self._desc(opaque(a_wg), da)
+        b_desc0 = self._desc(opaque(baddr), db)
         n_out = N // 2
         outs = ", ".join(f"${i}" for i in range(n_out))
         if a_regs:  # four 32-bit registers of the A fragment, then B's descriptor
@@ -121,7 +143,7 @@ class DotLowering(LoweringBase):
         else:
             text = (f"{{ .reg .pred p; setp.ne.b32 p, ${n_out + 2}, 0; "
                     f"wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{kind}.{kind} "
-                    f"{{{outs}}}, ${n_out}, ${n_out + 1}, p, 1, 1, 0, {trans_b}; }}")
+                    f"{{{outs}}}, ${n_out}, ${n_out + 1}, p, 1, 1, {trans_a}, {trans_b}; }}")
             cons = ",".join(["=f"] * n_out + ["l", "l", "r"] + [str(i) for i in range(n_out)])
         ret = ir.LiteralStructType([F32] * n_out)
         # every operand (descriptors, packed A registers, accumulators) is computed before
@@ -137,18 +159,18 @@ class DotLowering(LoweringBase):
                              for r, c in ((0, 0), (8, 0), (0, 8), (8, 8))]
                     a_ops = [asm(b, I32, "mov.b32 $0, $1;", "=r,r", [x], side_effect=True)
                              for x in a_ops]
+                elif trans_a:
+                    a_off = r0 // ca * K * sa + k0 * sa
                 else:
-                    a_addr = b.add(a_wg, self.c32((k0 // ca) * M * sa + r0 * sa +
-                                                  (k0 % ca) * e))
+                    a_off = (k0 // ca) * M * sa + r0 * sa + (k0 % ca) * e
                 if lb.transposed:
                     b_off = (k0 // cb) * N * sb + (k0 % cb) * e
                 else:
                     b_off = k0 * sb
-                b_addr = b.add(baddr, self.c32(b_off))
                 if a_regs:
-                    ins = a_ops + [self._desc(b_addr, db), self.c32(1)]
+                    ins = a_ops + [step(b_desc0, b_off), self.c32(1)]
                 else:
-                    ins = [self._desc(a_addr, da), self._desc(b_addr, db), self.c32(1)]
+                    ins = [step(a_desc0, a_off), step(b_desc0, b_off), self.c32(1)]
                 ks.append(ins)
             regs = [asm(b, F32, "mov.b32 $0, $1;", "=f,f", [C[i]], side_effect=True)
                     for i in idx]
@@ -168,3 +190,4 @@ class DotLowering(LoweringBase):
         else:
             self.wgmma_wait(op.result, pending)
             self.inflight.add(op.result.id)
+            self.groups.append(op.result.id)

@@ -109,13 +109,19 @@ class _TmaTensor:
                 raw = raw != 0
             dst[rs - r0:re - r0, cs - c0:ce - c0] = raw
 
-    def store_box(self, src: np.ndarray, r0: int, c0: int) -> None:
-        """The box of src's shape at (r0, c0) = src; what falls outside the tensor is dropped."""
+    def store_box(self, src: np.ndarray, r0: int, c0: int, reduce: str | None = None) -> None:
+        """The box of src's shape at (r0, c0) = src (reduce="add": += src, rounded to the
+        tensor's dtype); what falls outside the tensor is dropped."""
         rows, cols = src.shape
         rs, re, cs, ce = self._clip(r0, c0, rows, cols)
         if rs >= re or cs >= ce:
             return
         v = src[rs - r0:re - r0, cs - c0:ce - c0]
+        if reduce == "add":
+            old = self.view[rs:re, cs:ce]
+            if self.dt is bfloat16:
+                old = (old.astype(np.uint32) << np.uint32(16)).view(np.float32)
+            v = (old.astype(np.float32) + v).astype(old.dtype)
         if self.dt is bfloat16:
             v = (_bf16_bits(v) >> np.uint32(16)).astype(np.uint16)
         elif self.dt.is_bool():
