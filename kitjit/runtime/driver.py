@@ -232,7 +232,8 @@ class ParamBlock:
 
 _TMAP_CACHE: dict = {}
 _TMAP_OLD: dict = {}
-_DTYPES_TMA = {"bf16": 9, "fp16": 6, "fp32": 7, "u8": 0, "i32": 3, "fp64": 8}
+_DTYPES_TMA = {"bf16": 9, "fp16": 6, "fp32": 7, "u8": 0, "i32": 3, "fp64": 8,
+               "fp8e4nv": 0, "fp8e5": 0}  # fp8 travels as bytes
 _SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
 
 
