@@ -33,6 +33,23 @@ def load_stage(a, b, ready, A, B, m0, n0, k0, kk, it, BK: kit.constexpr,
 
 
 @kit.jit
+def refill(a, b, ready, A, B, tile, step, n_tiles, kk, it, m0, n0, k0, m1, n1, k1, M, N, n_k,
+           BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr, STAGES: kit.constexpr,
+           GROUP: kit.constexpr, TRANS_B: kit.constexpr, SPLIT_K: kit.constexpr):
+    j = kk + STAGES - 1        # refill the stage MMA it-1 freed, running into the next tile
+    if j < n_k:                # (its origin m1, n1, k1) so its loads fly during this epilogue
+        load_stage(a, b, ready, A, B, m0, n0, k0, j, it + STAGES - 1, BK, STAGES, TRANS_B)
+    elif j < 2 * n_k:
+        if tile + step < n_tiles:
+            load_stage(a, b, ready, A, B, m1, n1, k1, j - n_k, it + STAGES - 1, BK, STAGES,
+                       TRANS_B)
+    elif tile + j // n_k * step < n_tiles:           # K shorter than the ring
+        mj, nj, kj = tile_origin(tile + j // n_k * step, M, N, n_k, BM, BN, BK, GROUP, SPLIT_K)
+        load_stage(a, b, ready, A, B, mj, nj, kj, j % n_k, it + STAGES - 1, BK, STAGES,
+                   TRANS_B)
+
+
+@kit.jit
 def matmul_kernel(A, B, C, W, M, N, K, BM: kit.constexpr, BN: kit.constexpr,
                   BK: kit.constexpr, STAGES: kit.constexpr, GROUP: kit.constexpr,
                   TRANS_B: kit.constexpr = False, SPLIT_K: kit.constexpr = 1):
@@ -58,19 +75,8 @@ def matmul_kernel(A, B, C, W, M, N, K, BM: kit.constexpr, BN: kit.constexpr,
             kit.mbarrier_wait(ready[it % STAGES], it // STAGES % 2)
             bs = b[it % STAGES].T if TRANS_B else b[it % STAGES]
             acc = kit.mma(a[it % STAGES], bs, acc, pending=1)
-            j = kk + STAGES - 1        # refill the stage MMA it-1 freed, running into the
-            if j < n_k:                # next tile so its loads fly during this epilogue
-                load_stage(a, b, ready, A, B, m0, n0, k0, j, it + STAGES - 1, BK, STAGES,
-                           TRANS_B)
-            elif j < 2 * n_k:
-                if tile + step < n_tiles:
-                    load_stage(a, b, ready, A, B, m1, n1, k1, j - n_k, it + STAGES - 1, BK,
-                               STAGES, TRANS_B)
-            elif tile + j // n_k * step < n_tiles:           # K shorter than the ring
-                mj, nj, kj = tile_origin(tile + j // n_k * step, M, N, n_k, BM, BN, BK, GROUP,
-                                         SPLIT_K)
-                load_stage(a, b, ready, A, B, mj, nj, kj, j % n_k, it + STAGES - 1, BK,
-                           STAGES, TRANS_B)
+            refill(a, b, ready, A, B, tile, step, n_tiles, kk, it, m0, n0, k0, m1, n1, k1, M,
+                   N, n_k, BM, BN, BK, STAGES, GROUP, TRANS_B, SPLIT_K)
             it += 1
         rm = m0 + kit.arange(0, BM)    # the epilogue: straight from the accumulator
         rn = n0 + kit.arange(0, BN)    # registers, shuffled into 16-byte stores by the

@@ -93,6 +93,7 @@ class LoweringBase:
         self.role = None  # (first warpgroup, warpgroups) inside `if kit.warpgroup_id() ...`
         self.uses_setmaxnreg = False
         self.inflight: set[int] = set()
+        self.retired: set[int] = set()  # landed, but the registers not yet tied (dot.py)
         self.scratch_base = 0
         self.static_bytes = 0
         self.axis = AxisAnalysis(fn)
@@ -392,10 +393,13 @@ class LoweringBase:
         for op in block.ops:
             if op.name == "yield":
                 return [self.get(v) for v in op.operands]
-            if self.inflight and op.name not in ("wgmma", "for"):
+            if (self.inflight or self.retired) and op.name not in ("wgmma", "for"):
                 for v in op.operands:
                     if v.id in self.inflight:
                         self.wgmma_wait(v, 0)
+                    elif v.id in self.retired:  # after this read, not before the newer MMA
+                        self.wgmma_wait(v, 1)
+                        self.retired.discard(v.id)
             fn = registry.lowering_of(op.name)
             if fn is None:
                 raise LoweringError(f"no lowering for op '{op.name}'")

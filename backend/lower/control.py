@@ -72,9 +72,11 @@ class ControlLowering(LoweringBase):
                 p.add_incoming(v, end)
         b.branch(header)
         b.position_at_end(exit_)
-        for r, ps, arg in zip(op.results, phis, body.args[1:]):
+        for r, ps, arg, y in zip(op.results, phis, body.args[1:], ys_ops):
             self.vals[r.id] = ps
-            if arg.id in self.inflight:
+            # in flight after the loop when the last iteration's value is: the arg still
+            # unread, or the yielded value (a kit.mma with pending=1 retires the arg)
+            if arg.id in self.inflight or y.id in self.inflight:
                 self.inflight.add(r.id)
 
     def _yields_inflight(self, region: Block, i: int) -> bool:

@@ -175,4 +175,13 @@ class DotLowering(LoweringBase):
             self.wgmma_wait(op.result, 0)
         else:
             self.wgmma_wait(op.result, pending)
+            if pending == 1:
+                # wait_group(1): every older group has landed, so the accumulators still
+                # marked in flight (all issued before this one: earlier ops, or the previous
+                # iteration's through a loop-carried value) are final. A later read of one
+                # ties its registers through a `wait_group 1` (satisfied already, so free)
+                # instead of waiting for this group: block-scaled fp8 adds the last K-block's
+                # partial while the next one runs.
+                self.retired |= self.inflight
+                self.inflight.clear()
             self.inflight.add(op.result.id)
