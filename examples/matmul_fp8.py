@@ -22,13 +22,13 @@ import torch
 
 import kitjit as kit
 from kitjit.testing import bench, check, device, has_gpu
-from matmul import num_sms, refill, tile_origin
+from matmul import load_stage, num_sms, refill, tile_origin
 
 
 @kit.jit
 def matmul_fp8_kernel(A, B, C, SA, SB, M, N, K, BM: kit.constexpr, BN: kit.constexpr,
                       BK: kit.constexpr, STAGES: kit.constexpr, GROUP: kit.constexpr,
-                      SCALE: kit.constexpr):
+                      SCALE: kit.constexpr, TMA_STORE: kit.constexpr = False):
     a = kit.shared((STAGES, BM, BK), A.dtype.element_ty)   # [BM, 128] fp8: 128-byte swizzle
     b = kit.shared((STAGES, BN, BK), B.dtype.element_ty)   # B is [N, K]: K-major, as QGMMA
     ready = kit.mbarriers(STAGES)                            # needs
@@ -39,8 +39,7 @@ def matmul_fp8_kernel(A, B, C, SA, SB, M, N, K, BM: kit.constexpr, BN: kit.const
         t = first + s // n_k * step
         if t < n_tiles:
             m0, n0, k0 = tile_origin(t, M, N, n_k, BM, BN, BK, GROUP, 1)
-            kit.tma_load(a[s], A, (m0, s % n_k * BK), ready[s])
-            kit.tma_load(b[s], B, (n0, s % n_k * BK), ready[s])
+            load_stage(a, b, ready, A, B, m0, n0, k0, s % n_k, s, BK, STAGES, True)
     it = 0
     for tile in range(first, n_tiles, step):
         m0, n0, k0 = tile_origin(tile, M, N, n_k, BM, BN, BK, GROUP, 1)
@@ -72,8 +71,11 @@ def matmul_fp8_kernel(A, B, C, SA, SB, M, N, K, BM: kit.constexpr, BN: kit.const
         elif SCALE == "row":
             acc = acc * kit.load(SA + rm, mask=rm < M, other=0.0)[:, None] \
                 * kit.load(SB + rn, mask=rn < N, other=0.0)[None, :]
-        mask = (rm[:, None] < M) & (rn[None, :] < N)
-        kit.store(C + rm[:, None] * N + rn[None, :], acc.to(C.dtype.element_ty), mask=mask)
+        if TMA_STORE:   # through a staging tile: the bulk copy drains under the next tile
+            kit.tma_store(C, (m0, n0), acc.to(C.dtype.element_ty))
+        else:
+            mask = (rm[:, None] < M) & (rn[None, :] < N)
+            kit.store(C + rm[:, None] * N + rn[None, :], acc.to(C.dtype.element_ty), mask=mask)
 
 
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
