@@ -12,10 +12,10 @@ expert's tokens: the MMA computes them and the store drops them.
 """
 
 import torch
+from matmul import load_stage, num_sms, tile_origin
 
 import kitjit as kit
 from kitjit.testing import bench, check, device, has_gpu
-from matmul import load_stage, num_sms, tile_origin
 
 
 @kit.jit
@@ -137,7 +137,8 @@ def main() -> None:
     offs = routed(T, E, dev)
     ref = reference(x, w, offs)
     err = check(grouped_mm(x, w, offs, **small), ref, 1e-2, "grouped_mm")
-    print(f"grouped_mm T={T} E={E} N={N} K={K} (groups {offs.tolist()}): rel err {err:.2e}")
+    print(f"grouped_mm T={T} E={E} N={N} K={K} (groups {offs.tolist()}): rel err {err:.2e} "
+          f"({'GPU' if has_gpu() else 'interpreter'})")
     if has_gpu():
         T, E, N, K = 16384, 8, 14336, 4096
         x = torch.randn(T, K, device="cuda", dtype=torch.bfloat16)

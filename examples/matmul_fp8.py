@@ -19,10 +19,10 @@ Scales (dequantization factors, as torch._scaled_mm takes them), picked by their
 """
 
 import torch
+from matmul import load_stage, num_sms, refill, tile_origin
 
 import kitjit as kit
 from kitjit.testing import bench, check, device, has_gpu
-from matmul import load_stage, num_sms, refill, tile_origin
 
 
 @kit.jit
@@ -79,8 +79,10 @@ def matmul_fp8_kernel(A, B, C, SA, SB, M, N, K, BM: kit.constexpr, BN: kit.const
 
 
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
-# 4 stages of a 128x128 A tile and a 256x128 B tile: 4 x 48 KB of the 227 KB of shared memory
+# 4 stages of a 128x128 A tile and a 256x128 B tile: 4 x 48 KB of the 227 KB of shared memory.
+# Block scales keep two accumulators (the sum and the last K-block's partial): 128x128 tiles
 DEFAULT = dict(BM=128, BN=256, BK=128, STAGES=4, num_warps=8)
+DEFAULT_BLOCK = dict(BM=128, BN=128, BK=128, STAGES=6, num_warps=8)
 
 
 def scale_mode(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor):
@@ -114,9 +116,12 @@ def matmul_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
         raise ValueError(f"a is {list(a.shape)}, b must be [N, {K}] with K % 16 == 0, got "
                          f"{list(b.shape)}")
     mode, sa, sb = scale_mode(a, b, scale_a, scale_b)
-    cfg = dict(DEFAULT, **config)
-    if mode == "block" and cfg["BK"] != 128:
-        raise ValueError("block scales need BK=128 (one K-block of scales per stage)")
+    cfg = dict(DEFAULT_BLOCK if mode == "block" else DEFAULT, **config)
+    if mode == "block" and (cfg["BK"] != 128 or 128 % cfg["BN"]):
+        raise ValueError("block scales need BK=128 (one K-block of scales per stage) and BN "
+                         "dividing 128 (one block of B's scales per tile)")
+    if cfg.get("TMA_STORE") and (N * out_dtype.itemsize) % 16:
+        raise ValueError("TMA_STORE needs rows of C a multiple of 16 bytes")
     c = torch.empty(M, N, device=a.device, dtype=out_dtype)
     grid = (min(kit.cdiv(M, cfg["BM"]) * kit.cdiv(N, cfg["BN"]), num_sms(a.device)),)
     matmul_fp8_kernel[grid](a, b, c, sa, sb, M, N, K, GROUP=8, SCALE=mode, **cfg)
@@ -149,7 +154,8 @@ def main() -> None:
                         torch.rand(kit.cdiv(N, 128), kit.cdiv(K, 128), device=dev) + 0.5)}
     for mode, (sa, sb) in scales.items():
         err = check(matmul_fp8(a, b, sa, sb, **cfg), reference(a, b, sa, sb), 1e-2, mode)
-        print(f"matmul_fp8 {M}x{N}x{K} e4m3, {mode} scales: rel err {err:.2e}")
+        print(f"matmul_fp8 {M}x{N}x{K} e4m3, {mode} scales: rel err {err:.2e} "
+              f"({'GPU' if has_gpu() else 'interpreter'})")
     if has_gpu():
         for M, N, K in ((4096, 4096, 4096), (8192, 8192, 8192)):
             a = torch.randn(M, K, device="cuda").to(torch.float8_e4m3fn)
