@@ -82,10 +82,11 @@ FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 # A stage is a 128x128 A tile and a 256x128 B tile (48 KB). The epilogue goes through a 64 KB
 # staging tile and a TMA store that drains under the next tile's MMAs: that costs the 4th stage
 # and wins (H100: 0.983 vs 0.962 of cuBLAS fp8 over the four large shapes; at K = 1024, where
-# the epilogue weighs most, 1084 vs 1027 TFLOP/s). Rows of C that are not a multiple of 16
-# bytes cannot be TMA-stored: 4 stages and direct stores then. Per-row scales hold a column
-# vector of scales too: 256x128 tiles (half the vector per thread; 128x256 spills). Block
-# scales keep two accumulators (the sum and the last K-block's partial): 128x128 tiles.
+# the epilogue weighs most, 1084 vs 1027 TFLOP/s). Direct stores and 4 stages where the staging
+# tile does not fit (fp32 C: 128 KB) or rows of C are not a multiple of 16 bytes, and for
+# per-row scales (measured: the scale vectors' registers make the TMA-store variant no
+# faster there). Block scales keep two accumulators (the sum and the last K-block's partial):
+# 128x128 tiles.
 DEFAULT = dict(BM=128, BN=256, BK=128, STAGES=3, TMA_STORE=True, num_warps=8)
 DEFAULT_DIRECT = dict(DEFAULT, STAGES=4, TMA_STORE=False)
 DEFAULT_BLOCK = dict(BM=128, BN=128, BK=128, STAGES=6, num_warps=8)
@@ -94,8 +95,8 @@ DEFAULT_BLOCK = dict(BM=128, BN=128, BK=128, STAGES=6, num_warps=8)
 def default_config(mode: str, N: int, out_dtype: torch.dtype) -> dict:
     if mode == "block":
         return DEFAULT_BLOCK
-    cfg = DEFAULT if (N * out_dtype.itemsize) % 16 == 0 else DEFAULT_DIRECT
-    return dict(cfg, BM=256, BN=128) if mode == "row" else cfg
+    tma = mode == "tensor" and out_dtype.itemsize == 2 and (N * 2) % 16 == 0
+    return DEFAULT if tma else DEFAULT_DIRECT
 
 
 def scale_mode(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor):

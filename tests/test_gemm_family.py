@@ -182,7 +182,7 @@ GROUPED_CPU = [  # (T, E, N, K, offsets or a skew seed, config)
     (200, 3, 136, 64, [0, 0, 200], dict(SMALL, BK=32, STAGES=4)),   # empty first experts,
     (130, 4, 64, 96, [10, 70, 70, 100], dict(SMALL, BK=32, STAGES=3)),   # K < the ring; rows
     (90, 1, 200, 64, [90], dict(SMALL, BK=64, STAGES=2)),              # past 100 unwritten
-    (300, 6, 264, 128, 1, {}),                                        # the default 128x256
+    (200, 6, 264, 64, 1, {}),                                         # the default 128x256
 ]
 
 
@@ -211,19 +211,24 @@ def test_grouped_argument_errors():
 _SIG_F8 = ["*fp8e4nv:16", "*fp8e4nv:16", "*bf16:16", "*fp32:16", "*fp32:16"] + ["i32:16"] * 3
 
 
-def f8_sass(scale, dt="fp8e4nv", **over):
-    cfg = dict(f8.default_config(scale, 1024, torch.bfloat16))
+def f8_sass(scale, dt="fp8e4nv", out="bf16", **over):
+    cfg = dict(f8.default_config(scale, 1024, {"bf16": torch.bfloat16,
+                                               "fp32": torch.float32}[out]))
     nw = cfg.pop("num_warps")
     cfg.update(GROUP=8, SCALE=scale, **over)
     sig = [s.replace("fp8e4nv", dt) for s in _SIG_F8]
+    sig[2] = f"*{out}:16"
     return sass(EXAMPLES / "matmul_fp8.py", "matmul_fp8_kernel", sig, cfg, nw), cfg
 
 
 @needs_sass
-@pytest.mark.parametrize("scale,dt", [("tensor", "fp8e4nv"), ("row", "fp8e5"),
-                                      ("block", "fp8e4nv")])
-def test_sass_fp8(scale, dt):
-    c, cfg = f8_sass(scale, dt)
+@pytest.mark.parametrize("scale,dt,out", [("tensor", "fp8e4nv", "bf16"),
+                                          ("tensor", "fp8e4nv", "fp32"),
+                                          ("row", "fp8e5", "bf16"), ("block", "fp8e4nv", "bf16")])
+def test_sass_fp8(scale, dt, out):
+    """The default config of each scaling (and of fp32 outputs, whose staging tile would not
+    fit next to 3 stages: found on the H100, where the launch refused 280 KB)."""
+    c, cfg = f8_sass(scale, dt, out)
     kind = "E4M3" if dt == "fp8e4nv" else "E5M2"
     mma = c.find(rf"QGMMA\.64x{cfg['BN']}x32\.F32\.{kind}\.{kind} R\d+, gdesc\[")
     # two warpgroups of 64 rows; one 128-wide fp8 K tile is four k32 instructions
@@ -260,11 +265,8 @@ _SIG_EPI = ["*bf16:16"] * 7 + ["i32:16"] * 3
 
 
 @needs_sass
-@pytest.mark.parametrize("spec", [dict(ACT="silu", HAS_BIAS=True), dict(HAS_SCALE=True,
-                                                                        HAS_RES=True),
-                                  dict(ACT="silu", GATED=True)], ids=["bias-silu",
-                                                                      "scale-residual",
-                                                                      "swiglu"])
+@pytest.mark.parametrize("spec", [dict(ACT="silu", HAS_BIAS=True), dict(ACT="silu", GATED=True)],
+                         ids=["bias-silu", "swiglu"])
 def test_sass_epilogue(spec):
     cfg = dict(epi.DEFAULT_GATED if spec.get("GATED") else epi.DEFAULT)
     nw = cfg.pop("num_warps")

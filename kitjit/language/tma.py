@@ -54,7 +54,12 @@ def mma(a, b, acc, pending=0):
     """acc + a @ b on Hopper's warpgroup tensor cores (WGMMA), a and b in shared memory, acc in
     registers. Returns with at most `pending` MMA groups still running: reading the result
     before they finish is safe (the compiler waits), and `pending=1` overlaps the MMA with the
-    next loads."""
+    next loads (and retires older results: reading the previous MMA's result then waits for
+    nothing).
+
+    fp16/bf16 tiles, or fp8 (float8e4nv / float8e5, mixed allowed; QGMMA). fp8 has no
+    transpose bits: A stored [M, K] and B stored [N, K], passed as `b[s].T`, K a multiple
+    of 32 (examples/matmul_fp8.py)."""
 
 
 @builtin
