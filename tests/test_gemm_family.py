@@ -252,6 +252,32 @@ def test_sass_fp8_block_promotion_overlaps():
     assert sorted(waits) == ["0", "1", "1"], waits   # the epilogue's; the issue's; the tie
 
 
+@kit.jit
+def _retire_in_branch(A, B, C, FLAG, BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr):
+    a = kit.shared((BM, BK), A.dtype.element_ty)
+    b = kit.shared((BN, BK), B.dtype.element_ty)
+    ready = kit.mbarriers(1)
+    kit.tma_load(a, A, (0, 0), ready[0])
+    kit.tma_load(b, B, (0, 0), ready[0])
+    kit.mbarrier_wait(ready[0], 0)
+    acc = kit.mma(a, b.T, kit.zeros((BM, BN), kit.float32), pending=1)
+    other = kit.zeros((BM, BN), kit.float32)
+    if kit.load(FLAG) != 0:      # may not run: it cannot retire `acc` for the code after it
+        other = kit.mma(a, b.T, other, pending=1)
+    r = kit.arange(0, BM)
+    kit.store(C + r[:, None] * BN + kit.arange(0, BN)[None, :], acc + other)
+
+
+def test_mma_retires_only_where_it_runs():
+    """A pending=1 MMA inside an `if` retires the older accumulator only inside the branch:
+    after it, reading `acc` waits for all groups (wait_group 0), since the branch may not
+    have issued the newer group that `wait_group 1` counts on."""
+    ck = kit.compile_aot(__file__, "_retire_in_branch", ["*bf16:16"] * 3 + ["*i32:16"],
+                         dict(BM=64, BN=64, BK=64), 4, arch="sm_90a")
+    waits = re.findall(r"wgmma\.wait_group\.sync\.aligned (\d)", ck.asm["ptx"])
+    assert sorted(waits) == ["0", "0", "1", "1"], waits
+
+
 @needs_sass
 def test_sass_fp8_direct_store():
     """The fallback epilogue (rows of C not a multiple of 16 bytes): 16-byte register

@@ -390,6 +390,19 @@ class LoweringBase:
 
     # ------------------------------------------------------------------ blocks
     def block(self, block: Block) -> list[list[ir.Value]] | None:
+        # an MMA with pending=1 in this block retires the accumulators in flight (dot.py);
+        # this block may not run (an if branch, a loop of zero trips), so those that were in
+        # flight when it began are in flight again after it
+        entry = set(self.inflight)
+        try:
+            return self._block_ops(block)
+        finally:
+            back = entry & self.retired
+            if back:
+                self.retired -= back
+                self.inflight |= back
+
+    def _block_ops(self, block: Block) -> list[list[ir.Value]] | None:
         for op in block.ops:
             if op.name == "yield":
                 return [self.get(v) for v in op.operands]
