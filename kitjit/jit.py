@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import inspect
 import logging
 import os
 import threading
@@ -26,6 +27,15 @@ from typing import Any
 from . import __version__
 from . import launcher as _launcher
 from .ir.types import TileType, dtype_from_name
+from .jit_meta import (  # noqa: F401  (_kind: kitjit.testing reads it here)
+    _assemble,
+    _const_repr,
+    _kind,
+    _meta_problem,
+    _spec_str,
+    _spec_text,
+    _tma_meta,
+)
 from .launcher import (
     MISSING_ARG,
     _arg_spec,
@@ -34,6 +44,7 @@ from .launcher import (
     _grid3,
     _make_launcher,
     _make_runner,
+    flat_kinds,
 )
 
 _notice_shown = False
@@ -60,14 +71,28 @@ def interpret_mode() -> bool:
     return True
 
 
+class _Metadata(dict):
+    """A kernel's metadata: a dict whose keys also read as attributes (Triton's
+    `kernel.metadata.shared`)."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
 class CompiledKernel:
     """One specialization: every stage (`asm['tir' | 'llir' | 'ptx' | 'cubin']`), its
-    metadata, its loaded function per device, and its parameter block per thread."""
+    metadata, its loaded function per device, and its parameter block per thread.
+    `kernel.warmup(...)` returns one: `ck[grid](*args)` launches it (Triton's form, every
+    argument by position, constexprs included)."""
 
     def __init__(self, name: str, asm: dict[str, Any], metadata: dict[str, Any]):
         self.name = name
         self.asm = asm
-        self.metadata = metadata
+        self.metadata = _Metadata(metadata)
+        self._warm: tuple | None = None  # (JITFunction, launch options) from warmup
         self.num_warps = metadata["num_warps"]
         self.threads = 32 * self.num_warps
         self.shared = metadata.get("shared", 0)
@@ -111,7 +136,7 @@ class CompiledKernel:
     def _new_params(self):
         from .runtime.driver import ParamBlock
 
-        block = ParamBlock([self.arg_kinds[i] for i in self.runtime_index],
+        block = ParamBlock(flat_kinds([self.arg_kinds[i] for i in self.runtime_index]),
                            len(self.metadata.get("tma", [])))
         self._tls.block = block
         self._tls.fast = (block.struct, block.ptrs, block.address)
@@ -122,6 +147,26 @@ class CompiledKernel:
         path (its hit path reads `_tls.fast` itself)."""
         self._new_params()
         return self._tls.fast
+
+    def _init_handles(self) -> None:
+        """Triton's: load the module (on the current GPU; nothing to do without one)."""
+        from .runtime import driver
+
+        if driver.available():
+            import torch
+
+            f = self.function(torch.cuda.current_device())
+            if not self.metadata.get("registers"):  # the assembler's log said nothing
+                self.metadata["registers"] = driver.function_registers(f)
+
+    def __getitem__(self, grid):
+        """`ck[grid](*args)`: launch a kernel that `warmup` returned, with its options."""
+        if self._warm is None:
+            raise RuntimeError(f"{self.name}: only a kernel from kernel.warmup(...) launches "
+                               "with ck[grid](...); launch the @kit.jit function instead")
+        jf, opts = self._warm  # (an option that is also a parameter binds by position)
+        return functools.partial(jf._launch, grid,
+                                 **{k: v for k, v in opts.items() if k not in jf.params})
 
     def __repr__(self) -> str:
         return (f"<CompiledKernel {self.name} warps={self.num_warps} regs={self.n_regs} "
@@ -233,6 +278,35 @@ class JITFunction:
     def _run(self, *args, grid, **kwargs):  # grid by keyword (the autotuner's entry)
         return self._launch(grid, *args, **kwargs)
 
+    def warmup(self, *args, grid=None, **kwargs) -> CompiledKernel:
+        """Triton's `kernel.warmup(*args, grid=..., **kwargs)`: compile for these arguments
+        without running, and return the CompiledKernel (`n_regs`, `metadata.shared`;
+        `ck[grid](*args)` launches it). Without a GPU it compiles for sm_90a, kitjit's
+        default target (so a tutorial's occupancy arithmetic has real figures); launches
+        then run in the interpreter."""
+        from .runtime import driver
+
+        opts = {k: kwargs.pop(k) for k in list(kwargs)
+                if k in _launcher.LAUNCH_OPTIONS and k not in self.params}
+        for k in _launcher.LAUNCH_OPTIONS:  # an option that is also a parameter: both
+            if k in kwargs and k in self.params:
+                opts[k] = kwargs[k]
+        bound = inspect.signature(self.fn).bind(*args, **kwargs)
+        bound.apply_defaults()
+        rt = [bound.arguments[n] for n in self.runtime_params]
+        consts = tuple(bound.arguments[c] for c in self.constexprs)
+        nw = opts.get("num_warps", 4)
+        if driver.available() and not interpret_mode():
+            device = next((getattr(a, "base", a).get_device() for a in rt
+                           if hasattr(a, "data_ptr") or hasattr(a, "kit_values")), -1)
+            ck = self._compile_for_launch(rt, consts, nw, device, opts.get("maxnreg"),
+                                          opts.get("launch_pdl", False))
+        else:
+            _check_launch_args(self, rt, gpu=False)
+            ck = self.compile(self._specs(rt), consts, nw, "sm_90a", maxnreg=opts.get("maxnreg"))
+        ck._warm = (self, opts)
+        return ck
+
     def _miss(self, key, rt_args, consts, num_warps, maxnreg=None, num_ctas=1,
               launch_pdl=False):
         """A specialization not seen in this process: compile (or interpret) it and return
@@ -260,7 +334,8 @@ class JITFunction:
             if interpret_mode():
                 launcher = functools.partial(self._interpret_launch, consts, num_warps)
             else:
-                device = next((a.get_device() for a in rt_args if hasattr(a, "data_ptr")), -1)
+                device = next((getattr(a, "base", a).get_device() for a in rt_args
+                               if hasattr(a, "data_ptr") or hasattr(a, "kit_values")), -1)
                 with _first_launch_during_capture(self.__name__):
                     ck = self._compile_for_launch(rt_args, consts, num_warps, device, maxnreg,
                                                   launch_pdl)
@@ -291,8 +366,10 @@ class JITFunction:
         arg_specs: dict[str, Any] = {}
         divs: dict[str, int] = {}
         for name, spec in zip(self.runtime_params, specs):
-            if spec[0] == "const":
+            if spec[0] in ("const", "desc"):
                 arg_specs[name] = spec
+                if spec[0] == "desc":  # TensorDescriptor checks its base's alignment
+                    divs[f"{name}.base"] = 16
             else:
                 arg_specs[name] = TileType(dtype_from_name(spec[0]))
                 if spec[1] >= 16:
@@ -301,14 +378,16 @@ class JITFunction:
             arg_specs[name] = ("const", v)
         return arg_specs, divs
 
-    def build_ir(self, specs: list, consts: tuple, num_warps: int):
-        """Tile IR with layouts for one specialization (what every later stage reads)."""
+    def build_ir(self, specs: list, consts: tuple, num_warps: int, tma: bool = False):
+        """Tile IR with layouts for one specialization (what every later stage reads).
+        `tma`: the target is sm_90a, where host tensor descriptors' blocks go through TMA."""
         from kitjit.frontend.codegen import build_kernel_ir
         from kitjit.frontend.layout_pass import infer_layouts
         from kitjit.frontend.tma_groups import group_tma_loads
 
         arg_specs, divs = self._arg_specs_dict(specs, consts)
-        fn = _guard(self.__name__, "parsing", lambda: build_kernel_ir(self, arg_specs, num_warps))
+        fn = _guard(self.__name__, "parsing",
+                    lambda: build_kernel_ir(self, arg_specs, num_warps, tma))
         fn.attrs["arg_div"] = divs
         fn = _guard(self.__name__, "inferring layouts of", lambda: infer_layouts(fn))
         return _guard(self.__name__, "grouping TMA loads of", lambda: group_tma_loads(fn))
@@ -391,7 +470,7 @@ class JITFunction:
                maxnreg: int | None = None) -> CompiledKernel:
         """Compile one specialization (a cache miss) and publish it in `store`."""
         t0 = time.perf_counter()
-        fn = self.build_ir(specs, consts, num_warps)
+        fn = self.build_ir(specs, consts, num_warps, tma=target.ptx_arch == "sm_90a")
         op_names = {op.name for op in fn.walk()}
         if maxnreg is not None:
             if "setmaxnreg" in op_names:
@@ -426,8 +505,7 @@ class JITFunction:
             "name": fn.name,
             "source_file": self.parsed.file,
             "source_line": self.parsed.first_line,
-            "signature": {n: (s[0] if s[0] != "const" else repr(s[1]))
-                          for n, s in zip(self.runtime_params, specs)},
+            "signature": {n: _spec_str(s) for n, s in zip(self.runtime_params, specs)},
             "constexprs": {n: _const_repr(v) for n, v in zip(self.constexprs, consts)},
             "num_warps": num_warps,
             **({"maxnreg": maxnreg} if maxnreg is not None else {}),
@@ -484,17 +562,20 @@ class JITFunction:
         g = _grid3(grid, self.__name__)
         if g[0] * g[1] * g[2] == 0:
             return None
-        args = [a for a, s in zip(rt_args, specs) if s[0] != "const"]
+        args = []
+        for a, s in zip(rt_args, specs):
+            if s[0] == "desc":  # a host TensorDescriptor: base tensor, sizes, strides
+                args += [a.base, *a.shape, *a.strides[:-1]]
+            elif s[0] != "const":
+                args.append(a)
         # TMA descriptor parameters: the interpreter copies boxes straight from the tensor
-        args += [rt_args[self.runtime_params.index(name)] for name in fn.attrs.get("tma", {})]
+        # (a host TensorDescriptor's: the strided view it describes)
+        for name in fn.attrs.get("tma", {}):
+            a = rt_args[self.runtime_params.index(name)]
+            args.append(a.base.as_strided(a.shape, a.strides) if hasattr(a, "kit_values")
+                        else a)
         interpreter.run(fn, g, args)
         return None
-
-
-
-
-
-
 
 
 class _LazyAsm(dict):
@@ -517,10 +598,6 @@ class _LazyAsm(dict):
 _MISSING = object()
 
 
-
-
-
-
 def _guard(kernel: str, stage: str, thunk):
     from kitjit.frontend.errors import CompileError, InternalCompilerError
 
@@ -534,39 +611,6 @@ def _guard(kernel: str, stage: str, thunk):
         raise InternalCompilerError(kernel, stage, e) from e
 
 
-def _assemble(ptx: str, target, name: str):
-    """ptx_to_cubin for `target` (a `kitjit.toolchain.Target`), with the assembler failures
-    a user can act on said as CompileErrors: kit.setmaxnreg budgets too small for what a
-    role's code holds live, and no assembler installed that can build the kernel. For a GPU
-    newer than kitjit knows the PTX itself is shipped (the driver compiles it at load), after
-    assembling it for sm_90 once to check it and read its resource use."""
-    import re
-
-    from kitjit.backend.compiler import AssemblerMissing, ptx_to_cubin
-    from kitjit.frontend.errors import CompileError
-
-    try:
-        cubin, res = ptx_to_cubin(ptx, target.ptx_arch, name)
-    except AssemblerMissing as e:
-        raise CompileError(str(e), hint="install ptxas: pip install 'kitjit[cu13]' (or "
-                           "'kitjit[cu12]' for a CUDA 12 driver)") from None
-    except RuntimeError as e:
-        m = re.search(r"Insufficient registers \((\d+)\)[^\n]*?(\d+) or higher", str(e))
-        if m is None:
-            raise
-        ctas = re.search(r"\.minnctapersm\s+(\d+)", ptx)
-        raise CompileError(
-            f"kernel '{name}' needs at least {m.group(2)} registers per thread where it has "
-            f"{m.group(1)}: the kit.setmaxnreg budgets are too small for what the code keeps "
-            f"live" + (f" ({ctas.group(1)} CTAs per SM were planned from them)" if ctas
-                       and ctas.group(1) != "1" else ""),
-            hint="raise the kit.setmaxnreg counts, or use smaller tiles") from None
-    if target.driver_jit:  # cuModuleLoadData takes NUL-terminated PTX as well as a cubin
-        res.extra["assembler"] = f"driver JIT (compute_90 PTX for {target.arch})"
-        return ptx.encode() + b"\0", res
-    return cubin, res
-
-
 def _check_shared(ck: CompiledKernel, max_shared: int | None, jf: JITFunction) -> None:
     if max_shared is not None and ck.shared > max_shared:
         from kitjit.frontend.errors import CompileError
@@ -574,79 +618,6 @@ def _check_shared(ck: CompiledKernel, max_shared: int | None, jf: JITFunction) -
         raise CompileError(f"kernel '{ck.name}' needs {ck.shared} bytes of shared memory but "
                            f"the device allows {max_shared} per block",
                            hint="use smaller tiles or fewer warps")
-
-
-# What a cache hit reads from meta.json, with the types it needs.
-_META_TYPES: dict[str, type | tuple[type, ...]] = {
-    "name": str, "num_warps": int, "arch": str, "shared": int, "registers": int,
-    "spills": int, "arg_kinds": list, "tma": list}
-
-
-def _meta_problem(meta: dict) -> str | None:
-    """Why `meta` (a cache entry's meta.json) cannot describe a kernel, or None."""
-    for field, ty in _META_TYPES.items():
-        v = meta.get(field)
-        if not isinstance(v, ty) or isinstance(v, bool):
-            return f"'{field}' is {type(v).__name__}, expected {getattr(ty, '__name__', ty)}"
-    if not all(isinstance(k, str) for k in meta["arg_kinds"]):
-        return "'arg_kinds' holds a non-string"
-    for t in meta["tma"]:
-        if not (isinstance(t, dict) and isinstance(t.get("param"), int)
-                and isinstance(t.get("box"), list) and len(t["box"]) == 2
-                and all(isinstance(b, int) for b in t["box"])
-                and isinstance(t.get("swizzle"), int) and isinstance(t.get("dtype"), str)):
-            return "a 'tma' record is malformed"
-    return None
-
-
-def _tma_meta(param: int, entry: dict) -> dict:
-    """What the launcher needs to build one TMA descriptor: the box is one column chunk of
-    the shared tile (the swizzle span), as the layout pass lays it out."""
-    from .ir.layouts import shared_layout
-
-    lay = shared_layout(tuple(entry["box"]), dtype_from_name(entry["dtype"]))
-    return {"param": param, "box": [entry["box"][0], lay.chunk], "swizzle": lay.swizzle,
-            "dtype": entry["dtype"]}
-
-
-def _spec_text(specs: list, consts: tuple, jf: JITFunction) -> str:
-    """`X=*fp32, n=i32, BLOCK=128`: one specialization, short, for log records."""
-    parts = [f"{n}={s[0] if s[0] != 'const' else repr(s[1])}"
-             for n, s in zip(jf.runtime_params, specs)]
-    parts += [f"{n}={_const_repr(v)}" for n, v in zip(jf.constexprs, consts)]
-    return ", ".join(parts)
-
-
-def _kind(spec) -> str:
-    if spec[0] == "const":
-        return "const"
-    if spec[0].startswith("*"):
-        return "ptr"
-    return spec[0]
-
-
-def _const_repr(v) -> Any:
-    if isinstance(v, (int, float, bool, str)) or v is None:
-        return v
-    return repr(v)
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def _is_constexpr(annotation) -> bool:
@@ -657,8 +628,6 @@ def _is_constexpr(annotation) -> bool:
     if isinstance(annotation, str):
         return annotation.split(".")[-1] == "constexpr"
     return getattr(annotation, "__name__", "") == "constexpr"
-
-
 
 
 def _global_names(node: ast.AST) -> set[str]:

@@ -35,6 +35,8 @@ def _arg_spec(name: str, a: Any, specialize: bool = True, align: bool = True) ->
     (do_not_specialize): an int 1 is not folded and nothing is assumed 16-divisible;
     `align=False` (do_not_specialize_on_alignment): only the latter."""
     align = align and specialize
+    if hasattr(a, "kit_values"):  # a host TensorDescriptor (kitjit.tools.tensor_descriptor)
+        return desc_spec(name, a)
     if hasattr(a, "data_ptr"):
         dt = from_torch(a.dtype)
         return (f"*{dt.name}", 16 if align and a.data_ptr() % 16 == 0 else 1)
@@ -55,6 +57,30 @@ def _arg_spec(name: str, a: Any, specialize: bool = True, align: bool = True) ->
                     "(tensors, ints, floats, bools and None can be passed)")
 
 
+def desc_spec(name: str, d: Any) -> tuple:
+    """The specialization of a host tensor descriptor: ('desc', element dtype, rank, block
+    shape, padding); its shape and strides are run-time values."""
+    dt = from_torch(d.base.dtype)
+    if dt is None:
+        raise TypeError(f"argument '{name}': tensor descriptors of dtype {d.base.dtype} are "
+                        "not supported")
+    d._check_block()
+    return ("desc", dt.name, len(d.shape), tuple(d.block_shape), d.padding)
+
+
+def flat_kinds(kinds: list[str]) -> list[str]:
+    """The C parameters of run-time parameters of these kinds: a descriptor of rank r
+    ('desc<r>') passes its base pointer, r sizes and r - 1 strides (int64)."""
+    out = []
+    for k in kinds:
+        if k.startswith("desc"):
+            r = int(k[4:])
+            out += ["ptr"] + ["i64"] * (2 * r - 1)
+        else:
+            out.append(k)
+    return out
+
+
 def _key_part(a):
     """What the specialization depends on, for one run-time argument (kept cheap: this runs
     on every launch)."""
@@ -64,7 +90,8 @@ def _key_part(a):
     try:
         return (a.get_device(), a.dtype, a.data_ptr() & 15 == 0)
     except AttributeError:
-        return a.__class__
+        key = getattr(a, "kit_key", None)  # a host TensorDescriptor
+        return a.__class__ if key is None else key()
 
 
 _LAUNCH_TEMPLATE = """
@@ -116,10 +143,20 @@ def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tup
     names = [f"a{i}" for i in range(len(jf.runtime_params))]
     values = [f"v{i}" for i in range(len(jf.runtime_params))]
     sets = []
-    for j, i in enumerate(ck.runtime_index):  # v_i: a tensor's data pointer, or the value
-        sets.append(f"    _st.{block.names[j]} = {values[i]}")
+    f = 0  # the parameter block's field
+    for i in ck.runtime_index:  # v_i: a tensor's data pointer, or the value
+        kind = ck.arg_kinds[i]
+        if kind.startswith("desc"):  # a host tensor descriptor: its values, in order
+            n = 2 * int(kind[4:])
+            sets.append(f"    _d = {values[i]}.kit_values()")
+            sets += [f"    _st.{block.names[f + k]} = _d[{k}]" for k in range(n)]
+            f += n
+        else:
+            sets.append(f"    _st.{block.names[f]} = {values[i]}")
+            f += 1
     for j, t in enumerate(ck.metadata.get("tma", [])):
-        sets.append(f"    _ptrs[{block.desc_base + j}] = _tmap({names[t['param']]}, "
+        tmap = "_tmapd" if t.get("desc") else "_tmap"
+        sets.append(f"    _ptrs[{block.desc_base + j}] = {tmap}({names[t['param']]}, "
                     f"{t['box'][0]}, {t['box'][1]}, {t['swizzle']}, '{t['dtype']}')")
     meta = "{" + "".join(f"{n!r}: {a}, " for n, a in zip(jf.runtime_params, names)) + \
         "**_META}"
@@ -134,7 +171,8 @@ def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tup
         "_FN": wrap(ck.function(device)),
         "_THREADS": ck.threads, "_SHARED": ck.shared, "_stream": _stream_getter(),
         "_DEV": device, "_handle": _stream_handle,
-        "_tmap": driver.tensor_map, "_OK": driver.launch_ok(),
+        "_tmap": driver.tensor_map, "_tmapd": driver.descriptor_map,
+        "_OK": driver.launch_ok(),
     }
     exec(src, ns)
     return ns["launch"]
@@ -144,6 +182,9 @@ def _check_launch_args(jf: JITFunction, rt_args, gpu: bool) -> None:
     """Every check that must pass before anything runs; raised as TypeError/ValueError."""
     devices = set()
     for name, a in zip(jf.runtime_params, rt_args):
+        if hasattr(a, "kit_values"):  # a host TensorDescriptor: its base tensor
+            desc_spec(name, a)
+            a = a.base
         if hasattr(a, "data_ptr"):
             if from_torch(a.dtype) is None:
                 raise TypeError(f"argument '{name}' of {jf.__name__}: tensors of dtype "
@@ -257,8 +298,10 @@ def _torch_current_device() -> int:
 # Triton's launch options (`kernel[grid](..., num_warps=8)`), with their defaults. A kernel
 # parameter may share an option's name (Liger's `num_warps: tl.constexpr`): as in Triton the
 # keyword then binds the parameter and is the launch option too (`_make_runner`).
+# `extern_libs` ({"libdevice": path}, Triton's CUDA option) is accepted and not used: kitjit
+# links the libdevice of the nvidia-cuda-nvcc wheel, the same library.
 LAUNCH_OPTIONS = {"num_warps": 4, "num_stages": None, "num_ctas": 1, "maxnreg": None,
-                  "launch_pdl": False}
+                  "launch_pdl": False, "extern_libs": None}
 
 
 def _make_runner(jf: JITFunction, sig):

@@ -158,10 +158,76 @@ class TmaLowering(LoweringBase):
                 "mbarrier::complete_tx::bytes [$1], [$2, {$3, $4}], [$5];",
                 "b,r,l,r,r,r,~{memory}", [p, dj, dptr, cj, r, baddr])
 
+    @lowering("smem_load")
+    def op_smem_load(self, op: Op) -> None:
+        """A shared tile (swizzled as TMA wrote it) -> registers in the result's layout:
+        each thread's runs of consecutive columns in one 16-byte unit load as one vector."""
+        (x,) = op.operands
+        b = self.b
+        (saddr,) = self.get(x)
+        R, C = x.shape
+        dt = x.dtype
+        e = dt.itemsize
+        lay = x.type.layout
+        sw, cc = (lay.swizzle, lay.chunk) if lay is not None else (0, C)
+        row_bytes = sw if sw else C * e
+        lin = _lin(op.result.type)
+        rbase, cbase = self.thread_coord(lin, 0), self.thread_coord(lin, 1)
+        coords = lin.reg_coords()
+        idx = lin.reg_index()
+        mt = mem_type(dt)
+        out: list = [None] * len(coords)
+        for i, (cr, ccol) in enumerate(coords):
+            if out[i] is not None:
+                continue
+            k = max(1, 16 // e)
+            while k > 1 and (ccol % k or any((cr, ccol + j) not in idx for j in range(k))):
+                k //= 2
+            rr = b.add(rbase, self.c32(cr))
+            cl = b.add(cbase, self.c32(ccol))
+            chunk = b.udiv(cl, self.c32(cc)) if cc < C else self.c32(0)
+            incol = b.urem(cl, self.c32(cc)) if cc < C else cl
+            byte = b.mul(incol, self.c32(e))
+            if sw:
+                unit = b.lshr(byte, self.c32(4))
+                unit = b.xor(unit, b.and_(rr, self.c32(sw // 16 - 1)))
+                byte = b.or_(b.shl(unit, self.c32(4)), b.and_(byte, self.c32(15)))
+            off = b.add(b.add(b.mul(chunk, self.c32(R * row_bytes)),
+                              b.mul(rr, self.c32(row_bytes))), byte)
+            ptr = b.inttoptr(b.add(saddr, off), SPTR)
+            if k == 1:
+                out[i] = self.from_mem(b.load(ptr, typ=mt), dt)
+                continue
+            vec = b.load(ptr, typ=ir.VectorType(mt, k), align=k * e)
+            for j in range(k):
+                out[idx[(cr, ccol + j)]] = self.from_mem(b.extract_element(vec, self.c32(j)),
+                                                         dt)
+        self.set(op.result, out)
+
+    def phase_slot(self, bar: Value):
+        """A per-barrier phase bit kept in a local slot (an alloca at the entry, which LLVM
+        turns into SSA values and loop phis): `mbar_wait` with `auto_phase` waits on it and
+        flips it."""
+        slots = self.__dict__.setdefault("_phase_slots", {})
+        slot = slots.get(bar.id)
+        if slot is None:
+            b = self.b
+            here = b.block
+            b.position_at_start(self.kernel.entry_basic_block)
+            slot = b.alloca(ir.IntType(32))
+            b.store(self.c32(0), slot)
+            b.position_at_end(here)
+            slots[bar.id] = slot
+        return slot
+
     @lowering("mbar_wait")
     def op_mbar_wait(self, op: Op) -> None:
         (baddr,) = self.get(op.operands[0])
         (ph,) = self.get(op.operands[1])
+        if op.attrs.get("auto_phase"):
+            slot = self.phase_slot(op.operands[0])
+            ph = self.b.load(slot)
+            self.b.store(self.b.xor(ph, self.c32(1)), slot)
         asm(self.b, VOID,
             "{ .reg .pred P1; \nKITWAIT${:uid}: \n"
             "mbarrier.try_wait.parity.shared::cta.b64 P1, [$0], $1; \n"

@@ -117,6 +117,13 @@ class TmaOps:
                              f"{_shape(x.shape)}")
         return self.emit1("smem_trans", [x], TileType(x.dtype, x.shape[::-1], space="smem"))
 
+    @typing_rule("smem_load")
+    def smem_load(self, x: Value) -> Value:
+        """The registers of a 2-d shared tile (what a host descriptor's TMA load gives)."""
+        if not isinstance(x, Value) or not x.type.is_shared or len(x.shape) != 2:
+            raise self.error(f"internal: smem_load of {_describe(x)}")
+        return self.emit1("smem_load", [x], TileType(x.dtype, x.shape))
+
     @typing_rule("tma_store")
     def tma_store(self, tensor: Any, coords: Any, value: Any) -> None:
         if not isinstance(value, Value) or value.type.is_shared or len(value.shape) != 2:

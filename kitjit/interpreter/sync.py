@@ -41,11 +41,13 @@ class _MBar:
     byte count (announced by arrive.expect_tx, taken off by landing TMA copies), and how
     many phases have completed (the current phase's parity is `phase & 1`)."""
 
-    __slots__ = ("name", "init", "pending", "tx", "phase", "released", "completed")
+    __slots__ = ("name", "init", "pending", "tx", "phase", "released", "completed",
+                 "auto_phase")
 
     def __init__(self, name: str, init: int):
         self.name, self.init = name, init
         self.pending, self.tx, self.phase = init, 0, 0
+        self.auto_phase = 0  # the parity an `auto_phase` mbar_wait waits for next
         # vector clocks (see _Ctx): what the arrivals of the current phase release, and
         # what a wait that sees a completed phase acquires
         self.released: dict = {}

@@ -121,10 +121,19 @@ def tma_store(comp: _Compiler, op: Op) -> Handler:
 def mbar_wait(comp: _Compiler, op: Op, gen: bool = False) -> Any:
     b_id, p_id = (v.id for v in op.operands)
     ctx, role, key = comp.ctx, comp.role, comp.role.key
+    auto = bool(op.attrs.get("auto_phase"))
+
+    def bar_parity(env: Env) -> tuple:
+        bar = env[b_id][()]
+        if auto:  # the phase this wait flips (a host descriptor's TMA load, as the backend)
+            parity = getattr(bar, "auto_phase", 0)
+            bar.auto_phase = parity ^ 1
+            return bar, parity
+        return bar, int(env[p_id]) & 1
 
     if gen:
         def mbar_wait_g(env: Env) -> Iterator:
-            bar, parity = env[b_id][()], int(env[p_id]) & 1
+            bar, parity = bar_parity(env)
             while True:
                 ctx.land()
                 if bar.done(parity):
@@ -134,12 +143,21 @@ def mbar_wait(comp: _Compiler, op: Op, gen: bool = False) -> Any:
         return mbar_wait_g
 
     def mbar_wait(env: Env) -> None:  # one thread of control: nothing else can arrive
-        bar, parity = env[b_id][()], int(env[p_id]) & 1
+        bar, parity = bar_parity(env)
         ctx.land()
         if not bar.done(parity):
             raise _deadlock(ctx, [_Wait(op, bar, parity, role)])
         ctx.acquire(key, bar)
     return mbar_wait
+
+
+@semantics("smem_load")
+def smem_load(comp: _Compiler, op: Op) -> Handler:
+    x_id, r = op.operands[0].id, op.result.id
+
+    def smem_load(env: Env) -> None:
+        env[r] = np.array(env[x_id])  # a copy: the registers
+    return smem_load
 
 
 @semantics("mbar_arrive")

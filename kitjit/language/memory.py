@@ -42,7 +42,9 @@ def make_tensor_descriptor(base, shape, strides, block_shape, padding_option="ze
     """A descriptor of the row-major tensor at `base` (last stride 1): `desc.load(offsets)`
     reads the `block_shape` block at `offsets` (outside the tensor: 0), `desc.store(offsets,
     value)` writes it (outside: dropped). Lowered onto masked pointer loads and stores, not
-    TMA (correct on every GPU, without TMA's speed)."""
+    TMA: a device-side descriptor would need a CUtensorMap built in global scratch
+    (`set_allocator`), which kitjit does not do yet. A host `TensorDescriptor` argument
+    (kitjit.tools.tensor_descriptor) gets TMA on sm_90a."""
 
 
 # ----------------------------------------------------------------------------- atomics

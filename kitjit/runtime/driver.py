@@ -204,6 +204,15 @@ def load_function(cubin: bytes, name: str, shared: int, device: int) -> tuple[in
     return mod.value, fn.value
 
 
+def function_registers(fn: int) -> int:
+    """Registers per thread of a loaded function (CU_FUNC_ATTRIBUTE_NUM_REGS), as Triton
+    reads `n_regs` at `_init_handles`."""
+    v = ctypes.c_int(0)
+    check(_load().cuFuncGetAttribute(ctypes.byref(v), 4, ctypes.c_void_p(fn)),
+          "cuFuncGetAttribute(NUM_REGS)")
+    return v.value
+
+
 _CTYPES = {"ptr": ctypes.c_uint64, "i32": ctypes.c_int32, "i64": ctypes.c_int64,
            "u32": ctypes.c_uint32, "u64": ctypes.c_uint64, "fp32": ctypes.c_float,
            "fp64": ctypes.c_double, "i1": ctypes.c_int32}
@@ -267,6 +276,42 @@ def tensor_map(t: Any, box_rows: int, box_cols: int, swizzle: int, dtype: str) -
     if int(err):
         raise DriverError(f"cuTensorMapEncodeTiled failed ({err}) for shape "
                           f"{tuple(t.shape)} box [{box_rows}, {box_cols}]")
+    if len(_TMAP_CACHE) > 4096:
+        global _TMAP_OLD
+        _TMAP_OLD = dict(_TMAP_CACHE)
+        _TMAP_CACHE.clear()
+    addr = tmap.getPtr()
+    _TMAP_CACHE[key] = (tmap, addr)
+    return addr
+
+
+_TMA_BY_SIZE = {1: 0, 2: 1, 4: 2, 8: 4}  # UINT8/16/32/64: a copy is a copy (zeros fill)
+
+
+def descriptor_map(d: Any, box_rows: int, box_cols: int, swizzle: int, dtype: str) -> int:
+    """Address of a CUtensorMap for a 2-d host TensorDescriptor `d` (its base, shape and
+    strides; the box one swizzle chunk of its block), cached like `tensor_map`."""
+    ptr = d.base.data_ptr()
+    (rows, cols), stride = d.shape, d.strides[0]
+    key = ("desc", ptr, rows, cols, stride, box_rows, box_cols, swizzle, dtype)
+    hit = _TMAP_CACHE.get(key)
+    if hit is not None:
+        return hit[1]
+    from cuda.bindings import driver as cu
+
+    e = d.base.element_size()
+    u64, u32 = cu.cuuint64_t, cu.cuuint32_t
+    err, tmap = cu.cuTensorMapEncodeTiled(
+        cu.CUtensorMapDataType(_DTYPES_TMA.get(dtype, _TMA_BY_SIZE[e])), u32(2), ptr,
+        [u64(cols), u64(rows)], [u64(stride * e)], [u32(box_cols), u32(box_rows)],
+        [u32(1), u32(1)], cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        cu.CUtensorMapSwizzle(_SWIZZLE[swizzle]),
+        cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    if int(err):
+        raise DriverError(f"cuTensorMapEncodeTiled failed ({err}) for a descriptor of shape "
+                          f"{[rows, cols]}, strides {list(d.strides)}, box "
+                          f"[{box_rows}, {box_cols}]")
     if len(_TMAP_CACHE) > 4096:
         global _TMAP_OLD
         _TMAP_OLD = dict(_TMAP_CACHE)
@@ -363,6 +408,13 @@ def _require_driver(what: str) -> None:
                            f"{unavailable_reason()}")
 
 
+# What the interpreter reports without a GPU: the nominal properties of kitjit's default
+# compile target, sm_90a (an H100 SXM), so host code doing occupancy arithmetic runs.
+_NO_GPU_PROPERTIES = {"max_shared_mem": 232448, "max_num_regs": 65536,
+                      "multiprocessor_count": 132, "warpSize": 32, "sm_clock_rate": 1980000,
+                      "mem_clock_rate": 2619000, "mem_bus_width": 5120}
+
+
 class _Utils:
     """`driver.active.utils`, as Triton's CUDA driver utils."""
 
@@ -371,8 +423,11 @@ class _Utils:
         """The device's properties read from the driver, with Triton's keys:
         max_shared_mem (opt-in bytes per block), max_num_regs (per block),
         multiprocessor_count, warpSize, sm_clock_rate, mem_clock_rate (kHz),
-        mem_bus_width (bits). RuntimeError without a GPU."""
-        _require_driver("utils.get_device_properties")
+        mem_bus_width (bits). Without a GPU (kernels run in the interpreter): the nominal
+        values of sm_90a, kitjit's default compile target (132 SMs, 227 KiB of shared
+        memory per block, 64K registers), so a tutorial's occupancy arithmetic runs."""
+        if not available():
+            return dict(_NO_GPU_PROPERTIES)
         device = getattr(device, "index", device)
         if device is None:
             device = _ActiveDriver.get_current_device()
@@ -404,9 +459,12 @@ class _ActiveDriver:
 
     @staticmethod
     def get_active_torch_device():
+        """torch's current CUDA device; without a GPU, `cpu`: kernels then run in the
+        interpreter on CPU tensors, so code that allocates on this device runs there."""
         import torch
 
-        _require_driver("get_active_torch_device")
+        if not available():
+            return torch.device("cpu")
         return torch.device("cuda", torch.cuda.current_device())
 
     @staticmethod
@@ -417,8 +475,11 @@ class _ActiveDriver:
 
     @staticmethod
     def get_current_target():
-        """(backend, arch, warp_size) like Triton's GPUTarget: ("cuda", 90, 32)."""
-        _require_driver("get_current_target")
+        """(backend, arch, warp_size) like Triton's GPUTarget: ("cuda", 90, 32). Without a
+        GPU, ("cpu", 0, 32): kernels run in the interpreter, and host code that asks
+        `backend == "cuda"` before calling torch.cuda takes its other path."""
+        if not available():
+            return GPUTarget("cpu", 0, 32)
         import torch
 
         d = torch.cuda.current_device()
