@@ -94,6 +94,7 @@ class LoweringBase:
         self.uses_setmaxnreg = False
         self.inflight: set[int] = set()
         self.retired: set[int] = set()  # landed, but the registers not yet tied (dot.py)
+        self.retired_here: set[int] = set()  # retired while lowering the current block
         self.scratch_base = 0
         self.static_bytes = 0
         self.axis = AxisAnalysis(fn)
@@ -392,15 +393,20 @@ class LoweringBase:
     def block(self, block: Block) -> list[list[ir.Value]] | None:
         # an MMA with pending=1 in this block retires the accumulators in flight (dot.py);
         # this block may not run (an if branch, a loop of zero trips), so those that were in
-        # flight when it began are in flight again after it
-        entry = set(self.inflight)
+        # flight when it began are in flight again after it, read in it or not
+        # (with their registers from before it: a tie inside does not dominate what follows)
+        entry, outer = set(self.inflight), self.retired_here
+        saved = {i: self.vals[i] for i in entry if i in self.vals}
+        self.retired_here = set()
         try:
             return self._block_ops(block)
         finally:
-            back = entry & self.retired
-            if back:
-                self.retired -= back
-                self.inflight |= back
+            back = entry & self.retired_here
+            self.retired -= back
+            self.inflight |= back
+            for i in back & saved.keys():
+                self.vals[i] = saved[i]
+            self.retired_here |= outer
 
     def _block_ops(self, block: Block) -> list[list[ir.Value]] | None:
         for op in block.ops:

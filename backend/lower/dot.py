@@ -183,5 +183,6 @@ class DotLowering(LoweringBase):
                 # instead of waiting for this group: block-scaled fp8 adds the last K-block's
                 # partial while the next one runs.
                 self.retired |= self.inflight
+                self.retired_here |= self.inflight
                 self.inflight.clear()
             self.inflight.add(op.result.id)
