@@ -253,53 +253,39 @@ def test_sass_fp8_block_promotion_overlaps():
 
 
 @kit.jit
-def _retire_in_branch(A, B, C, FLAG, BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr):
+def _retire_scoped(A, B, C, FLAG, n, m, LOOP: kit.constexpr, BM: kit.constexpr,
+                   BN: kit.constexpr, BK: kit.constexpr):
     a = kit.shared((BM, BK), A.dtype.element_ty)
     b = kit.shared((BN, BK), B.dtype.element_ty)
     ready = kit.mbarriers(1)
     kit.tma_load(a, A, (0, 0), ready[0])
     kit.tma_load(b, B, (0, 0), ready[0])
     kit.mbarrier_wait(ready[0], 0)
-    acc = kit.mma(a, b.T, kit.zeros((BM, BN), kit.float32), pending=1)
-    other = kit.zeros((BM, BN), kit.float32)
-    if kit.load(FLAG) != 0:      # may not run: it cannot retire `acc` for the code after it
-        other = kit.mma(a, b.T, other, pending=1)
+    prev = kit.zeros((BM, BN), kit.float32)   # loop-carried, in flight from the last trip
+    total = kit.zeros((BM, BN), kit.float32)
+    for _ in range(n):
+        if LOOP:
+            for _ in range(m):                 # may run zero times
+                total += kit.mma(a, b.T, kit.zeros((BM, BN), kit.float32), pending=1)
+        elif kit.load(FLAG) != 0:              # may not run
+            total += kit.mma(a, b.T, kit.zeros((BM, BN), kit.float32), pending=1)
+        total += prev     # the MMA above retired prev only where it ran: wait_group 0 here
+        prev = kit.mma(a, b.T, kit.zeros((BM, BN), kit.float32), pending=1)
     r = kit.arange(0, BM)
-    kit.store(C + r[:, None] * BN + kit.arange(0, BN)[None, :], acc + other)
+    kit.store(C + r[:, None] * BN + kit.arange(0, BN)[None, :], total + prev)
 
 
-@kit.jit
-def _retire_in_loop(A, B, C, n, BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr):
-    a = kit.shared((BM, BK), A.dtype.element_ty)
-    b = kit.shared((BN, BK), B.dtype.element_ty)
-    ready = kit.mbarriers(1)
-    kit.tma_load(a, A, (0, 0), ready[0])
-    kit.tma_load(b, B, (0, 0), ready[0])
-    kit.mbarrier_wait(ready[0], 0)
-    acc = kit.mma(a, b.T, kit.zeros((BM, BN), kit.float32), pending=1)
-    other = kit.zeros((BM, BN), kit.float32)
-    for _ in range(n):           # may run zero times
-        new = kit.mma(a, b.T, kit.zeros((BM, BN), kit.float32), pending=1)
-        other += acc + new       # reads acc after a newer group: wait_group 1
-    r = kit.arange(0, BM)
-    kit.store(C + r[:, None] * BN + kit.arange(0, BN)[None, :], acc + other)
-
-
-def test_mma_retires_only_where_it_runs():
-    """A pending=1 MMA inside an `if` retires the older accumulator only inside the branch:
-    after it, reading `acc` waits for all groups (wait_group 0), since the branch may not
-    have issued the newer group that `wait_group 1` counts on."""
-    ck = kit.compile_aot(__file__, "_retire_in_branch", ["*bf16:16"] * 3 + ["*i32:16"],
-                         dict(BM=64, BN=64, BK=64), 4, arch="sm_90a")
+@pytest.mark.parametrize("loop", [False, True], ids=["if", "loop"])
+def test_mma_retires_only_where_it_runs(loop):
+    """A pending=1 MMA retires the loop-carried accumulators still in flight (the fp8 block
+    promotion reads the previous partial through `wait_group 1`), but only for the code its
+    own block dominates: after an `if` branch or an inner loop that may not have run,
+    reading `prev` waits for every group (wait_group 0)."""
+    ck = kit.compile_aot(__file__, "_retire_scoped", ["*bf16:16"] * 3 + ["*i32:16"] + ["i32"] * 2,
+                         dict(LOOP=loop, BM=64, BN=64, BK=64), 4, arch="sm_90a")
     waits = re.findall(r"wgmma\.wait_group\.sync\.aligned (\d)", ck.asm["ptx"])
-    assert sorted(waits) == ["0", "0", "1", "1"], waits
-    # in a loop body: the issues (1, 1), the read of `acc` inside ties it (1), the read of
-    # `new` waits for it (0), and the read after the loop, which may have run zero times,
-    # waits for everything (0)
-    ck = kit.compile_aot(__file__, "_retire_in_loop", ["*bf16:16"] * 3 + ["i32"],
-                         dict(BM=64, BN=64, BK=64), 4, arch="sm_90a")
-    waits = re.findall(r"wgmma\.wait_group\.sync\.aligned (\d)", ck.asm["ptx"])
-    assert sorted(waits) == ["0", "0", "1", "1", "1"], waits
+    # issues: 1, 1; reads: the inner MMA's result 0, prev in the loop 0, prev after it 0
+    assert sorted(waits) == ["0", "0", "0", "1", "1"], waits
 
 
 @needs_sass

@@ -95,6 +95,7 @@ class LoweringBase:
         self.inflight: set[int] = set()
         self.retired: set[int] = set()  # landed, but the registers not yet tied (dot.py)
         self.retired_here: set[int] = set()  # retired while lowering the current block
+        self.carried: set[int] = set()  # loop-carried values (for-loop body arguments)
         self.scratch_base = 0
         self.static_bytes = 0
         self.axis = AxisAnalysis(fn)

@@ -39,6 +39,7 @@ class ControlLowering(LoweringBase):
         phis = self._carried_phis(inits, pre)
         for arg, ps in zip(body.args[1:], phis):
             self.vals[arg.id] = ps
+            self.carried.add(arg.id)
         self.vals[body.args[0].id] = [iv]
         ys_ops = body.ops[-1].operands
         for arg, init, y in zip(body.args[1:], op.operands[3:], ys_ops):

@@ -177,12 +177,14 @@ class DotLowering(LoweringBase):
             self.wgmma_wait(op.result, pending)
             if pending == 1:
                 # wait_group(1): every older group has landed, so the accumulators still
-                # marked in flight (all issued before this one: earlier ops, or the previous
-                # iteration's through a loop-carried value) are final. A later read of one
-                # ties its registers through a `wait_group 1` (satisfied already, so free)
-                # instead of waiting for this group: block-scaled fp8 adds the last K-block's
-                # partial while the next one runs.
-                self.retired |= self.inflight
-                self.retired_here |= self.inflight
-                self.inflight.clear()
+                # marked in flight are final. A later read of one ties its registers through
+                # a `wait_group 1` (satisfied already, so free) instead of waiting for this
+                # group: block-scaled fp8 adds the last K-block's partial while the next one
+                # runs. Only loop-carried accumulators for now: the same rule would move the
+                # FA3-overlap attention's S read from wait_group 0 to 1 (its softmax would
+                # then run under P V as its comment intends), which wants its own GPU check.
+                old = self.inflight & self.carried
+                self.retired |= old
+                self.retired_here |= old
+                self.inflight -= old
             self.inflight.add(op.result.id)
