@@ -2,6 +2,9 @@
 
     python benchmarks/bench.py [--json out.json] [--quick] [--only norms,launch,first]
 
+(sections: norms, gemm, attention, bwd, decode, launch, first; bwd and decode live in
+benchmarks/bench_attn.py)
+
 - softmax, layernorm, rmsnorm (bf16, 32768x4096 and 8192x16384) against torch and Triton,
   as GB/s (one read and one write of the tensor) and as a fraction of this run's
   device-to-device copy bandwidth;
@@ -27,6 +30,8 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, ROOT)
+
+import bench_attn  # noqa: E402  (the attention backward and decode sections)
 
 import kitjit as kit  # noqa: E402
 from kitjit.testing import bench, check  # noqa: E402
@@ -561,6 +566,7 @@ def table(copy_gbs: float) -> str:
                          f"{f(p.get('cudnn'))} {f(p.get('efficient'))} {f(p.get('triton'))} "
                          f"{r.get('vs_flash', 0):>8.2f} {r.get('vs_cudnn', 0):>8.2f}  "
                          f"{f(r.get('default_tflops'))}")
+    lines += bench_attn.table_lines(results)
     if results["launch"]:
         lines.append("launch host cost (us): " + ", ".join(
             f"{k}={v}" for k, v in results["launch"].items()))
@@ -574,7 +580,7 @@ def table(copy_gbs: float) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "bench.json"))
-    ap.add_argument("--only", default="norms,gemm,attention,launch,first")
+    ap.add_argument("--only", default="norms,gemm,attention,bwd,decode,launch,first")
     ap.add_argument("--quick", action="store_true", help="large GEMM shapes only")
     ap.add_argument("--gemm-configs", default=None,
                     help="JSON list of matmul configs to try instead of the defaults")
@@ -597,6 +603,10 @@ def main() -> None:
         bench_gemm(tri, args.quick)
     if "attention" in only:
         bench_attention(tri)
+    if "bwd" in only:
+        bench_attn.bench_attention_bwd(results, interleaved)
+    if "decode" in only:
+        bench_attn.bench_decode(results, interleaved)
     if "launch" in only:
         bench_launch(tri)
     if "first" in only:

@@ -12,12 +12,14 @@ import warnings
 
 import torch
 
+from . import attention_decode as _decode
 from .attention import attention
 from .attention_backward import BWD_HEAD_DIMS, attention_backward
 
 __all__ = ["KitjitFallbackWarning", "scaled_dot_product_attention", "sdpa"]
 
 HEAD_DIMS = (64, 128, 256)
+DECODE_MAX_Q = 16   # query lengths up to this run the split-KV decode kernels
 DTYPES = (torch.float16, torch.bfloat16)
 
 
@@ -42,6 +44,17 @@ def _interpreting() -> bool:
     return _env_flag("KITJIT_INTERPRET")
 
 
+_CAPS: dict = {}
+
+
+def _capability(dev: torch.device) -> tuple[int, int]:
+    """The device's compute capability, asked once per device (this runs on every call)."""
+    i = dev.index if dev.index is not None else torch.cuda.current_device()
+    if i not in _CAPS:
+        _CAPS[i] = torch.cuda.get_device_capability(i)
+    return _CAPS[i]
+
+
 def _fallback_reasons(query, key, value, attn_mask, dropout_p, scale, enable_gqa) -> list[str]:
     """Why the kitjit kernel cannot run this call (empty: it can). Shapes torch rejects
     also land here; torch then raises its own error."""
@@ -61,7 +74,7 @@ def _fallback_reasons(query, key, value, attn_mask, dropout_p, scale, enable_gqa
     if key.device != dev or value.device != dev:
         why.append("inputs on different devices")
     elif dev.type == "cuda":
-        if torch.cuda.get_device_capability(dev) != (9, 0):
+        if _capability(dev) != (9, 0):
             why.append("a GPU other than Hopper (sm_90)")
     elif dev.type != "cpu" or not _interpreting():
         why.append(f"{dev.type} tensors (the kernels run on Hopper GPUs; KITJIT_INTERPRET=1 "
@@ -90,13 +103,23 @@ def _wants_grad(ts) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in ts)
 
 
+def _forward(q, k, v, causal: bool, scale):
+    """(o, lse) from the forward kernels: split-KV (kitjit/nn/attention_decode.py) for a few
+    query rows, whose one program per head would leave most SMs idle and read each K/V head
+    once per query head of its group; the FlashAttention forward otherwise."""
+    if q.shape[2] <= DECODE_MAX_Q:       # _fallback_reasons made attention_decode's checks
+        return _decode.decode(q, k, v, causal,
+                              scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]))
+    return attention(q, k, v, causal=causal, sm_scale=scale)
+
+
 # ------------------------------------------------------------------ autograd (custom ops)
 # The forward and the backward are torch.library custom ops, so that autograd reaches q, k, v
 # and torch.compile(fullgraph=True) records each as one opaque call (its fake gives shapes).
 @torch.library.custom_op("kitjit::attention_fwd", mutates_args=())
 def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                    scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    return attention(q, k, v, causal=causal, sm_scale=scale)
+    return _forward(q, k, v, causal, scale)
 
 
 @_attention_fwd.register_fake
@@ -150,8 +173,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     on CPU tensors under KITJIT_INTERPRET=1). Inputs that are not contiguous, such as the
     (B, L, H, E) layout of LLMs transposed to (B, H, L, E), are copied to contiguous first
     (the kernels read rows through 2-D TMA descriptors): one extra read and write of each
-    such tensor. Everything else runs through torch's own implementation with a
-    KitjitFallbackWarning per reason.
+    such tensor. Query lengths up to 16 (decoding against a KV cache) run the split-KV kernels
+    of kitjit/nn/attention_decode.py, longer ones the FlashAttention forward. Everything else
+    runs through torch's own implementation with a KitjitFallbackWarning per reason.
 
     No keys (S == 0): zeros (the empty sum over keys; torch's CPU kernel leaves that output
     uninitialized).
@@ -173,7 +197,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         sm = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
         o, _ = _attention_fwd(q, k, v, bool(is_causal), float(sm))
     else:
-        o, _ = attention(q, k, v, causal=bool(is_causal), sm_scale=scale)
+        o, _ = _forward(q, k, v, bool(is_causal), scale)
     return o.view(query.shape)
 
 
