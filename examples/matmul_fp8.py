@@ -30,8 +30,8 @@ def matmul_fp8_kernel(A, B, C, SA, SB, M, N, K, BM: kit.constexpr, BN: kit.const
                       BK: kit.constexpr, STAGES: kit.constexpr, GROUP: kit.constexpr,
                       SCALE: kit.constexpr, TMA_STORE: kit.constexpr = False):
     a = kit.shared((STAGES, BM, BK), A.dtype.element_ty)   # [BM, 128] fp8: 128-byte swizzle
-    b = kit.shared((STAGES, BN, BK), B.dtype.element_ty)   # B is [N, K]: K-major, as QGMMA
-    ready = kit.mbarriers(STAGES)                            # needs
+    b = kit.shared((STAGES, BN, BK), B.dtype.element_ty)   # [N, K]: K-major, as QGMMA needs
+    ready = kit.mbarriers(STAGES)
     n_k = kit.cdiv(K, BK)
     n_tiles = kit.cdiv(M, BM) * kit.cdiv(N, BN)
     step, first = kit.num_programs(0), kit.program_id(0)
