@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 
+import peers as peer_getters  # benchmarks/peers.py: FA4, when staged
 import torch
 
 from kitjit.testing import bench, check
@@ -70,14 +71,19 @@ def bench_attention_bwd(results: dict, interleaved) -> None:
                     runs[name] = run
                 except Exception as e:
                     peers[name] = f"n/a: {type(e).__name__}: {str(e)[:80]}"
+            fa4 = peer_getters.fa4_backward(q, k, v, causal)   # None: not installed
+            if fa4 is not None:
+                runs["fa4"] = fa4
+            else:
+                peers["fa4"] = peer_getters.status().get("fa4", "not installed")
             ms = interleaved(runs)
-            for name in ("flash", "cudnn"):
+            for name in ("flash", "cudnn", "fa4"):
                 if name in ms:
                     peers[name] = round(flop / ms[name], 1)
             kit_tf = flop / ms["kitjit"]
             row = {"case": f"B{B} H{H} S{S} D{D}{' causal' if causal else ''}",
                    "kitjit_tflops": round(kit_tf, 1), "peers": peers, "rel_err": err}
-            for name in ("flash", "cudnn"):
+            for name in ("flash", "cudnn", "fa4"):
                 if isinstance(peers.get(name), float):
                     row[f"vs_{name}"] = round(kit_tf / peers[name], 3)
             results["attention_bwd"].append(row)
@@ -184,6 +190,11 @@ def bench_decode(results: dict, interleaved) -> None:
                 gfns[name] = [lambda be=be, t=t: run(be, *t) for t in sets]
             except Exception as e:       # this backend does not take the call
                 peers[name] = f"n/a: {type(e).__name__}: {str(e)[:80]}"
+        fa4 = peer_getters.fa4_forward(q, k, v, False)    # FA4 packs GQA; no split-KV on sm90
+        if fa4 is not None:
+            runs["fa4"] = fa4
+        else:
+            peers["fa4"] = peer_getters.status().get("fa4", "not installed")
         ms = interleaved(runs)
         host = {n: round(host_us(runs[n]), 1) for n in ("kitjit", "kitjit_best", "flash")
                 if n in runs}
@@ -197,6 +208,8 @@ def bench_decode(results: dict, interleaved) -> None:
                 graph[name] = f"failed: {type(e).__name__}: {str(e)[:80]}"
         torch_us = {n: round(ms[n] * 1e3, 2) for n in ("flash", "cudnn", "efficient")
                     if n in ms}
+        if "fa4" in ms:
+            peers["fa4_us"] = round(ms["fa4"] * 1e3, 2)
         best_torch = min(torch_us.values()) if torch_us else None
         g_torch = [x for n, x in graph.items() if not n.startswith("kitjit")
                    and isinstance(x, float)]
@@ -223,12 +236,13 @@ def table_lines(results: dict) -> list[str]:
     lines = []
     if results.get("attention_bwd"):
         lines.append(f"{'attention backward (bf16)':26} {'kitjit':>7} {'flash':>7} {'cuDNN':>7} "
-                     f"{'x flash':>8} {'x cuDNN':>8}  (TFLOP/s, 2.5x fwd FLOPs)")
+                     f"{'FA4':>7} {'x flash':>8} {'x cuDNN':>8} {'x FA4':>6}  "
+                     "(TFLOP/s, 2.5x fwd FLOPs)")
         for r in results["attention_bwd"]:
             p = r["peers"]
             lines.append(f"{r['case']:26} {f(r['kitjit_tflops'])} {f(p.get('flash'))} "
-                         f"{f(p.get('cudnn'))} {f(r.get('vs_flash'), 8, 2)} "
-                         f"{f(r.get('vs_cudnn'), 8, 2)}")
+                         f"{f(p.get('cudnn'))} {f(p.get('fa4'))} {f(r.get('vs_flash'), 8, 2)} "
+                         f"{f(r.get('vs_cudnn'), 8, 2)} {f(r.get('vs_fa4'), 6, 2)}")
         lines.append("geomean: x flash "
                      f"{results.get('attention_bwd_geomean_vs_flash')}, x cuDNN "
                      f"{results.get('attention_bwd_geomean_vs_cudnn')}")
@@ -244,6 +258,7 @@ def table_lines(results: dict) -> list[str]:
                          f"{f(g.get('flash'), 7, 1)} {f(g.get('cudnn'), 7, 1)} "
                          f"{f(g.get('efficient'), 7, 1)} {f(r.get('graph_vs_best_torch'), 7, 2)} "
                          f"{f(r.get('graph_kitjit_gbs'), 6)}  {r['best_config']} "
-                         f"(default splits {r['default_splits']}) no-PDL graph "
+                         f"(default splits {r['default_splits']}) FA4 us "
+                         f"{r['peers'].get('fa4_us', 'n/i')} no-PDL graph "
                          f"{f(g.get('kitjit_no_pdl'), 5, 1)} host us {r.get('host_us')}")
     return lines

@@ -14,6 +14,7 @@ interpreter instead.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import hashlib
 import inspect
@@ -300,15 +301,16 @@ class JITFunction:
             device = next((getattr(a, "base", a).get_device() for a in rt
                            if hasattr(a, "data_ptr") or hasattr(a, "kit_values")), -1)
             ck = self._compile_for_launch(rt, consts, nw, device, opts.get("maxnreg"),
-                                          opts.get("launch_pdl", False))
+                                          opts.get("launch_pdl", False), opts.get("arch"))
         else:
             _check_launch_args(self, rt, gpu=False)
-            ck = self.compile(self._specs(rt), consts, nw, "sm_90a", maxnreg=opts.get("maxnreg"))
+            ck = self.compile(self._specs(rt), consts, nw, opts.get("arch") or "sm_90a",
+                              maxnreg=opts.get("maxnreg"))
         ck._warm = (self, opts)
         return ck
 
     def _miss(self, key, rt_args, consts, num_warps, maxnreg=None, num_ctas=1,
-              launch_pdl=False):
+              launch_pdl=False, arch=None):
         """A specialization not seen in this process: compile (or interpret) it and return
         its launcher, a function (grid, *run-time args). KITJIT_INTERPRET is read here, and
         the launch options other than num_warps are checked (`_check_options`)."""
@@ -326,6 +328,7 @@ class JITFunction:
                              f"32, or a whole number of warpgroups (12, 20, ...) for kernels "
                              f"split into roles; got {num_warps!r}")
         _check_options(self.__name__, maxnreg, num_ctas, launch_pdl)
+        _check_arch_option(self.__name__, arch)
         # one compile per key: threads missing the same key together wait for the first
         with self._miss_locks.setdefault(key, threading.Lock()):
             launcher = self.cache.get(key)
@@ -338,7 +341,7 @@ class JITFunction:
                                if hasattr(a, "data_ptr") or hasattr(a, "kit_values")), -1)
                 with _first_launch_during_capture(self.__name__):
                     ck = self._compile_for_launch(rt_args, consts, num_warps, device, maxnreg,
-                                                  launch_pdl)
+                                                  launch_pdl, arch)
                     launcher = _make_launcher(self, ck, device if device >= 0 else
                                               _launcher._torch_current_device(), consts,
                                               pdl=bool(launch_pdl))
@@ -346,7 +349,7 @@ class JITFunction:
         return launcher
 
     def _compile_for_launch(self, rt_args, consts, num_warps, device, maxnreg=None,
-                            launch_pdl=False) -> CompiledKernel:
+                            launch_pdl=False, arch_option=None) -> CompiledKernel:
         from .runtime import driver
 
         _check_launch_args(self, rt_args, gpu=True)
@@ -358,6 +361,11 @@ class JITFunction:
                              f"launch) needs a Hopper or newer GPU; cuda:{device} is {arch}")
         specs = self._specs(rt_args)
         kw = {} if maxnreg is None else {"maxnreg": maxnreg}  # (FakeDriver's compile)
+        if arch_option is not None and arch_option != arch:
+            # another target's code on this GPU: its PTX, which the driver assembles here
+            _check_runs_on(self.__name__, arch_option, arch)
+            kw["run_on"] = arch
+            arch = arch_option
         return self.compile(specs, consts, num_warps, arch,
                             max_shared=driver.max_shared_memory(device), **kw)
 
@@ -378,19 +386,29 @@ class JITFunction:
             arg_specs[name] = ("const", v)
         return arg_specs, divs
 
-    def build_ir(self, specs: list, consts: tuple, num_warps: int, tma: bool = False):
+    def build_ir(self, specs: list, consts: tuple, num_warps: int, tma: bool = False,
+                 arch: str | None = None):
         """Tile IR with layouts for one specialization (what every later stage reads).
-        `tma`: the target is sm_90a, where host tensor descriptors' blocks go through TMA."""
+        `tma`: the target is sm_90a, where host tensor descriptors' blocks go through TMA.
+        `arch`: the PTX target; Ampere/Ada (sm_80/86/89) get their own level-2 typing,
+        layouts and marks (frontend/ampere.py), every other target (and the interpreter,
+        arch None) Hopper's."""
+        from kitjit.frontend import ampere
         from kitjit.frontend.codegen import build_kernel_ir
         from kitjit.frontend.layout_pass import infer_layouts
         from kitjit.frontend.tma_groups import group_tma_loads
 
         arg_specs, divs = self._arg_specs_dict(specs, consts)
+        target = arch if arch in ampere.AMPERE_ARCHS else None
         fn = _guard(self.__name__, "parsing",
-                    lambda: build_kernel_ir(self, arg_specs, num_warps, tma))
+                    lambda: build_kernel_ir(self, arg_specs, num_warps, tma, target))
         fn.attrs["arg_div"] = divs
         fn = _guard(self.__name__, "inferring layouts of", lambda: infer_layouts(fn))
-        return _guard(self.__name__, "grouping TMA loads of", lambda: group_tma_loads(fn))
+        fn = _guard(self.__name__, "grouping TMA loads of", lambda: group_tma_loads(fn))
+        if target is not None:
+            fn = _guard(self.__name__, "preparing level 2 for sm_80 in",
+                        lambda: ampere.prepare(fn))
+        return fn
 
     def cache_key(self, specs: list, consts: tuple, num_warps: int, arch: str) -> str:
         """Disk-cache key: everything that changes the cubin. The kernel's own sources
@@ -409,7 +427,7 @@ class JITFunction:
     def compile(self, specs: list, consts: tuple, num_warps: int, arch: str,
                 max_shared: int | None = None, *,
                 device_fallback: bool | None = None,
-                maxnreg: int | None = None) -> CompiledKernel:
+                maxnreg: int | None = None, run_on: str | None = None) -> CompiledKernel:
         """Compile (or load from disk) one specialization for `arch`; needs no GPU.
 
         `arch` must be one of `kitjit.toolchain.SUPPORTED_ARCHS` (else a CompileError, before
@@ -417,7 +435,9 @@ class JITFunction:
         run on (default: when `max_shared`, a device's limit, is given); a GPU newer than
         kitjit knows then gets compute_90 PTX for the driver to JIT, with one notice.
         `maxnreg`: a cap on registers per thread (`.maxnreg` in the PTX entry, which both
-        assemblers honour; Triton's launch option and Config field)."""
+        assemblers honour; Triton's launch option and Config field). `run_on`: the GPU
+        (another arch) the kernel will run on: `arch`'s PTX is kept for the driver to
+        assemble there (the `arch=` launch option)."""
         from . import cache as kcache
         from .toolchain import resolve_target
 
@@ -426,6 +446,9 @@ class JITFunction:
         target = resolve_target(arch, device_fallback=device_fallback)
         _check_options(self.__name__, maxnreg, 1, False)
         key = self.cache_key(specs, consts, num_warps, arch)
+        if run_on is not None and run_on != arch:
+            target = dataclasses.replace(target, driver_jit=True)
+            key = hashlib.sha256(f"{key}/ptx-for={run_on}".encode()).hexdigest()[:48]
         if maxnreg is not None:  # (without it the key is what it always was)
             key = hashlib.sha256(f"{key}/maxnreg={maxnreg}".encode()).hexdigest()[:48]
         store = kcache.KernelCache() if kcache.disk_cache_enabled() else None
@@ -470,7 +493,8 @@ class JITFunction:
                maxnreg: int | None = None) -> CompiledKernel:
         """Compile one specialization (a cache miss) and publish it in `store`."""
         t0 = time.perf_counter()
-        fn = self.build_ir(specs, consts, num_warps, tma=target.ptx_arch == "sm_90a")
+        fn = self.build_ir(specs, consts, num_warps, tma=target.ptx_arch == "sm_90a",
+                           arch=target.ptx_arch)
         op_names = {op.name for op in fn.walk()}
         if maxnreg is not None:
             if "setmaxnreg" in op_names:
@@ -481,7 +505,8 @@ class JITFunction:
                                    hint="drop maxnreg: the setmaxnreg budgets set the cap")
             fn.attrs["maxnreg"] = maxnreg
         hopper = {"smem_alloc", "wgmma", "tma_load", "tma_store", "setmaxnreg"}
-        if not target.ptx_arch.startswith("sm_90") and op_names & hopper:
+        if "target" not in fn.attrs and not target.ptx_arch.startswith("sm_90") and \
+                op_names & hopper:  # (Ampere/Ada lower level 2 themselves: fn.attrs target)
             from kitjit.frontend.errors import CompileError
 
             raise CompileError(f"kernel '{fn.name}' uses Hopper instructions (shared tiles, "
@@ -683,6 +708,26 @@ def _check_options(name: str, maxnreg, num_ctas, launch_pdl) -> None:
                          "supported yet; kitjit launches one CTA per program (num_ctas=1)")
     if launch_pdl not in (False, True, 0, 1):
         raise ValueError(f"{name}: launch_pdl takes True or False, got {launch_pdl!r}")
+
+
+def _check_arch_option(name: str, arch) -> None:
+    from .toolchain import SUPPORTED_ARCHS
+
+    if arch is not None and arch not in SUPPORTED_ARCHS:
+        raise ValueError(f"{name}: arch={arch!r} is not a target kitjit compiles for (use one "
+                         f"of {', '.join(SUPPORTED_ARCHS)}, or None for the GPU's own)")
+
+
+def _check_runs_on(name: str, arch: str, device_arch: str) -> None:
+    """`arch`'s PTX runs on a GPU of `device_arch` when that GPU is at least as new, and
+    sm_90a code only on sm_90 itself."""
+    from .toolchain import compute_capability
+
+    want, have = compute_capability(arch), compute_capability(device_arch)
+    if have is None or want is None or want > have or \
+            (arch.endswith("a") and want != have):
+        raise ValueError(f"{name}: arch={arch!r} code cannot run on this GPU "
+                         f"({device_arch})")
 
 
 def compile_aot(path: str, kernel_name: str, signature: list[str], constexprs: dict,

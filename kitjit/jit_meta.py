@@ -36,7 +36,7 @@ def _assemble(ptx: str, target, name: str):
                        and ctas.group(1) != "1" else ""),
             hint="raise the kit.setmaxnreg counts, or use smaller tiles") from None
     if target.driver_jit:  # cuModuleLoadData takes NUL-terminated PTX as well as a cubin
-        res.extra["assembler"] = f"driver JIT (compute_90 PTX for {target.arch})"
+        res.extra["assembler"] = f"driver JIT (compute_{target.ptx_arch[3:]} PTX)"
         return ptx.encode() + b"\0", res
     return cubin, res
 
@@ -74,6 +74,8 @@ def _tma_meta(param: int, entry: dict) -> dict:
             "dtype": entry["dtype"]}
     if entry.get("host"):  # a host TensorDescriptor argument, not a tensor
         meta["desc"] = True
+    if "kind" in entry:  # "rows": a row descriptor, below sm_90 (kitjit/runtime/ampere.py)
+        meta["kind"] = entry["kind"]
     return meta
 
 

@@ -155,7 +155,9 @@ def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tup
             sets.append(f"    _st.{block.names[f]} = {values[i]}")
             f += 1
     for j, t in enumerate(ck.metadata.get("tma", [])):
-        tmap = "_tmapd" if t.get("desc") else "_tmap"
+        # a CUtensorMap of a tensor (Hopper), of a host TensorDescriptor, or a row
+        # descriptor below sm_90 (kitjit/runtime/ampere.py)
+        tmap = "_rowmap" if t.get("kind") == "rows" else "_tmapd" if t.get("desc") else "_tmap"
         sets.append(f"    _ptrs[{block.desc_base + j}] = {tmap}({names[t['param']]}, "
                     f"{t['box'][0]}, {t['box'][1]}, {t['swizzle']}, '{t['dtype']}')")
     meta = "{" + "".join(f"{n!r}: {a}, " for n, a in zip(jf.runtime_params, names)) + \
@@ -171,11 +173,17 @@ def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tup
         "_FN": wrap(ck.function(device)),
         "_THREADS": ck.threads, "_SHARED": ck.shared, "_stream": _stream_getter(),
         "_DEV": device, "_handle": _stream_handle,
-        "_tmap": driver.tensor_map, "_tmapd": driver.descriptor_map,
+        "_tmap": driver.tensor_map, "_tmapd": driver.descriptor_map, "_rowmap": _row_map(),
         "_OK": driver.launch_ok(),
     }
     exec(src, ns)
     return ns["launch"]
+
+
+def _row_map():
+    from .runtime.ampere import row_map
+
+    return row_map
 
 
 def _check_launch_args(jf: JITFunction, rt_args, gpu: bool) -> None:
@@ -301,14 +309,18 @@ def _torch_current_device() -> int:
 # `extern_libs` ({"libdevice": path}, Triton's CUDA option) is accepted and not used: kitjit
 # links the libdevice of the nvidia-cuda-nvcc wheel, the same library.
 LAUNCH_OPTIONS = {"num_warps": 4, "num_stages": None, "num_ctas": 1, "maxnreg": None,
-                  "launch_pdl": False, "extern_libs": None}
+                  "launch_pdl": False, "extern_libs": None, "arch": None}
 
 
 def _make_runner(jf: JITFunction, sig):
     """The generated launch entry `<kernel>(grid, <params>, num_warps=4, num_stages=None,
-    num_ctas=1, maxnreg=None, launch_pdl=False, stream=None)`: binds the call's arguments,
-    builds the specialization key and launches, in one Python frame (a TypeError from
-    binding names the kernel and the parameter).
+    num_ctas=1, maxnreg=None, launch_pdl=False, extern_libs=None, arch=None, stream=None)`:
+    binds the call's
+    arguments, builds the specialization key and launches, in one Python frame (a TypeError
+    from binding names the kernel and the parameter).
+
+    `arch`: compile for this target instead of the GPU's own ("sm_80" on an H100 runs the
+    Ampere code path from PTX the driver assembles; `JITFunction._compile_for_launch`).
 
     `stream`: a torch.cuda.Stream, a raw int CUstream, or None for the current torch stream
     of the tensors' device (ignored by the interpreter). The options other than num_warps
@@ -372,13 +384,14 @@ def _make_runner(jf: JITFunction, sig):
     name = jf.__name__ if jf.__name__.isidentifier() else "kernel"
     opts = [f"{opt[o]}={d!r}" for o, d in LAUNCH_OPTIONS.items()] + ["stream=None"]
     nw, mr, nc, pdl = opt["num_warps"], opt["maxnreg"], opt["num_ctas"], opt["launch_pdl"]
+    arch = opt["arch"]
     src = (f"def {name}(grid, {', '.join(params + opts)}):\n"
            + "".join(line + "\n" for line in body) +
-           f"    _kit_key = ({consts}, {nw}, {mr}, {nc}, {pdl}{parts})\n"
+           f"    _kit_key = ({consts}, {nw}, {mr}, {nc}, {pdl}, {arch}{parts})\n"
            f"    _kit_l = _kit_get(_kit_key)\n"
            f"    if _kit_l is None:\n"
            f"        _kit_l = _kit_miss(_kit_key, ({args}{',' if len(rt) == 1 else ''}), "
-           f"{consts}, {nw}, {mr}, {nc}, {pdl})\n"
+           f"{consts}, {nw}, {mr}, {nc}, {pdl}, {arch})\n"
            f"    return _kit_l(grid{', ' if rt else ''}{args}{vals}, stream)\n")
     exec(src, ns)
     inner = ns[name]

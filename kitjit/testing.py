@@ -260,6 +260,7 @@ class FakeDriver:
         self.compile_delay = compile_delay
         self.compiles: list[tuple] = []
         self.maxnregs: list[int | None] = []  # the maxnreg of each compile
+        self.run_on: list[str | None] = []  # the GPU of each compile for another arch
         self.loads: list[tuple[str, int]] = []
         self.launches: list[dict] = []
         self.streams_asked: list[int] = []
@@ -268,7 +269,8 @@ class FakeDriver:
         self._saved: list[tuple[Any, str, Any]] = []
 
     # -------------------------------------------------------------- fakes
-    def _compile(self, jf, specs, consts, num_warps, arch, max_shared=None, maxnreg=None):
+    def _compile(self, jf, specs, consts, num_warps, arch, max_shared=None, maxnreg=None,
+                 run_on=None):
         import time
 
         from .jit import CompiledKernel, _kind
@@ -279,6 +281,7 @@ class FakeDriver:
         with self._lock:
             self.compiles.append((jf.__name__, tuple(map(tuple, specs)), consts, arch))
             self.maxnregs.append(maxnreg)
+            self.run_on.append(run_on)
             cubin = f"fake-cubin-{len(self.compiles)}".encode()
             self._kinds[cubin] = [k for k in kinds if k != "const"]
         return CompiledKernel(jf.__name__, {"cubin": cubin},

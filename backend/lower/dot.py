@@ -71,6 +71,8 @@ class DotLowering(LoweringBase):
 
     @lowering("wgmma")
     def op_wgmma(self, op: Op) -> None:
+        if self.ampere:  # sm_80/86/89: ldmatrix + mma.sync (ampere.py)
+            return self.sm80_mma(op)
         a, bt, acc = op.operands
         b = self.b
         a_regs = not a.type.is_shared

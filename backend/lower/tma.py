@@ -24,6 +24,8 @@ class TmaLowering(LoweringBase):
         addr = self.b.add(self.static_base, self.c32(self.alloc_offset[op.result.id]))
         self.set_smem(op.result, addr)
         if "init" in op.attrs:
+            if self.ampere:  # sm_80/86/89 (ampere.py): no .shared::cta forms, no fence
+                return self.sm80_mbar_init(op, addr)
             p = self.thread0()
             for i in range(op.result.shape[0]):
                 asm(self.b, VOID, "@$0 mbarrier.init.shared::cta.b64 [$1], $2;", "b,r,r",
@@ -61,6 +63,8 @@ class TmaLowering(LoweringBase):
 
     @lowering("mbar_arrive")
     def op_mbar_arrive(self, op: Op) -> None:
+        if self.ampere:
+            return self.sm80_mbar_arrive(op)
         (baddr,) = self.get(op.operands[0])
         p = self.b.icmp_unsigned("==", self.b.and_(self.tid, self.c32(127)), self.c32(0))
         asm(self.b, VOID, "@$0 mbarrier.arrive.shared::cta.b64 _, [$1];", "b,r,~{memory}",
@@ -73,6 +77,8 @@ class TmaLowering(LoweringBase):
     @lowering("tma_store")
     def op_tma_store(self, op: Op) -> None:
         """Registers -> swizzled staging tile -> one bulk tensor copy per column chunk."""
+        if self.ampere:  # sm_80/86/89: predicated stores from the registers (ampere.py)
+            return self.sm80_tma_store(op)
         desc, row, col, value, staging = op.operands
         b = self.b
         (saddr,) = self.get(staging)
@@ -133,6 +139,8 @@ class TmaLowering(LoweringBase):
 
     @lowering("tma_load")
     def op_tma_load(self, op: Op) -> None:
+        if self.ampere:  # sm_80/86/89: cp.async by every thread of the role (ampere.py)
+            return self.sm80_tma_load(op)
         dst, desc, row, col, bar = op.operands
         b = self.b
         (daddr,) = self.get(dst)
@@ -143,8 +151,8 @@ class TmaLowering(LoweringBase):
         expect = op.attrs.get("expect", op.attrs["bytes"])  # see frontend/tma_groups.py
         p = self.thread0()
         if expect:
-            if self.role is None:  # every warpgroup is done reading the stage it overwrites
-                self.sync()
+            if self.role is None and not op.attrs.get("nosync"):
+                self.sync()  # every warpgroup is done reading the stage it overwrites
             asm(b, VOID, "@$0 mbarrier.arrive.expect_tx.shared::cta.b64 _, [$1], $2;",
                 "b,r,r,~{memory}", [p, baddr, self.c32(expect)])
         lay = dst.type.layout
@@ -222,6 +230,8 @@ class TmaLowering(LoweringBase):
 
     @lowering("mbar_wait")
     def op_mbar_wait(self, op: Op) -> None:
+        if self.ampere:
+            return self.sm80_mbar_wait(op)
         (baddr,) = self.get(op.operands[0])
         (ph,) = self.get(op.operands[1])
         if op.attrs.get("auto_phase"):

@@ -93,14 +93,16 @@ class FunctionCodegen(StatementsMixin, ExpressionsMixin, CallsMixin):
 
 
 def build_kernel_ir(jf, arg_specs: dict[str, Any], num_warps: int,
-                    tma: bool = False) -> Function:
+                    tma: bool = False, target: str | None = None) -> Function:
     """The tile IR of kernel `jf` for one specialization.
 
     `arg_specs` maps each parameter to either a `TileType` (a run-time argument: a pointer,
     an int, a float), ('const', value) for values folded in (constexprs, ints equal to 1,
     None), or ('desc', dtype, rank, block_shape, padding) for a host TensorDescriptor (run-time
     arguments `<p>.base`, `<p>.shape<d>`, `<p>.stride<d>` but the last, which is 1).
-    `tma`: the target copies host descriptors' blocks with TMA (sm_90a).
+    `tma`: the target copies host descriptors' blocks with TMA (sm_90a). `target`: set (as
+    `fn.attrs["target"]`) only for the targets whose level-2 typing and layouts differ from
+    Hopper's (sm_80/86/89: frontend/ampere.py).
     """
     parsed = jf.parsed
     args = []
@@ -122,6 +124,8 @@ def build_kernel_ir(jf, arg_specs: dict[str, Any], num_warps: int,
         else:
             scope[p] = spec[1]
     fn = Function(parsed.fn.__name__, args, {"num_warps": num_warps})
+    if target is not None:
+        fn.attrs["target"] = target
     builder = Builder(fn)
     for p, (spec, leaves) in descs.items():
         r, block = spec[2], tuple(spec[3])

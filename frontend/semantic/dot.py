@@ -81,7 +81,16 @@ class DotOps:
             raise self.error(f"kit.mma: inner dims differ: a is {_shape(a.shape)}, b is "
                              f"{_shape(b.shape)}")
         kstep = 32 if fp8 else 16     # one wgmma instruction reads 32 bytes of K per row
-        if nw % 4 or M % (16 * nw) or K % kstep or N % 8 or N > 256:
+        if self.fn.attrs.get("target"):  # Ampere/Ada: mma.sync m16n8k16 (frontend/ampere.py)
+            if fp8:
+                raise self.error(f"kit.mma with fp8 tiles needs Hopper's wgmma; on "
+                                 f"{self.fn.attrs['target']} it is not supported yet",
+                                 "use kit.dot on fp8 register tiles (it upcasts to fp16)")
+            if M % 16 or K % 16 or N % 8 or N > 256:
+                raise self.error(f"kit.mma on {self.fn.attrs['target']} needs M and K "
+                                 f"multiples of 16 and N a multiple of 8 up to 256 (mma.sync "
+                                 f"m16n8k16); got M={M}, N={N}, K={K}")
+        elif nw % 4 or M % (16 * nw) or K % kstep or N % 8 or N > 256:
             raise self.error(f"kit.mma needs num_warps a multiple of 4 (warpgroups), M a "
                              f"multiple of 16*num_warps (64 rows per warpgroup), K a multiple "
                              f"of {kstep} and N a multiple of 8 up to 256; got M={M}, N={N}, "

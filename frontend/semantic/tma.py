@@ -90,7 +90,7 @@ class TmaOps:
         return entry["desc"]
 
     @typing_rule("tma_load")
-    def tma_load(self, dst: Any, tensor: Any, coords: Any, bar: Any) -> None:
+    def tma_load(self, dst: Any, tensor: Any, coords: Any, bar: Any, sync: Any = True) -> None:
         if not isinstance(dst, Value) or not dst.type.is_shared or len(dst.shape) != 2 or \
                 (isinstance(dst.owner, Op) and dst.owner.name == "smem_trans"):
             raise self.error(f"kit.tma_load: 'dst' must be a 2-d shared tile (a stage a[s]), "
@@ -106,9 +106,14 @@ class TmaOps:
         if not isinstance(bar, Value) or bar.dtype is not mbarrier or bar.shape != ():
             raise self.error(f"kit.tma_load: 'barrier' must be one mbarrier (bars[s]), got "
                              f"{_describe(bar)}")
+        if not isinstance(sync, bool):
+            raise self.error(f"kit.tma_load: sync must be a constexpr True or False, got "
+                             f"{_describe(sync)}")
         desc = self.tma_desc_arg(tensor, dst.shape, "kit.tma_load")
-        self.emit("tma_load", [dst, desc, *cs, bar], [],
-                  {"bytes": dst.type.numel * dst.dtype.itemsize})
+        attrs = {"bytes": dst.type.numel * dst.dtype.itemsize}
+        if not sync:  # the caller knows no thread still reads dst (no barrier before it)
+            attrs["nosync"] = True
+        self.emit("tma_load", [dst, desc, *cs, bar], [], attrs)
 
     @typing_rule("smem_trans")
     def smem_trans(self, x: Value) -> Value:
@@ -195,9 +200,9 @@ def _setmaxnreg(c: Call) -> Any:
     return None
 
 
-@call_rule("tma_load", lambda dst, tensor, coords, barrier: None)
+@call_rule("tma_load", lambda dst, tensor, coords, barrier, sync=True: None)
 def _tma_load(c: Call) -> Any:
-    return c.b.tma_load(c["dst"], c["tensor"], c["coords"], c["barrier"])
+    return c.b.tma_load(c["dst"], c["tensor"], c["coords"], c["barrier"], c.const("sync"))
 
 
 @call_rule("mbarrier_wait", lambda barrier, phase: None)

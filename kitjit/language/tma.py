@@ -1,4 +1,5 @@
-"""Level 2, Hopper: shared tiles, TMA copies, mbarriers, warpgroup roles and WGMMA."""
+"""Level 2: shared tiles, TMA copies, mbarriers, warpgroup roles and WGMMA on Hopper; the
+same calls on Ampere / Ada (cp.async, ldmatrix + mma.sync: backend/lower/ampere.py)."""
 
 from __future__ import annotations
 
@@ -37,11 +38,20 @@ def setmaxnreg(count):
 
 
 @builtin
-def tma_load(dst, tensor, coords, barrier):
+def tma_load(dst, tensor, coords, barrier, sync=True):
     """Copy the box of the 2-d `tensor` argument at `coords` (row, col) into shared tile `dst`
     with the Tensor Memory Accelerator, completing on `barrier`. Out-of-range parts of the
     box read as zero. One thread issues it; loads on the same barrier in a row share one
-    arrival with their total byte count."""
+    arrival with their total byte count.
+
+    Outside warpgroup roles the CTA first synchronizes, so no thread still reads `dst`;
+    `sync=False` skips that barrier where the kernel knows it already (see
+    examples/matmul_ampere.py).
+
+    On Ampere / Ada (sm_80 / 86 / 89, no TMA) every thread of the role copies its 16-byte
+    pieces with `cp.async` and the barrier completes when all of them have landed (each
+    thread arrives: `kit.mbarrier_wait` means the same on both targets). The column
+    coordinate must then be a multiple of 16 bytes."""
 
 
 @builtin
@@ -54,12 +64,17 @@ def mma(a, b, acc, pending=0):
     """acc + a @ b on Hopper's warpgroup tensor cores (WGMMA), a and b in shared memory, acc in
     registers. Returns with at most `pending` MMA groups still running: reading the result
     before they finish is safe (the compiler waits), and `pending=1` overlaps the MMA with the
-    next loads (and retires older results: reading the previous MMA's result then waits for
-    nothing).
+    next loads (and retires older loop-carried results: reading the previous iteration's
+    result then waits for nothing).
 
-    fp16/bf16 tiles, or fp8 (float8e4nv / float8e5, mixed allowed; QGMMA). fp8 has no
-    transpose bits: A stored [M, K] and B stored [N, K], passed as `b[s].T`, K a multiple
-    of 32 (examples/matmul_fp8.py)."""
+    fp16/bf16 tiles, or fp8 on Hopper (float8e4nv / float8e5, mixed allowed; QGMMA). fp8 has
+    no transpose bits: A stored [M, K] and B stored [N, K], passed as `b[s].T`, K a multiple
+    of 32 (examples/matmul_fp8.py).
+
+    On Ampere / Ada: `ldmatrix` fragments into `mma.sync.m16n8k16` (a may be a register
+    tile, or a transposed shared view `a[s].T`); M and K multiples of 16, N of 8; the warps
+    split the rows where the result's rows are reduced (softmax), else a squarer grid.
+    Synchronous: `pending` has nothing to wait for."""
 
 
 @builtin
