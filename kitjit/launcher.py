@@ -197,6 +197,11 @@ def _check_launch_args(jf: JITFunction, rt_args, gpu: bool) -> None:
             if from_torch(a.dtype) is None:
                 raise TypeError(f"argument '{name}' of {jf.__name__}: tensors of dtype "
                                 f"{a.dtype} are not supported")
+            if a.device.type == "meta":  # (its key's device is -1: never a cached GPU hit)
+                raise ValueError(f"argument '{name}' of {jf.__name__} is a tensor on the "
+                                 "meta device (a shape and a dtype, no memory): a kernel "
+                                 "reads and writes real memory; pass a CUDA tensor (or a "
+                                 "CPU tensor for the interpreter)")
             if gpu and a.device.type != "cuda":
                 raise ValueError(f"argument '{name}' of {jf.__name__} is on {a.device}, but "
                                  "the kernel runs on the GPU: move it with .cuda()")

@@ -95,11 +95,14 @@ class DotLowering(LoweringBase):
         kind = _WGMMA_KIND[a.dtype.name]
         bkind = _WGMMA_KIND[bt.dtype.name]
         kw = 32 // e        # K per instruction: 32 bytes of each row (k16 16-bit, k32 fp8)
-        # A: K-major rows of `swizzle` bytes, column chunks one after another
+        # A: K-major rows of `swizzle` bytes, column chunks one after another; or (a `.T`
+        # view) stored [K, M] with M contiguous (MN-major, imm-trans-a = 1), each
+        # warpgroup's 64 rows of M a run of column chunks
         sa, ca = (la.swizzle, la.chunk) if la else (128, 64)
-        da = self._desc_const(16, 8 * sa, sa)
-        if la is not None and la.transposed:
-            raise LoweringError("kit.mma: a transposed A operand is not supported")
+        trans_a = int(la is not None and la.transposed)
+        if trans_a and 64 % ca:
+            raise LoweringError(f"kit.mma: a transposed A operand of {ca}-column chunks")
+        da = self._desc_const(K * sa, 8 * sa, sa) if trans_a else self._desc_const(16, 8 * sa, sa)
         sb, cb = lb.swizzle, lb.chunk
         if lb.transposed:  # B stored [N, K], K contiguous (K-major, imm-trans-b = 0)
             db = self._desc_const(16, 8 * sb, sb)
@@ -110,7 +113,24 @@ class DotLowering(LoweringBase):
         if fp8 and (a_regs or not lb.transposed or la.transposed):  # the typing rule's check
             raise LoweringError("kit.mma: fp8 operands must both be K-major shared tiles")
         wg = b.lshr(self.warp, self.c32(2))
-        a_wg = b.add(aaddr, b.mul(wg, self.c32(64 * sa))) if not a_regs else None
+        if a_regs:
+            a_wg = None
+        elif trans_a:  # warpgroup w: stored columns 64w.. (64 // ca chunks of K rows each)
+            a_wg = b.add(aaddr, b.mul(wg, self.c32(64 // ca * K * sa)))
+        else:
+            a_wg = b.add(aaddr, b.mul(wg, self.c32(64 * sa)))
+        # one descriptor per operand, each K step a constant added to it (the address field
+        # is bits 0-13 of addr >> 4, and every step's address is a shared address too, so
+        # nothing carries out); the base goes through an opaque mov, so that LLVM computes
+        # the steps here instead of hoisting each out of a loop into registers of its own
+        def opaque(x):
+            return asm(b, I32, "mov.b32 $0, $1;", "=r,r", [x], side_effect=True)
+
+        def step(d0, off: int):
+            return b.add(d0, ir.Constant(I64, off >> 4)) if off else d0
+
+        a_desc0 = None if a_regs else self._desc(opaque(a_wg), da)
+        b_desc0 = self._desc(opaque(baddr), db)
         n_out = N // 2
         outs = ", ".join(f"${i}" for i in range(n_out))
         if a_regs:  # four 32-bit registers of the A fragment, then B's descriptor
@@ -128,7 +148,7 @@ class DotLowering(LoweringBase):
                 v = b.insert_element(v, y, self.c32(1))
                 return b.bitcast(v, I32)
         else:   # fp8 has no transpose operands: both tiles are K-major (QGMMA)
-            trans = "" if fp8 else f", 0, {trans_b}"
+            trans = "" if fp8 else f", {trans_a}, {trans_b}"
             text = (f"{{ .reg .pred p; setp.ne.b32 p, ${n_out + 2}, 0; "
                     f"wgmma.mma_async.sync.aligned.m64n{N}k{kw}.f32.{kind}.{bkind} "
                     f"{{{outs}}}, ${n_out}, ${n_out + 1}, p, 1, 1{trans}; }}")
@@ -147,18 +167,18 @@ class DotLowering(LoweringBase):
                              for r, c in ((0, 0), (8, 0), (0, 8), (8, 8))]
                     a_ops = [asm(b, I32, "mov.b32 $0, $1;", "=r,r", [x], side_effect=True)
                              for x in a_ops]
+                elif trans_a:
+                    a_off = r0 // ca * K * sa + k0 * sa
                 else:
-                    a_addr = b.add(a_wg, self.c32((k0 // ca) * M * sa + r0 * sa +
-                                                  (k0 % ca) * e))
+                    a_off = (k0 // ca) * M * sa + r0 * sa + (k0 % ca) * e
                 if lb.transposed:
                     b_off = (k0 // cb) * N * sb + (k0 % cb) * e
                 else:
                     b_off = k0 * sb
-                b_addr = b.add(baddr, self.c32(b_off))
                 if a_regs:
-                    ins = a_ops + [self._desc(b_addr, db), self.c32(1)]
+                    ins = a_ops + [step(b_desc0, b_off), self.c32(1)]
                 else:
-                    ins = [self._desc(a_addr, da), self._desc(b_addr, db), self.c32(1)]
+                    ins = [step(a_desc0, a_off), step(b_desc0, b_off), self.c32(1)]
                 ks.append(ins)
             regs = [asm(b, F32, "mov.b32 $0, $1;", "=f,f", [C[i]], side_effect=True)
                     for i in idx]
@@ -177,16 +197,5 @@ class DotLowering(LoweringBase):
             self.wgmma_wait(op.result, 0)
         else:
             self.wgmma_wait(op.result, pending)
-            if pending == 1:
-                # wait_group(1): every older group has landed, so the accumulators still
-                # marked in flight are final. A later read of one ties its registers through
-                # a `wait_group 1` (satisfied already, so free) instead of waiting for this
-                # group: block-scaled fp8 adds the last K-block's partial while the next one
-                # runs. Only loop-carried accumulators for now: the same rule would move the
-                # FA3-overlap attention's S read from wait_group 0 to 1 (its softmax would
-                # then run under P V as its comment intends), which wants its own GPU check.
-                old = self.inflight & self.carried
-                self.retired |= old
-                self.retired_here |= old
-                self.inflight -= old
             self.inflight.add(op.result.id)
+            self.groups.append(op.result.id)

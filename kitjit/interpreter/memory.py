@@ -106,13 +106,17 @@ class _TmaTensor:
             dst[rs - r0:re - r0, cs - c0:ce - c0] = from_bits(self.view[rs:re, cs:ce],
                                                               self.dt)
 
-    def store_box(self, src: np.ndarray, r0: int, c0: int) -> None:
-        """The box of src's shape at (r0, c0) = src; what falls outside the tensor is dropped."""
+    def store_box(self, src: np.ndarray, r0: int, c0: int, reduce: str | None = None) -> None:
+        """The box of src's shape at (r0, c0) = src (reduce="add": += src, rounded to the
+        tensor's dtype); what falls outside the tensor is dropped."""
         rows, cols = src.shape
         rs, re, cs, ce = self._clip(r0, c0, rows, cols)
         if rs >= re or cs >= ce:
             return
-        self.view[rs:re, cs:ce] = to_bits(src[rs - r0:re - r0, cs - c0:ce - c0], self.dt)
+        v = src[rs - r0:re - r0, cs - c0:ce - c0]
+        if reduce == "add":   # values of the dtype (bf16 and fp8 held as float32), rounded back
+            v = from_bits(self.view[rs:re, cs:ce], self.dt).astype(np.float32) + v
+        self.view[rs:re, cs:ce] = to_bits(v, self.dt)
         if self.buf is not None:
             self.buf.written = True
 

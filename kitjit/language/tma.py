@@ -62,10 +62,13 @@ def mbarrier_wait(barrier, phase):
 @builtin
 def mma(a, b, acc, pending=0):
     """acc + a @ b on Hopper's warpgroup tensor cores (WGMMA), a and b in shared memory, acc in
-    registers. Returns with at most `pending` MMA groups still running: reading the result
-    before they finish is safe (the compiler waits), and `pending=1` overlaps the MMA with the
-    next loads (and retires older loop-carried results: reading the previous iteration's
-    result then waits for nothing).
+    registers. Either operand may be a `.T` view of a shared tile (the MMA reads it
+    transposed, no copy), and `a` may be a register tile (16-bit, e.g. P of attention).
+    Returns with at most `pending` MMA groups still running: reading the result before they
+    finish is safe (the compiler waits for that MMA and those before it only), so
+    `s = kit.mma(..., pending=1); t = kit.mma(..., pending=1); f(s)` runs f under the second
+    MMA, and `pending=1` overlaps an MMA with the next loads; a loop-carried result of the
+    previous iteration, read after this iteration's MMA, waits for nothing more.
 
     fp16/bf16 tiles, or fp8 on Hopper (float8e4nv / float8e5, mixed allowed; QGMMA). fp8 has
     no transpose bits: A stored [M, K] and B stored [N, K], passed as `b[s].T`, K a multiple
@@ -78,11 +81,13 @@ def mma(a, b, acc, pending=0):
 
 
 @builtin
-def tma_store(tensor, coords, value):
+def tma_store(tensor, coords, value, reduce=None):
     """Store register tile `value` into the box of the 2-d `tensor` argument at `coords`
     through shared memory and the Tensor Memory Accelerator: the registers go to a swizzled
     staging tile, one thread issues the bulk copy, and the kernel goes on while it drains.
-    Parts of the box outside the tensor are not written."""
+    Parts of the box outside the tensor are not written. `reduce="add"` adds the tile into
+    the box instead (cp.reduce.async.bulk.tensor: atomic per element, so programs may add
+    into the same box; fp32, fp16, bf16)."""
 
 
 @builtin
