@@ -25,11 +25,32 @@ def tile_origin(tile, M, N, n_k, BM: kit.constexpr, BN: kit.constexpr, BK: kit.c
 
 @kit.jit
 def load_stage(a, b, ready, A, B, m0, n0, k0, kk, it, BK: kit.constexpr,
-               STAGES: kit.constexpr, TRANS_B: kit.constexpr):
+               STAGES: kit.constexpr, TRANS_B: kit.constexpr, b2=None, B2=None):
     s = it % STAGES
     k = k0 + kk * BK                                 # past K, TMA reads zeros
     kit.tma_load(a[s], A, (m0, k), ready[s])         # both land on ready[s]: one arrival
     kit.tma_load(b[s], B, (n0, k) if TRANS_B else (k, n0), ready[s])
+    if B2 is not None:                               # a second B (SwiGLU's up projection)
+        kit.tma_load(b2[s], B2, (n0, k) if TRANS_B else (k, n0), ready[s])
+
+
+@kit.jit
+def refill(a, b, ready, A, B, tile, step, n_tiles, kk, it, m0, n0, k0, m1, n1, k1, M, N, n_k,
+           BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr, STAGES: kit.constexpr,
+           GROUP: kit.constexpr, TRANS_B: kit.constexpr, SPLIT_K: kit.constexpr, b2=None,
+           B2=None):
+    j = kk + STAGES - 1        # refill the stage MMA it-1 freed, running into the next tile
+    if j < n_k:                # (its origin m1, n1, k1) so its loads fly during this epilogue
+        load_stage(a, b, ready, A, B, m0, n0, k0, j, it + STAGES - 1, BK, STAGES, TRANS_B,
+                   b2, B2)
+    elif j < 2 * n_k:
+        if tile + step < n_tiles:
+            load_stage(a, b, ready, A, B, m1, n1, k1, j - n_k, it + STAGES - 1, BK, STAGES,
+                       TRANS_B, b2, B2)
+    elif tile + j // n_k * step < n_tiles:           # K shorter than the ring
+        mj, nj, kj = tile_origin(tile + j // n_k * step, M, N, n_k, BM, BN, BK, GROUP, SPLIT_K)
+        load_stage(a, b, ready, A, B, mj, nj, kj, j % n_k, it + STAGES - 1, BK, STAGES,
+                   TRANS_B, b2, B2)
 
 
 @kit.jit
@@ -58,19 +79,8 @@ def matmul_kernel(A, B, C, W, M, N, K, BM: kit.constexpr, BN: kit.constexpr,
             kit.mbarrier_wait(ready[it % STAGES], it // STAGES % 2)
             bs = b[it % STAGES].T if TRANS_B else b[it % STAGES]
             acc = kit.mma(a[it % STAGES], bs, acc, pending=1)
-            j = kk + STAGES - 1        # refill the stage MMA it-1 freed, running into the
-            if j < n_k:                # next tile so its loads fly during this epilogue
-                load_stage(a, b, ready, A, B, m0, n0, k0, j, it + STAGES - 1, BK, STAGES,
-                           TRANS_B)
-            elif j < 2 * n_k:
-                if tile + step < n_tiles:
-                    load_stage(a, b, ready, A, B, m1, n1, k1, j - n_k, it + STAGES - 1, BK,
-                               STAGES, TRANS_B)
-            elif tile + j // n_k * step < n_tiles:           # K shorter than the ring
-                mj, nj, kj = tile_origin(tile + j // n_k * step, M, N, n_k, BM, BN, BK, GROUP,
-                                         SPLIT_K)
-                load_stage(a, b, ready, A, B, mj, nj, kj, j % n_k, it + STAGES - 1, BK,
-                           STAGES, TRANS_B)
+            refill(a, b, ready, A, B, tile, step, n_tiles, kk, it, m0, n0, k0, m1, n1, k1, M,
+                   N, n_k, BM, BN, BK, STAGES, GROUP, TRANS_B, SPLIT_K)
             it += 1
         rm = m0 + kit.arange(0, BM)    # the epilogue: straight from the accumulator
         rn = n0 + kit.arange(0, BN)    # registers, shuffled into 16-byte stores by the

@@ -108,6 +108,8 @@ class LoweringBase:
         # before the boundary are read after a wait_group 0
         self.inflight: set[int] = set()
         self.groups: list[int] = []
+        self.carried: set[int] = set()  # loop-carried values (for-loop body arguments)
+        self.retired_here: set[int] = set()  # read early (wgmma_done) in the current block
         self.scratch_base = 0
         self.static_bytes = 0
         self.axis = AxisAnalysis(fn)
@@ -424,6 +426,13 @@ class LoweringBase:
         (`a = kit.mma(..., pending=1); b = kit.mma(..., pending=1); f(a)` overlaps b with f)."""
         if v.id in self.groups:
             newer = len(self.groups) - 1 - self.groups.index(v.id)
+        elif v.id in self.carried and self.groups:
+            # a loop-carried accumulator (the previous iteration's MMA) is older than every
+            # group of this stretch: block-scaled fp8 adds the last K-block's partial while
+            # the next one runs. (Values from before other region boundaries still wait for
+            # everything: the same rule would move existing kernels' waits, unmeasured.)
+            newer = len(self.groups)
+            self.retired_here.add(v.id)
         else:
             newer = 0
         self.wgmma_wait(v, newer)
@@ -431,8 +440,25 @@ class LoweringBase:
         if v.id in self.groups:
             self.groups.remove(v.id)
 
-        # ------------------------------------------------------------------ blocks
+    # ------------------------------------------------------------------ blocks
     def block(self, block: Block) -> list[list[ir.Value]] | None:
+        # a value read early (wait_group n > 0, wgmma_done) inside this block is complete
+        # only where the block ran: an if branch or a loop of zero trips may not, so after
+        # it the value is in flight again, with its registers from before it (a tie inside
+        # does not dominate what follows)
+        entry, outer = set(self.inflight), self.retired_here
+        saved = {i: self.vals[i] for i in entry if i in self.vals}
+        self.retired_here = set()
+        try:
+            return self._block_ops(block)
+        finally:
+            back = entry & self.retired_here
+            self.inflight |= back
+            for i in back & saved.keys():
+                self.vals[i] = saved[i]
+            self.retired_here |= outer
+
+    def _block_ops(self, block: Block) -> list[list[ir.Value]] | None:
         for op in block.ops:
             if op.name == "yield":
                 return [self.get(v) for v in op.operands]

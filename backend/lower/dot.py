@@ -15,6 +15,8 @@ from kitjit.ir.registry import lowering
 from ..nvvm import F32, I32, I64, VOID, asm, llvm_type
 from .base import LoweringBase, LoweringError, _lin
 
+_WGMMA_KIND = {"bf16": "bf16", "fp16": "f16", "fp8e4nv": "e4m3", "fp8e5": "e5m2"}
+
 
 class DotLowering(LoweringBase):
     """Tensor-core matrix multiply-accumulate."""
@@ -89,7 +91,10 @@ class DotLowering(LoweringBase):
         C = list(self.get(acc))
         ic = lc.reg_index()
         nw = self.num_warps
-        kind = "bf16" if a.dtype.name == "bf16" else "f16"
+        fp8 = a.dtype.is_fp8()
+        kind = _WGMMA_KIND[a.dtype.name]
+        bkind = _WGMMA_KIND[bt.dtype.name]
+        kw = 32 // e        # K per instruction: 32 bytes of each row (k16 16-bit, k32 fp8)
         # A: K-major rows of `swizzle` bytes, column chunks one after another; or (a `.T`
         # view) stored [K, M] with M contiguous (MN-major, imm-trans-a = 1), each
         # warpgroup's 64 rows of M a run of column chunks
@@ -105,6 +110,8 @@ class DotLowering(LoweringBase):
         else:  # B stored [K, N], N contiguous (MN-major, imm-trans-b = 1): column chunks
             db = self._desc_const(K * sb, 8 * sb, sb)
             trans_b = 1
+        if fp8 and (a_regs or not lb.transposed or la.transposed):  # the typing rule's check
+            raise LoweringError("kit.mma: fp8 operands must both be K-major shared tiles")
         wg = b.lshr(self.warp, self.c32(2))
         if a_regs:
             a_wg = None
@@ -140,10 +147,11 @@ class DotLowering(LoweringBase):
                 v = b.insert_element(v, x, self.c32(0))
                 v = b.insert_element(v, y, self.c32(1))
                 return b.bitcast(v, I32)
-        else:
+        else:   # fp8 has no transpose operands: both tiles are K-major (QGMMA)
+            trans = "" if fp8 else f", {trans_a}, {trans_b}"
             text = (f"{{ .reg .pred p; setp.ne.b32 p, ${n_out + 2}, 0; "
-                    f"wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{kind}.{kind} "
-                    f"{{{outs}}}, ${n_out}, ${n_out + 1}, p, 1, 1, {trans_a}, {trans_b}; }}")
+                    f"wgmma.mma_async.sync.aligned.m64n{N}k{kw}.f32.{kind}.{bkind} "
+                    f"{{{outs}}}, ${n_out}, ${n_out + 1}, p, 1, 1{trans}; }}")
             cons = ",".join(["=f"] * n_out + ["l", "l", "r"] + [str(i) for i in range(n_out)])
         ret = ir.LiteralStructType([F32] * n_out)
         # every operand (descriptors, packed A registers, accumulators) is computed before
@@ -153,7 +161,7 @@ class DotLowering(LoweringBase):
         for r0 in range(0, M, 16 * nw):
             idx = [ic[(r0 + 8 * ((i // 2) % 2), 8 * (i // 4) + (i % 2))] for i in range(n_out)]
             ks = []
-            for k0 in range(0, K, 16):
+            for k0 in range(0, K, kw):
                 if a_regs:
                     a_ops = [pack2(A[ia[(r0 + r, k0 + c)]], A[ia[(r0 + r, k0 + c + 1)]])
                              for r, c in ((0, 0), (8, 0), (0, 8), (8, 8))]

@@ -67,7 +67,12 @@ def mma(a, b, acc, pending=0):
     Returns with at most `pending` MMA groups still running: reading the result before they
     finish is safe (the compiler waits for that MMA and those before it only), so
     `s = kit.mma(..., pending=1); t = kit.mma(..., pending=1); f(s)` runs f under the second
-    MMA, and `pending=1` overlaps an MMA with the next loads.
+    MMA, and `pending=1` overlaps an MMA with the next loads; a loop-carried result of the
+    previous iteration, read after this iteration's MMA, waits for nothing more.
+
+    fp16/bf16 tiles, or fp8 on Hopper (float8e4nv / float8e5, mixed allowed; QGMMA). fp8 has
+    no transpose bits: A stored [M, K] and B stored [N, K], passed as `b[s].T`, K a multiple
+    of 32 (examples/matmul_fp8.py).
 
     On Ampere / Ada: `ldmatrix` fragments into `mma.sync.m16n8k16` (a may be a register
     tile, or a transposed shared view `a[s].T`); M and K multiples of 16, N of 8; the warps

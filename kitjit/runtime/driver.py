@@ -251,7 +251,8 @@ class ParamBlock:
 _TMAP_CACHE: dict = {}
 _TMAP_OLD: dict = {}
 _TMAP_MAX = 4096
-_DTYPES_TMA = {"bf16": 9, "fp16": 6, "fp32": 7, "u8": 0, "i32": 3, "fp64": 8}
+_DTYPES_TMA = {"bf16": 9, "fp16": 6, "fp32": 7, "u8": 0, "i32": 3, "fp64": 8,
+               "fp8e4nv": 0, "fp8e5": 0}  # fp8 travels as bytes
 _SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
 _TMA_BY_SIZE = {1: 0, 2: 1, 4: 2, 8: 4}  # UINT8/16/32/64: a copy is a copy (zeros fill)
 
