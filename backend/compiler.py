@@ -117,6 +117,12 @@ def ptx_to_cubin(ptx: str, arch: str, name: str = "kernel") -> tuple[bytes, Reso
     (in-process), else ptxas. ``Resources.extra["assembler"]`` says which built it."""
     from kitjit.tools import PTXAS_HINT, find_ptxas
 
+    if arch in ("sm_80", "sm_86", "sm_89") and "ldmatrix" in ptx:
+        # level 2 below sm_90 (backend/lower/ampere.py): nvJitLink 13.5 spills these where
+        # ptxas (13.0 and 13.5) does not (FA2 forward, D 64: 876 bytes vs none)
+        exe = find_ptxas()
+        if exe is not None:
+            return _ptxas(ptx, arch, exe)
     if "setmaxnreg" in ptx:
         exe = find_ptxas()
         if exe is None:

@@ -2,6 +2,9 @@
 
     python benchmarks/bench.py [--json out.json] [--quick] [--only norms,launch,first]
 
+(sections: norms, gemm, attention, bwd, decode, launch, first; bwd and decode live in
+benchmarks/bench_attn.py)
+
 - softmax, layernorm, rmsnorm (bf16, 32768x4096 and 8192x16384) against torch and Triton,
   as GB/s (one read and one write of the tensor) and as a fraction of this run's
   device-to-device copy bandwidth;
@@ -27,6 +30,9 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, ROOT)
+
+import bench_attn  # noqa: E402  (the attention backward and decode sections)
+import peers  # noqa: E402  (FA4 and quack, when staged by ../shared/peers/cute_wheels.sh)
 
 import kitjit as kit  # noqa: E402
 from kitjit.testing import bench, check  # noqa: E402
@@ -305,6 +311,10 @@ def bench_gemm(tri, quick: bool) -> None:
         runs = {"tuned": lambda: ex_mm.matmul(a, b), "cublas": lambda: a @ b}
         if best:
             runs["best"] = lambda cfg=best[1]: ex_mm.matmul(a, b, **cfg)
+        for name, tuned in (("quack", False), ("quack_tuned", True)):
+            fn = peers.quack_gemm(a, b, tuned)     # None: not installed (peers.status says)
+            if fn is not None:
+                runs[name] = fn
         if tri:
             c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
             grid = lambda meta: (triton.cdiv(M, meta["BM"]) * triton.cdiv(N, meta["BN"]),)  # noqa: E731
@@ -322,6 +332,11 @@ def bench_gemm(tri, quick: bool) -> None:
                "vs_cublas": round(ms_cublas / best[0], 3) if best else None,
                "config": best[1] if best else None, "by_config": per_cfg,
                "autotuned_tflops": round(flop / ms_tuned, 1), "autotuned_config": tuned_cfg}
+        for name in ("quack", "quack_tuned"):
+            row[f"{name}_tflops"] = round(flop / ms[name], 1) if name in ms else \
+                peers.status().get("quack", "not installed")
+        if "quack_tuned" in ms and best:
+            row["vs_quack_tuned"] = round(ms["quack_tuned"] / best[0], 3)
         results["gemm"].append(row)
         print(row, flush=True)
     large = [r["vs_cublas"] for r in results["gemm"][:len(GEMM_LARGE)] if r["vs_cublas"]]
@@ -390,6 +405,12 @@ def bench_attention(tri) -> None:
                     runs[name] = run_peer
                 except Exception as e:
                     peers[name] = f"n/a: {type(e).__name__}"
+            fa4 = peers.fa4_forward(q, k, v, causal)  # None: not installed
+            if fa4 is not None:
+                runs["fa4"] = fa4
+            else:
+                peers_st = peers.status()
+                peers["fa4"] = peers_st.get("fa4", "not installed")
             if tri:
                 o = torch.empty_like(q)
                 g = (triton.cdiv(S, 128), B * H)
@@ -404,7 +425,7 @@ def bench_attention(tri) -> None:
                 except Exception as e:
                     peers["triton"] = f"n/a: {type(e).__name__}"
             ms = interleaved(runs)
-            for n in ("flash", "cudnn", "efficient", "triton"):
+            for n in ("flash", "cudnn", "efficient", "triton", "fa4"):
                 if n in ms:
                     peers[n] = round(flop / ms[n], 1)
             if best:
@@ -422,6 +443,9 @@ def bench_attention(tri) -> None:
             cu = peers.get("cudnn")
             if best and isinstance(cu, float):
                 row["vs_cudnn"] = round((flop / best[0]) / cu, 3)
+            f4 = peers.get("fa4")
+            if best and isinstance(f4, float):
+                row["vs_fa4"] = round((flop / best[0]) / f4, 3)
             results["attention"].append(row)
             print(row, flush=True)
 
@@ -553,19 +577,23 @@ def table(copy_gbs: float) -> str:
                      f"{(r['triton_gbs'] or 0):>8.0f}")
     if results.get("gemm"):
         lines.append(f"{'gemm (bf16)':18} {'kitjit':>8} {'cuBLAS':>8} {'Triton':>8} "
-                     f"{'vs cuBLAS':>9}  (TFLOP/s)  config")
+                     f"{'quack':>8} {'quack-t':>8} {'vs cuBLAS':>9}  (TFLOP/s)  config")
+
+        def q(x):
+            return f"{x:>8.0f}" if isinstance(x, float) else f"{'n/i':>8}"
         for r in results["gemm"]:
             cfg = r["config"] or {}
             lines.append(f"{r['shape']:18} {(r['kitjit_tflops'] or 0):>8.0f} "
                          f"{r['cublas_tflops']:>8.0f} {(r['triton_tflops'] or 0):>8.0f} "
+                         f"{q(r.get('quack_tflops'))} {q(r.get('quack_tuned_tflops'))} "
                          f"{(r['vs_cublas'] or 0):>9.2f}  {cfg}  autotuned: "
                          f"{r['autotuned_tflops']:.0f} ({r['autotuned_config']})")
         lines.append(f"geomean vs cuBLAS over the four large shapes: "
                      f"{results.get('gemm_geomean_vs_cublas_large')}")
     if results.get("attention"):
         lines.append(f"{'attention (bf16)':24} {'kitjit':>7} {'flash':>7} {'cuDNN':>7} "
-                     f"{'effic.':>7} {'Triton':>7} {'x flash':>8} {'x cuDNN':>8}  "
-                     "(TFLOP/s)  default")
+                     f"{'effic.':>7} {'Triton':>7} {'FA4':>7} {'x flash':>8} {'x cuDNN':>8} "
+                     f"{'x FA4':>6}  (TFLOP/s)  default")
         for r in results["attention"]:
             p = r["peers"]
 
@@ -573,8 +601,11 @@ def table(copy_gbs: float) -> str:
                 return f"{x:>7.0f}" if isinstance(x, float) else f"{'-':>7}"
             lines.append(f"{r['case']:24} {f(r['kitjit_tflops'])} {f(p.get('flash'))} "
                          f"{f(p.get('cudnn'))} {f(p.get('efficient'))} {f(p.get('triton'))} "
-                         f"{r.get('vs_flash', 0):>8.2f} {r.get('vs_cudnn', 0):>8.2f}  "
+                         f"{f(p.get('fa4'))} "
+                         f"{r.get('vs_flash', 0):>8.2f} {r.get('vs_cudnn', 0):>8.2f} "
+                         f"{r.get('vs_fa4', 0):>6.2f}  "
                          f"{f(r.get('default_tflops'))}")
+    lines += bench_attn.table_lines(results)
     if results["launch"]:
         lines.append("launch host cost (us): " + ", ".join(
             f"{k}={v}" for k, v in results["launch"].items()))
@@ -588,7 +619,7 @@ def table(copy_gbs: float) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "bench.json"))
-    ap.add_argument("--only", default="norms,gemm,attention,launch,first")
+    ap.add_argument("--only", default="norms,gemm,attention,bwd,decode,launch,first")
     ap.add_argument("--quick", action="store_true", help="large GEMM shapes only")
     ap.add_argument("--gemm-configs", default=None,
                     help="JSON list of matmul configs to try instead of the defaults")
@@ -611,10 +642,15 @@ def main() -> None:
         bench_gemm(tri, args.quick)
     if "attention" in only:
         bench_attention(tri)
+    if "bwd" in only:
+        bench_attn.bench_attention_bwd(results, interleaved)
+    if "decode" in only:
+        bench_attn.bench_decode(results, interleaved)
     if "launch" in only:
         bench_launch(tri)
     if "first" in only:
         first_call()
+    results["peers_status"] = peers.status()    # FA4 / quack: "ok" or why not timed
     with open(args.json, "w") as f:
         json.dump(results, f, indent=1, default=str)
     from plots import write_plots  # benchmarks/plots.py: PNGs beside the JSON

@@ -21,6 +21,15 @@ _SECTIONS: dict[str, tuple[Any, str, list[tuple[str, Any]]]] = {
                    ("flash", lambda r: (r.get("peers") or {}).get("flash")),
                    ("cuDNN", lambda r: (r.get("peers") or {}).get("cudnn")),
                    ("triton", lambda r: (r.get("peers") or {}).get("triton"))]),
+    "attention_bwd": (lambda r: r["case"], "TFLOPS",
+                      [("kitjit", lambda r: r.get("kitjit_tflops")),
+                       ("flash", lambda r: (r.get("peers") or {}).get("flash")),
+                       ("cuDNN", lambda r: (r.get("peers") or {}).get("cudnn"))]),
+    "decode": (lambda r: r["case"], "us (CUDA graph, lower is better)",
+               [("kitjit", lambda r: (r.get("graph_us") or {}).get("kitjit")),
+                ("flash", lambda r: (r.get("graph_us") or {}).get("flash")),
+                ("cuDNN", lambda r: (r.get("graph_us") or {}).get("cudnn")),
+                ("efficient", lambda r: (r.get("graph_us") or {}).get("efficient"))]),
 }
 
 

@@ -1,17 +1,26 @@
 """FlashAttention backward on Hopper, as a user calls it (and as autograd does).
 
-The kernels live in the package, kitjit/nn/attention_backward.py (read it first). FA2's
-algorithm, with every matrix product on Hopper's warpgroup tensor cores (WGMMA) fed by TMA:
+The kernels live in the package, kitjit/nn/attention_backward.py (read it first): FA3's
+algorithm in kitjit's level-2 language, where the hardware shapes every step:
 
-1. `bwd_preprocess`: delta_i = sum_d dO_id O_id, one fp32 per query row.
-2. `dkdv_kernel`: one program per block of keys; K and V stay in shared memory while Q and dO
-   stream through a TMA ring over all query blocks of all query heads sharing that K/V head
-   (GQA: dK and dV come out summed, no atomics). P = exp(S scale - L) is recomputed from the
-   forward's log-sum-exp L instead of being stored (S x S would not fit in memory).
-   Hardware note: a WGMMA takes its A operand from registers only in the accumulator layout
-   of a previous WGMMA, and there is no cheap register transpose; so this kernel computes Sᵀ
-   (keys as rows) directly, and Pᵀ and dSᵀ are the A operands of dV += Pᵀ dO and dK += dSᵀ Q.
-3. `dq_kernel`: one program per block of queries, K and V streaming: dQ += dS K.
+1. `bwd_preprocess`: Δ_i = sum_d dO_id O_id and the LSE in log2, one fp32 each per query row,
+   padded to whole blocks (LSE = +inf there: P = exp2(S - LSE) is 0 without a mask).
+2. `bwd_kernel`: one program per 128 keys of one K/V head, warp-specialized
+   (`kit.warpgroup_id()` roles). The producer warpgroup gives its registers up
+   (`kit.setmaxnreg(24)`) and streams Q, dO, LSE and Δ blocks through a TMA ring; the two
+   consumer warpgroups take 240 registers each, because dK and dV stay in registers for the
+   whole program (128 a thread at D=128). Per block of queries, five WGMMAs:
+       Sᵀ = K Qᵀ, dPᵀ = V dOᵀ          (keys as MMA rows: 64 per warpgroup)
+       Pᵀ = exp2(Sᵀ·scale − LSE), dSᵀ = Pᵀ ∘ (dPᵀ − Δ)   (under dPᵀ's MMA: `pending=1`)
+       dV += Pᵀ dO, dK += dSᵀ Q         (A from registers: the accumulator layout of Sᵀ is
+                                         the A-fragment layout of the next MMA)
+       dQᵀ = Kᵀ dSᵀ                    (dSᵀ goes through shared memory with `kit.store`, as
+                                         each warpgroup holds only its 64 rows; Kᵀ is read
+                                         transposed by the MMA itself: `kit.mma(k.T, ...)`)
+   and dQᵀ is added into an fp32 buffer by the TMA unit (`kit.tma_store(..., reduce="add")`,
+   atomic per element): no second pass over K and V (FA2 needs two more MMAs for dQ).
+   GQA: the ring runs over every query head of the group, so dK and dV come out summed.
+3. `dq_convert`: dQ = scale · the fp32 sums, in q's dtype.
 
 `kitjit.nn.functional.scaled_dot_product_attention` wires this to autograd: `loss.backward()`
 reaches q, k and v, and torch.compile(fullgraph=True) sees two opaque custom ops
@@ -25,9 +34,11 @@ import torch.nn.functional as F
 from kitjit.nn.attention import attention
 from kitjit.nn.attention_backward import (  # noqa: F401  (the kernels, for the tests)
     attention_backward,
+    bwd_kernel,
     bwd_preprocess,
-    dkdv_kernel,
-    dq_kernel,
+    dq_convert,
+    keys_as_rows,
+    queries_as_rows,
 )
 from kitjit.nn.functional import sdpa
 from kitjit.testing import bench, check, device, has_gpu

@@ -38,6 +38,7 @@ from kitjit.ir.layouts import (
     shared_layout,
 )
 
+from .ampere import acc_layout, is_ampere
 from .errors import CompileError
 
 
@@ -178,11 +179,18 @@ def infer_layouts(fn: Function) -> Function:
         return best
 
     layout: dict[int, Layout] = {}
+    ampere = is_ampere(fn)
+    # classes whose rows are reduced or scaled by row vectors (softmax): see acc_layout
+    row_classes = {cls(op.operands[0] if kind == "reduce" else op.result)
+                   for kind, op in slice_edges if op.attrs["axis"] == 1} if ampere else set()
     for op in dots:
         c = cls(op.result)
         # wgmma: each warp owns 16 rows of its warpgroup's 64 (the m64nNk16 accumulator)
         nw = _pow2_warps(class_warps(c), classes[c])
-        layout[c] = Mma(nw, 1) if op.name == "wgmma" else mma_layout(max_shape(c), nw)
+        if op.name == "wgmma" and ampere:  # kit.mma below sm_90: mma.sync fragments
+            layout[c] = acc_layout(op, max_shape(c), nw, c in row_classes)
+        else:
+            layout[c] = Mma(nw, 1) if op.name == "wgmma" else mma_layout(max_shape(c), nw)
 
     # children of slice edges, by class: [(parent class, axis, kind)]
     wants: dict[int, list[tuple[int, int, str]]] = {}

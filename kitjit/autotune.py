@@ -26,6 +26,7 @@ import logging
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -51,6 +52,9 @@ __all__ = ["Autotuner", "AutotuneError", "Config", "Heuristics", "Target", "auto
            "format_tuning_records", "heuristics", "tuning_records"]
 
 _LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+# AMD-only compiler options Triton's HIP configs carry (the tutorials' non-CUDA branch, which
+# kitjit's interpreter takes on a machine without a GPU): accepted in Config kwargs, ignored
+_AMD_OPTIONS = frozenset({"matrix_instr_nonkdim", "waves_per_eu", "kpack"})
 _TRUE = ("1", "true", "yes", "on")
 
 
@@ -65,14 +69,16 @@ class Config:
     Triton. `str(config)` is the canonical form that names the config in tuning records.
     `num_stages` is passed to the launch, where kitjit does not use it (its loops are not
     software-pipelined by a stage count); `maxnreg` caps registers per thread (part of the
-    compiled kernel); `num_ctas` must be 1 (clusters are not supported yet).
+    compiled kernel); `num_ctas` must be 1 (clusters are not supported yet). AMD's options in
+    `kwargs` (matrix_instr_nonkdim, waves_per_eu, kpack) are kept in `amd_options` and ignored.
     """
 
     def __init__(self, kwargs: dict[str, Any], num_warps: int = 4, num_stages: int | None = None,
                  num_ctas: int = 1, maxnreg: int | None = None,
                  pre_hook: Callable[[dict[str, Any]], Any] | None = None,
                  ir_override: str | None = None):
-        self.kwargs = dict(kwargs)
+        self.kwargs = {k: v for k, v in kwargs.items() if k not in _AMD_OPTIONS}
+        self.amd_options = {k: v for k, v in kwargs.items() if k in _AMD_OPTIONS}
         for k in self.kwargs:
             if k in _LAUNCH_OPTIONS:
                 raise ValueError(f"Config: pass {k} as Config(..., {k}=...), not in kwargs")
@@ -255,10 +261,11 @@ class Autotuner:
         for h in self._heuristics:
             for k in h.values:
                 tuned.setdefault(k, None)  # computed, so not an argument of the entry
+        for k in [k for k in self.key if k not in params]:  # Triton skips them: so does kitjit
+            warnings.warn(f"autotune of {name}: key '{k}' is not a parameter of the kernel "
+                          f"({', '.join(params)}); it is ignored", stacklevel=3)
+            self.key.remove(k)
         for k in self.key:
-            if k not in params:
-                raise ValueError(f"autotune of {name}: key '{k}' is not a parameter of the "
-                                 f"kernel ({', '.join(params)})")
             if k in tuned:
                 raise ValueError(f"autotune of {name}: key '{k}' is set by the configs")
         self.reset_to_zero = list(reset_to_zero or ())
@@ -389,7 +396,10 @@ class Autotuner:
         kwargs = kwargs or {}
         configs = list(self.configs)
         if self.early_config_prune is not None:
-            configs = list(self.early_config_prune(configs, named_args, **kwargs))
+            # Triton passes the launch's keyword arguments; kitjit's entry binds every
+            # argument by name, so each is offered (the tutorials read kwargs["N_CTX"])
+            offered = {k: v for k, v in named_args.items() if k not in ("configs", "named_args")}
+            configs = list(self.early_config_prune(configs, named_args, **{**offered, **kwargs}))
             if not configs:
                 raise AutotuneError(f"{self.__name__}: early_config_prune left no configs")
         if self.perf_model is not None:
@@ -454,6 +464,9 @@ class Autotuner:
                 if d is inspect.Parameter.empty:
                     raise TypeError(f"{self.__name__}: missing argument '{p}'")
                 full[p] = d
+        if cfg.pre_hook is not None and any(hasattr(v, "kit_values") for v in full.values()):
+            # it sets what specializes: host descriptors' block shapes (Triton's tutorials)
+            cfg.pre_hook({p: full[p] for p in params})
         specs = self.fn._specs([full[n] for n in self.fn.runtime_params])
         return specs, tuple(full[c] for c in self.fn.constexprs)
 

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import ast
 import collections
+import dataclasses
 import functools
 import hashlib
+import inspect
 import logging
 import os
 import threading
@@ -27,6 +29,15 @@ from typing import Any
 from . import __version__
 from . import launcher as _launcher
 from .ir.types import TileType, dtype_from_name
+from .jit_meta import (  # noqa: F401  (_kind: kitjit.testing reads it here)
+    _assemble,
+    _const_repr,
+    _kind,
+    _meta_problem,
+    _spec_str,
+    _spec_text,
+    _tma_meta,
+)
 from .launcher import (
     MISSING_ARG,
     _arg_spec,
@@ -35,6 +46,7 @@ from .launcher import (
     _grid3,
     _make_launch_record,
     _make_runner,
+    flat_kinds,
     slow_record,
 )
 
@@ -62,14 +74,28 @@ def interpret_mode() -> bool:
     return True
 
 
+class _Metadata(dict):
+    """A kernel's metadata: a dict whose keys also read as attributes (Triton's
+    `kernel.metadata.shared`)."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
 class CompiledKernel:
     """One specialization: every stage (`asm['tir' | 'llir' | 'ptx' | 'cubin']`), its
-    metadata, its loaded function per device, and its parameter block per thread."""
+    metadata, its loaded function per device, and its parameter block per thread.
+    `kernel.warmup(...)` returns one: `ck[grid](*args)` launches it (Triton's form, every
+    argument by position, constexprs included)."""
 
     def __init__(self, name: str, asm: dict[str, Any], metadata: dict[str, Any]):
         self.name = name
         self.asm = asm
-        self.metadata = metadata
+        self.metadata = _Metadata(metadata)
+        self._warm: tuple | None = None  # (JITFunction, launch options) from warmup
         self.num_warps = metadata["num_warps"]
         self.threads = 32 * self.num_warps
         self.shared = metadata.get("shared", 0)
@@ -117,8 +143,7 @@ class CompiledKernel:
     def _new_params(self):
         from .runtime.driver import ParamBlock
 
-        block = ParamBlock(self.arg_kinds,
-                           len(self.metadata.get("tma", [])))
+        block = ParamBlock(flat_kinds(self.arg_kinds), len(self.metadata.get("tma", [])))
         self._tls.block = block
         return block
 
@@ -128,9 +153,28 @@ class CompiledKernel:
         after its launch (so there are as many blocks as launches ever ran at once)."""
         from .runtime.driver import ParamBlock
 
-        block = ParamBlock(self.arg_kinds,
-                           len(self.metadata.get("tma", [])))
+        block = ParamBlock(flat_kinds(self.arg_kinds), len(self.metadata.get("tma", [])))
         return (block.struct, block.ptrs, block.address)
+
+    def _init_handles(self) -> None:
+        """Triton's: load the module (on the current GPU; nothing to do without one)."""
+        from .runtime import driver
+
+        if driver.available():
+            import torch
+
+            f = self.function(torch.cuda.current_device())
+            if not self.metadata.get("registers"):  # the assembler's log said nothing
+                self.metadata["registers"] = driver.function_registers(f)
+
+    def __getitem__(self, grid):
+        """`ck[grid](*args)`: launch a kernel that `warmup` returned, with its options."""
+        if self._warm is None:
+            raise RuntimeError(f"{self.name}: only a kernel from kernel.warmup(...) launches "
+                               "with ck[grid](...); launch the @kit.jit function instead")
+        jf, opts = self._warm  # (an option that is also a parameter binds by position)
+        return functools.partial(jf._launch, grid,
+                                 **{k: v for k, v in opts.items() if k not in jf.params})
 
     def __repr__(self) -> str:
         return (f"<CompiledKernel {self.name} warps={self.num_warps} regs={self.n_regs} "
@@ -247,8 +291,38 @@ class JITFunction:
     def _run(self, *args, grid, **kwargs):  # grid by keyword (the autotuner's entry)
         return self._launch(grid, *args, **kwargs)
 
+    def warmup(self, *args, grid=None, **kwargs) -> CompiledKernel:
+        """Triton's `kernel.warmup(*args, grid=..., **kwargs)`: compile for these arguments
+        without running, and return the CompiledKernel (`n_regs`, `metadata.shared`;
+        `ck[grid](*args)` launches it). Without a GPU it compiles for sm_90a, kitjit's
+        default target (so a tutorial's occupancy arithmetic has real figures); launches
+        then run in the interpreter."""
+        from .runtime import driver
+
+        opts = {k: kwargs.pop(k) for k in list(kwargs)
+                if k in _launcher.LAUNCH_OPTIONS and k not in self.params}
+        for k in _launcher.LAUNCH_OPTIONS:  # an option that is also a parameter: both
+            if k in kwargs and k in self.params:
+                opts[k] = kwargs[k]
+        bound = inspect.signature(self.fn).bind(*args, **kwargs)
+        bound.apply_defaults()
+        rt = [bound.arguments[n] for n in self.runtime_params]
+        consts = tuple(bound.arguments[c] for c in self.constexprs)
+        nw = opts.get("num_warps", 4)
+        if driver.available() and not interpret_mode():
+            device = next((getattr(a, "base", a).get_device() for a in rt
+                           if hasattr(a, "data_ptr") or hasattr(a, "kit_values")), -1)
+            ck = self._compile_for_launch(rt, consts, nw, device, opts.get("maxnreg"),
+                                          opts.get("launch_pdl", False), opts.get("arch"))
+        else:
+            _check_launch_args(self, rt, gpu=False)
+            ck = self.compile(self._specs(rt), consts, nw, opts.get("arch") or "sm_90a",
+                              maxnreg=opts.get("maxnreg"))
+        ck._warm = (self, opts)
+        return ck
+
     def _miss(self, key, rt_args, consts, num_warps, maxnreg=None, num_ctas=1,
-              launch_pdl=False):
+              launch_pdl=False, arch=None):
         """A specialization not seen in this process: compile (or interpret) it and return
         its launcher, a function (grid, *run-time args). KITJIT_INTERPRET is read here, and
         the launch options other than num_warps are checked (`_check_options`)."""
@@ -266,6 +340,7 @@ class JITFunction:
                              f"32, or a whole number of warpgroups (12, 20, ...) for kernels "
                              f"split into roles; got {num_warps!r}")
         _check_options(self.__name__, maxnreg, num_ctas, launch_pdl)
+        _check_arch_option(self.__name__, arch)
         # one compile per key: threads missing the same key together wait for the first
         with self._miss_locks.setdefault(key, threading.Lock()):
             launcher = self.cache.get(key)
@@ -275,10 +350,11 @@ class JITFunction:
                 launcher = slow_record(functools.partial(self._interpret_launch, consts,
                                                          num_warps))
             else:
-                device = next((a.get_device() for a in rt_args if hasattr(a, "data_ptr")), -1)
+                device = next((getattr(a, "base", a).get_device() for a in rt_args
+                               if hasattr(a, "data_ptr") or hasattr(a, "kit_values")), -1)
                 with _first_launch_during_capture(self.__name__):
                     ck = self._compile_for_launch(rt_args, consts, num_warps, device, maxnreg,
-                                                  launch_pdl)
+                                                  launch_pdl, arch)
                     launcher = _make_launch_record(self, ck, device if device >= 0 else
                                                    _launcher._torch_current_device(), consts,
                                                    pdl=bool(launch_pdl))
@@ -286,7 +362,7 @@ class JITFunction:
         return launcher
 
     def _compile_for_launch(self, rt_args, consts, num_warps, device, maxnreg=None,
-                            launch_pdl=False) -> CompiledKernel:
+                            launch_pdl=False, arch_option=None) -> CompiledKernel:
         from .runtime import driver
 
         _check_launch_args(self, rt_args, gpu=True)
@@ -298,6 +374,11 @@ class JITFunction:
                              f"launch) needs a Hopper or newer GPU; cuda:{device} is {arch}")
         specs = self._specs(rt_args)
         kw = {} if maxnreg is None else {"maxnreg": maxnreg}  # (FakeDriver's compile)
+        if arch_option is not None and arch_option != arch:
+            # another target's code on this GPU: its PTX, which the driver assembles here
+            _check_runs_on(self.__name__, arch_option, arch)
+            kw["run_on"] = arch
+            arch = arch_option
         return self.compile(specs, consts, num_warps, arch,
                             max_shared=driver.max_shared_memory(device), **kw)
 
@@ -306,8 +387,10 @@ class JITFunction:
         arg_specs: dict[str, Any] = {}
         divs: dict[str, int] = {}
         for name, spec in zip(self.runtime_params, specs):
-            if spec[0] == "const":
+            if spec[0] in ("const", "desc"):
                 arg_specs[name] = spec
+                if spec[0] == "desc":  # TensorDescriptor checks its base's alignment
+                    divs[f"{name}.base"] = 16
             else:
                 arg_specs[name] = TileType(dtype_from_name(spec[0]))
                 if spec[1] >= 16:
@@ -316,17 +399,29 @@ class JITFunction:
             arg_specs[name] = ("const", v)
         return arg_specs, divs
 
-    def build_ir(self, specs: list, consts: tuple, num_warps: int):
-        """Tile IR with layouts for one specialization (what every later stage reads)."""
+    def build_ir(self, specs: list, consts: tuple, num_warps: int, tma: bool = False,
+                 arch: str | None = None):
+        """Tile IR with layouts for one specialization (what every later stage reads).
+        `tma`: the target is sm_90a, where host tensor descriptors' blocks go through TMA.
+        `arch`: the PTX target; Ampere/Ada (sm_80/86/89) get their own level-2 typing,
+        layouts and marks (frontend/ampere.py), every other target (and the interpreter,
+        arch None) Hopper's."""
+        from kitjit.frontend import ampere
         from kitjit.frontend.codegen import build_kernel_ir
         from kitjit.frontend.layout_pass import infer_layouts
         from kitjit.frontend.tma_groups import group_tma_loads
 
         arg_specs, divs = self._arg_specs_dict(specs, consts)
-        fn = _guard(self.__name__, "parsing", lambda: build_kernel_ir(self, arg_specs, num_warps))
+        target = arch if arch in ampere.AMPERE_ARCHS else None
+        fn = _guard(self.__name__, "parsing",
+                    lambda: build_kernel_ir(self, arg_specs, num_warps, tma, target))
         fn.attrs["arg_div"] = divs
         fn = _guard(self.__name__, "inferring layouts of", lambda: infer_layouts(fn))
-        return _guard(self.__name__, "grouping TMA loads of", lambda: group_tma_loads(fn))
+        fn = _guard(self.__name__, "grouping TMA loads of", lambda: group_tma_loads(fn))
+        if target is not None:
+            fn = _guard(self.__name__, "preparing level 2 for sm_80 in",
+                        lambda: ampere.prepare(fn))
+        return fn
 
     def cache_key(self, specs: list, consts: tuple, num_warps: int, arch: str) -> str:
         """Disk-cache key: everything that changes the cubin. The kernel's own sources
@@ -345,7 +440,7 @@ class JITFunction:
     def compile(self, specs: list, consts: tuple, num_warps: int, arch: str,
                 max_shared: int | None = None, *,
                 device_fallback: bool | None = None,
-                maxnreg: int | None = None) -> CompiledKernel:
+                maxnreg: int | None = None, run_on: str | None = None) -> CompiledKernel:
         """Compile (or load from disk) one specialization for `arch`; needs no GPU.
 
         `arch` must be one of `kitjit.toolchain.SUPPORTED_ARCHS` (else a CompileError, before
@@ -353,7 +448,9 @@ class JITFunction:
         run on (default: when `max_shared`, a device's limit, is given); a GPU newer than
         kitjit knows then gets compute_90 PTX for the driver to JIT, with one notice.
         `maxnreg`: a cap on registers per thread (`.maxnreg` in the PTX entry, which both
-        assemblers honour; Triton's launch option and Config field)."""
+        assemblers honour; Triton's launch option and Config field). `run_on`: the GPU
+        (another arch) the kernel will run on: `arch`'s PTX is kept for the driver to
+        assemble there (the `arch=` launch option)."""
         from . import cache as kcache
         from .toolchain import resolve_target
 
@@ -362,6 +459,9 @@ class JITFunction:
         target = resolve_target(arch, device_fallback=device_fallback)
         _check_options(self.__name__, maxnreg, 1, False)
         key = self.cache_key(specs, consts, num_warps, arch)
+        if run_on is not None and run_on != arch:
+            target = dataclasses.replace(target, driver_jit=True)
+            key = hashlib.sha256(f"{key}/ptx-for={run_on}".encode()).hexdigest()[:48]
         if maxnreg is not None:  # (without it the key is what it always was)
             key = hashlib.sha256(f"{key}/maxnreg={maxnreg}".encode()).hexdigest()[:48]
         store = kcache.KernelCache() if kcache.disk_cache_enabled() else None
@@ -406,7 +506,8 @@ class JITFunction:
                maxnreg: int | None = None) -> CompiledKernel:
         """Compile one specialization (a cache miss) and publish it in `store`."""
         t0 = time.perf_counter()
-        fn = self.build_ir(specs, consts, num_warps)
+        fn = self.build_ir(specs, consts, num_warps, tma=target.ptx_arch == "sm_90a",
+                           arch=target.ptx_arch)
         op_names = {op.name for op in fn.walk()}
         if maxnreg is not None:
             if "setmaxnreg" in op_names:
@@ -417,7 +518,8 @@ class JITFunction:
                                    hint="drop maxnreg: the setmaxnreg budgets set the cap")
             fn.attrs["maxnreg"] = maxnreg
         hopper = {"smem_alloc", "wgmma", "tma_load", "tma_store", "setmaxnreg"}
-        if not target.ptx_arch.startswith("sm_90") and op_names & hopper:
+        if "target" not in fn.attrs and not target.ptx_arch.startswith("sm_90") and \
+                op_names & hopper:  # (Ampere/Ada lower level 2 themselves: fn.attrs target)
             from kitjit.frontend.errors import CompileError
 
             raise CompileError(f"kernel '{fn.name}' uses Hopper instructions (shared tiles, "
@@ -441,8 +543,7 @@ class JITFunction:
             "name": fn.name,
             "source_file": self.parsed.file,
             "source_line": self.parsed.first_line,
-            "signature": {n: (s[0] if s[0] != "const" else repr(s[1]))
-                          for n, s in zip(self.runtime_params, specs)},
+            "signature": {n: _spec_str(s) for n, s in zip(self.runtime_params, specs)},
             "constexprs": {n: _const_repr(v) for n, v in zip(self.constexprs, consts)},
             "num_warps": num_warps,
             **({"maxnreg": maxnreg} if maxnreg is not None else {}),
@@ -499,17 +600,20 @@ class JITFunction:
         g = _grid3(grid, self.__name__)
         if g[0] * g[1] * g[2] == 0:
             return None
-        args = [a for a, s in zip(rt_args, specs) if s[0] != "const"]
+        args = []
+        for a, s in zip(rt_args, specs):
+            if s[0] == "desc":  # a host TensorDescriptor: base tensor, sizes, strides
+                args += [a.base, *a.shape, *a.strides[:-1]]
+            elif s[0] != "const":
+                args.append(a)
         # TMA descriptor parameters: the interpreter copies boxes straight from the tensor
-        args += [rt_args[self.runtime_params.index(name)] for name in fn.attrs.get("tma", {})]
+        # (a host TensorDescriptor's: the strided view it describes)
+        for name in fn.attrs.get("tma", {}):
+            a = rt_args[self.runtime_params.index(name)]
+            args.append(a.base.as_strided(a.shape, a.strides) if hasattr(a, "kit_values")
+                        else a)
         interpreter.run(fn, g, args)
         return None
-
-
-
-
-
-
 
 
 class _LazyAsm(dict):
@@ -532,10 +636,6 @@ class _LazyAsm(dict):
 _MISSING = object()
 
 
-
-
-
-
 def _guard(kernel: str, stage: str, thunk):
     from kitjit.frontend.errors import CompileError, InternalCompilerError
 
@@ -549,39 +649,6 @@ def _guard(kernel: str, stage: str, thunk):
         raise InternalCompilerError(kernel, stage, e) from e
 
 
-def _assemble(ptx: str, target, name: str):
-    """ptx_to_cubin for `target` (a `kitjit.toolchain.Target`), with the assembler failures
-    a user can act on said as CompileErrors: kit.setmaxnreg budgets too small for what a
-    role's code holds live, and no assembler installed that can build the kernel. For a GPU
-    newer than kitjit knows the PTX itself is shipped (the driver compiles it at load), after
-    assembling it for sm_90 once to check it and read its resource use."""
-    import re
-
-    from kitjit.backend.compiler import AssemblerMissing, ptx_to_cubin
-    from kitjit.frontend.errors import CompileError
-
-    try:
-        cubin, res = ptx_to_cubin(ptx, target.ptx_arch, name)
-    except AssemblerMissing as e:
-        raise CompileError(str(e), hint="install ptxas: pip install 'kitjit[cu13]' (or "
-                           "'kitjit[cu12]' for a CUDA 12 driver)") from None
-    except RuntimeError as e:
-        m = re.search(r"Insufficient registers \((\d+)\)[^\n]*?(\d+) or higher", str(e))
-        if m is None:
-            raise
-        ctas = re.search(r"\.minnctapersm\s+(\d+)", ptx)
-        raise CompileError(
-            f"kernel '{name}' needs at least {m.group(2)} registers per thread where it has "
-            f"{m.group(1)}: the kit.setmaxnreg budgets are too small for what the code keeps "
-            f"live" + (f" ({ctas.group(1)} CTAs per SM were planned from them)" if ctas
-                       and ctas.group(1) != "1" else ""),
-            hint="raise the kit.setmaxnreg counts, or use smaller tiles") from None
-    if target.driver_jit:  # cuModuleLoadData takes NUL-terminated PTX as well as a cubin
-        res.extra["assembler"] = f"driver JIT (compute_90 PTX for {target.arch})"
-        return ptx.encode() + b"\0", res
-    return cubin, res
-
-
 def _check_shared(ck: CompiledKernel, max_shared: int | None, jf: JITFunction) -> None:
     if max_shared is not None and ck.shared > max_shared:
         from kitjit.frontend.errors import CompileError
@@ -589,79 +656,6 @@ def _check_shared(ck: CompiledKernel, max_shared: int | None, jf: JITFunction) -
         raise CompileError(f"kernel '{ck.name}' needs {ck.shared} bytes of shared memory but "
                            f"the device allows {max_shared} per block",
                            hint="use smaller tiles or fewer warps")
-
-
-# What a cache hit reads from meta.json, with the types it needs.
-_META_TYPES: dict[str, type | tuple[type, ...]] = {
-    "name": str, "num_warps": int, "arch": str, "shared": int, "registers": int,
-    "spills": int, "arg_kinds": list, "tma": list}
-
-
-def _meta_problem(meta: dict) -> str | None:
-    """Why `meta` (a cache entry's meta.json) cannot describe a kernel, or None."""
-    for field, ty in _META_TYPES.items():
-        v = meta.get(field)
-        if not isinstance(v, ty) or isinstance(v, bool):
-            return f"'{field}' is {type(v).__name__}, expected {getattr(ty, '__name__', ty)}"
-    if not all(isinstance(k, str) for k in meta["arg_kinds"]):
-        return "'arg_kinds' holds a non-string"
-    for t in meta["tma"]:
-        if not (isinstance(t, dict) and isinstance(t.get("param"), int)
-                and isinstance(t.get("box"), list) and len(t["box"]) == 2
-                and all(isinstance(b, int) for b in t["box"])
-                and isinstance(t.get("swizzle"), int) and isinstance(t.get("dtype"), str)):
-            return "a 'tma' record is malformed"
-    return None
-
-
-def _tma_meta(param: int, entry: dict) -> dict:
-    """What the launcher needs to build one TMA descriptor: the box is one column chunk of
-    the shared tile (the swizzle span), as the layout pass lays it out."""
-    from .ir.layouts import shared_layout
-
-    lay = shared_layout(tuple(entry["box"]), dtype_from_name(entry["dtype"]))
-    return {"param": param, "box": [entry["box"][0], lay.chunk], "swizzle": lay.swizzle,
-            "dtype": entry["dtype"]}
-
-
-def _spec_text(specs: list, consts: tuple, jf: JITFunction) -> str:
-    """`X=*fp32, n=i32, BLOCK=128`: one specialization, short, for log records."""
-    parts = [f"{n}={s[0] if s[0] != 'const' else repr(s[1])}"
-             for n, s in zip(jf.runtime_params, specs)]
-    parts += [f"{n}={_const_repr(v)}" for n, v in zip(jf.constexprs, consts)]
-    return ", ".join(parts)
-
-
-def _kind(spec) -> str:
-    if spec[0] == "const":
-        return "const"
-    if spec[0].startswith("*"):
-        return "ptr"
-    return spec[0]
-
-
-def _const_repr(v) -> Any:
-    if isinstance(v, (int, float, bool, str)) or v is None:
-        return v
-    return repr(v)
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def _is_constexpr(annotation) -> bool:
@@ -672,8 +666,6 @@ def _is_constexpr(annotation) -> bool:
     if isinstance(annotation, str):
         return annotation.split(".")[-1] == "constexpr"
     return getattr(annotation, "__name__", "") == "constexpr"
-
-
 
 
 def _global_names(node: ast.AST) -> set[str]:
@@ -729,6 +721,26 @@ def _check_options(name: str, maxnreg, num_ctas, launch_pdl) -> None:
                          "supported yet; kitjit launches one CTA per program (num_ctas=1)")
     if launch_pdl not in (False, True, 0, 1):
         raise ValueError(f"{name}: launch_pdl takes True or False, got {launch_pdl!r}")
+
+
+def _check_arch_option(name: str, arch) -> None:
+    from .toolchain import SUPPORTED_ARCHS
+
+    if arch is not None and arch not in SUPPORTED_ARCHS:
+        raise ValueError(f"{name}: arch={arch!r} is not a target kitjit compiles for (use one "
+                         f"of {', '.join(SUPPORTED_ARCHS)}, or None for the GPU's own)")
+
+
+def _check_runs_on(name: str, arch: str, device_arch: str) -> None:
+    """`arch`'s PTX runs on a GPU of `device_arch` when that GPU is at least as new, and
+    sm_90a code only on sm_90 itself."""
+    from .toolchain import compute_capability
+
+    want, have = compute_capability(arch), compute_capability(device_arch)
+    if have is None or want is None or want > have or \
+            (arch.endswith("a") and want != have):
+        raise ValueError(f"{name}: arch={arch!r} code cannot run on this GPU "
+                         f"({device_arch})")
 
 
 def compile_aot(path: str, kernel_name: str, signature: list[str], constexprs: dict,

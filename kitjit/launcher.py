@@ -38,6 +38,8 @@ def _arg_spec(name: str, a: Any, specialize: bool = True, align: bool = True) ->
     (do_not_specialize): an int 1 is not folded and nothing is assumed 16-divisible;
     `align=False` (do_not_specialize_on_alignment): only the latter."""
     align = align and specialize
+    if hasattr(a, "kit_values"):  # a host TensorDescriptor (kitjit.tools.tensor_descriptor)
+        return desc_spec(name, a)
     if hasattr(a, "data_ptr"):
         dt = from_torch(a.dtype)
         return (f"*{dt.name}", 16 if align and a.data_ptr() % 16 == 0 else 1)
@@ -58,15 +60,43 @@ def _arg_spec(name: str, a: Any, specialize: bool = True, align: bool = True) ->
                     "(tensors, ints, floats, bools and None can be passed)")
 
 
+def desc_spec(name: str, d: Any) -> tuple:
+    """The specialization of a host tensor descriptor: ('desc', element dtype, rank, block
+    shape, padding); its shape and strides are run-time values."""
+    dt = from_torch(d.base.dtype)
+    if dt is None:
+        raise TypeError(f"argument '{name}': tensor descriptors of dtype {d.base.dtype} are "
+                        "not supported")
+    d._check_block()
+    return ("desc", dt.name, len(d.shape), tuple(d.block_shape), d.padding)
+
+
+def flat_kinds(kinds: list[str]) -> list[str]:
+    """The C parameters of run-time parameters of these kinds: a descriptor of rank r
+    ('desc<r>') passes its base pointer, r sizes and r - 1 strides (int64)."""
+    out = []
+    for k in kinds:
+        if k.startswith("desc"):
+            r = int(k[4:])
+            out += ["ptr"] + ["i64"] * (2 * r - 1)
+        else:
+            out.append(k)
+    return out
+
+
 def _key_part(a) -> tuple:
     """The three key elements of a run-time argument that is neither a torch.Tensor nor an
-    int (the generated entry inlines those two): a float, bool or None keys on its type; an
-    object with a data pointer like a tensor. Kept cheap: this runs on every launch."""
+    int (the generated entry inlines those two): a float, bool or None keys on its type; a
+    host TensorDescriptor on its `kit_key()`; an object with a data pointer like a tensor.
+    Kept cheap: this runs on every launch."""
     c = a.__class__
     if c is float or c is bool or a is None:
         return (c, None, None)
+    key = getattr(a, "kit_key", None)  # a host TensorDescriptor
+    if key is not None:
+        return (c, key(), None)
     try:
-        return (a.dtype, a.get_device(), a.data_ptr() & 15 == 0)
+        return (a.dtype, a.get_device(), not a.data_ptr() & 15)
     except AttributeError:
         return (c, None, None)
 
@@ -78,6 +108,11 @@ def launch(grid, {args}, stream=None):
         g1 = g2 = 1
         if not 0 < g0 <= 2147483647 and _grid3(grid, _NAME)[0] == 0:  # (raises if bad)
             return _CK  # an empty grid launches nothing
+    elif grid.__class__ is tuple and len(grid) == 3:
+        g0, g1, g2 = grid
+        if not (0 < g0 <= 2147483647 and 0 < g1 <= 65535 and 0 < g2 <= 65535) and \
+                0 in _grid3(grid, _NAME):
+            return _CK
     else:
         g0, g1, g2 = _grid3(grid({meta}) if callable(grid) else grid, _NAME)
         if g0 == 0 or g1 == 0 or g2 == 0:
@@ -127,6 +162,11 @@ _RUN_TEMPLATE = """\
         _kit_g1 = _kit_g2 = 1
         if not 0 < _kit_g0 <= 2147483647 and _kit_grid3(grid, _kit_NAME)[0] == 0:
             return _kit_ck  # an empty grid launches nothing (_kit_grid3 raises if bad)
+    elif grid.__class__ is _kit_tuple and _kit_len(grid) == 3:
+        _kit_g0, _kit_g1, _kit_g2 = grid
+        if not (0 < _kit_g0 <= 2147483647 and 0 < _kit_g1 <= 65535 and
+                0 < _kit_g2 <= 65535) and 0 in _kit_grid3(grid, _kit_NAME):
+            return _kit_ck
     else:
         _kit_g0, _kit_g1, _kit_g2 = _kit_grid3(
             grid({meta}) if _kit_callable(grid) else grid, _kit_NAME)
@@ -174,10 +214,22 @@ def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tup
     names = [f"a{i}" for i in range(len(jf.runtime_params))]
     values = [f"v{i}" for i in range(len(jf.runtime_params))]
     sets = []
-    for j, i in enumerate(ck.runtime_index):  # v_i: a tensor's data pointer, or the value
-        sets.append(f"    _st.{block.names[j]} = {values[i]}")
+    f = 0  # the parameter block's field
+    for i in ck.runtime_index:  # v_i: a tensor's data pointer, or the value
+        kind = ck.arg_kinds[i]
+        if kind.startswith("desc"):  # a host tensor descriptor: its values, in order
+            n = 2 * int(kind[4:])
+            sets.append(f"    _d = {values[i]}.kit_values()")
+            sets += [f"    _st.{block.names[f + k]} = _d[{k}]" for k in range(n)]
+            f += n
+        else:
+            sets.append(f"    _st.{block.names[f]} = {values[i]}")
+            f += 1
     for j, t in enumerate(ck.metadata.get("tma", [])):
-        sets.append(f"    _ptrs[{block.desc_base + j}] = _tmap({names[t['param']]}, "
+        # a CUtensorMap of a tensor (Hopper), of a host TensorDescriptor, or a row
+        # descriptor below sm_90 (kitjit/runtime/ampere.py)
+        tmap = "_rowmap" if t.get("kind") == "rows" else "_tmapd" if t.get("desc") else "_tmap"
+        sets.append(f"    _ptrs[{block.desc_base + j}] = {tmap}({names[t['param']]}, "
                     f"{t['box'][0]}, {t['box'][1]}, {t['swizzle']}, '{t['dtype']}')")
     meta = "{" + "".join(f"{n!r}: {a}, " for n, a in zip(jf.runtime_params, names)) + \
         "**_META}"
@@ -191,10 +243,17 @@ def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tup
         "_FN": wrap(ck.function(device)),
         "_THREADS": ck.threads, "_SHARED": ck.shared, "_stream": _stream_getter(),
         "_DEV": device, "_handle": _stream_handle, "_cs": stream_get, "_cs_new": stream_new,
-        "_tmap": driver.tensor_map, "_OK": driver.launch_ok(),
+        "_tmap": driver.tensor_map, "_tmapd": driver.descriptor_map, "_rowmap": _row_map(),
+        "_OK": driver.launch_ok(),
     }
     exec(src, ns)
     return ns["launch"]
+
+
+def _row_map():
+    from .runtime.ampere import row_map
+
+    return row_map
 
 
 def _make_launch_record(jf: JITFunction, ck: CompiledKernel, device: int, consts: tuple,
@@ -203,11 +262,11 @@ def _make_launch_record(jf: JITFunction, ck: CompiledKernel, device: int, consts
     unpacks to launch it without another Python call (`_RECORD` names the fields): the
     function handle, the kernel's free list of parameter blocks, the launch callable, block
     size, shared memory, device, the CompiledKernel, and the stream getter, CUstream cache and
-    success value of the driver the record was made with. Kernels with TMA descriptors take
-    the generated per-key launcher instead (`slow`)."""
+    success value of the driver the record was made with. Kernels with TMA descriptors or
+    host TensorDescriptor parameters take the generated per-key launcher instead (`slow`)."""
     from .runtime import driver
 
-    if ck.metadata.get("tma"):
+    if ck.metadata.get("tma") or any(k.startswith("desc") for k in ck.arg_kinds):
         return slow_record(_make_launcher(jf, ck, device, consts, pdl))
     launch_fn, wrap = driver.pdl_launch() if pdl else driver.raw_launch()
     stream_get, stream_new = _stream_objects(driver.stream_wrap())
@@ -219,9 +278,16 @@ _RECORD = ("fn", "free", "launch", "threads", "shared", "device", "ck", "slow", 
            "cs", "cs_new", "ok")
 
 
+def record_kernel(record: tuple):
+    """The CompiledKernel a cache value launches (None for the interpreter's)."""
+    if record[6] is not None:
+        return record[6]
+    return getattr(record[7], "__globals__", {}).get("_CK")  # a per-key launcher's
+
+
 def slow_record(launcher) -> tuple:
     """A cache value whose launches all go to `launcher(grid, *args, *values, stream)`: the
-    interpreter, kernels with TMA descriptors."""
+    interpreter, kernels with TMA descriptors or host TensorDescriptors."""
     return (None,) * 7 + (launcher,) + (None,) * 4
 
 
@@ -229,10 +295,18 @@ def _check_launch_args(jf: JITFunction, rt_args, gpu: bool) -> None:
     """Every check that must pass before anything runs; raised as TypeError/ValueError."""
     devices = set()
     for name, a in zip(jf.runtime_params, rt_args):
+        if hasattr(a, "kit_values"):  # a host TensorDescriptor: its base tensor
+            desc_spec(name, a)
+            a = a.base
         if hasattr(a, "data_ptr"):
             if from_torch(a.dtype) is None:
                 raise TypeError(f"argument '{name}' of {jf.__name__}: tensors of dtype "
                                 f"{a.dtype} are not supported")
+            if a.device.type == "meta":  # (its key's device is -1: never a cached GPU hit)
+                raise ValueError(f"argument '{name}' of {jf.__name__} is a tensor on the "
+                                 "meta device (a shape and a dtype, no memory): a kernel "
+                                 "reads and writes real memory; pass a CUDA tensor (or a "
+                                 "CPU tensor for the interpreter)")
             if gpu and a.device.type != "cuda":
                 raise ValueError(f"argument '{name}' of {jf.__name__} is on {a.device}, but "
                                  "the kernel runs on the GPU: move it with .cuda()")
@@ -362,15 +436,21 @@ def _torch_current_device() -> int:
 # Triton's launch options (`kernel[grid](..., num_warps=8)`), with their defaults. A kernel
 # parameter may share an option's name (Liger's `num_warps: tl.constexpr`): as in Triton the
 # keyword then binds the parameter and is the launch option too (`_make_runner`).
+# `extern_libs` ({"libdevice": path}, Triton's CUDA option) is accepted and not used: kitjit
+# links the libdevice of the nvidia-cuda-nvcc wheel, the same library.
 LAUNCH_OPTIONS = {"num_warps": 4, "num_stages": None, "num_ctas": 1, "maxnreg": None,
-                  "launch_pdl": False}
+                  "launch_pdl": False, "extern_libs": None, "arch": None}
 
 
 def _make_runner(jf: JITFunction, sig):
     """The generated launch entry `<kernel>(grid, <params>, num_warps=4, num_stages=None,
-    num_ctas=1, maxnreg=None, launch_pdl=False, stream=None)`: binds the call's arguments,
-    builds the specialization key and launches, in one Python frame (a TypeError from
-    binding names the kernel and the parameter).
+    num_ctas=1, maxnreg=None, launch_pdl=False, extern_libs=None, arch=None, stream=None)`:
+    binds the call's
+    arguments, builds the specialization key and launches, in one Python frame (a TypeError
+    from binding names the kernel and the parameter).
+
+    `arch`: compile for this target instead of the GPU's own ("sm_80" on an H100 runs the
+    Ampere code path from PTX the driver assembles; `JITFunction._compile_for_launch`).
 
     `stream`: a torch.cuda.Stream, a raw int CUstream, or None for the current torch stream
     of the tensors' device (ignored by the interpreter). The options other than num_warps
@@ -451,16 +531,17 @@ def _make_runner(jf: JITFunction, sig):
               _kit_int=int, _kit_isinstance=isinstance)  # (a parameter may be named `len`)
     opts = [f"{opt[o]}={d!r}" for o, d in LAUNCH_OPTIONS.items()] + ["stream=None"]
     nw, mr, nc, pdl = opt["num_warps"], opt["maxnreg"], opt["num_ctas"], opt["launch_pdl"]
+    arch = opt["arch"]
     src = (f"def {name}(grid, {', '.join(params + opts)}):\n"
            + "".join(line + "\n" for line in body) +
-           f"    _kit_key = ({flat}{nw}, {mr}, {nc}, {pdl}{parts})\n"
+           f"    _kit_key = ({flat}{nw}, {mr}, {nc}, {pdl}, {arch}{parts})\n"
            f"    try:\n"
            f"        _kit_l = _kit_C[_kit_key]\n"
            f"    except KeyError:\n"
            f"        _kit_l = None\n"
            f"    if _kit_l is None:\n"
            f"        _kit_l = _kit_miss(_kit_key, ({args}{',' if len(rt) == 1 else ''}), "
-           f"{consts}, {nw}, {mr}, {nc}, {pdl})\n"
+           f"{consts}, {nw}, {mr}, {nc}, {pdl}, {arch})\n"
            + _RUN_TEMPLATE.format(
                fields=", ".join(f"_kit_{f}" for f in _RECORD), all=f"{args}{vals}",
                comma=", " if rt else "", name=name, meta=meta,
@@ -502,6 +583,9 @@ def _key_part_plain(a, one: bool) -> tuple:
     if a.__class__ is int:
         return (one and a == 1, 0 if -2147483648 <= a <= 2147483647 else
                 1 if -9223372036854775808 <= a <= 9223372036854775807 else 2, None)
+    key = getattr(a, "kit_key", None)  # a host TensorDescriptor
+    if key is not None:
+        return (a.__class__, key(), None)
     try:
         return (a.dtype, a.get_device(), None)
     except AttributeError:

@@ -246,11 +246,22 @@ class FakeDriver:
     `allow_cpu=True` lets CPU tensors through the device checks (they are on device
     `current_device`); `yield_in_launch=True` releases the GIL inside each launch before the
     block is read, the moment another thread would overwrite a shared block.
+
+    `ir_compile=True` builds each kernel's tile IR for sm_90a (no LLVM, no assembler): the
+    compiled kernel then has its true parameters and TMA metadata, so the launcher builds
+    its descriptors as on a GPU. The descriptor encoder (`driver.encode_tiled`) is faked
+    either way: each encoding is appended to `encodings` as (data type, pointer, rows, cols,
+    row bytes, box rows, box cols, swizzle), and its 128 bytes hold the encoding's index
+    (`encoding_of(address)` reads it back).
+    A recorded launch then also holds `tma`, the encodings of the descriptors it passed; the
+    kernels' launchers are set aside while the fake is active (every launch goes through
+    it) and put back at its end, without those made meanwhile (they would launch nothing).
+    kitjit.nn's direct launchers and workspaces are dropped at both ends in any case.
     """
 
     def __init__(self, record: bool = True, allow_cpu: bool = False,
                  yield_in_launch: bool = False, current_device: int = 0,
-                 compile_delay: float = 0.0):
+                 compile_delay: float = 0.0, ir_compile: bool = False):
         import threading
 
         self.record = record
@@ -258,39 +269,71 @@ class FakeDriver:
         self.yield_in_launch = yield_in_launch
         self.current_device = current_device
         self.compile_delay = compile_delay
+        self.ir_compile = ir_compile
+        self.encodings: list[tuple] = []
+        self._maps: list[Any] = []
         self.compiles: list[tuple] = []
         self.maxnregs: list[int | None] = []  # the maxnreg of each compile
+        self.run_on: list[str | None] = []  # the GPU of each compile for another arch
         self.loads: list[tuple[str, int]] = []
         self.launches: list[dict] = []
         self.streams_asked: list[int] = []
         self._kinds: dict[Any, list[str]] = {}
+        self._n_desc: dict[Any, int] = {}
         self._lock = threading.Lock()
         self._saved: list[tuple[Any, str, Any]] = []
 
     # -------------------------------------------------------------- fakes
-    def _compile(self, jf, specs, consts, num_warps, arch, max_shared=None, maxnreg=None):
+    def _compile(self, jf, specs, consts, num_warps, arch, max_shared=None, maxnreg=None,
+                 run_on=None):
         import time
 
         from .jit import CompiledKernel, _kind
+        from .launcher import flat_kinds
 
         if self.compile_delay:
             time.sleep(self.compile_delay)
         kinds = [_kind(s) for s in specs]
+        tma = []
+        if self.ir_compile:
+            from .jit_meta import _tma_meta
+
+            fn = jf.build_ir(specs, consts, num_warps, tma=True)
+            tma = [_tma_meta(jf.runtime_params.index(name), e)
+                   for name, e in fn.attrs.get("tma", {}).items()]
         with self._lock:
             self.compiles.append((jf.__name__, tuple(map(tuple, specs)), consts, arch))
             self.maxnregs.append(maxnreg)
+            self.run_on.append(run_on)
             cubin = f"fake-cubin-{len(self.compiles)}".encode()
-            self._kinds[cubin] = [k for k in kinds if k != "const"]
+            self._kinds[cubin] = flat_kinds([k for k in kinds if k != "const"])
+            self._n_desc[cubin] = len(tma)
         return CompiledKernel(jf.__name__, {"cubin": cubin},
                               {"num_warps": num_warps, "arg_kinds": kinds, "arch": arch,
-                               "shared": 0, "tma": []})
+                               "shared": 0, "tma": tma})
 
     def _load_function(self, cubin, name, shared, device):
         with self._lock:
             self.loads.append((name, device))
             handle = 0x10000 * (len(self.loads)) + device
-            self._kinds[handle] = self._kinds[cubin]
+            self._kinds[handle] = self._kinds.get(cubin)
+            self._n_desc[handle] = self._n_desc.get(cubin, 0)
         return 0xAA00 + device, handle
+
+    def _encode_tiled(self, *values):
+        import ctypes
+
+        with self._lock:
+            self.encodings.append(values)
+            m = (ctypes.c_uint64 * 16)(len(self.encodings) - 1)  # 128 bytes, as a CUtensorMap
+            self._maps.append(m)
+        return m, ctypes.addressof(m)
+
+    def encoding_of(self, address: int) -> tuple:
+        """The `encodings` entry whose map lives at `address` (what a launch passed)."""
+        import ctypes
+
+        return self.encodings[ctypes.c_uint64.from_address(address).value]
 
     def _stream_getter(self):
         def current_stream(device):
@@ -310,12 +353,16 @@ class FakeDriver:
             operator.index(g)
         if self.yield_in_launch:
             time.sleep(0)  # another thread runs here, between filling the block and the call
-        kinds = self._kinds[fn]
-        ptrs = (ctypes.c_void_p * max(1, len(kinds))).from_address(params)
-        values = tuple(_CTYPES[k].from_address(ptrs[i]).value for i, k in enumerate(kinds))
+        kinds, n_desc = self._kinds[fn], self._n_desc.get(fn, 0)
+        values = tma = None
+        if kinds is not None:  # (a launcher made before this fake: values unknown)
+            ptrs = (ctypes.c_void_p * max(1, len(kinds) + n_desc)).from_address(params)
+            values = tuple(_CTYPES[k].from_address(ptrs[i]).value
+                           for i, k in enumerate(kinds))
+            tma = [self.encoding_of(ptrs[len(kinds) + j]) for j in range(n_desc)]
         self.launches.append({"function": fn, "grid": (g0, g1, g2), "block": (b0, b1, b2),
                               "shared": shared, "stream": stream, "values": values,
-                              "pdl": pdl})
+                              "tma": tma, "pdl": pdl})
         return (0,)
 
     # -------------------------------------------------------------- patching
@@ -323,10 +370,33 @@ class FakeDriver:
         self._saved.append((obj, name, getattr(obj, name)))
         setattr(obj, name, value)
 
+    def _stash_launchers(self) -> None:
+        """ir_compile: every kernel launches through the fake while it is active, also one
+        that has a launcher already (the interpreter's, say): the kernels' caches are set
+        aside at the start and put back at the end, dropping what was made meanwhile (it
+        would launch nothing)."""
+        from .torch_ops import _KERNELS
+
+        self._stash = [(jf, dict(jf.cache)) for jf in list(_KERNELS.values())]
+        for jf, _ in self._stash:
+            jf.cache.clear()   # (in place: the generated launch entry holds the dict)
+
+    def _restore_launchers(self) -> None:
+        from .torch_ops import _KERNELS
+
+        kept = {id(jf): c for jf, c in self._stash}
+        for jf in list(_KERNELS.values()):
+            jf.cache.clear()
+            jf.cache.update(kept.get(id(jf), {}))
+
     def __enter__(self):
         import sys
 
         from .runtime import driver
+
+        if self.ir_compile:
+            self._stash_launchers()
+        self._reset_nn()
 
         kjit = sys.modules["kitjit.jit"]  # the module (kitjit.jit the name is the decorator)
         ok = (0,)
@@ -338,6 +408,7 @@ class FakeDriver:
         self._set(launcher, "_torch_current_device", lambda: fake.current_device)
         self._set(kjit.JITFunction, "compile",
                   lambda jf, *a, **kw: fake._compile(jf, *a, **kw))
+        self._set(driver, "encode_tiled", self._encode_tiled)
         self._set(driver, "raw_launch", lambda: (launch, lambda h: h))
         pdl = (lambda *a: fake._launch(*a, pdl=True)) if self.record else launch
         self._set(driver, "pdl_launch", lambda: (pdl, lambda h: h))
@@ -356,4 +427,15 @@ class FakeDriver:
         while self._saved:
             obj, name, value = self._saved.pop()
             setattr(obj, name, value)
+        if self.ir_compile:
+            self._restore_launchers()
+        self._reset_nn()
         return False
+
+    @staticmethod
+    def _reset_nn() -> None:
+        import sys
+
+        host = sys.modules.get("kitjit.nn._host")
+        if host is not None:
+            host.reset()

@@ -169,7 +169,10 @@ def check_target_ops(kernel: str, target: Target, op_names) -> None:
     target is not sm_90a."""
     if target.ptx_arch == "sm_90a":
         return
-    used = sorted(SM90A_ONLY_OPS.intersection(op_names))
+    ops = SM90A_ONLY_OPS
+    if target.ptx_arch in ("sm_80", "sm_86", "sm_89"):
+        ops = ops - {"wgmma"}  # kit.mma lowers to ldmatrix + mma.sync there
+    used = sorted(ops.intersection(op_names))
     if not used:
         return
     from kitjit.frontend.errors import CompileError

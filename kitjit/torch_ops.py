@@ -47,10 +47,10 @@ def _launch_op():
         @torch.library.custom_op(
             "kitjit::launch", mutates_args={"tensors"},
             schema="(str kernel, str consts, int num_warps, int num_ctas, int? maxnreg, "
-                   "bool launch_pdl, SymInt[] grid, Tensor(a!)[] tensors, SymInt[] ints, "
-                   "float[] floats, str layout) -> ()")
-        def launch(kernel, consts, num_warps, num_ctas, maxnreg, launch_pdl, grid, tensors,
-                   ints, floats, layout):
+                   "bool launch_pdl, str? arch, SymInt[] grid, Tensor(a!)[] tensors, "
+                   "SymInt[] ints, float[] floats, str layout) -> ()")
+        def launch(kernel, consts, num_warps, num_ctas, maxnreg, launch_pdl, arch, grid,
+                   tensors, ints, floats, layout):
             jf = _KERNELS[kernel]
             kw = dict(zip(jf.constexprs, ast.literal_eval(consts)))
             ii, fi = iter(ints), iter(floats)
@@ -67,14 +67,14 @@ def _launch_op():
                 else:
                     args.append(None)
             opts = {"num_warps": num_warps, "num_ctas": num_ctas, "maxnreg": maxnreg,
-                    "launch_pdl": launch_pdl}
+                    "launch_pdl": launch_pdl, "arch": arch}
             for o, v in opts.items():  # an option-named parameter keeps its own value
                 kw[f"_kit_o_{o}" if o in jf.params else o] = v
             jf._launch(tuple(grid), *args, **kw)
 
         @launch.register_fake
-        def _(kernel, consts, num_warps, num_ctas, maxnreg, launch_pdl, grid, tensors, ints,
-              floats, layout):
+        def _(kernel, consts, num_warps, num_ctas, maxnreg, launch_pdl, arch, grid, tensors,
+              ints, floats, layout):
             return None
 
         _op = launch
@@ -86,7 +86,7 @@ def traced_launch(jf, grid, *args, **kwargs):
     the eager launch binds them (a parameter named like a launch option takes the keyword,
     which is then the option too), the launch options checked, the grid evaluated, and one
     `kitjit::launch` call in the graph carrying the options."""
-    from .jit import _check_options
+    from .jit import _check_arch_option, _check_options
     from .launcher import LAUNCH_OPTIONS
 
     opts = {o: kwargs.get(o, d) for o, d in LAUNCH_OPTIONS.items()}
@@ -119,6 +119,7 @@ def traced_launch(jf, grid, *args, **kwargs):
         raise ValueError(f"{jf.__name__}: num_warps must be a power of two from 1 to 32, or a "
                          f"whole number of warpgroups (12, 20, ...); got {num_warps!r}")
     _check_options(jf.__name__, opts["maxnreg"], opts["num_ctas"], opts["launch_pdl"])
+    _check_arch_option(jf.__name__, opts["arch"])
     consts = tuple(bound[n] for n in jf.constexprs)
     for n, c in zip(jf.constexprs, consts):
         if not (c is None or isinstance(c, (bool, int, float, str))):
@@ -158,7 +159,8 @@ def traced_launch(jf, grid, *args, **kwargs):
             raise TypeError(f"argument '{n}': kitjit cannot pass {type(a).__name__} to a "
                             "kernel")
     _op(jf._op_name, repr(consts), num_warps, opts["num_ctas"], opts["maxnreg"],
-        bool(opts["launch_pdl"]), list(grid), tensors, ints, floats, ",".join(layout))
+        bool(opts["launch_pdl"]), opts["arch"], list(grid), tensors, ints, floats,
+        ",".join(layout))
     return None
 
 

@@ -9,6 +9,9 @@
   machine, so the CPU suite means the same thing everywhere.
 - Without torch installed (`NO_TORCH`), test modules that import torch are not collected and
   a test that reaches an import of torch is reported as skipped ("needs torch").
+- Options: `--fuzz-minutes N` / `--fuzz-seed S` / `--fuzz-report DIR` (the long fuzz run,
+  tests/test_fuzz_long.py); `--shadow` (gpu tests: every launch also runs in the
+  interpreter and is compared, tests/fuzz/shadow.py).
 """
 
 from __future__ import annotations
@@ -27,6 +30,13 @@ NO_TORCH = importlib.util.find_spec("torch") is None
 def pytest_addoption(parser):
     parser.addoption("--fuzz-minutes", type=float, default=0.0,
                      help="run the fuzz-marked tests for this many minutes (0: skip them)")
+    parser.addoption("--fuzz-seed", type=int, action="append", default=[],
+                     help="replay the fuzz batch of this seed (from a fuzz report; repeatable)")
+    parser.addoption("--fuzz-report", default=None,
+                     help="folder for the long fuzz run's report and shrunk kernels")
+    parser.addoption("--shadow", action="store_true", default=False,
+                     help="gpu tests: run every kernel launch also in the interpreter and "
+                          "compare (the differential mode, tests/fuzz/shadow.py)")
 
 
 @functools.cache
@@ -87,6 +97,28 @@ def _kitjit_env(request, tmp_path, monkeypatch):
 def cache_dir(_kitjit_env):
     """The test's private KITJIT_CACHE_DIR (it may not exist yet)."""
     return _kitjit_env
+
+
+_SHADOWED: list = []
+
+
+@pytest.fixture(autouse=True)
+def _shadow(request):
+    """With --shadow, every launch of a gpu test is shadowed by the interpreter."""
+    if not (request.config.getoption("--shadow") and request.node.get_closest_marker("gpu")):
+        yield
+        return
+    from fuzz.shadow import shadowed
+
+    with shadowed(_SHADOWED):
+        yield
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if config.getoption("--shadow"):
+        from fuzz.shadow import summary
+
+        terminalreporter.write_line(f"differential (--shadow): {summary(_SHADOWED)}")
 
 
 if NO_TORCH:

@@ -237,18 +237,23 @@ def test_matmul_example_uses_wgmma_and_tma():
     assert "wgmma.mma_async" in c.ck.asm["ptx"] and "cp.async.bulk.tensor" in c.ck.asm["ptx"]
 
 
-def test_matmul_example_for_sm80_is_a_clear_error():
+# (the GEMM itself compiles for sm_80 too, on cp.async and mma.sync: tests/test_ampere.py)
+WS_SIG = ["*bf16:16"] * 4 + ["*fp32:16", "i32:16", "i32:16", "i32", "i32", "fp32"]
+WS_CONSTS = {"BM": 128, "BN": 128, "D": 128, "CAUSAL": False, "STAGES": 2, "CONSUMERS": 2}
+
+
+def test_setmaxnreg_for_sm80_is_a_clear_error():
     from kitjit.frontend.errors import CompileError
 
-    with pytest.raises(CompileError, match="sm_90"):
-        kit.compile_aot(str(EXAMPLES / "matmul.py"), "matmul_kernel", MATMUL_SIG,
-                        MATMUL_CONSTS, 8, "sm_80")
+    with pytest.raises(CompileError, match="sm_90a"):
+        kit.compile_aot(str(EXAMPLES / "attention.py"), "attention_ws_kernel", WS_SIG,
+                        WS_CONSTS, 12, "sm_80")
 
 
 def test_failed_aot_compile_leaves_no_entry(cache_dir):
     with pytest.raises(Exception):  # noqa: B017 - whatever it is, nothing may be cached
-        kit.compile_aot(str(EXAMPLES / "matmul.py"), "matmul_kernel", MATMUL_SIG,
-                        MATMUL_CONSTS, 8, "sm_80")
+        kit.compile_aot(str(EXAMPLES / "attention.py"), "attention_ws_kernel", WS_SIG,
+                        WS_CONSTS, 12, "sm_80")
     leftovers = [p for p in cache_dir.rglob("*")
                  if p.name == "meta.json" or p.name.startswith(("kernel.", ".tmp-"))] \
         if cache_dir.exists() else []

@@ -65,6 +65,12 @@ def poison(monkeypatch):
 
     monkeypatch.setattr(torch, "empty", poisoning(torch.empty))
     monkeypatch.setattr(torch, "empty_like", poisoning(torch.empty_like))
+    # kitjit.nn's hot paths allocate with new_empty; their workspaces start fresh (and so
+    # poisoned) in each test
+    monkeypatch.setattr(torch.Tensor, "new_empty", poisoning(torch.Tensor.new_empty))
+    from kitjit.nn import _host
+
+    _host.reset()
     return made
 
 

@@ -5,7 +5,8 @@ Gradients against float64 torch autograd on fresh random inputs, with every allo
 poisoned (NaN) so an unwritten element fails: ragged lengths, causal or not (top-left), GQA,
 Sq != Skv, D 64 and 128; torch.compile(fullgraph=True) with no graph break; a tiny transformer
 block trained with kitjit attention against the same block with torch's; compile-to-SASS for
-sm_90a (WGMMA, TMA, no spills); the same on a GPU (`-m gpu`) at real sizes.
+sm_90a (WGMMA, TMA loads and reduce-adds, no spills); the same on a GPU (`-m gpu`) at real
+sizes.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ CASES = [  # (B, H, Hkv, Sq, Skv, D): ragged, GQA, Sq != Skv both ways, decode, 
     (1, 4, 1, 96, 40, 64),
     (1, 2, 2, 1, 70, 64),
     (1, 2, 1, 65, 130, 128),
+    (3, 6, 3, 40, 130, 64),    # 9 K/V heads: causal programs go in groups of 8 heads
 ]
 CAUSAL = pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 
@@ -78,13 +80,13 @@ def test_backward_kernels(B, H, Hkv, Sq, Skv, D, causal, poison):
 
 
 def test_backward_kernels_other_configs_scale_fp16(poison):
-    """Blocks of another size (BM 32 queries in the dK/dV ring, 3 stages), fp16, a scale."""
-    q, k, v = llm_qkv(1, 100, 4, 64, Hkv=2, Skv=77, dtype=torch.float16, seed=35)
-    do = randn(1, 4, 100, 64, dtype=torch.float16, seed=36)
+    """Another pipeline (3 stages, one dS buffer, the dQ store under dK's MMA, causal), fp16,
+    a scale."""
+    cfg = dict(STAGES=3, DSB=1, REORDER=True)
+    q, k, v = llm_qkv(1, 100, 4, 128, Hkv=2, Skv=177, dtype=torch.float16, seed=35)
+    do = randn(1, 4, 100, 128, dtype=torch.float16, seed=36)
     o, lse = attention(q, k, v, True, 0.3)
-    got = AB.attention_backward(do, q, k, v, o, lse, True, 0.3,
-                                dkdv_config=dict(BM=32, BN=64, STAGES=3, num_warps=4),
-                                dq_config=dict(BM=64, BN=32, STAGES=3, num_warps=4))
+    got = AB.attention_backward(do, q, k, v, o, lse, True, 0.3, config=cfg)
     assert_grads(got, ref_grads(q, k, v, do, True, 0.3), "fp16 scale=0.3")
 
 
@@ -205,21 +207,15 @@ needs_sass = pytest.mark.skipif(
 SRC = ROOT / "kitjit" / "nn" / "attention_backward.py"
 
 
-def bwd_sig(n_out, dt="bf16"):
-    """Q, K, V, dO, the gradients, L, Delta, S, SK, H, G, sm_scale, qk_scale."""
-    return [f"*{dt}:16"] * (4 + n_out) + ["*fp32:16"] * 2 + \
-        ["i32:16", "i32:16", "i32", "i32", "fp32", "fp32"]
-
-
 @needs_sass
-@pytest.mark.parametrize("D", [64, 128])
-@pytest.mark.parametrize("kernel", ["dkdv_kernel", "dq_kernel"])
-def test_sass_backward(kernel, D):
-    c1, c2 = AB.default_config(D)
-    cfg = dict(c1 if kernel == "dkdv_kernel" else c2)
-    warps = cfg.pop("num_warps")
-    ck = kit.compile_aot(str(SRC), kernel, bwd_sig(2 if kernel == "dkdv_kernel" else 1),
-                         dict(cfg, D=D, CAUSAL=True), warps, arch="sm_90a")
+@pytest.mark.parametrize("D,causal", [(64, False), (128, True)], ids=["D64", "D128-causal"])
+def test_sass_bwd_kernel(D, causal):
+    """The warp-specialized kernel: SS and RS HGMMAs (for D=128 one with a transposed A: Kᵀ),
+    TMA loads and reduce-adds, setmaxnreg budgets, no spills at 240 registers a consumer."""
+    cfg = dict(AB.bwd_config(D), D=D, CAUSAL=causal)
+    sig = ["*bf16:16"] * 6 + ["*fp32:16"] * 3 + ["i32:16", "i32:16", "i32", "i32", "i32:16",
+                                                 "i32", "fp32", "fp32"]
+    ck = kit.compile_aot(str(SRC), "bwd_kernel", sig, cfg, 12, arch="sm_90a")
     try:
         text = disassemble(ck.asm["cubin"])
     except ToolError as e:
@@ -227,12 +223,23 @@ def test_sass_backward(kernel, D):
     insns = re.findall(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([^;]*);", text, re.M)
     ss = [i for i in insns if re.match(r"HGMMA\.\S+ R\d+, gdesc\[", i)]
     rs = [i for i in insns if re.match(r"HGMMA\.\S+ R\d+, R\d+, gdesc\[", i)]
-    assert ss and rs, "two products from shared memory, the last from registers (A = P or dS)"
+    assert ss and rs, "S, dP (and dQᵀ or dV, dK) from shared memory; dV, dK (or dQ) from registers"
     assert any(i.startswith("UTMALDG") for i in insns), "no TMA loads"
-    assert not any(i.startswith("HMMA") for i in insns), "fell back to mma.sync"
+    assert any(i.startswith("UTMAREDG") for i in insns), "no TMA reduce-add of dQ"
+    assert any(i.startswith("USETMAXREG") for i in insns)
+    assert not any(i.startswith(("HMMA", "LDL", "STL")) for i in insns)
     assert ck.metadata["spills"] == 0 and ck.n_spills == 0, ck.metadata
-    assert not any(i.startswith(("LDL", "STL")) for i in insns)
-    assert 0 < ck.metadata["registers"] <= 255
+    if D == 128:
+        assert "p, 1, 1, 1, 1; }" in ck.asm["ptx"], "dQᵀ = Kᵀ dSᵀ reads Kᵀ transposed"
+
+
+def test_backward_causal_head_groups(poison):
+    """Causal programs go longest first in groups of K/V heads: 3 groups of 2, 2 and 1."""
+    q, k, v = llm_qkv(1, 70, 10, 64, Hkv=5, Skv=200, seed=39)
+    do = randn(1, 10, 70, 64, seed=40)
+    o, lse = attention(q, k, v, True)
+    got = AB.attention_backward(do, q, k, v, o, lse, True, config=dict(HG=2))
+    assert_grads(got, ref_grads(q, k, v, do, True), "HG=2")
 
 
 # ============================================================================ GPU

@@ -17,6 +17,7 @@ registry. Importing this package registers every family's lowerings.
 from __future__ import annotations
 
 from ..nvvm import GPTR, I64, SPTR
+from .ampere import AmpereLowering
 from .base import LoweringBase, LoweringError
 from .control import ControlLowering
 from .core import CoreLowering
@@ -31,7 +32,7 @@ from .tma import TmaLowering
 
 class Lowering(CoreLowering, ElementwiseLowering, MemoryLowering, ReductionLowering,
                ScanLowering, ShapeLowering, DotLowering, TmaLowering, ControlLowering,
-               LoweringBase):
+               AmpereLowering, LoweringBase):
     """Lowers one kernel: `Lowering(fn).llvm_ir()` is its LLVM module's text."""
 
 

@@ -15,7 +15,7 @@ import math
 import llvmlite.ir as ir
 
 from kitjit.ir import ops, registry  # noqa: F401  (ops declares what block() dispatches)
-from kitjit.ir.core import Block, Function, Value
+from kitjit.ir.core import Block, Function, Value, walk_block
 from kitjit.ir.layouts import LinearLayout
 from kitjit.ir.types import DType, TileType
 
@@ -72,6 +72,16 @@ def _ctas_per_sm(fn: Function, num_warps: int) -> int:
     return ctas
 
 
+def _allocs_by_role(block: Block, role):
+    """(smem_alloc op, the role it runs in: (first warpgroup, count) or None), pre-order."""
+    for op in block.ops:
+        if op.name == "smem_alloc":
+            yield op, role
+        roles = op.attrs.get("roles") if op.name == "if" else None
+        for i, r in enumerate(op.regions):
+            yield from _allocs_by_role(r, tuple(roles[i]) if roles else role)
+
+
 def _lin(t: TileType) -> LinearLayout | None:
     if t.is_scalar:
         return None
@@ -92,7 +102,14 @@ class LoweringBase:
         self.smem_bytes = 0
         self.role = None  # (first warpgroup, warpgroups) inside `if kit.warpgroup_id() ...`
         self.uses_setmaxnreg = False
+        # wgmma results whose MMAs may still run; `groups` lists those issued since the last
+        # region boundary in issue order (one commit group each), so that reading one waits
+        # only for it and what is older (wait_group <newer groups>); values in flight from
+        # before the boundary are read after a wait_group 0
         self.inflight: set[int] = set()
+        self.groups: list[int] = []
+        self.carried: set[int] = set()  # loop-carried values (for-loop body arguments)
+        self.retired_here: set[int] = set()  # read early (wgmma_done) in the current block
         self.scratch_base = 0
         self.static_bytes = 0
         self.axis = AxisAnalysis(fn)
@@ -164,16 +181,32 @@ class LoweringBase:
     def plan_shared(self) -> None:
         """Offsets of the kernel's shared tiles and mbarriers (static, from 1024-aligned base);
         scratch for reductions and conversions goes after them."""
-        off = 0
         self.alloc_offset: dict[int, int] = {}
-        for op in self.fn.walk():
-            if op.name == "smem_alloc":
-                t = op.result.type
-                size = t.numel * (8 if t.dtype.name == "mbarrier" else t.dtype.itemsize)
-                align = 8 if t.dtype.name == "mbarrier" else 1024
-                off = (off + align - 1) // align * align
-                self.alloc_offset[op.result.id] = off
-                off += size
+
+        def size_of(op) -> int:
+            t = op.result.type
+            return t.numel * (8 if t.dtype.name == "mbarrier" else t.dtype.itemsize)
+
+        # the staging tiles of a role's TMA stores share one region (each store waits until
+        # the bulk copies before it have read theirs: kit.tma_store's lowering)
+        allocs = list(_allocs_by_role(self.fn.body, None))
+        staging: dict = {}
+        for op, role in allocs:
+            if op.attrs.get("staging"):
+                staging[role] = max(staging.get(role, 0), size_of(op))
+        placed: dict = {}
+        off = 0
+        for op, role in allocs:
+            if op.attrs.get("staging") and role in placed:
+                self.alloc_offset[op.result.id] = placed[role]
+                continue
+            size = staging[role] if op.attrs.get("staging") else size_of(op)
+            align = 8 if op.result.type.dtype.name == "mbarrier" else 1024
+            off = (off + align - 1) // align * align
+            self.alloc_offset[op.result.id] = off
+            if op.attrs.get("staging"):
+                placed[role] = off
+            off += size
         self.static_bytes = off
         self.scratch_base = (1024 + off + 15) // 16 * 16 if off else 0
         self.smem_bytes = self.scratch_base
@@ -387,19 +420,63 @@ class LoweringBase:
         if pending == 0:
             self.inflight.discard(v.id)
 
+    def wgmma_done(self, v: Value) -> None:
+        """Wait until the MMA group that writes `v` has finished (and those before it): the
+        groups issued after it, in this stretch of straight-line code, may go on running
+        (`a = kit.mma(..., pending=1); b = kit.mma(..., pending=1); f(a)` overlaps b with f)."""
+        if v.id in self.groups:
+            newer = len(self.groups) - 1 - self.groups.index(v.id)
+        elif v.id in self.carried and self.groups:
+            # a loop-carried accumulator (the previous iteration's MMA) is older than every
+            # group of this stretch: block-scaled fp8 adds the last K-block's partial while
+            # the next one runs. (Values from before other region boundaries still wait for
+            # everything: the same rule would move existing kernels' waits, unmeasured.)
+            newer = len(self.groups)
+            self.retired_here.add(v.id)
+        else:
+            newer = 0
+        self.wgmma_wait(v, newer)
+        self.inflight.discard(v.id)
+        if v.id in self.groups:
+            self.groups.remove(v.id)
+
     # ------------------------------------------------------------------ blocks
     def block(self, block: Block) -> list[list[ir.Value]] | None:
+        # a value read early (wait_group n > 0, wgmma_done) inside this block is complete
+        # only where the block ran: an if branch or a loop of zero trips may not, so after
+        # it the value is in flight again, with its registers from before it (a tie inside
+        # does not dominate what follows)
+        entry, outer = set(self.inflight), self.retired_here
+        saved = {i: self.vals[i] for i in entry if i in self.vals}
+        self.retired_here = set()
+        try:
+            return self._block_ops(block)
+        finally:
+            back = entry & self.retired_here
+            self.inflight |= back
+            for i in back & saved.keys():
+                self.vals[i] = saved[i]
+            self.retired_here |= outer
+
+    def _block_ops(self, block: Block) -> list[list[ir.Value]] | None:
         for op in block.ops:
             if op.name == "yield":
                 return [self.get(v) for v in op.operands]
             if self.inflight and op.name not in ("wgmma", "for"):
                 for v in op.operands:
                     if v.id in self.inflight:
-                        self.wgmma_wait(v, 0)
+                        self.wgmma_done(v)
             fn = registry.lowering_of(op.name)
             if fn is None:
                 raise LoweringError(f"no lowering for op '{op.name}'")
+            # MMAs issued inside a region: their order is not known here
+            mmas = op.regions and any(o.name == "wgmma" for r in op.regions
+                                      for o in walk_block(r))
+            if mmas:
+                self.groups = []
             fn(self, op)
+            if mmas:
+                self.groups = []
         return None
 
 

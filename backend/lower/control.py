@@ -39,6 +39,7 @@ class ControlLowering(LoweringBase):
         phis = self._carried_phis(inits, pre)
         for arg, ps in zip(body.args[1:], phis):
             self.vals[arg.id] = ps
+            self.carried.add(arg.id)
         self.vals[body.args[0].id] = [iv]
         ys_ops = body.ops[-1].operands
         for arg, init, y in zip(body.args[1:], op.operands[3:], ys_ops):
@@ -72,9 +73,11 @@ class ControlLowering(LoweringBase):
                 p.add_incoming(v, end)
         b.branch(header)
         b.position_at_end(exit_)
-        for r, ps, arg in zip(op.results, phis, body.args[1:]):
+        for r, ps, arg, y in zip(op.results, phis, body.args[1:], ys_ops):
             self.vals[r.id] = ps
-            if arg.id in self.inflight:
+            # in flight after the loop when the last iteration's value is: the arg still
+            # unread, or the yielded value (a kit.mma with pending=1 retires the arg)
+            if arg.id in self.inflight or y.id in self.inflight:
                 self.inflight.add(r.id)
 
     def _yields_inflight(self, region: Block, i: int) -> bool:

@@ -15,6 +15,8 @@ from kitjit.ir.registry import lowering
 from ..nvvm import F32, I32, I64, VOID, asm, llvm_type
 from .base import LoweringBase, LoweringError, _lin
 
+_WGMMA_KIND = {"bf16": "bf16", "fp16": "f16", "fp8e4nv": "e4m3", "fp8e5": "e5m2"}
+
 
 class DotLowering(LoweringBase):
     """Tensor-core matrix multiply-accumulate."""
@@ -69,6 +71,8 @@ class DotLowering(LoweringBase):
 
     @lowering("wgmma")
     def op_wgmma(self, op: Op) -> None:
+        if self.ampere:  # sm_80/86/89: ldmatrix + mma.sync (ampere.py)
+            return self.sm80_mma(op)
         a, bt, acc = op.operands
         b = self.b
         a_regs = not a.type.is_shared
@@ -87,12 +91,18 @@ class DotLowering(LoweringBase):
         C = list(self.get(acc))
         ic = lc.reg_index()
         nw = self.num_warps
-        kind = "bf16" if a.dtype.name == "bf16" else "f16"
-        # A: K-major rows of `swizzle` bytes, column chunks one after another
+        fp8 = a.dtype.is_fp8()
+        kind = _WGMMA_KIND[a.dtype.name]
+        bkind = _WGMMA_KIND[bt.dtype.name]
+        kw = 32 // e        # K per instruction: 32 bytes of each row (k16 16-bit, k32 fp8)
+        # A: K-major rows of `swizzle` bytes, column chunks one after another; or (a `.T`
+        # view) stored [K, M] with M contiguous (MN-major, imm-trans-a = 1), each
+        # warpgroup's 64 rows of M a run of column chunks
         sa, ca = (la.swizzle, la.chunk) if la else (128, 64)
-        da = self._desc_const(16, 8 * sa, sa)
-        if la is not None and la.transposed:
-            raise LoweringError("kit.mma: a transposed A operand is not supported")
+        trans_a = int(la is not None and la.transposed)
+        if trans_a and 64 % ca:
+            raise LoweringError(f"kit.mma: a transposed A operand of {ca}-column chunks")
+        da = self._desc_const(K * sa, 8 * sa, sa) if trans_a else self._desc_const(16, 8 * sa, sa)
         sb, cb = lb.swizzle, lb.chunk
         if lb.transposed:  # B stored [N, K], K contiguous (K-major, imm-trans-b = 0)
             db = self._desc_const(16, 8 * sb, sb)
@@ -100,8 +110,27 @@ class DotLowering(LoweringBase):
         else:  # B stored [K, N], N contiguous (MN-major, imm-trans-b = 1): column chunks
             db = self._desc_const(K * sb, 8 * sb, sb)
             trans_b = 1
+        if fp8 and (a_regs or not lb.transposed or la.transposed):  # the typing rule's check
+            raise LoweringError("kit.mma: fp8 operands must both be K-major shared tiles")
         wg = b.lshr(self.warp, self.c32(2))
-        a_wg = b.add(aaddr, b.mul(wg, self.c32(64 * sa))) if not a_regs else None
+        if a_regs:
+            a_wg = None
+        elif trans_a:  # warpgroup w: stored columns 64w.. (64 // ca chunks of K rows each)
+            a_wg = b.add(aaddr, b.mul(wg, self.c32(64 // ca * K * sa)))
+        else:
+            a_wg = b.add(aaddr, b.mul(wg, self.c32(64 * sa)))
+        # one descriptor per operand, each K step a constant added to it (the address field
+        # is bits 0-13 of addr >> 4, and every step's address is a shared address too, so
+        # nothing carries out); the base goes through an opaque mov, so that LLVM computes
+        # the steps here instead of hoisting each out of a loop into registers of its own
+        def opaque(x):
+            return asm(b, I32, "mov.b32 $0, $1;", "=r,r", [x], side_effect=True)
+
+        def step(d0, off: int):
+            return b.add(d0, ir.Constant(I64, off >> 4)) if off else d0
+
+        a_desc0 = None if a_regs else self._desc(opaque(a_wg), da)
+        b_desc0 = self._desc(opaque(baddr), db)
         n_out = N // 2
         outs = ", ".join(f"${i}" for i in range(n_out))
         if a_regs:  # four 32-bit registers of the A fragment, then B's descriptor
@@ -118,10 +147,11 @@ class DotLowering(LoweringBase):
                 v = b.insert_element(v, x, self.c32(0))
                 v = b.insert_element(v, y, self.c32(1))
                 return b.bitcast(v, I32)
-        else:
+        else:   # fp8 has no transpose operands: both tiles are K-major (QGMMA)
+            trans = "" if fp8 else f", {trans_a}, {trans_b}"
             text = (f"{{ .reg .pred p; setp.ne.b32 p, ${n_out + 2}, 0; "
-                    f"wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{kind}.{kind} "
-                    f"{{{outs}}}, ${n_out}, ${n_out + 1}, p, 1, 1, 0, {trans_b}; }}")
+                    f"wgmma.mma_async.sync.aligned.m64n{N}k{kw}.f32.{kind}.{bkind} "
+                    f"{{{outs}}}, ${n_out}, ${n_out + 1}, p, 1, 1{trans}; }}")
             cons = ",".join(["=f"] * n_out + ["l", "l", "r"] + [str(i) for i in range(n_out)])
         ret = ir.LiteralStructType([F32] * n_out)
         # every operand (descriptors, packed A registers, accumulators) is computed before
@@ -131,24 +161,24 @@ class DotLowering(LoweringBase):
         for r0 in range(0, M, 16 * nw):
             idx = [ic[(r0 + 8 * ((i // 2) % 2), 8 * (i // 4) + (i % 2))] for i in range(n_out)]
             ks = []
-            for k0 in range(0, K, 16):
+            for k0 in range(0, K, kw):
                 if a_regs:
                     a_ops = [pack2(A[ia[(r0 + r, k0 + c)]], A[ia[(r0 + r, k0 + c + 1)]])
                              for r, c in ((0, 0), (8, 0), (0, 8), (8, 8))]
                     a_ops = [asm(b, I32, "mov.b32 $0, $1;", "=r,r", [x], side_effect=True)
                              for x in a_ops]
+                elif trans_a:
+                    a_off = r0 // ca * K * sa + k0 * sa
                 else:
-                    a_addr = b.add(a_wg, self.c32((k0 // ca) * M * sa + r0 * sa +
-                                                  (k0 % ca) * e))
+                    a_off = (k0 // ca) * M * sa + r0 * sa + (k0 % ca) * e
                 if lb.transposed:
                     b_off = (k0 // cb) * N * sb + (k0 % cb) * e
                 else:
                     b_off = k0 * sb
-                b_addr = b.add(baddr, self.c32(b_off))
                 if a_regs:
-                    ins = a_ops + [self._desc(b_addr, db), self.c32(1)]
+                    ins = a_ops + [step(b_desc0, b_off), self.c32(1)]
                 else:
-                    ins = [self._desc(a_addr, da), self._desc(b_addr, db), self.c32(1)]
+                    ins = [step(a_desc0, a_off), step(b_desc0, b_off), self.c32(1)]
                 ks.append(ins)
             regs = [asm(b, F32, "mov.b32 $0, $1;", "=f,f", [C[i]], side_effect=True)
                     for i in idx]
@@ -168,3 +198,4 @@ class DotLowering(LoweringBase):
         else:
             self.wgmma_wait(op.result, pending)
             self.inflight.add(op.result.id)
+            self.groups.append(op.result.id)

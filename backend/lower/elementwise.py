@@ -21,7 +21,6 @@ from .base import LoweringBase, LoweringError
 from .fp8 import fp8_cast_fn
 
 LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
 
 
 class ElementwiseLowering(LoweringBase):
@@ -92,18 +91,15 @@ class ElementwiseLowering(LoweringBase):
             r = self.approx(ex2, b.fmul(y, ir.Constant(F32, LOG2E)))
         elif name == "exp2":
             r = self.approx(ex2, y)
-        elif name == "log":
-            r = b.fmul(self.approx("lg2.approx.f32", y), ir.Constant(F32, LN2))
-        elif name == "log2":
-            r = self.approx("lg2.approx.f32", y)
+        elif name in ("log", "log2", "sin", "cos"):
+            # libdevice, as Triton's tl.log/log2/sin/cos (checked on Triton 3.6's sm_90 PTX):
+            # sin.approx/cos.approx lose ~|x| * 2**-24 absolutely in their range reduction
+            # and lg2.approx is 2**-22.6 absolute near 1, far from its result's ulp there
+            r = b.call(self.intr.get(f"__nv_{name}f", F32, [F32]), [y])
         elif name in ("sqrt", "floor", "ceil"):
             r = self.call_math(name, y)
         elif name == "rsqrt":
             r = self.approx("rsqrt.approx.f32", y)
-        elif name == "sin":
-            r = self.approx("sin.approx.f32", y)
-        elif name == "cos":
-            r = self.approx("cos.approx.f32", y)
         elif name == "sigmoid":
             e = self.approx("ex2.approx.f32", b.fmul(y, ir.Constant(F32, -LOG2E)))
             r = b.fdiv(ir.Constant(F32, 1.0), b.fadd(ir.Constant(F32, 1.0), e))

@@ -1,6 +1,6 @@
 """The `tma` family: Hopper's shared tiles, bulk tensor copies, mbarriers, CTA barriers,
-warpgroup roles' ids and register budgets (smem_alloc, smem_index, smem_trans, tma_load,
-tma_store, mbar_wait, mbar_arrive, barrier, warpgroup_id, setmaxnreg).
+warpgroup roles' ids and register budgets (smem_alloc, smem_index, smem_trans, smem_store,
+smem_load, tma_load, tma_store, mbar_wait, mbar_arrive, barrier, warpgroup_id, setmaxnreg).
 
 `sync` and `thread0` are in `base.py`: other families and `lower()` use them too.
 """
@@ -12,7 +12,7 @@ import llvmlite.ir as ir
 from kitjit.ir.core import Op, Value
 from kitjit.ir.registry import lowering
 
-from ..nvvm import I64, SPTR, VOID, asm, mem_type
+from ..nvvm import I32, I64, SPTR, VOID, asm, mem_type
 from .base import LoweringBase, _lin
 
 
@@ -24,6 +24,8 @@ class TmaLowering(LoweringBase):
         addr = self.b.add(self.static_base, self.c32(self.alloc_offset[op.result.id]))
         self.set_smem(op.result, addr)
         if "init" in op.attrs:
+            if self.ampere:  # sm_80/86/89 (ampere.py): no .shared::cta forms, no fence
+                return self.sm80_mbar_init(op, addr)
             p = self.thread0()
             for i in range(op.result.shape[0]):
                 asm(self.b, VOID, "@$0 mbarrier.init.shared::cta.b64 [$1], $2;", "b,r,r",
@@ -61,6 +63,8 @@ class TmaLowering(LoweringBase):
 
     @lowering("mbar_arrive")
     def op_mbar_arrive(self, op: Op) -> None:
+        if self.ampere:
+            return self.sm80_mbar_arrive(op)
         (baddr,) = self.get(op.operands[0])
         p = self.b.icmp_unsigned("==", self.b.and_(self.tid, self.c32(127)), self.c32(0))
         asm(self.b, VOID, "@$0 mbarrier.arrive.shared::cta.b64 _, [$1];", "b,r,~{memory}",
@@ -70,9 +74,134 @@ class TmaLowering(LoweringBase):
     def op_smem_trans(self, op: Op) -> None:
         self.vals[op.result.id] = self.get(op.operands[0])
 
+    @staticmethod
+    def smem_const_offset(lay, R: int, C: int, e: int, r: int, c: int) -> int:
+        """Byte offset of element (r, c) of an [R, C] shared tile laid out as `lay`: column
+        chunks one after another, rows of `swizzle` bytes whose 16-byte units are XORed with
+        address bits 7.. (the pattern TMA writes and WGMMA reads; tiles are 1024-aligned).
+        Linear over GF(2) in the bits of (r, c) (each term fills its own bit field), so a
+        thread's offset XORs with a register's."""
+        sw, cc = (lay.swizzle, lay.chunk) if lay is not None else (0, C)
+        row_bytes = sw if sw else C * e
+        byte = c % cc * e
+        if sw:
+            byte ^= ((r if sw == 128 else r >> {64: 1, 32: 2}[sw]) & (sw // 16 - 1)) << 4
+        return c // cc * R * row_bytes + r * row_bytes + byte
+
+    def smem_elements(self, tile: Value, lin, saddr):
+        """(register indices, address) of each run of registers that sit side by side in
+        shared tile `tile` at `saddr` (up to 16 bytes, as wide as the layout and the chunk
+        allow) for a register tile laid out as `lin`: what kit.store / kit.load move with one
+        access. The offset of a register is the thread's XOR the register's (both linear), and
+        the register's bits that no thread bit touches become the access's immediate offset,
+        so a tile needs a handful of address registers, not one per access."""
+        b = self.b
+        lay = tile.type.layout
+        trans = lay is not None and lay.transposed
+        R, C = tile.shape[::-1] if trans else tile.shape
+        e = tile.dtype.itemsize
+        inner = 0 if trans else 1  # the register tile's dim that runs along a stored row
+        cc = lay.chunk if lay is not None else C
+        vec = 1
+        if e <= 8:
+            steps = [v for _, _, v in lin.thread_terms(inner)]
+            while vec * 2 * e <= 16 and vec * 2 <= cc and all(v % (vec * 2) == 0 for v in steps):
+                vec *= 2
+
+        def off(coord) -> int:
+            r, c = coord[::-1] if trans else coord
+            return self.smem_const_offset(lay, R, C, e, r, c)
+
+        thread = None  # this thread's offset: XOR of the offsets of its lane and warp bits
+        tmask = 0      # every bit it can have
+        for src, bases in (("lane", lin.lane), ("warp", lin.warp)):
+            ident = self.lane if src == "lane" else self.warp
+            for k, basis in enumerate(bases):
+                o = off(basis)
+                if not o:
+                    continue
+                tmask |= o
+                bit = b.and_(b.lshr(ident, self.c32(k)) if k else ident, self.c32(1))
+                term = b.mul(bit, self.c32(o))
+                thread = term if thread is None else b.xor(thread, term)
+        if thread is not None:
+            # opaque here, so that LLVM does not hoist the per-access sums below out of a
+            # loop and keep them in registers across it (they cost an add each; registers
+            # spent across a loop spill in kernels that hold large accumulators)
+            thread = asm(b, I32, "mov.b32 $0, $1;", "=r,r", [thread], side_effect=True)
+        coords = lin.reg_coords()
+        idx = lin.reg_index()
+        bases: dict[int, object] = {}
+        runs, done = [], set()
+        for i, c in enumerate(coords):
+            if i in done:
+                continue
+            n = vec
+            while n > 1:
+                if c[inner] % n == 0:
+                    more = [idx.get(tuple(x + (k if d == inner else 0) for d, x in enumerate(c)))
+                            for k in range(n)]
+                    if None not in more:
+                        break
+                n //= 2
+            run = [i] if n == 1 else more
+            done.update(run)
+            o = off(c)
+            hi, lo = o & ~tmask, o & tmask
+            if lo not in bases:
+                t = thread if thread is not None else self.c32(0)
+                bases[lo] = b.add(saddr, b.xor(t, self.c32(lo)) if lo else t)
+            runs.append((run, b.add(bases[lo], self.c32(hi)) if hi else bases[lo]))
+        return runs
+
+    @lowering("smem_store")
+    def op_smem_store(self, op: Op) -> None:
+        """Registers -> a shared tile (vector st.shared where runs allow), then a proxy fence
+        so that WGMMA and TMA (the async proxy) see the writes after a barrier."""
+        dst, value = op.operands
+        (saddr,) = self.get(dst)
+        self.store_regs(dst, value, saddr)
+        if not self.ampere:  # (sm_80: the MMAs read shared memory through ldmatrix)
+            asm(self.b, VOID, "fence.proxy.async.shared::cta;", "~{memory}", [])
+
+    def store_regs(self, dst: Value, value: Value, saddr) -> None:
+        b = self.b
+        vals = self.get(value)
+        mt = mem_type(value.dtype)
+        for run, addr in self.smem_elements(dst, _lin(value.type), saddr):
+            ptr = b.inttoptr(addr, SPTR)
+            if len(run) == 1:
+                b.store(self.to_mem(vals[run[0]], value.dtype), ptr)
+                continue
+            vec = ir.Constant(ir.VectorType(mt, len(run)), ir.Undefined)
+            for k, i in enumerate(run):
+                vec = b.insert_element(vec, self.to_mem(vals[i], value.dtype), self.c32(k))
+            b.store(vec, ptr, align=len(run) * value.dtype.itemsize)
+
+    @lowering("smem_load")
+    def op_smem_load(self, op: Op) -> None:
+        src = op.operands[0]
+        b = self.b
+        (saddr,) = self.get(src)
+        lin = _lin(op.result.type)
+        mt = mem_type(src.dtype)
+        out = [None] * lin.nregs
+        for run, addr in self.smem_elements(src, lin, saddr):
+            ptr = b.inttoptr(addr, SPTR)
+            if len(run) == 1:
+                out[run[0]] = self.from_mem(b.load(ptr, typ=mt), src.dtype)
+                continue
+            vec = b.load(ptr, typ=ir.VectorType(mt, len(run)), align=len(run) * src.dtype.itemsize)
+            for k, i in enumerate(run):
+                out[i] = self.from_mem(b.extract_element(vec, self.c32(k)), src.dtype)
+        self.set(op.result, out)
+
     @lowering("tma_store")
     def op_tma_store(self, op: Op) -> None:
-        """Registers -> swizzled staging tile -> one bulk tensor copy per column chunk."""
+        """Registers -> swizzled staging tile -> one bulk tensor copy per column chunk (a
+        reduce-add into the tensor with reduce="add")."""
+        if self.ampere:  # sm_80/86/89: predicated stores from the registers (ampere.py)
+            return self.sm80_tma_store(op)
         desc, row, col, value, staging = op.operands
         b = self.b
         (saddr,) = self.get(staging)
@@ -88,51 +217,26 @@ class TmaLowering(LoweringBase):
         # the previous store from this staging tile must have finished reading it
         asm(b, VOID, "@$0 cp.async.bulk.wait_group.read 0;", "b,~{memory}", [p])
         self.sync()
-        lin = _lin(value.type)
-        vals = self.get(value)
-        rbase = self.thread_coord(lin, 0)
-        cbase = self.thread_coord(lin, 1)
-        coords = lin.reg_coords()
-        idx = lin.reg_index()
-        done = set()
-        mt = mem_type(value.dtype)
-        for i, (cr, ccol) in enumerate(coords):
-            if i in done:
-                continue
-            # pack (c, c+1) pairs into one 32-bit store when the layout holds both
-            pair = idx.get((cr, ccol + 1)) if e == 2 and ccol % 2 == 0 else None
-            rr = b.add(rbase, self.c32(cr))
-            cl = b.add(cbase, self.c32(ccol))
-            chunk = b.udiv(cl, self.c32(cc)) if cc < C else self.c32(0)
-            incol = b.urem(cl, self.c32(cc)) if cc < C else cl
-            byte = b.mul(incol, self.c32(e))
-            if sw:
-                unit = b.lshr(byte, self.c32(4))
-                unit = b.xor(unit, b.and_(rr, self.c32(sw // 16 - 1)))
-                byte = b.or_(b.shl(unit, self.c32(4)), b.and_(byte, self.c32(15)))
-            off = b.add(b.add(b.mul(chunk, self.c32(R * row_bytes)),
-                              b.mul(rr, self.c32(row_bytes))), byte)
-            ptr = b.inttoptr(b.add(saddr, off), SPTR)
-            if pair is not None:
-                vec = ir.Constant(ir.VectorType(mt, 2), ir.Undefined)
-                vec = b.insert_element(vec, vals[i], self.c32(0))
-                vec = b.insert_element(vec, vals[pair], self.c32(1))
-                b.store(vec, ptr, align=4)
-                done.add(pair)
-            else:
-                b.store(self.to_mem(vals[i], value.dtype), ptr)
+        self.store_regs(staging, value, saddr)
         asm(b, VOID, "fence.proxy.async.shared::cta;", "~{memory}", [])
         self.sync()
+        if op.attrs.get("reduce"):
+            copy = (f"cp.reduce.async.bulk.tensor.2d.global.shared::cta.{op.attrs['reduce']}"
+                    ".tile.bulk_group")
+        else:
+            copy = "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group"
         for j in range(max(1, C // cc)):
             sj = b.add(saddr, self.c32(j * R * row_bytes)) if j else saddr
             cj = b.add(c, self.c32(j * cc)) if j else c
-            asm(b, VOID, "@$0 cp.async.bulk.tensor.2d.global.shared::cta.bulk_group "
-                "[$1, {$2, $3}], [$4];", "b,l,r,r,r,~{memory}", [p, dptr, cj, r, sj])
+            asm(b, VOID, f"@$0 {copy} [$1, {{$2, $3}}], [$4];", "b,l,r,r,r,~{memory}",
+                [p, dptr, cj, r, sj])
         asm(b, VOID, "@$0 cp.async.bulk.commit_group;", "b,~{memory}", [p])
         self.has_tma_store = True
 
     @lowering("tma_load")
     def op_tma_load(self, op: Op) -> None:
+        if self.ampere:  # sm_80/86/89: cp.async by every thread of the role (ampere.py)
+            return self.sm80_tma_load(op)
         dst, desc, row, col, bar = op.operands
         b = self.b
         (daddr,) = self.get(dst)
@@ -143,8 +247,8 @@ class TmaLowering(LoweringBase):
         expect = op.attrs.get("expect", op.attrs["bytes"])  # see frontend/tma_groups.py
         p = self.thread0()
         if expect:
-            if self.role is None:  # every warpgroup is done reading the stage it overwrites
-                self.sync()
+            if self.role is None and not op.attrs.get("nosync"):
+                self.sync()  # every warpgroup is done reading the stage it overwrites
             asm(b, VOID, "@$0 mbarrier.arrive.expect_tx.shared::cta.b64 _, [$1], $2;",
                 "b,r,r,~{memory}", [p, baddr, self.c32(expect)])
         lay = dst.type.layout
@@ -158,10 +262,32 @@ class TmaLowering(LoweringBase):
                 "mbarrier::complete_tx::bytes [$1], [$2, {$3, $4}], [$5];",
                 "b,r,l,r,r,r,~{memory}", [p, dj, dptr, cj, r, baddr])
 
+    def phase_slot(self, bar: Value):
+        """A per-barrier phase bit kept in a local slot (an alloca at the entry, which LLVM
+        turns into SSA values and loop phis): `mbar_wait` with `auto_phase` waits on it and
+        flips it."""
+        slots = self.__dict__.setdefault("_phase_slots", {})
+        slot = slots.get(bar.id)
+        if slot is None:
+            b = self.b
+            here = b.block
+            b.position_at_start(self.kernel.entry_basic_block)
+            slot = b.alloca(ir.IntType(32))
+            b.store(self.c32(0), slot)
+            b.position_at_end(here)
+            slots[bar.id] = slot
+        return slot
+
     @lowering("mbar_wait")
     def op_mbar_wait(self, op: Op) -> None:
+        if self.ampere:
+            return self.sm80_mbar_wait(op)
         (baddr,) = self.get(op.operands[0])
         (ph,) = self.get(op.operands[1])
+        if op.attrs.get("auto_phase"):
+            slot = self.phase_slot(op.operands[0])
+            ph = self.b.load(slot)
+            self.b.store(self.b.xor(ph, self.c32(1)), slot)
         asm(self.b, VOID,
             "{ .reg .pred P1; \nKITWAIT${:uid}: \n"
             "mbarrier.try_wait.parity.shared::cta.b64 P1, [$0], $1; \n"

@@ -9,10 +9,11 @@ import textwrap
 from typing import Any
 
 from kitjit.ir.core import Function, Loc, Value
-from kitjit.ir.types import TileType
+from kitjit.ir.types import TileType, dtype_from_name, int32, int64
 
 from ..errors import CompileError
 from ..semantic import Builder
+from ..semantic.block_ptr import TensorDescriptor
 from .calls import CallsMixin
 from .expressions import ExpressionsMixin
 from .helpers import _Return
@@ -91,26 +92,48 @@ class FunctionCodegen(StatementsMixin, ExpressionsMixin, CallsMixin):
             self.stmt(s)
 
 
-def build_kernel_ir(jf, arg_specs: dict[str, Any], num_warps: int) -> Function:
+def build_kernel_ir(jf, arg_specs: dict[str, Any], num_warps: int,
+                    tma: bool = False, target: str | None = None) -> Function:
     """The tile IR of kernel `jf` for one specialization.
 
     `arg_specs` maps each parameter to either a `TileType` (a run-time argument: a pointer,
-    an int, a float) or ('const', value) for values folded in (constexprs, ints equal to 1,
-    None).
+    an int, a float), ('const', value) for values folded in (constexprs, ints equal to 1,
+    None), or ('desc', dtype, rank, block_shape, padding) for a host TensorDescriptor (run-time
+    arguments `<p>.base`, `<p>.shape<d>`, `<p>.stride<d>` but the last, which is 1).
+    `tma`: the target copies host descriptors' blocks with TMA (sm_90a). `target`: set (as
+    `fn.attrs["target"]`) only for the targets whose level-2 typing and layouts differ from
+    Hopper's (sm_80/86/89: frontend/ampere.py).
     """
     parsed = jf.parsed
     args = []
     scope: dict[str, Any] = {}
+    descs = {}
     for p in parsed.params:
         spec = arg_specs[p]
         if isinstance(spec, TileType):
             v = Value(spec, p)
             args.append(v)
             scope[p] = v
+        elif spec[0] == "desc":
+            r = spec[2]
+            leaves = [Value(TileType(dtype_from_name("*" + spec[1])), f"{p}.base")]
+            leaves += [Value(TileType(int64), f"{p}.shape{d}") for d in range(r)]
+            leaves += [Value(TileType(int64), f"{p}.stride{d}") for d in range(r - 1)]
+            args += leaves
+            descs[p] = (spec, leaves)
         else:
             scope[p] = spec[1]
     fn = Function(parsed.fn.__name__, args, {"num_warps": num_warps})
+    if target is not None:
+        fn.attrs["target"] = target
     builder = Builder(fn)
+    for p, (spec, leaves) in descs.items():
+        r, block = spec[2], tuple(spec[3])
+        one = builder.constant(1, int64)
+        zeros = [builder.constant(0, int32) for _ in range(r)]
+        scope[p] = TensorDescriptor(leaves[0], leaves[1:1 + r], [*leaves[1 + r:], one], zeros,
+                                    block, tuple(range(r - 1, -1, -1)), spec[4],
+                                    p if tma else None)
     cg = FunctionCodegen(parsed, builder, scope)
     cg.run()
     return fn

@@ -64,6 +64,8 @@ class CallsMixin:
             from ..semantic.elementwise import scalar_constructor
 
             return scalar_constructor(self, fn, args, kwargs, node)
+        if fn is isinstance and len(args) == 2 and not kwargs:
+            return _isinstance(args[0], args[1])
         values = [a for a in list(args) + list(kwargs.values()) if isinstance(a, Value)]
         if values:
             return self.python_builtin_on_values(fn, args, kwargs, node)
@@ -133,11 +135,10 @@ class CallsMixin:
                 if di < 0:
                     raise self.err(node, f"'{jf.__name__}' is missing the argument '{p}'")
                 scope[p] = (jf.fn.__defaults__ or ())[di]
-        for p, ann in zip(params, fnode.args.args):
-            if ann.annotation is not None and _is_constexpr_ann(ann.annotation, parsed) and \
-                    isinstance(scope[p], Value):
-                raise self.err(node, f"'{p}' of '{jf.__name__}' is a kit.constexpr but gets a "
-                               "run-time value")
+        # A kit.constexpr annotation on a callee's parameter does not make a run-time
+        # argument constant: as in Triton, the argument decides (06-fused-attention passes
+        # the run-time N_CTX and the tiles offs_m/offs_n to constexpr-annotated
+        # parameters); a use that needs a constant says so at its own line.
         sub = type(self)(parsed, self.b, scope, self.depth + 1)
         call_loc = self.p.loc(node)
         try:
@@ -204,4 +205,29 @@ def _is_constexpr_ann(ann: ast.expr, parsed: ParsedFunction) -> bool:
         return False
     if text.endswith("constexpr"):
         return True
+    return False
+
+
+def _isinstance(x: Any, types: Any) -> bool:
+    """`isinstance(x, T)` at compile time, with the language's types standing for what a
+    kernel holds: kit.tensor for tiles and scalars, kit.tensor_descriptor for descriptors,
+    kit.constexpr for compile-time values; other types as in Python."""
+    from kitjit.language import constexpr, tensor, tensor_descriptor
+
+    from ..semantic.block_ptr import TensorDescriptor
+
+    if not isinstance(types, tuple):
+        types = (types,)
+    for t in types:
+        if t is tensor:
+            if isinstance(x, Value):
+                return True
+        elif t is tensor_descriptor:
+            if isinstance(x, TensorDescriptor):
+                return True
+        elif t is constexpr:
+            if not isinstance(x, Value) and not hasattr(x, "kit_flatten"):
+                return True
+        elif isinstance(t, type) and isinstance(x, t):
+            return True
     return False

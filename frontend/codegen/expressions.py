@@ -222,6 +222,10 @@ class ExpressionsMixin:
             not isinstance(base, type) else {}
         if attr in methods:  # desc.load(...), desc.store(...)
             return _AggregateMethod(methods[attr])
+        attrs = base.kit_attrs() if hasattr(base, "kit_attrs") and \
+            not isinstance(base, type) else {}
+        if attr in attrs:  # desc.dtype, desc.block_shape, ... (as Triton's)
+            return attrs[attr]
         try:
             return _unwrap(getattr(base, attr))
         except AttributeError as e:

@@ -131,7 +131,11 @@ class StatementsMixin:
                 if n in self.scope and isinstance(self.scope[n], Value):
                     self.scope.pop(n)
             names = []
-        merged, types = [], []
+        # what the `if` yields: one entry per variable, a block pointer or descriptor (the
+        # same kind on both paths) as one entry per run-time leaf
+        merged: list[tuple[str, list]] = []  # (leaf name, its value on each path)
+        types: list[TileType] = []
+        aggs: dict[str, tuple[Any, int]] = {}
         for n in names:
             vals = [sc.get(n, _MISSING) for _, sc in branches]
             if any(v is _MISSING for v in vals):
@@ -140,13 +144,28 @@ class StatementsMixin:
             if all(not isinstance(v, Value) for v in vals) and vals[0] is vals[1]:
                 self.scope[n] = vals[0]
                 continue
-            t = self._merge_type(n, vals, node)
-            merged.append(n)
-            types.append(t)
-        for (blk, sc), _ in zip(branches, range(2)):
+            if any(_is_aggregate(v) for v in vals):
+                a, b = vals
+                if not (_is_aggregate(a) and _is_aggregate(b)) or \
+                        a.kit_static() != b.kit_static():
+                    da = a.kit_describe() if _is_aggregate(a) else describe(a)
+                    db = b.kit_describe() if _is_aggregate(b) else describe(b)
+                    raise self.err(node, f"'{n}' is {da} on one path of this `if` and {db} "
+                                   "on the other", "keep one kind of block pointer (block "
+                                   "shape, order, element type) on both paths")
+                leaves = list(zip(a.kit_flatten(), b.kit_flatten()))
+                aggs[n] = (a, len(leaves))
+                for i, pair in enumerate(leaves):
+                    merged.append((f"{n}.{i}", list(pair)))
+                    types.append(self._merge_type(n, list(pair), node))
+                continue
+            merged.append((n, vals))
+            types.append(self._merge_type(n, vals, node))
+        for k, (blk, _) in enumerate(branches):
             self.b.blocks.append(blk)
             try:
-                ys = [self._coerce(sc[n], t, node, n) for n, t in zip(merged, types)]
+                ys = [self._coerce(vals[k], t, node, n.split(".")[0])
+                      for (n, vals), t in zip(merged, types)]
                 self.b.emit("yield", ys, [])
             finally:
                 self.b.blocks.pop()
@@ -154,9 +173,16 @@ class StatementsMixin:
         op = self.b.if_op(cond, types, branches[0][0], branches[1][0])
         if roles is not None:
             op.attrs["roles"] = roles
-        for n, r in zip(merged, op.results):
+        for (n, _), r in zip(merged, op.results):
             r.name = n
-            self.scope[n] = r
+        results = iter(op.results)
+        for n in dict.fromkeys(m.split(".")[0] if m.split(".")[0] in aggs else m
+                               for m, _ in merged):
+            if n in aggs:
+                init, k = aggs[n]
+                self.scope[n] = init.kit_rebuild([next(results) for _ in range(k)])
+            else:
+                self.scope[n] = next(results)
 
     def _scalar_cond(self, cond: Value, test: ast.expr, what: str) -> Value:
         """`cond` as an i1 scalar (a run-time condition of an if or a while)."""
@@ -584,6 +610,11 @@ def _pair_leaves(a: Any, b: Any, out: list) -> Any:
         if any(f is None for f in subs):
             return None
         return lambda it: tuple(f(it) for f in subs)
+    if _is_aggregate(a) or _is_aggregate(b):  # block pointers: their run-time leaves
+        if not (_is_aggregate(a) and _is_aggregate(b)) or a.kit_static() != b.kit_static():
+            return None
+        subs = [_pair_leaves(x, y, out) for x, y in zip(a.kit_flatten(), b.kit_flatten())]
+        return lambda it: a.kit_rebuild([f(it) for f in subs])
     if (a is None) != (b is None):
         return None
     out.append((a, b))

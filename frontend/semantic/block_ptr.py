@@ -60,14 +60,37 @@ class BlockPointer:
 
 
 class TensorDescriptor(BlockPointer):
-    """`kit.make_tensor_descriptor(...)`: a row-major tensor whose blocks `desc.load(offsets)`
-    reads and `desc.store(offsets, value)` writes; lowered onto masked pointer loads and
-    stores (always bounds-checked, out-of-bounds reads give 0), not TMA."""
+    """`kit.make_tensor_descriptor(...)`, or a host `TensorDescriptor` kernel argument: a
+    row-major tensor whose blocks `desc.load(offsets)` reads and `desc.store(offsets, value)`
+    writes, bounds-checked on every dim (out-of-bounds reads give 0, or NaN with padding
+    "nan"; out-of-bounds writes are dropped). Lowered onto masked pointer loads and stores;
+    a host descriptor's 2-d blocks go through TMA where the target has it (`tma_param`, the
+    kernel parameter, set by build_kernel_ir when it compiles for sm_90a)."""
 
     kind = "tensor descriptor"
 
+    def __init__(self, base: Value, shape: list, strides: list, offsets: list,
+                 block_shape: tuple, order: tuple, padding: str = "zero",
+                 tma_param: str | None = None):
+        super().__init__(base, shape, strides, offsets, block_shape, order)
+        self.padding, self.tma_param = padding, tma_param
+
+    def kit_rebuild(self, leaves: list) -> TensorDescriptor:
+        bp = super().kit_rebuild(leaves)
+        return TensorDescriptor(bp.base, bp.shape, bp.strides, bp.offsets, self.block_shape,
+                                self.order, self.padding, self.tma_param)
+
+    def kit_static(self) -> tuple:
+        return (*super().kit_static(), self.padding, self.tma_param)
+
     def kit_methods(self) -> dict:
         return {"load": self._load, "store": self._store}
+
+    def kit_attrs(self) -> dict:
+        """What a kernel reads of a descriptor, as Triton's tensor_descriptor: dtype is the
+        element type."""
+        return {"dtype": self.dtype.element_ty, "block_shape": list(self.block_shape),
+                "shape": list(self.shape), "strides": list(self.strides)}
 
     def _at(self, cg, offsets, node) -> BlockPointer:
         offs = _ints(cg, offsets, len(self.block_shape), "offsets", node, int32)
@@ -77,13 +100,25 @@ class TensorDescriptor(BlockPointer):
     def _load(self, cg, args, kwargs, node):
         offsets = _one_arg(cg, args, kwargs, "offsets", node, "desc.load(offsets)")
         bp = self._at(cg, offsets, node)
-        return load_block(cg.b, bp, tuple(range(len(self.block_shape))), "zero")
+        if self.tma_param is not None and self.padding == "zero":
+            from .tma_desc import tma_desc_load
+
+            v = tma_desc_load(cg.b, self, bp.offsets)
+            if v is not None:
+                return v
+        return load_block(cg.b, bp, tuple(range(len(self.block_shape))), self.padding)
 
     def _store(self, cg, args, kwargs, node):
         if len(args) != 2 or kwargs:
             raise cg.err(node, "desc.store(offsets, value) takes two arguments")
         bp = self._at(cg, args[0], node)
-        store_block(cg.b, bp, args[1], tuple(range(len(self.block_shape))))
+        value = args[1]
+        if self.tma_param is not None:
+            from .tma_desc import tma_desc_store
+
+            if tma_desc_store(cg.b, self, bp.offsets, value):
+                return
+        store_block(cg.b, bp, value, tuple(range(len(self.block_shape))))
 
 
 def _one_arg(cg, args, kwargs, name, node, usage):

@@ -7,12 +7,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from kitjit.ir.core import Value
+from kitjit.ir.core import Op, Value
 from kitjit.ir.registry import typing_rule
-from kitjit.ir.types import bfloat16, float16, float32
+from kitjit.ir.types import bfloat16, float8e4nv, float8e5, float16, float32
 
 from .base import _describe, _shape
 from .call_rules import Call, call_rule
+
+_FP8_MMA = (float8e4nv, float8e5)   # wgmma's e4m3 and e5m2
+
+
+def _is_trans(v: Value) -> bool:
+    """A `.T` view of a shared tile (odd number of transposes)."""
+    n = 0
+    while isinstance(v.owner, Op) and v.owner.name == "smem_trans":
+        n, v = n + 1, v.owner.operands[0]
+    return n % 2 == 1
 
 
 class DotOps:
@@ -62,17 +72,41 @@ class DotOps:
                              "load it with kit.tma_load into kit.shared(...)")
         (M, K), (K2, N) = a.shape, b.shape
         nw = self.warps
-        if a.dtype not in (float16, bfloat16) or a.dtype is not b.dtype:
-            raise self.error(f"kit.mma takes fp16 or bf16 tiles of one dtype, got {a.dtype} "
-                             f"and {b.dtype}")
+        fp8 = a.dtype in _FP8_MMA and b.dtype in _FP8_MMA
+        if not fp8 and (a.dtype not in (float16, bfloat16) or a.dtype is not b.dtype):
+            raise self.error(f"kit.mma takes fp16 or bf16 tiles of one dtype, or fp8 tiles "
+                             f"(float8e4nv / float8e5, mixed allowed), got {a.dtype} and "
+                             f"{b.dtype}")
         if K != K2:
             raise self.error(f"kit.mma: inner dims differ: a is {_shape(a.shape)}, b is "
                              f"{_shape(b.shape)}")
-        if nw % 4 or M % (16 * nw) or K % 16 or N % 8 or N > 256:
+        kstep = 32 if fp8 else 16     # one wgmma instruction reads 32 bytes of K per row
+        if self.fn.attrs.get("target"):  # Ampere/Ada: mma.sync m16n8k16 (frontend/ampere.py)
+            if fp8:
+                raise self.error(f"kit.mma with fp8 tiles needs Hopper's wgmma; on "
+                                 f"{self.fn.attrs['target']} it is not supported yet",
+                                 "use kit.dot on fp8 register tiles (it upcasts to fp16)")
+            if M % 16 or K % 16 or N % 8 or N > 256:
+                raise self.error(f"kit.mma on {self.fn.attrs['target']} needs M and K "
+                                 f"multiples of 16 and N a multiple of 8 up to 256 (mma.sync "
+                                 f"m16n8k16); got M={M}, N={N}, K={K}")
+        elif nw % 4 or M % (16 * nw) or K % kstep or N % 8 or N > 256:
             raise self.error(f"kit.mma needs num_warps a multiple of 4 (warpgroups), M a "
                              f"multiple of 16*num_warps (64 rows per warpgroup), K a multiple "
-                             f"of 16 and N a multiple of 8 up to 256; got M={M}, N={N}, K={K}, "
-                             f"num_warps={nw}")
+                             f"of {kstep} and N a multiple of 8 up to 256; got M={M}, N={N}, "
+                             f"K={K}, num_warps={nw}")
+        if fp8:
+            # Hopper's fp8 wgmma has no transpose bits: both operands must be K-major in
+            # shared memory (A stored [M, K], B stored [N, K] and passed as b[s].T)
+            if not a.type.is_shared or _is_trans(a):
+                raise self.error("kit.mma with fp8 takes A from a shared tile stored [M, K] "
+                                 "(K contiguous); fp8 A from registers or transposed is not "
+                                 "supported yet")
+            if not _is_trans(b):
+                raise self.error("kit.mma with fp8 needs B K-major: store it [N, K] in shared "
+                                 "memory and pass the .T view",
+                                 "b = kit.shared((STAGES, BN, BK), ...); kit.mma(a[s], b[s].T, "
+                                 "acc)")
         if not isinstance(acc, Value) or acc.shape != (M, N) or acc.dtype is not float32:
             raise self.error(f"kit.mma: acc must be an fp32 register tile of shape [{M}, {N}], "
                              f"got {_describe(acc)}",

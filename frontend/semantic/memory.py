@@ -154,6 +154,10 @@ def _load(c: Call) -> Any:
     if c.args["boundary_check"] or c.args["padding_option"]:
         raise c.err("boundary_check and padding_option apply to block pointers only",
                     "use mask= and other= with a tile of pointers")
+    if isinstance(p, Value) and p.type.is_shared:
+        if c["mask"] is not None or c["other"] is not None:
+            raise c.err("kit.load of a shared tile takes no mask or other")
+        return c.b.smem_load(p)
     return c.b.load(p, c["mask"], c["other"])
 
 
@@ -168,6 +172,10 @@ def _store(c: Call) -> Any:
         return store_block(c.b, p, c["value"], c.const("boundary_check"))
     if c.args["boundary_check"]:
         raise c.err("boundary_check applies to block pointers only", "use mask=")
+    if isinstance(p, Value) and p.type.is_shared:
+        if c["mask"] is not None:
+            raise c.err("kit.store into a shared tile takes no mask")
+        return c.b.smem_store(p, c["value"])
     return c.b.store(p, c["value"], c["mask"])
 
 

@@ -39,6 +39,9 @@ class ReductionOps:
                 v = self.reduce(kind, v, len(v.shape) - 1)
             return v
         axis = self.reduction_axis(x, axis)
+        fp8 = x.dtype if x.dtype.is_fp8() else None
+        if fp8 is not None:  # fp8 upcasts (as Triton's max/min); a sum rounds back once
+            x = self.cast(x, float32)
         if kind == "sum":
             dt = x.dtype
             if dt.is_bool() or dt.is_int() and dt.bits < 32:
@@ -48,6 +51,8 @@ class ReductionOps:
         out_dt = int32 if kind in ("argmax", "argmin") else x.dtype
         shape = x.shape[:axis] + x.shape[axis + 1:]
         r = self.emit1("reduce", [x], TileType(out_dt, shape), {"kind": kind, "axis": axis})
+        if fp8 is not None and kind == "sum":  # Triton's result dtype: the input's
+            r = self.cast(r, fp8)
         if keep_dims:
             r = self.expand_dims(r, axis)
         return r

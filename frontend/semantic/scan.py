@@ -103,16 +103,20 @@ def _cum(c: Call) -> Any:
     dt = c.const("dtype") if c.name == "cumsum" else None
     if dt is not None and not isinstance(dt, DType):
         raise c.err(f"{what}: dtype must be a kit dtype, got {_describe(dt)}")
+    fp8 = x.dtype if x.dtype.is_fp8() and dt is None else None
     if dt is None:
         dt = _sum_dtype(x.dtype) if c.name == "cumsum" else \
             (float32 if x.dtype is bfloat16 else None)
+    if fp8 is not None:  # computed in fp32, each result rounded to the input's fp8 (Triton's)
+        dt = float32
     if dt is not None:
         x = c.b.cast(x, dt)
     if x.dtype.is_bool():  # cumprod of bools: and
         region = _binary_region(c, what, "and", x.dtype)
     else:
         region = _binary_region(c, what, "add" if c.name == "cumsum" else "mul", x.dtype)
-    return c.b.scan([x], c.const("axis"), region, bool(c.const("reverse")))[0]
+    r = c.b.scan([x], c.const("axis"), region, bool(c.const("reverse")))[0]
+    return r if fp8 is None else c.b.cast(r, fp8)
 
 
 @call_rule("sort", lambda x, dim=None, descending=False: None)

@@ -1,7 +1,9 @@
 """Level 2 (Hopper): shared tiles, mbarriers, TMA copies, warpgroup roles and barriers.
 
 Call rules: kit.shared, kit.mbarriers, kit.mbarrier_arrive, kit.mbarrier_wait,
-kit.tma_load, kit.tma_store, kit.warpgroup_id, kit.setmaxnreg, kit.barrier.
+kit.tma_load, kit.tma_store, kit.warpgroup_id, kit.setmaxnreg, kit.barrier. kit.load and
+kit.store of a shared tile (smem_load, smem_store) are typed here and called from the memory
+family's rules.
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ class TmaOps:
         return entry["desc"]
 
     @typing_rule("tma_load")
-    def tma_load(self, dst: Any, tensor: Any, coords: Any, bar: Any) -> None:
+    def tma_load(self, dst: Any, tensor: Any, coords: Any, bar: Any, sync: Any = True) -> None:
         if not isinstance(dst, Value) or not dst.type.is_shared or len(dst.shape) != 2 or \
                 (isinstance(dst.owner, Op) and dst.owner.name == "smem_trans"):
             raise self.error(f"kit.tma_load: 'dst' must be a 2-d shared tile (a stage a[s]), "
@@ -106,9 +108,14 @@ class TmaOps:
         if not isinstance(bar, Value) or bar.dtype is not mbarrier or bar.shape != ():
             raise self.error(f"kit.tma_load: 'barrier' must be one mbarrier (bars[s]), got "
                              f"{_describe(bar)}")
+        if not isinstance(sync, bool):
+            raise self.error(f"kit.tma_load: sync must be a constexpr True or False, got "
+                             f"{_describe(sync)}")
         desc = self.tma_desc_arg(tensor, dst.shape, "kit.tma_load")
-        self.emit("tma_load", [dst, desc, *cs, bar], [],
-                  {"bytes": dst.type.numel * dst.dtype.itemsize})
+        attrs = {"bytes": dst.type.numel * dst.dtype.itemsize}
+        if not sync:  # the caller knows no thread still reads dst (no barrier before it)
+            attrs["nosync"] = True
+        self.emit("tma_load", [dst, desc, *cs, bar], [], attrs)
 
     @typing_rule("smem_trans")
     def smem_trans(self, x: Value) -> Value:
@@ -117,8 +124,37 @@ class TmaOps:
                              f"{_shape(x.shape)}")
         return self.emit1("smem_trans", [x], TileType(x.dtype, x.shape[::-1], space="smem"))
 
+    @typing_rule("smem_store")
+    def smem_store(self, dst: Value, value: Any) -> None:
+        """kit.store(a[s], x): register tile x into shared tile a[s] (or its .T view)."""
+        if len(dst.shape) != 2:
+            raise self.error(f"kit.store into shared memory needs a 2-d tile (a stage a[s]), "
+                             f"got shape {_shape(dst.shape)}")
+        if not isinstance(value, Value):
+            value = self.full(dst.shape, value, dst.dtype)
+        if value.type.is_shared:
+            raise self.error("kit.store into shared memory takes a register tile, got a shared "
+                             "tile", "kit.load it first")
+        if value.shape != dst.shape:
+            value = self.broadcast_to(value, dst.shape) if value.type.is_scalar else value
+        if value.shape != dst.shape:
+            raise self.error(f"kit.store: a tile of shape {_shape(value.shape)} does not fit "
+                             f"the shared tile of shape {_shape(dst.shape)}")
+        if value.dtype is not dst.dtype:
+            value = self.cast(value, dst.dtype)
+        self.emit("smem_store", [dst, value], [])
+
+    @typing_rule("smem_load")
+    def smem_load(self, src: Value) -> Value:
+        """kit.load(a[s]): shared tile a[s] (or its .T view) into registers (also what a host
+        descriptor's TMA load gives: frontend/semantic/tma_desc.py)."""
+        if len(src.shape) != 2:
+            raise self.error(f"kit.load from shared memory needs a 2-d tile (a stage a[s]), "
+                             f"got shape {_shape(src.shape)}")
+        return self.emit1("smem_load", [src], TileType(src.dtype, src.shape))
+
     @typing_rule("tma_store")
-    def tma_store(self, tensor: Any, coords: Any, value: Any) -> None:
+    def tma_store(self, tensor: Any, coords: Any, value: Any, reduce: Any = None) -> None:
         if not isinstance(value, Value) or value.type.is_shared or len(value.shape) != 2:
             raise self.error(f"kit.tma_store stores a 2-d register tile, got {_describe(value)}")
         if isinstance(tensor, Value) and tensor.dtype.is_ptr() and \
@@ -131,11 +167,23 @@ class TmaOps:
             if not is_pow2(s) or s > 256:
                 raise self.error(f"kit.tma_store: tile dims must be powers of two up to 256, "
                                  f"got {_shape(value.shape)}")
+        if reduce is not None and self.fn.attrs.get("target"):
+            raise self.error(f"kit.tma_store(reduce=...) is not supported on "
+                             f"{self.fn.attrs['target']} yet (Hopper's TMA reduce-add)",
+                             "use kit.atomic_add with a tile of pointers")
+        if reduce is not None and reduce != "add":
+            raise self.error(f"kit.tma_store: reduce={reduce!r} is not supported yet (only "
+                             "'add', the TMA's reduce-add)")
+        if reduce == "add" and value.dtype.name not in ("fp32", "fp16", "bf16"):
+            raise self.error(f"kit.tma_store(reduce='add') adds fp32, fp16 or bf16 tiles, got "
+                             f"{value.dtype}")
         cs = [self.cast(c, int32) if isinstance(c, Value) else self.constant(c, int32)
               for c in coords]
         desc = self.tma_desc_arg(tensor, value.shape, "kit.tma_store")
-        staging = self.emit1("smem_alloc", [], TileType(value.dtype, value.shape, space="smem"))
-        self.emit("tma_store", [desc, *cs, value, staging], [])
+        staging = self.emit1("smem_alloc", [], TileType(value.dtype, value.shape, space="smem"),
+                             {"staging": True})
+        self.emit("tma_store", [desc, *cs, value, staging], [],
+                  {"reduce": reduce} if reduce else None)
 
     @typing_rule("mbar_wait")
     def mbarrier_wait(self, bar: Any, phase: Any) -> None:
@@ -188,9 +236,9 @@ def _setmaxnreg(c: Call) -> Any:
     return None
 
 
-@call_rule("tma_load", lambda dst, tensor, coords, barrier: None)
+@call_rule("tma_load", lambda dst, tensor, coords, barrier, sync=True: None)
 def _tma_load(c: Call) -> Any:
-    return c.b.tma_load(c["dst"], c["tensor"], c["coords"], c["barrier"])
+    return c.b.tma_load(c["dst"], c["tensor"], c["coords"], c["barrier"], c.const("sync"))
 
 
 @call_rule("mbarrier_wait", lambda barrier, phase: None)
@@ -198,9 +246,10 @@ def _mbarrier_wait(c: Call) -> Any:
     return c.b.mbarrier_wait(c["barrier"], c["phase"])
 
 
-@call_rule("tma_store", lambda tensor, coords, value: None)
+@call_rule("tma_store", lambda tensor, coords, value, reduce=None: None)
 def _tma_store(c: Call) -> Any:
-    return c.b.tma_store(c["tensor"], c["coords"], c["value"])
+    return c.b.tma_store(c["tensor"], c["coords"], c["value"],
+                         c.const("reduce", "a constant string"))
 
 
 @call_rule("barrier", lambda: None)

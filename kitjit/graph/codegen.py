@@ -1,12 +1,14 @@
-"""kitjit source for one fused group of graph nodes: row kernels (elementwise chains,
-reductions, softmax and norms along one axis, whole rows in registers), matmul kernels
-(kit.dot over K tiles, rms_norm prologue, several matmuls sharing A, elementwise epilogue)
-and attention kernels (matmul -> elementwise -> softmax -> matmul with online softmax,
-split over the keys with a combine kernel). Shapes and strides are baked in as constants."""
+"""kitjit source for fused groups: the shared helpers (tile pointers laid out the way memory
+runs, masks only where a tile can leave the tensor, elementwise formulas) and the row
+kernels (elementwise chains, reductions, softmax and norms along one axis, whole rows in
+registers). Matmul kernels are in codegen_mm.py, attention in codegen_attn.py. Shapes and
+strides are baked in as constants, so the source reads like a kernel written for one
+problem."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -28,9 +30,118 @@ def buf(t: Tensor) -> str:
 
 def aligned_strides(t: Tensor, space) -> list[int]:
     """t's stride along each axis of `space` (right-aligned broadcast; 0 where t is 1)."""
-    st, sh = buffer_strides(t), t.shape
-    off = len(space) - len(sh)
-    return [0 if i < off or sh[i - off] == 1 else st[i - off] for i in range(len(space))]
+    return Access.of(t).aligned(space)
+
+
+@dataclass
+class Access:
+    """A buffer read or written as a tensor of `shape` with `strides` (elements)."""
+
+    name: str
+    shape: tuple
+    strides: tuple
+
+    @classmethod
+    def of(cls, t: Tensor) -> Access:
+        return cls(buf(t), t.shape, buffer_strides(t))
+
+    def aligned(self, space) -> list[int]:
+        st, sh = self.strides, self.shape
+        off = len(space) - len(sh)
+        return [0 if i < off or sh[i - off] == 1 else st[i - off] for i in range(len(space))]
+
+
+@dataclass
+class Index:
+    """A 1-D index vector `name` that walks `axes` of a space (flattened row-major; the
+    product of their sizes is `size`), valid where `mask` holds (None: always)."""
+
+    name: str
+    axes: tuple
+    mask: str | None = None
+
+    def offset(self, acc: Access, space) -> str:
+        st = acc.aligned(space)
+        return flat_offset([space[a] for a in self.axes], [st[a] for a in self.axes],
+                           self.name)
+
+
+def _col(e: str, name: str, where: str) -> str:
+    """`e` (an offset expression of index `name`) broadcast along a 2-D tile."""
+    if e == "0":
+        e = f"{name} * 0"      # pointers must have the tile's full shape (Triton's rule)
+    if not e.replace("_", "").isalnum():
+        e = f"({e})"
+    return f"{e}{where}"
+
+
+def tile_ptr(acc: Access, space, b: Index | None, r: Index, c: Index
+             ) -> tuple[str, str | None, bool]:
+    """(pointers, mask, transposed) of the [r, c] tile of `acc` seen in `space`; batch
+    axes follow `b`. transposed: memory runs along r, so the pointers are built as the
+    [c, r] tile (each thread's run stays contiguous: 16-byte loads) and the caller
+    transposes the loaded tile in registers (kit.trans)."""
+    ro, co = r.offset(acc, space), c.offset(acc, space)
+    parts = [acc.name]
+    if b is not None:
+        bo = b.offset(acc, space)
+        if bo != "0":
+            parts.append(bo if bo.replace("_", "").isalnum() or " " not in bo else f"({bo})")
+    trans = ro == r.name and co != c.name
+    if trans:
+        r, c, ro, co = c, r, co, ro
+    parts += [_col(ro, r.name, "[:, None]"), _col(co, c.name, "[None, :]")]
+    masks = [f"({m})[:, None]" if " " in m else f"{m}[:, None]" for m in [r.mask] if m] + \
+        [f"({m})[None, :]" if " " in m else f"{m}[None, :]" for m in [c.mask] if m]
+    return " + ".join(parts), " & ".join(masks) or None, trans
+
+
+def load_tile(acc: Access, space, b: Index | None, r: Index, c: Index,
+              other: str = "0.0") -> str:
+    p, m, trans = tile_ptr(acc, space, b, r, c)
+    e = f"kit.load({p}, mask={m}, other={other})" if m else f"kit.load({p})"
+    return f"kit.trans({e})" if trans else e
+
+
+def load_vec(acc: Access, space, b: Index | None, r: Index, other: str = "0.0",
+             extra: str = "0") -> str:
+    """The 1-D tile of `acc` along r (plus the scalar offset `extra`)."""
+    parts = [acc.name]
+    for o in (b.offset(acc, space) if b is not None else "0", extra):
+        if o != "0":
+            parts.append(f"({o})" if " " in o else o)
+    ro = r.offset(acc, space)
+    parts.append(f"{r.name} * 0" if ro == "0" else ro)
+    p = " + ".join(parts)
+    return f"kit.load({p}, mask={r.mask}, other={other})" if r.mask else f"kit.load({p})"
+
+
+def store_tile(acc: Access, space, b: Index | None, r: Index, c: Index, value: str) -> str:
+    """A store of the [r, c] tile `value` (fp32 or any dtype: converted to the buffer's)."""
+    ro, co = r.offset(acc, space), c.offset(acc, space)
+    parts = [acc.name]
+    if b is not None and (bo := b.offset(acc, space)) != "0":
+        parts.append(f"({bo})" if " " in bo else bo)
+    parts += [_col(ro, r.name, "[:, None]"), _col(co, c.name, "[None, :]")]
+    masks = [f"({m})[:, None]" if " " in m else f"{m}[:, None]" for m in [r.mask] if m] + \
+        [f"({m})[None, :]" if " " in m else f"{m}[None, :]" for m in [c.mask] if m]
+    v = f"{value}.to({acc.name}.dtype.element_ty)"
+    m = " & ".join(masks)
+    return f"kit.store({' + '.join(parts)}, {v}, mask={m})" if m else \
+        f"kit.store({' + '.join(parts)}, {v})"
+
+
+def lin(i: str, n: int, j) -> str:
+    """`i * n + j`, written short when n is 1 or j is 0."""
+    e = i if n == 1 else f"{i} * {n}"
+    e = e if j in (0, "0") else f"{e} + {j}"
+    return e if e == i else f"({e})"
+
+
+def bound(name: str, n: int, block: int, always: bool = False) -> str | None:
+    """The mask `name < n` of an index running over blocks of `block`, or None when every
+    block is whole."""
+    return f"{name} < {n}" if always or n % block else None
 
 
 def flat_offset(sizes, strides, idx: str) -> str:
@@ -188,181 +299,3 @@ def row_kernel(group, name: str) -> tuple[list[str], list[str]]:
     return kernel_header(name, args) + e.lines, launch
 
 
-# ----------------------------------------------------------------------------- matmuls
-class TileEmitter(Emitter):
-    """Values are [BM, BN] tiles of the output space (*batch, M, N)."""
-
-    def __init__(self, group, space):
-        super().__init__(group)
-        self.S = space
-
-    def boff(self, t: Tensor, space) -> str:
-        st = aligned_strides(t, space)
-        return flat_offset(space[:-2], st[:-2], "b")
-
-    def tile_ptr(self, t: Tensor, space, r: str, c: str) -> str:
-        st = aligned_strides(t, space)
-        parts = [buf(t)]
-        b = self.boff(t, space)
-        if b != "0":
-            parts.append(f"({b})")
-        for idx, s in ((r, st[-2]), (c, st[-1])):
-            # a zero stride (a dim of size 1) keeps its term: the pointers must have the
-            # tile's full shape, as a store's value never broadcasts them (Triton's rule)
-            parts.append(idx if s == 1 else f"{idx} * {s}")
-        return " + ".join(parts)
-
-    def load(self, x: Tensor) -> str:
-        p = self.tile_ptr(x, self.S, "rm[:, None]", "rn[None, :]")
-        return f"kit.load({p}, mask=mask, other=0.0)"
-
-
-def matmul_kernel(group, name: str) -> tuple[list[str], list[str]]:
-    mm0 = group.mms[0]
-    S = mm0.shape
-    M, N = S[-2], S[-1]
-    K = mm0.inputs[0].shape[-1]
-    BM, BN, BK = group.params["BM"], group.params["BN"], group.params["BK"]
-    e = TileEmitter(group, S)
-    nbn = -(-N // BN)
-    aspace = (*S[:-2], M, K)
-    bspace = (*S[:-2], K, N)
-    e.line("pid = kit.program_id(0)")
-    e.line("b = kit.program_id(1)")
-    e.line(f"rm = pid // {nbn} * {BM} + kit.arange(0, {BM})")
-    e.line(f"rn = pid % {nbn} * {BN} + kit.arange(0, {BN})")
-    e.line(f"rk = kit.arange(0, {BK})")
-    e.line(f"mask = (rm[:, None] < {M}) & (rn[None, :] < {N})")
-    pro = group.prologue
-    A = pro.inputs[0] if pro is not None else mm0.inputs[0]
-    a_ptr = e.tile_ptr(A, aspace, "rm[:, None]", "k[None, :]")
-    amask = f"(rm[:, None] < {M}) & (k[None, :] < {K})"
-    if pro is not None:   # rms_norm(x, w) @ B: a first pass over K for the row scale
-        e.line(f"ss = kit.zeros(({BM},), kit.float32)")
-        e.line(f"for k0 in range(0, {K}, {BK}):")
-        e.line("    k = k0 + rk")
-        e.line(f"    x = kit.load({a_ptr}, mask={amask}, other=0.0).to(kit.float32)")
-        e.line("    ss += kit.sum(x * x, axis=1)")
-        e.line(f"rstd = kit.rsqrt(ss / {K} + {pro.attrs['eps']!r})")
-    for i in range(len(group.mms)):
-        e.line(f"acc{i} = kit.zeros(({BM}, {BN}), kit.float32)")
-    e.line(f"for k0 in range(0, {K}, {BK}):")
-    e.line("    k = k0 + rk")
-    e.line(f"    a = kit.load({a_ptr}, mask={amask}, other=0.0)")
-    if pro is not None:
-        y = "a.to(kit.float32) * rstd[:, None]"
-        if pro.attrs["weight"]:
-            w = pro.inputs[1]
-            y += f" * kit.load({buf(w)} + k, mask=k < {K}, other=0.0).to(kit.float32)[None, :]"
-        e.line(f"    a = ({y}).to({KIT_DTYPE[mm0.dtype]})")
-    for i, mm in enumerate(group.mms):
-        B = mm.inputs[1]
-        b_ptr = e.tile_ptr(B, bspace, "k[:, None]", "rn[None, :]")
-        e.line(f"    w{i} = kit.load({b_ptr}, mask=(k[:, None] < {K}) & (rn[None, :] < {N}),"
-               " other=0.0)")
-        e.line(f"    acc{i} = kit.dot(a, w{i}, acc{i})")
-    for i, mm in enumerate(group.mms):
-        e.line(f"v{mm.id} = acc{i}")
-    for t in group.epilogue:
-        e.line(f"v{t.id} = {elementwise(t, [e.operand(x) for x in t.inputs])}")
-    for t in [*group.mms, *group.epilogue]:
-        if t.id in group.store_ids:
-            p = e.tile_ptr(t, S, "rm[:, None]", "rn[None, :]")
-            e.line(f"kit.store({p}, v{t.id}.to({buf(t)}.dtype.element_ty), mask=mask)")
-    args = group.args()
-    grid = f"({-(-M // BM) * nbn}, {math.prod(S[:-2])})"
-    launch = [f"{name}[{grid}]({', '.join(args)}, num_warps={group.params['num_warps']})"]
-    return kernel_header(name, args) + e.lines, launch
-
-
-# ----------------------------------------------------------------------------- attention
-def attention_kernel(group, name: str) -> tuple[list[str], list[str]]:
-    """O = softmax(f(Q @ K)) @ V, flash-decoding style: grid (M blocks, batch, SPLIT);
-    SPLIT > 1 writes fp32 partials (acc, max, sum) that a combine kernel merges."""
-    mm1, sm, mm2 = group.mm1, group.softmax, group.mm2
-    Q, Kt = mm1.inputs
-    V = mm2.inputs[1]
-    O = mm2
-    S = O.shape
-    batch = S[:-2]
-    M, Dv = S[-2], S[-1]
-    D, N = Q.shape[-1], Kt.shape[-1]
-    BM, BN, SPLIT = group.params["BM"], group.params["BN"], group.params["SPLIT"]
-    DP, DVP = p2(D, 16), p2(Dv, 16)
-    nb = -(-N // BN)
-    chunk = -(-nb // SPLIT) * BN
-    e = TileEmitter(group, S)
-    qs, ks, vs = (*batch, M, D), (*batch, D, N), (*batch, N, Dv)
-    e.line("pm = kit.program_id(0)")
-    e.line("b = kit.program_id(1)")
-    e.line("sp = kit.program_id(2)")
-    e.line(f"rm = pm * {BM} + kit.arange(0, {BM})")
-    e.line(f"rd = kit.arange(0, {DP})")
-    e.line(f"rv = kit.arange(0, {DVP})")
-    e.line(f"q = kit.load({e.tile_ptr(Q, qs, 'rm[:, None]', 'rd[None, :]')}, "
-           f"mask=(rm[:, None] < {M}) & (rd[None, :] < {D}), other=0.0)")
-    e.line(f"m_i = kit.full(({BM},), -float('inf'), kit.float32)")
-    e.line(f"l_i = kit.zeros(({BM},), kit.float32)")
-    e.line(f"acc = kit.zeros(({BM}, {DVP}), kit.float32)")
-    e.line(f"for n0 in range(sp * {chunk}, kit.minimum(sp * {chunk} + {chunk}, {N}), {BN}):")
-    e.line(f"    rn = n0 + kit.arange(0, {BN})")
-    e.line(f"    kt = kit.load({e.tile_ptr(Kt, ks, 'rd[:, None]', 'rn[None, :]')}, "
-           f"mask=(rd[:, None] < {D}) & (rn[None, :] < {N}), other=0.0)")
-    e.line(f"    v{mm1.id} = kit.dot(q, kt)")
-    for t in group.chain:
-        e.line(f"    v{t.id} = {elementwise(t, [e.operand(x) for x in t.inputs])}")
-    s = f"v{sm.inputs[0].id}"
-    e.line(f"    s = kit.where(rn[None, :] < {N}, {s}, -float('inf'))")
-    e.line("    m_new = kit.maximum(m_i, kit.max(s, axis=1))")
-    e.line(f"    p = kit.exp2((s - m_new[:, None]) * {LOG2E})")
-    e.line(f"    alpha = kit.exp2((m_i - m_new) * {LOG2E})")
-    e.line("    l_i = l_i * alpha + kit.sum(p, axis=1)")
-    e.line(f"    v = kit.load({e.tile_ptr(V, vs, 'rn[:, None]', 'rv[None, :]')}, "
-           f"mask=(rn[:, None] < {N}) & (rv[None, :] < {Dv}), other=0.0)")
-    e.line(f"    acc = kit.dot(p.to({KIT_DTYPE[V.dtype]}), v, acc * alpha[:, None])")
-    e.line("    m_i = m_new")
-    omask = f"(rm[:, None] < {M}) & (rv[None, :] < {Dv})"
-    nbatch = math.prod(batch)
-    args = group.args()
-    grid = f"({-(-M // BM)}, {nbatch}, {SPLIT})"
-    nw = group.params["num_warps"]
-    if SPLIT == 1:
-        e.line(f"kit.store({e.tile_ptr(O, S, 'rm[:, None]', 'rv[None, :]')}, "
-               f"(acc / l_i[:, None]).to({buf(O)}.dtype.element_ty), mask={omask})")
-        return kernel_header(name, args) + e.lines, [
-            f"{name}[{grid}]({', '.join(args)}, num_warps={nw})"]
-    # partials: W_acc[sp, b, m, dv], W_m / W_l[sp, b, m] (fp32, contiguous)
-    ws = f"(sp * {nbatch} + b) * {M} + rm"
-    e.line(f"kit.store(wacc + ({ws})[:, None] * {Dv} + rv[None, :], acc, mask={omask})")
-    e.line(f"kit.store(wm + {ws}, m_i, mask=rm < {M})")
-    e.line(f"kit.store(wl + {ws}, l_i, mask=rm < {M})")
-    SP = p2(SPLIT)
-    cargs = ["wacc", "wm", "wl", buf(O)]
-    comb = kernel_header(f"{name}_combine", cargs) + [
-        "    row = kit.program_id(0)   # b * M + m",
-        f"    rs = kit.arange(0, {SP})",
-        f"    rv = kit.arange(0, {DVP})",
-        f"    ms = kit.load(wm + rs * {nbatch * M} + row, mask=rs < {SPLIT}, "
-        "other=-float('inf'))",
-        f"    ls = kit.load(wl + rs * {nbatch * M} + row, mask=rs < {SPLIT}, other=0.0)",
-        "    m = kit.max(ms, axis=0)",
-        f"    w = kit.exp2((ms - m) * {LOG2E})",
-        f"    a = kit.load(wacc + (rs[:, None] * {nbatch * M} + row) * {Dv} + rv[None, :], "
-        f"mask=(rs[:, None] < {SPLIT}) & (rv[None, :] < {Dv}), other=0.0)",
-        "    o = kit.sum(a * w[:, None], axis=0) / kit.sum(ls * w, axis=0)",
-        f"    b = row // {M}",
-        f"    rm = row % {M}",
-        f"    kit.store({e.tile_ptr(O, S, 'rm', 'rv')}, o.to({buf(O)}.dtype.element_ty), "
-        f"mask=rv < {Dv})",
-    ]
-    dev = f"{buf(O)}.device"
-    launch = [
-        f"wacc = torch.empty(({SPLIT}, {nbatch}, {M}, {Dv}), dtype=torch.float32, "
-        f"device={dev})",
-        f"wm = torch.empty(({SPLIT}, {nbatch}, {M}), dtype=torch.float32, device={dev})",
-        f"wl = torch.empty(({SPLIT}, {nbatch}, {M}), dtype=torch.float32, device={dev})",
-        f"{name}[{grid}]({', '.join(args)}, wacc, wm, wl, num_warps={nw})",
-        f"{name}_combine[({nbatch * M},)]({', '.join(cargs)}, num_warps=4)",
-    ]
-    header = kernel_header(name, [*args, "wacc", "wm", "wl"])
-    return header + e.lines + [""] + comb, launch

@@ -1,22 +1,34 @@
-"""The search space: how the graph's nodes split into kernels (fusion boundaries), each
-kernel's tile shapes and grid (split-KV for decode attention), pruned by shared-memory and
-register budgets and ranked by a roofline cost model of the H100 (bytes at ~3 TB/s, tensor
-FLOPs at ~700 TFLOP/s, a launch cost per kernel, idle SMs when the grid is small)."""
+"""Fusion plans: how the graph's nodes split into kernels. A group is one kernel (plus, for
+split-K / split-KV, its combine kernel) of one of three kinds:
+
+- row: elementwise chains, reductions, softmax and norms along one axis (rows in registers);
+- matmul: kit.dot over K tiles, with an rms_norm prologue on A, several matmuls sharing A
+  (the gated MLP), a low-rank chain on the same A (LoRA: x W + (x A) B) and an elementwise
+  epilogue;
+- attention: matmul -> elementwise with scalars -> softmax -> matmul (online softmax), with
+  rms_norm prologues on Q, K and V (QK-normalization).
+
+`partitions(g)` lists the distinct plans, the most fused first and one kernel per op last;
+the tile and grid choices of each group are in space.py, the kitjit source in codegen*.py."""
 
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import dataclass, field
 
-import torch
-
-from . import codegen
-from .graph import ELEMENTWISE_BINARY, ELEMENTWISE_UNARY, REDUCTIONS, ROW_OPS, KernelGraph, Tensor
+from .graph import (
+    ELEMENTWISE_BINARY,
+    ELEMENTWISE_UNARY,
+    REDUCTIONS,
+    ROW_OPS,
+    KernelGraph,
+    Tensor,
+    buffer_strides,
+    contiguous_strides,
+)
 
 ELEMENTWISE = ELEMENTWISE_BINARY + ELEMENTWISE_UNARY
-HBM_BPS, TENSOR_FLOPS, LAUNCH_S, SMS = 3.0e12, 7.0e11 * 1e3, 4e-6, 132
-SMEM_BYTES, MAX_REGS = 227 * 1024, 200
+LOWRANK_MAX = 64          # x @ A with A's columns up to this many: kept in registers
 
 
 @dataclass(eq=False)
@@ -32,35 +44,42 @@ class Group:
     mms: list = field(default_factory=list)
     prologue: Tensor | None = None
     epilogue: list = field(default_factory=list)
+    lowrank: tuple | None = None   # (x @ A, (x @ A) @ B)
     # attention
     mm1: Tensor | None = None
     chain: list = field(default_factory=list)
     softmax: Tensor | None = None
     mm2: Tensor | None = None
+    norms: dict = field(default_factory=dict)   # "q" / "k" / "v" -> rms_norm node
 
     @property
     def node_ids(self) -> set:
         return {t.id for t in self.nodes}
 
     def loads(self) -> list[Tensor]:
+        """Tensors read from outside (a view of a node of the group is not one)."""
         ids, out = self.node_ids, []
         for t in self.nodes:
             for x in t.inputs:
-                if isinstance(x, Tensor) and x.id not in ids and x not in out:
+                if isinstance(x, Tensor) and x.base().id not in ids and x not in out:
                     out.append(x)
         return out
 
     def args(self) -> list[str]:
+        from .codegen import buf
+
         names = []
         for t in [*self.loads(), *(t for t in self.nodes if t.id in self.store_ids)]:
-            n = codegen.buf(t)
+            n = buf(t)
             if n not in names:
                 names.append(n)
         return names
 
+    def ops(self) -> str:
+        return "+".join(t.op for t in self.nodes)
+
     def describe(self) -> str:
-        ops = "+".join(t.op for t in self.nodes)
-        return f"{self.kind}[{ops}]{self.params}"
+        return f"{self.kind}[{self.ops()}]{self.params}"
 
 
 # ----------------------------------------------------------------------------- partitions
@@ -77,13 +96,11 @@ def consumers(g: KernelGraph) -> dict[int, list[Tensor]]:
 def row_space(t: Tensor):
     if t.op in REDUCTIONS or t.op == "softmax":
         return t.inputs[0].shape, t.attrs["dim"]
-    if t.op in ROW_OPS:
-        return t.shape, len(t.shape) - 1
     return t.shape, len(t.shape) - 1
 
 
 def partition(g: KernelGraph, attn: bool, prologue: bool, epilogue: bool, dual: bool,
-              merge_rows: bool) -> list[Group] | None:
+              merge_rows: bool, lowrank: bool) -> list[Group]:
     cons = consumers(g)
     outs = {t.base().id for t in g.outputs}
     owner: dict[int, Group] = {}
@@ -128,15 +145,17 @@ def partition(g: KernelGraph, attn: bool, prologue: bool, epilogue: bool, dual: 
                     owner[n.id] = grp
                 groups.append(grp)
                 continue
-            grp = Group("matmul", [], mms=[t])
-            a = t.inputs[0]
-            if dual:
+            grp = (_lowrank(t, cons, single_use, owner) if lowrank else None) or \
+                Group("matmul", [], mms=[t])
+            a = grp.mms[0].inputs[0]
+            if dual and grp.lowrank is None:
                 for o in cons[a.base().id]:
                     if (o is not t and o.op == "matmul" and o.inputs[0] is a
                             and o.shape == t.shape and o.id not in owner
                             and o.inputs[1].dtype == t.inputs[1].dtype):
                         grp.mms.append(o)
-            grp.nodes = sorted(grp.mms, key=lambda n: n.id)
+            lr = list(grp.lowrank or ())
+            grp.nodes = sorted(grp.mms + lr, key=lambda n: n.id)
             for n in grp.nodes:
                 owner[n.id] = grp
             groups.append(grp)
@@ -176,20 +195,8 @@ def partition(g: KernelGraph, attn: bool, prologue: bool, epilogue: bool, dual: 
                 groups.append(grp)
             continue
         raise NotImplementedError(f"op {t.op} is not supported yet by the search")
-    # prologue fusion: rms_norm whose only consumers are this group's matmuls on A
     if prologue:
-        for grp in groups:
-            if grp.kind != "matmul":
-                continue
-            a = grp.mms[0].inputs[0]
-            o = owner.get(a.id)
-            if (a.op == "rms_norm" and not a.is_view and o is not None and o.kind == "row"
-                    and o.nodes == [a] and a.id not in outs
-                    and all(c in grp.mms for c in cons[a.id])):
-                grp.prologue = a
-                grp.nodes.insert(0, a)
-                owner[a.id] = grp
-                groups.remove(o)
+        _absorb_norms(groups, owner, cons, outs)
     # stores: nodes needed outside their group or as outputs
     for grp in groups:
         ids = grp.node_ids
@@ -197,6 +204,71 @@ def partition(g: KernelGraph, attn: bool, prologue: bool, epilogue: bool, dual: 
             if t.id in outs or any(c.id not in ids or c.is_view for c in cons[t.id]):
                 grp.store_ids.add(t.id)
     return _order(groups, owner)
+
+
+def _absorb_norms(groups, owner, cons, outs) -> None:
+    """rms_norm prologues: a norm alone in its row group whose only (non-view) consumer is
+    a matmul or attention group's operand moves into that group."""
+    def lone_norm(x: Tensor, users) -> Tensor | None:
+        n = x.base()
+        o = owner.get(n.id)
+        if (n.op != "rms_norm" or o is None or o.kind != "row" or o.nodes != [n]
+                or n.id in outs or not _feeds_only(n, users, cons)):
+            return None
+        src = n.inputs[0]
+        if buffer_strides(src) != contiguous_strides(src.shape):
+            return None    # the operand's view strides assume the norm's contiguous buffer
+        return n
+
+    for grp in list(groups):
+        if grp.kind == "matmul":
+            a = grp.mms[0].inputs[0]
+            n = lone_norm(a, grp.mms + list(grp.lowrank or ())[:1])
+            if n is not None and a is n:
+                grp.prologue = n
+                _take(groups, owner, grp, n)
+        elif grp.kind == "attention":
+            q, kt, v = grp.mm1.inputs[0], grp.mm1.inputs[1], grp.mm2.inputs[1]
+            for role, x, users, dim in (("q", q, [grp.mm1], -1), ("k", kt, [grp.mm1], -2),
+                                        ("v", v, [grp.mm2], -1)):
+                if role == "k" and x.base() is q.base():
+                    continue
+                n = lone_norm(x, users)
+                # the operand's feature dim must walk the norm's last dim, whole
+                if (n is not None and buffer_strides(x)[dim] == 1
+                        and x.shape[dim] == n.shape[-1]):
+                    grp.norms[role] = n
+                    _take(groups, owner, grp, n)
+
+
+def _feeds_only(n: Tensor, users, cons) -> bool:
+    ok = [u.id for u in users]
+    return all(c.is_view or c.id in ok for c in cons[n.id]) and any(
+        c.id in ok for c in cons[n.id])
+
+
+def _take(groups, owner, grp: Group, n: Tensor) -> None:
+    groups.remove(owner[n.id])
+    grp.nodes.insert(0, n)
+    owner[n.id] = grp
+
+
+def _lowrank(t: Tensor, cons, single_use, owner) -> Group | None:
+    """D = x @ A (A narrow) whose one use is E = D @ B, beside a main C = x @ W of E's
+    shape (t is D or C): one group computes C and E from the same tiles of x (LoRA)."""
+    x = t.inputs[0]
+    sib = [c for c in cons[x.base().id] if c.op == "matmul" and c.inputs[0] is x
+           and c.id not in owner and c.inputs[1].dtype == t.inputs[1].dtype]
+    for d in sib:
+        if d.shape[-1] > LOWRANK_MAX or not single_use(d):
+            continue
+        e = cons[d.id][0]
+        if e.op != "matmul" or e.inputs[0] is not d or e.id in owner:
+            continue
+        for c in sib:
+            if c is not d and c.shape == e.shape and t in (c, d):
+                return Group("matmul", [], mms=[c], lowrank=(d, e))
+    return None
 
 
 def _red(S, a):
@@ -241,7 +313,7 @@ def _order(groups, owner) -> list[Group]:
             raise AssertionError("cycle in the fusion plan")
         for x in grp.loads():
             o = owner.get(x.base().id)
-            if o is not None:
+            if o is not None and o is not grp:
                 visit(o, (*stack, id(grp)))
         done.add(id(grp))
         out.append(grp)
@@ -251,152 +323,18 @@ def _order(groups, owner) -> list[Group]:
     return out
 
 
+def plan_name(groups: list[Group]) -> str:
+    return " | ".join(f"{grp.kind}({grp.ops()})" for grp in groups)
+
+
 def partitions(g: KernelGraph) -> list[tuple[str, list[Group]]]:
     """Distinct fusion plans, the most fused first; the last is one kernel per op."""
     seen, out = set(), []
-    for flags in itertools.product((True, False), repeat=5):
+    for flags in itertools.product((True, False), repeat=6):
         parts = partition(g, *flags)
         sig = tuple(tuple(t.id for t in grp.nodes) for grp in parts)
         if sig in seen:
             continue
         seen.add(sig)
-        out.append((" | ".join(f"{grp.kind}({'+'.join(t.op for t in grp.nodes)})"
-                               for grp in parts), parts))
+        out.append((plan_name(parts), parts))
     return out
-
-
-# ----------------------------------------------------------------------------- parameters
-def param_choices(grp: Group) -> list[dict]:
-    out = []
-    if grp.kind == "row":
-        C = grp.space[grp.axis]
-        R = math.prod(grp.space) // C
-        block = codegen.p2(C)
-        for rows in (1, 2, 4, 8, 16):
-            if rows > codegen.p2(R):
-                break
-            for nw in (1, 2, 4, 8, 16):
-                live = len(grp.nodes) + 2
-                if rows * block * live / (32 * nw) > MAX_REGS or rows * block < 32 * nw // 4:
-                    continue
-                out.append(dict(ROWS=rows, num_warps=nw))
-    elif grp.kind == "matmul":
-        M, N = grp.mms[0].shape[-2:]
-        for BM, BN, BK, nw in itertools.product((16, 32, 64, 128), (32, 64, 128),
-                                                (32, 64), (4, 8)):
-            if BM > codegen.p2(M, 16) or BN > codegen.p2(N, 32):
-                continue
-            n = len(grp.mms)
-            regs = (n * BM * BN + BM * BK + n * BK * BN) / (32 * nw)
-            smem = (BM * BK + n * BK * BN) * 2 * 3
-            if regs > MAX_REGS or smem > SMEM_BYTES:
-                continue
-            out.append(dict(BM=BM, BN=BN, BK=BK, num_warps=nw))
-    else:
-        M = grp.mm2.shape[-2]
-        N = grp.mm1.shape[-1]
-        D, Dv = grp.mm1.inputs[0].shape[-1], grp.mm2.shape[-1]
-        nb_max = -(-N // 16)
-        for BM, BN, split in itertools.product((16, 64, 128), (16, 32, 64, 128),
-                                               (1, 2, 4, 8, 16, 32, 64)):
-            if BM > codegen.p2(M, 16) or BN > codegen.p2(N, 16) or split > nb_max:
-                continue
-            nb = -(-N // BN)
-            if split > nb or (split - 1) * -(-nb // split) >= nb:
-                continue   # every split gets keys
-            nw = 4 if BM <= 64 else 8
-            regs = (BM * codegen.p2(Dv, 16) + 2 * BM * BN + BM * codegen.p2(D, 16)) / (32 * nw)
-            if regs > MAX_REGS:
-                continue
-            out.append(dict(BM=BM, BN=BN, SPLIT=split, num_warps=nw))
-    return out
-
-
-def cost(grp: Group, p: dict) -> float:
-    """Seconds, by a roofline of the H100: max(bytes / HBM, FLOPs / tensor cores), slowed by
-    the share of idle SMs when the grid is small, plus a launch."""
-    def nbytes(t):
-        return math.prod(t.shape) * t.dtype.itemsize
-
-    loads = sum(nbytes(x) for x in grp.loads())
-    stores = sum(nbytes(t) for t in grp.nodes if t.id in grp.store_ids)
-    flops, launches = 0.0, 1
-    if grp.kind == "row":
-        C = grp.space[grp.axis]
-        progs = -(-math.prod(grp.space) // C // p["ROWS"])
-    elif grp.kind == "matmul":
-        *batch, M, N = grp.mms[0].shape
-        K = grp.mms[0].inputs[0].shape[-1]
-        gm, gn = -(-M // p["BM"]), -(-N // p["BN"])
-        progs = gm * gn * math.prod(batch)
-        a, bs = grp.mms[0].inputs[0], [m.inputs[1] for m in grp.mms]
-        loads += 0.25 * (gn - 1) * nbytes(a) + 0.25 * (gm - 1) * sum(nbytes(b) for b in bs)
-        flops = 2.0 * M * N * K * math.prod(batch) * len(grp.mms)
-        # padding waste: tiles bigger than M or N still run full MMAs
-        flops *= gm * p["BM"] / M * gn * p["BN"] / N
-    else:
-        *batch, M, Dv = grp.mm2.shape
-        N, D = grp.mm1.shape[-1], grp.mm1.inputs[0].shape[-1]
-        gm = -(-M // p["BM"])
-        progs = gm * math.prod(batch) * p["SPLIT"]
-        kv = nbytes(grp.mm1.inputs[1]) + nbytes(grp.mm2.inputs[1])
-        loads += (gm - 1) * kv * 0.25
-        flops = 2.0 * math.prod(batch) * gm * p["BM"] * N * (D + Dv)
-        if p["SPLIT"] > 1:
-            launches = 2
-            stores += 2 * 4 * p["SPLIT"] * math.prod(batch) * M * (Dv + 2)
-    busy = min(1.0, progs / SMS)
-    return max((loads + stores) / HBM_BPS, flops / TENSOR_FLOPS) / busy + LAUNCH_S * launches
-
-
-# ----------------------------------------------------------------------------- module source
-def module_source(g: KernelGraph, groups: list[Group], header: str) -> str:
-    """A self-contained python module: the kernels and `run(*inputs) -> list of outputs`."""
-    kernels, body = [], []
-    ins = [f"t{t.id}" for t in g.inputs]
-    body.append(f"def run({', '.join(ins)}):")
-    body.append(f'    """The graph on torch tensors: {len(ins)} inputs in, '
-                f'{len(g.outputs)} outputs out (a list)."""')
-    for t in g.inputs:
-        body.append(f"    t{t.id} = _input(t{t.id}, {t.shape}, {t.strides}, "
-                    f"{_dt(t.dtype)})")
-    dev = f"t{g.inputs[0].id}.device"
-    for i, grp in enumerate(groups):
-        for t in grp.nodes:
-            if t.id in grp.store_ids:
-                body.append(f"    t{t.id} = _empty({t.shape}, {_dt(t.dtype)}, {dev})")
-        name = f"k{i}_{grp.kind}"
-        if grp.kind == "row":
-            src, launch = codegen.row_kernel(grp, name)
-        elif grp.kind == "matmul":
-            src, launch = codegen.matmul_kernel(grp, name)
-        else:
-            src, launch = codegen.attention_kernel(grp, name)
-        kernels += [f"# {grp.describe()}", *src, "", ""]
-        body += ["    " + ln for ln in launch]
-    outs = []
-    for t in g.outputs:
-        b = t.base()
-        outs.append(f"t{b.id}" if t is b else
-                    f"t{b.id}.as_strided({t.shape}, {codegen.buffer_strides(t)})")
-    body.append(f"    return [{', '.join(outs)}]")
-    helpers = [
-        "def _empty(shape, dtype, device):",
-        "    return torch.empty(shape, dtype=dtype, device=device)",
-        "",
-        "",
-        "def _input(x, shape, strides, dtype):",
-        "    if tuple(x.shape) != shape or x.dtype != dtype:",
-        "        raise ValueError(f'expected an input of shape {shape} and {dtype}, got '",
-        "                         f'{tuple(x.shape)} and {x.dtype}')",
-        "    if x.stride() != strides:   # the kernels bake the declared strides in",
-        "        x = torch.empty_strided(shape, strides, dtype=dtype, device=x.device).copy_(x)",
-        "    return x",
-        "", "",
-    ]
-    return "\n".join([f'"""{header}"""', "", "import torch", "", "import kitjit as kit", "",
-                      "", *kernels, *helpers, *body]) + "\n"
-
-
-def _dt(d: torch.dtype) -> str:
-    return str(d)

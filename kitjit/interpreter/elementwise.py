@@ -41,13 +41,43 @@ def _rsqrt(x):
     return np.reciprocal(np.sqrt(x))
 
 
+def _rounded_once(g: Callable) -> Callable:
+    """`g` computed in float64 and rounded once to the argument's dtype: the GPU calls
+    libdevice's sinf/cosf/logf/log2f here (as Triton does), which are within 1-2 ulp of it
+    at any argument."""
+    def f(x):
+        x = np.asarray(x)
+        with np.errstate(all="ignore"):
+            return g(x.astype(np.float64)).astype(x.dtype)
+    return f
+
+
+_LOG2E = np.float32(1.4426950408889634)
+
+
+def _exp(x, sign: float = 1.0):
+    """exp on fp32 as the GPU (and Triton's tl.exp) computes it: ex2.approx of the product
+    x * log2(e) rounded to fp32. That rounding costs up to ~|x| ulp of the result; doing the
+    same product here leaves only ex2's own 2 ulp between the two paths, at any x."""
+    x = np.asarray(x)
+    if x.dtype != np.float32:  # (fp64 kit.exp is libdevice's, a math op: never here)
+        return np.exp(sign * x)
+    with np.errstate(all="ignore"):
+        t = x * (np.float32(sign) * _LOG2E)
+        return np.exp2(t.astype(np.float64)).astype(np.float32)
+
+
 def _sigmoid(x):
-    one = np.asarray(x).dtype.type(1)
-    return one / (one + np.exp(-x))
+    """1 / (1 + exp(-x)), the exp as the GPU's (ex2.approx of x * -log2(e) in fp32)."""
+    x = np.asarray(x)
+    one = x.dtype.type(1)
+    with np.errstate(all="ignore"):
+        return one / (one + _exp(x, -1.0))
 
 
-_FLOAT_UNARY = {"exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2,
-                "sqrt": np.sqrt, "rsqrt": _rsqrt, "sin": np.sin, "cos": np.cos,
+_FLOAT_UNARY = {"exp": _exp, "exp2": np.exp2, "log": _rounded_once(np.log),
+                "log2": _rounded_once(np.log2), "sqrt": np.sqrt, "rsqrt": _rsqrt,
+                "sin": _rounded_once(np.sin), "cos": _rounded_once(np.cos),
                 "sigmoid": _sigmoid, "floor": np.floor, "ceil": np.ceil}
 
 

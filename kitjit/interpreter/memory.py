@@ -102,25 +102,21 @@ class _TmaTensor:
         if (rs, re, cs, ce) != (r0, r0 + rows, c0, c0 + cols):
             dst[...] = 0
         if rs < re and cs < ce:
-            raw = self.view[rs:re, cs:ce]
-            if self.dt is bfloat16:
-                raw = (raw.astype(np.uint32) << np.uint32(16)).view(np.float32)
-            elif self.dt.is_bool():
-                raw = raw != 0
-            dst[rs - r0:re - r0, cs - c0:ce - c0] = raw
+            # bits in memory -> values (bf16 and fp8 are held as float32 here)
+            dst[rs - r0:re - r0, cs - c0:ce - c0] = from_bits(self.view[rs:re, cs:ce],
+                                                              self.dt)
 
-    def store_box(self, src: np.ndarray, r0: int, c0: int) -> None:
-        """The box of src's shape at (r0, c0) = src; what falls outside the tensor is dropped."""
+    def store_box(self, src: np.ndarray, r0: int, c0: int, reduce: str | None = None) -> None:
+        """The box of src's shape at (r0, c0) = src (reduce="add": += src, rounded to the
+        tensor's dtype); what falls outside the tensor is dropped."""
         rows, cols = src.shape
         rs, re, cs, ce = self._clip(r0, c0, rows, cols)
         if rs >= re or cs >= ce:
             return
         v = src[rs - r0:re - r0, cs - c0:ce - c0]
-        if self.dt is bfloat16:
-            v = (_bf16_bits(v) >> np.uint32(16)).astype(np.uint16)
-        elif self.dt.is_bool():
-            v = np.asarray(v).astype(np.uint8)
-        self.view[rs:re, cs:ce] = v
+        if reduce == "add":   # values of the dtype (bf16 and fp8 held as float32), rounded back
+            v = from_bits(self.view[rs:re, cs:ce], self.dt).astype(np.float32) + v
+        self.view[rs:re, cs:ce] = to_bits(v, self.dt)
         if self.buf is not None:
             self.buf.written = True
 
@@ -280,8 +276,11 @@ class _Memory:
         for t in gc.get_objects():
             if not issubclass(type(t), torch.Tensor) or t.device.type != "cpu":
                 continue
-            st = t.untyped_storage()
-            lo, n = st.data_ptr(), st.nbytes()
+            try:   # (a FakeTensor that torch.compile keeps alive has no data)
+                st = t.untyped_storage()
+                lo, n = st.data_ptr(), st.nbytes()
+            except (RuntimeError, NotImplementedError):
+                continue
             if not n or ((str(t.device), lo, n) in self._by_storage):
                 continue
             if ((want >= lo) & (want < lo + n)).any():

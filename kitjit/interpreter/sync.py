@@ -41,11 +41,13 @@ class _MBar:
     byte count (announced by arrive.expect_tx, taken off by landing TMA copies), and how
     many phases have completed (the current phase's parity is `phase & 1`)."""
 
-    __slots__ = ("name", "init", "pending", "tx", "phase", "released", "completed")
+    __slots__ = ("name", "init", "pending", "tx", "phase", "released", "completed",
+                 "auto_phase")
 
     def __init__(self, name: str, init: int):
         self.name, self.init = name, init
         self.pending, self.tx, self.phase = init, 0, 0
+        self.auto_phase = 0  # the parity an `auto_phase` mbar_wait waits for next
         # vector clocks (see _Ctx): what the arrivals of the current phase release, and
         # what a wait that sees a completed phase acquires
         self.released: dict = {}
@@ -214,10 +216,18 @@ class _Ctx:
                 self.shape, self.lanes_total = (), 1
                 raise RaceError(
                     _where(op, self, "read of uninitialized shared memory") +
-                    f"\n  {what} is shared memory that no TMA load has written in this "
-                    "program: on the GPU it holds whatever was there before")
+                    f"\n  {what} is shared memory that no TMA load or kit.store has written "
+                    "in this program: on the GPU it holds whatever was there before")
             w = sh.write
-            if w.needed is None or self.vc[key].get(w.bar, 0) < w.needed:
+            if w.writer is not None and not w.seen_by(self.vc[key]):
+                self.shape, self.lanes_total = (), 1
+                raise RaceError(
+                    _where(op, self, "race on shared memory") +
+                    f"\n  {what} is written by the kit.store{_at(w.op)} in "
+                    f"{self.roles[w.writer]}, and nothing orders that store before this read"
+                    "\n  hint: the writer arrives on an mbarrier after the store and the "
+                    "reader waits for that phase")
+            if w.writer is None and not w.seen_by(self.vc[key]):
                 self.shape, self.lanes_total = (), 1
                 phase = w.bar.phase if w.needed is None else w.needed - 1
                 when = "its copy is still in flight: nothing has waited since it was issued" \
@@ -235,42 +245,80 @@ class _Ctx:
     def smem_write(self, op: Op, view: np.ndarray, key: int, bar: _MBar) -> _Write:
         """Role `key` issues a TMA load into a shared tile; its copy lands on `bar`."""
         region = _region(view)
-        sh = self.shadow.get(region)
-        vc = self.vc[key]
-        if sh is not None:
-            w = sh.write
-            if w is not None and (w.needed is None or vc.get(w.bar, 0) < w.needed):
-                self.shape, self.lanes_total = (), 1
-                raise RaceError(
-                    _where(op, self, "race on shared memory") +
-                    f"\n  this TMA load overwrites shared memory that the TMA load{_at(w.op)} "
-                    "may still be writing: nothing has waited for the phase of "
-                    f"{w.bar.name} that copy lands in"
-                    f"{' since it was issued' if w.needed is None else ''}")
-            for k, (c, rop) in sh.reads.items():
-                if k != key and vc.get(k, 0) < c:
-                    self.shape, self.lanes_total = (), 1
-                    raise RaceError(
-                        _where(op, self, "race on shared memory") +
-                        f"\n  this TMA load overwrites shared memory that {self.roles[k]} "
-                        f"read{'s' if self.roles[k].count == 1 else ''} in the "
-                        f"kit.mma{_at(rop)}, and nothing orders that read before this load"
-                        "\n  hint: the reader arrives on an mbarrier once its MMAs are done "
-                        "with the tile (after the MMA, or after a later MMA or use of the "
-                        "result retires it), and the writer waits for that phase")
+        self._overwrite(op, region, key, "this TMA load")
         w = _Write(bar, op)
         self.shadow[region] = _Shadow(w)
         return w
 
+    def smem_store(self, op: Op, view: np.ndarray, key: int) -> None:
+        """Role `key` writes a shared tile from registers (kit.store): visible to the role at
+        once, to others once they acquire what the role releases after it."""
+        region = _region(view)
+        for mma in self.inflight:
+            for v in mma[1:3]:
+                if v is not None and np.may_share_memory(v, view):
+                    self.shape, self.lanes_total = (), 1
+                    at = f" at {mma[0].loc}" if mma[0].loc else ""
+                    raise RaceError(
+                        _where(op, self, "race on shared memory") +
+                        f"\n  this kit.store overwrites shared memory that the kit.mma{at} "
+                        f"(issued with pending={mma[0].attrs.get('pending', 0)}) may still be "
+                        "reading\n  hint: store after an MMA with a smaller `pending` (or a "
+                        "read of its result) retires it, or store into another stage")
+        self._overwrite(op, region, key, "this kit.store")
+        w = _Write(None, op, key)
+        w.needed = self.vc[key][key]
+        self.shadow[region] = _Shadow(w)
+
+    def _overwrite(self, op: Op, region: tuple[int, int], key: int, what: str) -> None:
+        """A write into `region` by role `key`: every earlier write and every other role's
+        read of it must be ordered before (seen through the mbarriers)."""
+        sh = self.shadow.get(region)
+        if sh is None:
+            return
+        vc = self.vc[key]
+        w = sh.write
+        if w is not None and not w.seen_by(vc):
+            self.shape, self.lanes_total = (), 1
+            if w.writer is not None:
+                raise RaceError(
+                    _where(op, self, "race on shared memory") +
+                    f"\n  {what} overwrites shared memory that the kit.store{_at(w.op)} in "
+                    f"{self.roles[w.writer]} wrote, and nothing orders that store before it")
+            raise RaceError(
+                _where(op, self, "race on shared memory") +
+                f"\n  {what} overwrites shared memory that the TMA load{_at(w.op)} "
+                "may still be writing: nothing has waited for the phase of "
+                f"{w.bar.name} that copy lands in"
+                f"{' since it was issued' if w.needed is None else ''}")
+        for k, (c, rop) in sh.reads.items():
+            if k != key and vc.get(k, 0) < c:
+                self.shape, self.lanes_total = (), 1
+                raise RaceError(
+                    _where(op, self, "race on shared memory") +
+                    f"\n  {what} overwrites shared memory that {self.roles[k]} "
+                    f"read{'s' if self.roles[k].count == 1 else ''} in the "
+                    f"kit.{'mma' if rop.name == 'wgmma' else 'load'}{_at(rop)}, and nothing "
+                    f"orders that read before this {what.split()[-1]}"
+                    "\n  hint: the reader arrives on an mbarrier once it is done with the "
+                    "tile (an MMA: after the MMA, or after a later MMA or use of the result "
+                    "retires it), and the writer waits for that phase")
+
 
 class _Write:
     """A TMA load into a shared tile: `needed` is the number of completed phases of `bar`
-    a role must have seen to see it (None while the copy is in flight)."""
+    a role must have seen to see it (None while the copy is in flight). Or a kit.store by
+    role `writer` (bar None): `needed` is that role's clock at the store."""
 
-    __slots__ = ("bar", "op", "needed")
+    __slots__ = ("bar", "op", "needed", "writer")
 
-    def __init__(self, bar: _MBar, op: Op):
-        self.bar, self.op, self.needed = bar, op, None
+    def __init__(self, bar: _MBar | None, op: Op, writer: int | None = None):
+        self.bar, self.op, self.needed, self.writer = bar, op, None, writer
+
+    def seen_by(self, vc: dict) -> bool:
+        """Is this write visible to (ordered before) a role whose clock is `vc`?"""
+        key = self.writer if self.writer is not None else self.bar
+        return self.needed is not None and vc.get(key, 0) >= self.needed
 
 
 class _Shadow:

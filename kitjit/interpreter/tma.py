@@ -3,6 +3,9 @@ the warpgroup ops.
 
 Each program allocates its own shared memory (`smem_alloc`: zeroed numpy arrays; a stage and
 a transpose are views that alias them; an mbarrier allocation is an object array of `_MBar`).
+`smem_store` / `smem_load` (kit.store / kit.load of a shared tile) write and read those
+arrays; a role is one thread of control here, so the barrier a role needs between its
+warpgroups' stores and its MMAs is not checked (the mbarriers between roles are).
 `tma_load` copies its box at issue, but its bytes count on the barrier only when it lands (at
 the next wait); `mbar_wait` blocks (yields a `_Wait`) inside roles and raises `DeadlockError`
 outside them. `barrier` and `setmaxnreg` have nothing to do here.
@@ -71,6 +74,30 @@ def smem_trans(comp: _Compiler, op: Op) -> Handler:
     return smem_trans
 
 
+@semantics("smem_store")
+def smem_store(comp: _Compiler, op: Op) -> Handler:
+    d_id, v_id = (v.id for v in op.operands)
+    ctx, key = comp.ctx, comp.role.key
+
+    def smem_store(env: Env) -> None:
+        dst = env[d_id]
+        ctx.smem_store(op, dst, key)
+        dst[...] = env[v_id]  # the view writes through (a .T view stores transposed)
+    return smem_store
+
+
+@semantics("smem_load")
+def smem_load(comp: _Compiler, op: Op) -> Handler:
+    s_id, r = op.operands[0].id, op.result.id
+    ctx, key = comp.ctx, comp.role.key
+
+    def smem_load(env: Env) -> None:
+        src = env[s_id]
+        ctx.smem_read(op, src, key, "the shared tile of this kit.load", True)
+        env[r] = np.array(src)  # a copy: later writes to the tile do not change it
+    return smem_load
+
+
 @semantics("tma_load")
 def tma_load(comp: _Compiler, op: Op) -> Handler:
     d_id, t_id, r_id, c_id, b_id = (v.id for v in op.operands)
@@ -104,6 +131,7 @@ def tma_store(comp: _Compiler, op: Op) -> Handler:
     t_id, r_id, c_id, v_id, _ = (v.id for v in op.operands)
     dt = op.operands[3].dtype
     ctx = comp.ctx
+    reduce = op.attrs.get("reduce")
 
     def tma_store(env: Env) -> None:
         t = env[t_id]
@@ -113,7 +141,7 @@ def tma_store(comp: _Compiler, op: Op) -> Handler:
         r0, c0 = int(env[r_id]), int(env[c_id])
         _check_box(op, ctx, t, r0, c0, "store")
         # (the staging tile is the GPU's business: nothing reads it back)
-        t.store_box(np.asarray(env[v_id]), r0, c0)
+        t.store_box(np.asarray(env[v_id]), r0, c0, reduce)
     return tma_store
 
 
@@ -121,10 +149,19 @@ def tma_store(comp: _Compiler, op: Op) -> Handler:
 def mbar_wait(comp: _Compiler, op: Op, gen: bool = False) -> Any:
     b_id, p_id = (v.id for v in op.operands)
     ctx, role, key = comp.ctx, comp.role, comp.role.key
+    auto = bool(op.attrs.get("auto_phase"))
+
+    def bar_parity(env: Env) -> tuple:
+        bar = env[b_id][()]
+        if auto:  # the phase this wait flips (a host descriptor's TMA load, as the backend)
+            parity = getattr(bar, "auto_phase", 0)
+            bar.auto_phase = parity ^ 1
+            return bar, parity
+        return bar, int(env[p_id]) & 1
 
     if gen:
         def mbar_wait_g(env: Env) -> Iterator:
-            bar, parity = env[b_id][()], int(env[p_id]) & 1
+            bar, parity = bar_parity(env)
             while True:
                 ctx.land()
                 if bar.done(parity):
@@ -134,7 +171,7 @@ def mbar_wait(comp: _Compiler, op: Op, gen: bool = False) -> Any:
         return mbar_wait_g
 
     def mbar_wait(env: Env) -> None:  # one thread of control: nothing else can arrive
-        bar, parity = env[b_id][()], int(env[p_id]) & 1
+        bar, parity = bar_parity(env)
         ctx.land()
         if not bar.done(parity):
             raise _deadlock(ctx, [_Wait(op, bar, parity, role)])

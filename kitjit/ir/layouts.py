@@ -302,12 +302,17 @@ class SharedLayout:
 
 
 def shared_layout(shape: tuple[int, ...], dtype) -> SharedLayout | None:
+    """The widest swizzle a row fills. Tiles of fewer than 8 rows are not swizzled: the
+    pattern is a function of address bits 7.. and repeats every 8 rows, so only tiles of 8 rows
+    or more keep their column chunks and stages at whole repeats (a (stages, 1, 64) fp32 tile's
+    stage 1 would start 256 bytes into one, where TMA XORs differently)."""
     if len(shape) != 2:
         return None
     row_bytes = shape[1] * dtype.itemsize
-    for sw in (128, 64, 32):
-        if row_bytes >= sw:
-            return SharedLayout(sw, sw // dtype.itemsize)
+    if shape[0] >= 8:
+        for sw in (128, 64, 32):
+            if row_bytes >= sw:
+                return SharedLayout(sw, sw // dtype.itemsize)
     return SharedLayout(0, shape[1])
 
 

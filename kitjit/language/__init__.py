@@ -49,6 +49,8 @@ from .base import (  # noqa: F401
     pointer_type,
     range,
     static_range,
+    tensor,
+    tensor_descriptor,
 )
 from .core import next_power_of_2  # noqa: F401
 from .elementwise import PropagateNan  # noqa: F401
@@ -71,7 +73,7 @@ from .random import (  # noqa: E402,F401
 
 __all__ = [
     "constexpr", "static_range", "range", "next_power_of_2", "builtin", "BUILTINS", "dtype",
-    "pointer_type", "math", "extra", "PropagateNan",
+    "pointer_type", "math", "extra", "PropagateNan", "tensor", "tensor_descriptor",
     "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
     "uint8", "uint16", "uint32", "uint64", "int1", "bool_", "float8e4nv", "float8e5",
     "float8e4b15",

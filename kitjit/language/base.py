@@ -42,6 +42,17 @@ class static_range:
         return iter(builtins.range(self.start, self.stop, self.step))
 
 
+class tensor:
+    """The type of tiles and scalars in a kernel (Triton's `tl.tensor`): a kernel may ask
+    `isinstance(x, kit.tensor)` (answered at compile time)."""
+
+
+class tensor_descriptor:
+    """The type of tensor descriptors in a kernel (Triton's `tl.tensor_descriptor`): from
+    `kit.make_tensor_descriptor`, or a host `kitjit.tools.tensor_descriptor.TensorDescriptor`
+    argument. `isinstance(x, kit.tensor_descriptor)` is answered at compile time."""
+
+
 BUILTINS: dict[str, Any] = {}
 
 

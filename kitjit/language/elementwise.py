@@ -22,7 +22,12 @@ def maximum(x, y):
 
 @builtin
 def exp(x, ftz=False):
-    """e**x (fp32 inputs use the hardware's exp2 with a scale). ftz: see kit.exp2."""
+    """e**x, as Triton's tl.exp: on fp32 (and fp16/bf16, computed in fp32) the hardware's
+    ex2.approx.f32 of x * log2(e) rounded to fp32, so the relative error grows with |x|: at
+    most 2 + |x| ulp (20 ulp at x = 18, 90 near the overflow at 88.7). The interpreter
+    rounds the same product, so the two paths agree within 2 ulp at any x. fp64: libdevice
+    (1 ulp). For exp accurate at large |x| use kitjit.language.extra.libdevice.exp.
+    ftz: see kit.exp2."""
 
 
 @builtin
@@ -33,12 +38,12 @@ def exp2(x, ftz=False):
 
 @builtin
 def log(x):
-    """Natural logarithm."""
+    """Natural logarithm: libdevice's logf (1 ulp), as Triton's tl.log."""
 
 
 @builtin
 def log2(x):
-    """Base-2 logarithm."""
+    """Base-2 logarithm: libdevice's log2f (1 ulp), as Triton's tl.log2."""
 
 
 @builtin
@@ -58,15 +63,15 @@ def abs(x):
 
 @builtin
 def sin(x):
-    """Sine (hardware approximation: sin.approx.f32, absolute error <= 2^-20.5 for |x| <=
-    100 pi; the interpreter computes it exactly rounded, so they agree to that bound).
-    For libdevice accuracy use kitjit.language.extra.libdevice.sin."""
+    """Sine: libdevice's sinf (2 ulp at any argument, with an exact range reduction), as
+    Triton's tl.sin. The interpreter rounds the exact value once, so the two paths agree
+    within 2 ulp. (The hardware's sin.approx.f32, Triton's libdevice.fast_sinf, is not
+    offered yet: its absolute error grows as |x| * 2**-24, 2**-16 at x = 255.)"""
 
 
 @builtin
 def cos(x):
-    """Cosine (hardware approximation: cos.approx.f32, absolute error <= 2^-20.5 for |x| <=
-    100 pi; see kit.sin)."""
+    """Cosine: libdevice's cosf (2 ulp at any argument), as Triton's tl.cos; see kit.sin."""
 
 
 @builtin

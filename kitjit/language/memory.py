@@ -13,7 +13,11 @@ def load(pointer, mask=None, other=None, boundary_check=(), padding_option="",
     the dims of `boundary_check` read 0 (padding_option "zero" or "") or NaN ("nan"); on
     other dims they are undefined in Triton and read unmasked in kitjit (the interpreter
     raises OutOfBoundsError). Triton's signature: the cache hints are accepted and do not
-    change the code yet."""
+    change the code yet.
+
+    Level 2: `kit.load(a[s])` of a shared tile (kit.shared, a stage, or its `.T`) reads it
+    into a register tile. Writes by other threads (kit.store) need a kit.barrier() first;
+    TMA copies, a kit.mbarrier_wait on their barrier."""
 
 
 @builtin
@@ -21,7 +25,14 @@ def store(pointer, value, mask=None, boundary_check=(), cache_modifier="", evict
     """Store a tile through a tile of pointers; masked-off lanes are not written. Through a
     block pointer: elements outside the tensor on the dims of `boundary_check` are not
     written (others are written unmasked, undefined in Triton). The value and the mask
-    broadcast to the pointers' shape (never the other way, as in Triton)."""
+    broadcast to the pointers' shape (never the other way, as in Triton).
+
+    Level 2: `kit.store(a[s], x)` writes register tile x (converted to the tile's dtype)
+    into a shared tile (kit.shared, a stage, or its `.T` view, which stores x transposed), in
+    the swizzled layout TMA and WGMMA read. It fences the write for them (fence.proxy.async):
+    after a kit.barrier() of the role (or an mbarrier arrive/wait), a kit.mma or a TMA store
+    may read the tile. This is how a register result becomes an MMA operand that a register
+    A fragment cannot be (another warpgroup's rows, a transposed operand)."""
 
 
 @builtin
@@ -42,7 +53,9 @@ def make_tensor_descriptor(base, shape, strides, block_shape, padding_option="ze
     """A descriptor of the row-major tensor at `base` (last stride 1): `desc.load(offsets)`
     reads the `block_shape` block at `offsets` (outside the tensor: 0), `desc.store(offsets,
     value)` writes it (outside: dropped). Lowered onto masked pointer loads and stores, not
-    TMA (correct on every GPU, without TMA's speed)."""
+    TMA: a device-side descriptor would need a CUtensorMap built in global scratch
+    (`set_allocator`), which kitjit does not do yet. A host `TensorDescriptor` argument
+    (kitjit.tools.tensor_descriptor) gets TMA on sm_90a."""
 
 
 # ----------------------------------------------------------------------------- atomics

@@ -136,8 +136,8 @@ def pair_uniform_to_normal(u1, u2):
 @jit
 def randn(seed, offset, n_rounds: constexpr = N_ROUNDS_DEFAULT):
     """A tile of fp32 standard normals for `offset` (Box-Muller of randint4x's first two).
-    The GPU's log/sin/cos are the fast approximations, so the values agree with the
-    interpreter's to a few ulp, not bit for bit."""
+    The GPU's log/sin/cos are libdevice's (1-2 ulp) and its sqrt is correctly rounded, so
+    the values agree with the interpreter's to a few ulp, not bit for bit."""
     i1, i2, _, _ = randint4x(seed, offset, n_rounds)
     u1 = uint_to_uniform_float(i1)
     u2 = uint_to_uniform_float(i2)

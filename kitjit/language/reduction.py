@@ -8,14 +8,16 @@ from .base import builtin
 @builtin
 def sum(x, axis=None, keep_dims=False):
     """Sum along `axis` (all axes if None). Integers narrower than 32 bits and fp16/bf16
-    accumulate in int32/fp32."""
+    accumulate in int32/fp32. fp8 tiles accumulate in fp32 and the sum is rounded once to
+    their fp8 type (Triton's result dtype; Triton adds in fp8)."""
 
 
 @builtin
 def max(x, axis=None, return_indices=False, return_indices_tie_break_left=True,
         keep_dims=False):
     """Maximum along `axis`. With `return_indices=True` (an axis is then needed): the pair
-    (maximum, index of the first maximum); bf16 values come back as fp32, as in Triton.
+    (maximum, index of the first maximum); bf16 values come back as fp32, as in Triton,
+    and so do fp8 values (Triton upcasts floats narrower than 32 bits; kitjit does for fp8).
     `return_indices_tie_break_left=False` lets Triton return any index of a tie: kitjit
     returns the first one either way."""
 

@@ -1,4 +1,5 @@
-"""Level 2, Hopper: shared tiles, TMA copies, mbarriers, warpgroup roles and WGMMA."""
+"""Level 2: shared tiles, TMA copies, mbarriers, warpgroup roles and WGMMA on Hopper; the
+same calls on Ampere / Ada (cp.async, ldmatrix + mma.sync: backend/lower/ampere.py)."""
 
 from __future__ import annotations
 
@@ -37,11 +38,20 @@ def setmaxnreg(count):
 
 
 @builtin
-def tma_load(dst, tensor, coords, barrier):
+def tma_load(dst, tensor, coords, barrier, sync=True):
     """Copy the box of the 2-d `tensor` argument at `coords` (row, col) into shared tile `dst`
     with the Tensor Memory Accelerator, completing on `barrier`. Out-of-range parts of the
     box read as zero. One thread issues it; loads on the same barrier in a row share one
-    arrival with their total byte count."""
+    arrival with their total byte count.
+
+    Outside warpgroup roles the CTA first synchronizes, so no thread still reads `dst`;
+    `sync=False` skips that barrier where the kernel knows it already (see
+    examples/matmul_ampere.py).
+
+    On Ampere / Ada (sm_80 / 86 / 89, no TMA) every thread of the role copies its 16-byte
+    pieces with `cp.async` and the barrier completes when all of them have landed (each
+    thread arrives: `kit.mbarrier_wait` means the same on both targets). The column
+    coordinate must then be a multiple of 16 bytes."""
 
 
 @builtin
@@ -52,17 +62,32 @@ def mbarrier_wait(barrier, phase):
 @builtin
 def mma(a, b, acc, pending=0):
     """acc + a @ b on Hopper's warpgroup tensor cores (WGMMA), a and b in shared memory, acc in
-    registers. Returns with at most `pending` MMA groups still running: reading the result
-    before they finish is safe (the compiler waits), and `pending=1` overlaps the MMA with the
-    next loads."""
+    registers. Either operand may be a `.T` view of a shared tile (the MMA reads it
+    transposed, no copy), and `a` may be a register tile (16-bit, e.g. P of attention).
+    Returns with at most `pending` MMA groups still running: reading the result before they
+    finish is safe (the compiler waits for that MMA and those before it only), so
+    `s = kit.mma(..., pending=1); t = kit.mma(..., pending=1); f(s)` runs f under the second
+    MMA, and `pending=1` overlaps an MMA with the next loads; a loop-carried result of the
+    previous iteration, read after this iteration's MMA, waits for nothing more.
+
+    fp16/bf16 tiles, or fp8 on Hopper (float8e4nv / float8e5, mixed allowed; QGMMA). fp8 has
+    no transpose bits: A stored [M, K] and B stored [N, K], passed as `b[s].T`, K a multiple
+    of 32 (examples/matmul_fp8.py).
+
+    On Ampere / Ada: `ldmatrix` fragments into `mma.sync.m16n8k16` (a may be a register
+    tile, or a transposed shared view `a[s].T`); M and K multiples of 16, N of 8; the warps
+    split the rows where the result's rows are reduced (softmax), else a squarer grid.
+    Synchronous: `pending` has nothing to wait for."""
 
 
 @builtin
-def tma_store(tensor, coords, value):
+def tma_store(tensor, coords, value, reduce=None):
     """Store register tile `value` into the box of the 2-d `tensor` argument at `coords`
     through shared memory and the Tensor Memory Accelerator: the registers go to a swizzled
     staging tile, one thread issues the bulk copy, and the kernel goes on while it drains.
-    Parts of the box outside the tensor are not written."""
+    Parts of the box outside the tensor are not written. `reduce="add"` adds the tile into
+    the box instead (cp.reduce.async.bulk.tensor: atomic per element, so programs may add
+    into the same box; fp32, fp16, bf16)."""
 
 
 @builtin

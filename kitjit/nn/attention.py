@@ -6,11 +6,14 @@ Online softmax in exp2 with the scale folded in; causal masking (top-left aligne
 against a KV cache, cross-attention). Returns O and the log-sum-exp per row (what a backward
 pass needs). `kitjit.nn.functional.scaled_dot_product_attention` is the torch-facing entry."""
 
+import functools
 import math
 
 import torch
 
 import kitjit as kit
+from kitjit import launcher as _launcher
+from kitjit.nn._host import Rows, Site, int_facts, on_reset, workspace
 
 
 @kit.jit
@@ -203,37 +206,105 @@ def attention(q, k, v, causal: bool = False, sm_scale: float | None = None, **co
                         f"{k.dtype}, {v.dtype}")
     if SK == 0:
         raise ValueError("attention: no keys (SK = 0): every softmax row would be empty")
-    # measured on an H100 (benchmarks/NOTES.md): for D=128 a producer warpgroup and two
-    # consumer warpgroups on 128 query rows, each overlapping P V with the next softmax;
-    # for D=64 one warpgroup on 64 rows, so several CTAs share an SM and one's softmax
-    # overlaps another's MMAs; for D=256 the producer and two plain consumers (registers)
-    cfg = dict(BM=128, BN=64, STAGES=2, num_warps=8, ws=True) if D > 128 else \
-        dict(BM=128, BN=128, STAGES=3, num_warps=8, ws=True, OVERLAP=True) if D > 64 else \
-        dict(BM=64, BN=128, STAGES=2, num_warps=4)
-    if "BM" in config:   # a whole config: nothing inherited from the default
-        cfg = dict(STAGES=2, num_warps=4 if config["BM"] == 64 else 8)
-    cfg.update(config)
-    ws = cfg.pop("ws", False)  # producer warpgroup + consumers (kit.warpgroup_id roles)
-    if not ws and cfg.pop("OVERLAP", False):
-        raise ValueError("attention: OVERLAP needs the warp-specialized kernel (ws=True)")
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)
     if not scale > 0:
         raise ValueError(f"attention: the softmax scale must be positive, got {scale}")
-    q2, k2, v2 = (_rows(t, D) for t in (q, k, v))
-    o = torch.empty((B, H, S, D), device=q.device, dtype=q.dtype)   # contiguous, as written
-    lse = torch.empty((B, H, S), device=q.device, dtype=torch.float32)
-    if o.numel() == 0:
+    dev = q.device
+    if k.device != dev or v.device != dev:
+        raise ValueError(f"attention: q, k, v must be on one device, got {q.device}, "
+                         f"{k.device}, {v.device}")
+    return route(B, H, Hkv, S, SK, D, causal, scale, tuple(sorted(config.items())), q.dtype,
+                 -1 if dev.type != "cuda" else dev.index if dev.index is not None
+                 else torch.cuda.current_device())(q, k, v, True)
+
+
+class Route:
+    """One forward shape, configuration, dtype and device: the kernel's launch site and the
+    numbers of a call, made once (kitjit/nn/_host.py: the first call launches through
+    `kernel[grid](...)`, the next ones through the kernel's own launcher, with the TMA
+    operands by pointer). Calling it with (q, k, v, want_lse) returns (o, lse); lse is None
+    when not wanted (sdpa without autograd), then written to scratch memory."""
+
+    def __init__(self, B, H, Hkv, S, SK, D, causal, scale, config, dtype, device):
+        config = dict(config)
+        # measured on an H100 (benchmarks/NOTES.md): for D=128 a producer warpgroup and two
+        # consumer warpgroups on 128 query rows, each overlapping P V with the next softmax;
+        # for D=64 one warpgroup on 64 rows, so several CTAs share an SM and one's softmax
+        # overlaps another's MMAs; for D=256 the producer and two plain consumers (registers)
+        cfg = dict(BM=128, BN=64, STAGES=2, num_warps=8, ws=True) if D > 128 else \
+            dict(BM=128, BN=128, STAGES=3, num_warps=8, ws=True, OVERLAP=True) if D > 64 else \
+            dict(BM=64, BN=128, STAGES=2, num_warps=4)
+        if "BM" in config:   # a whole config: nothing inherited from the default
+            cfg = dict(STAGES=2, num_warps=4 if config["BM"] == 64 else 8)
+        cfg.update(config)
+        ws = cfg.pop("ws", False)  # producer warpgroup + consumers (kit.warpgroup_id roles)
+        if not ws and cfg.pop("OVERLAP", False):
+            raise ValueError("attention: OVERLAP needs the warp-specialized kernel (ws=True)")
+        self.grid = (kit.cdiv(S, cfg["BM"]), B * H, 1)
+        self.ints = (S, SK, H, H // Hkv)
+        if ws:
+            cfg["num_warps"] = cfg["num_warps"] + 4
+            kernel = attention_ws_kernel
+            meta = dict(D=D, CAUSAL=causal, CONSUMERS=cfg["num_warps"] // 4 - 1, **cfg)
+        else:
+            kernel = attention_kernel
+            meta = dict(D=D, CAUSAL=causal, **cfg)
+        self.dtype, self.device, self.D = dtype, device, D
+        self.tdev = torch.device("cuda", device) if device >= 0 else torch.device("cpu")
+        self.oshape, self.lshape = (B, H, S, D), (B, H, S)
+        self.empty = B * H * S * D == 0
+        self.qrows, self.kvrows = B * H * S, B * Hkv * SK
+        self.esize = torch.empty((), dtype=dtype).element_size()
+        self.tail = (*self.ints, scale * 1.4426950408889634)
+        self.site = Site(kernel, meta, (dtype, device, *int_facts(*self.ints)), device)
+        self.pad = (None,) * (len(self.tail) + 2)
+        self.rows = (Rows(-1, 0, 0, 0),) * 3
+
+    def __call__(self, q, k, v, want_lse: bool):
+        fn = self.site.fn
+        if fn is None or self.empty or _launcher._is_compiling():
+            return self.slow(q, k, v)
+        qp, kp, vp = q.data_ptr(), k.data_ptr(), v.data_ptr()
+        if (qp | kp | vp) & 15 or not (q.is_contiguous() and k.is_contiguous()
+                                       and v.is_contiguous()):
+            return self.slow(q, k, v)
+        if want_lse:
+            lse = q.new_empty(self.lshape, dtype=torch.float32)
+            lp = lse.data_ptr()
+        else:
+            ws = workspace(self.device, self.qrows)
+            if ws is None:                   # the stream is being captured
+                return self.slow(q, k, v)
+            lse, lp = None, ws[1]
+        o = q.new_empty(self.oshape)
+        qr, kr, vr = self.rows
+        if qr.ptr != qp or kr.ptr != kp or vr.ptr != vp:
+            D, e = self.D, self.esize
+            qr = qr if qr.ptr == qp else Rows(qp, self.qrows, D, e)
+            kr = kr if kr.ptr == kp else Rows(kp, self.kvrows, D, e)
+            vr = vr if vr.ptr == vp else Rows(vp, self.kvrows, D, e)
+            self.rows = qr, kr, vr
+        fn(self.grid, qr, kr, vr, *self.pad, qp, kp, vp, o.data_ptr(), lp, *self.tail)
         return o, lse
-    grid = (kit.cdiv(S, cfg["BM"]), B * H)
-    if ws:
-        cfg["num_warps"] = cfg["num_warps"] + 4
-        attention_ws_kernel[grid](q2, k2, v2, o, lse, S, SK, H, H // Hkv,
-                                  scale * 1.4426950408889634, D=D, CAUSAL=causal,
-                                  CONSUMERS=cfg["num_warps"] // 4 - 1, **cfg)
-    else:
-        attention_kernel[grid](q2, k2, v2, o, lse, S, SK, H, H // Hkv,
-                               scale * 1.4426950408889634, D=D, CAUSAL=causal, **cfg)
-    return o, lse
+
+    def out(self, q, k, v):
+        """sdpa's call: the output alone."""
+        return self(q, k, v, False)[0]
+
+    def slow(self, q, k, v):
+        """Through `kernel[grid](...)`: a route's first call, inputs that are not contiguous
+        or aligned (copied), the interpreter, torch.compile's tracing, graph capture."""
+        D = self.D
+        q2, k2, v2 = (_rows(t, D) for t in (q, k, v))
+        o = torch.empty(self.oshape, device=self.tdev, dtype=self.dtype)  # contiguous
+        lse = torch.empty(self.lshape, device=self.tdev, dtype=torch.float32)
+        if not self.empty:
+            self.site.slow(self.grid, q2, k2, v2, o, lse, *self.tail)
+        return o, lse
+
+
+route = functools.lru_cache(maxsize=1024)(Route)
+on_reset(route.cache_clear)
 
 
 def _rows(t, D):

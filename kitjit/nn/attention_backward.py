@@ -1,23 +1,27 @@
-"""FlashAttention backward on Hopper (FA2's algorithm, on WGMMA and TMA like the forward).
+"""FlashAttention backward on Hopper: FA3's algorithm (flash-attention's hopper/
+mainloop_bwd_sm90_tma_gmma_ws.hpp and the FA3 paper), written in kitjit's level-2 language.
 
-Three kernels, no atomics (deterministic):
-- `bwd_preprocess`: delta_i = sum_d dO_id O_id (fp32), one value per query row.
-- `dkdv_kernel`: one program per BN keys of one K/V head. K and V stay in shared memory while
-  Q and dO stream through a TMA ring over the query blocks of every query head of the GQA
-  group (so dK and dV come out summed over the group, no atomics). Everything is computed
-  transposed, keys as the MMA rows, so that each product has its A operand in registers in
-  the accumulator layout of the previous MMA (as the forward's P V):
-      Sᵀ = K Qᵀ, Pᵀ = exp(Sᵀ·scale − L), dV += Pᵀ dO, dPᵀ = V dOᵀ, dSᵀ = Pᵀ ∘ (dPᵀ − Δ),
-      dK += dSᵀ Q.
-- `dq_kernel`: one program per BM query rows: Q and dO in shared memory, K and V streaming;
-      S = Q Kᵀ, P = exp(S·scale − L), dP = dO Vᵀ, dS = P ∘ (dP − Δ), dQ += dS K.
-  (S and dP are recomputed: 7 MMAs per block pair instead of FA2's 5 with fp32 atomics on dQ;
-  the price of keeping every A operand in registers without a register transpose.)
+- `bwd_preprocess`: per query row, Δ = sum(O ∘ dO) and the LSE in log2, in (B*H, SP) rows
+  padded to whole blocks (Δ = 0, LSE = +inf there, so padded rows give P = 0 unmasked).
+- `bwd_kernel`: one program per BN = 128 keys of one K/V head, warp-specialized. A producer
+  warpgroup loads K and V once, then streams Q, dO, LSE and Δ blocks of every query head of
+  the GQA group through a TMA ring (dK and dV come out summed over the group). Two consumer
+  warpgroups recompute P = exp2(S·scale − LSE) from the forward's LSE, and
+      dP = dO Vᵀ, dS = P ∘ (dP − Δ), dV += Pᵀ dO, dK += dSᵀ Q, dQ += dS K,
+  five WGMMAs per block of queries (FA2 needs seven or atomics), dK and dV in registers, dQ
+  reduce-added by TMA (`kit.tma_store(..., reduce="add")`) into an fp32 buffer: every program
+  adds into every query block, with no second pass over K and V.
+  D = 128 (`keys_as_rows`): Sᵀ = K Qᵀ, keys as the MMA rows (each warpgroup 64 keys), so Pᵀ
+  and dSᵀ are register A operands of dV and dK; dQᵀ = Kᵀ dSᵀ reads dSᵀ (both warpgroups'
+  rows) from shared memory, Kᵀ as a transposed A operand (`kit.mma(k.T, ...)`).
+  D = 64 (`queries_as_rows`): 128 queries as rows, P and dS through shared memory as the
+  transposed A operands of dV and dK, dQ = dS K from registers.
+- `dq_convert`: dQ = scale · the fp32 sums, in q's dtype.
 
-P is recomputed from the forward's log-sum-exp L (natural log, (B, H, S) fp32). Causal is
-top-left aligned as torch's `is_causal` (query i sees keys 0..i, also for S != SK). Rows past
-a head's S (or keys past SK) read the next head's rows through the 2-D descriptors; they are
-masked to P = 0 (a select, so an overflowing exp of garbage never leaks) and never stored.
+Causal is top-left aligned as torch's `is_causal` (query i sees keys 0..i, also for S != SK).
+Rows past a head's S (or keys past SK) read the next head's rows through the 2-D descriptors:
+padded rows have P = 0, keys past SK have their K rows zeroed in shared memory (so they add
+nothing to dQ), and neither is stored.
 """
 
 import math
@@ -30,142 +34,221 @@ LOG2E = 1.4426950408889634
 
 
 @kit.jit
-def bwd_preprocess(O, DO, Delta, n_rows, BM: kit.constexpr, D: kit.constexpr):
-    """Delta[r] = sum(O[r, :] * dO[r, :]) in fp32 over the (rows, D) views."""
-    rows = kit.program_id(0) * BM + kit.arange(0, BM)
-    live = rows < n_rows
-    offs = rows[:, None] * D + kit.arange(0, D)[None, :]
+def bwd_preprocess(O, DO, L, Delta2, LSE2, S, SP, BM: kit.constexpr, D: kit.constexpr):
+    """Per query row, in (B*H, SP) rows padded past S: Δ = sum(O * dO) (0 in the padding) and
+    the LSE in log2 (+inf in the padding, so that P = exp2(S - LSE) is 0 there, unmasked)."""
+    m = kit.program_id(0) * BM + kit.arange(0, BM)
+    bh = kit.program_id(1)
+    live = m < S
+    offs = (bh * S + m)[:, None] * D + kit.arange(0, D)[None, :]
     o = kit.load(O + offs, mask=live[:, None], other=0.0).to(kit.float32)
     do = kit.load(DO + offs, mask=live[:, None], other=0.0).to(kit.float32)
-    kit.store(Delta + rows, kit.sum(o * do, axis=1), mask=live)
+    lse = kit.load(L + bh * S + m, mask=live, other=float("inf"))
+    kit.store(Delta2 + bh * SP + m, kit.sum(o * do, axis=1), mask=m < SP)
+    kit.store(LSE2 + bh * SP + m, kit.where(live, lse * LOG2E, float("inf")), mask=m < SP)
 
 
 @kit.jit
-def dkdv_kernel(Q, K, V, DO, DK, DV, L, Delta, S, SK, H, G, sm_scale, qk_scale,
-                BM: kit.constexpr, BN: kit.constexpr, D: kit.constexpr,
-                CAUSAL: kit.constexpr, STAGES: kit.constexpr):
-    """Q, dO: (B*H*S, D) rows; K, V, dK, dV: (B*H_kv*SK, D) rows. One program per BN keys of
-    one K/V head (BN = 64 per warpgroup: keys are the MMA rows)."""
-    n0 = kit.program_id(0) * BN
-    kvbh = kit.program_id(1)                       # batch * H_kv + kv head
+def keys_as_rows(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t, s, phase, ready, empty,
+                 qk_scale, dk, dv, BM: kit.constexpr, BN: kit.constexpr, D: kit.constexpr,
+                 MASK: kit.constexpr, STAGES: kit.constexpr, REORDER: kit.constexpr,
+                 DSB: kit.constexpr):
+    """One block of BM queries against the CTA's BN keys (two warpgroups, 64 keys each), for
+    D >= 128 (FA3's SdP_swapAB): Sᵀ = K Qᵀ and dPᵀ = V dOᵀ keep the keys as MMA rows, so Pᵀ and
+    dSᵀ are register A operands of dV += Pᵀ dO and dK += dSᵀ Q; dQᵀ = Kᵀ dSᵀ reads dSᵀ from
+    shared memory (both warpgroups' rows) and is reduce-added into the fp32 dQᵀ buffer.
+    LSE and Δ come from shared memory right where they are used: with dK and dV (128
+    registers a thread) live, there is no room to hold both for a whole iteration."""
+    rows = m0 + kit.arange(0, BM)
+    kit.mbarrier_wait(ready[s], phase)
+    st = kit.mma(k, q[s].T, kit.zeros((BN, BM), kit.float32), pending=1)
+    if REORDER and t > 0:   # issuing Sᵀ waited for the last iteration's dK MMA: stage free
+        kit.mbarrier_arrive(empty[(t - 1) % STAGES])
+    dpt = kit.mma(v, do[s].T, kit.zeros((BN, BM), kit.float32), pending=1)
+    pt = kit.exp2(st * qk_scale - kit.load(lse_s[s]), ftz=True)   # under dPᵀ's MMA
+    if MASK:                                       # causal, top-left: key j sees query i >= j
+        keys = n0 + kit.arange(0, BN)
+        pt = kit.where(keys[:, None] <= rows[None, :], pt, 0.0)
+    dst = (pt * (dpt - kit.load(dlt_s[s]))).to(q.dtype)
+    dv = kit.mma(pt.to(do.dtype), do[s], dv, pending=1)
+    kit.store(ds[t % DSB], dst)                    # this warpgroup's 64 rows of dSᵀ
+    kit.barrier()                                  # ... and the other's, for dQᵀ
+    if REORDER:
+        dqt = kit.mma(k.T, ds[t % DSB], kit.zeros((D, BM), kit.float32), pending=1)
+        dk = kit.mma(dst, q[s], dk, pending=1)     # runs while dQᵀ goes out
+    else:
+        dk = kit.mma(dst, q[s], dk, pending=1)
+        dqt = kit.mma(k.T, ds[t % DSB], kit.zeros((D, BM), kit.float32), pending=1)
+        kit.mbarrier_arrive(empty[s])              # dV's and dK's MMAs are done with stage s
+    kit.tma_store(DQA, (bh * D, m0), dqt, reduce="add")
+    return dk, dv
+
+
+@kit.jit
+def queries_as_rows(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t, s, phase, ready,
+                    empty, qk_scale, dk, dv, BM: kit.constexpr, BN: kit.constexpr,
+                    D: kit.constexpr, MASK: kit.constexpr, S):
+    """The same for D = 64 with BM = 128 queries (two warpgroups, 64 queries each): S = Q Kᵀ
+    keeps one LSE and Δ per row; P and dS go to shared memory and come back transposed as the
+    A operands of dV += Pᵀ dO and dK += dSᵀ Q; dQ = dS K takes dS from registers."""
+    rows = m0 + kit.arange(0, BM)
+    kit.mbarrier_wait(ready[s], phase)
+    sc = kit.mma(q[s], k.T, kit.zeros((BM, BN), kit.float32), pending=1)
+    dp = kit.mma(do[s], v.T, kit.zeros((BM, BN), kit.float32), pending=1)
+    p = kit.exp2(sc * qk_scale - kit.load(lse_s[s].T), ftz=True)
+    if MASK:
+        keys = n0 + kit.arange(0, BN)
+        p = kit.where(keys[None, :] <= rows[:, None], p, 0.0)
+    dsc = (p * (dp - kit.load(dlt_s[s].T))).to(q.dtype)
+    kit.store(ds[0], p.to(q.dtype))
+    kit.store(ds[1], dsc)
+    kit.barrier()
+    dv = kit.mma(ds[0].T, do[s], dv, pending=1)
+    dk = kit.mma(ds[1].T, q[s], dk, pending=1)
+    dq = kit.mma(dsc, k, kit.zeros((BM, D), kit.float32), pending=1)
+    kit.mbarrier_arrive(empty[s])
+    # (the TMA store's barriers also order the next iteration's kit.store after these MMAs)
+    kit.tma_store(DQA, (bh * S + m0, 0), dq, reduce="add")
+    return dk, dv
+
+
+@kit.jit
+def bwd_step(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t, ready, empty, S, qk_scale,
+             dk, dv, BM: kit.constexpr, BN: kit.constexpr, D: kit.constexpr,
+             STAGES: kit.constexpr, MASK: kit.constexpr, KEYS_AS_ROWS: kit.constexpr,
+             REORDER: kit.constexpr, DSB: kit.constexpr):
+    if KEYS_AS_ROWS:
+        return keys_as_rows(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t, t % STAGES,
+                            t // STAGES % 2, ready, empty, qk_scale, dk, dv, BM, BN, D, MASK,
+                            STAGES, REORDER, DSB)
+    else:
+        return queries_as_rows(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t,
+                               t % STAGES, t // STAGES % 2, ready, empty, qk_scale, dk, dv, BM,
+                               BN, D, MASK, S)
+
+
+@kit.jit
+def bwd_kernel(Q, K, V, DO, DK, DV, DQA, LSE2, Delta2, S, SK, H, G, SP, HG, sm_scale, qk_scale,
+               BM: kit.constexpr, BN: kit.constexpr, D: kit.constexpr, CAUSAL: kit.constexpr,
+               STAGES: kit.constexpr, KEYS_AS_ROWS: kit.constexpr, LPT: kit.constexpr = True,
+               REORDER: kit.constexpr = True, DSB: kit.constexpr = 2):
+    """FA3's backward: one program per BN keys of one K/V head; a producer warpgroup streams
+    Q, dO, LSE and Δ blocks (of every query head of the GQA group) through a TMA ring, two
+    consumer warpgroups accumulate dK and dV in registers and reduce-add dQ into fp32 DQA (dQᵀ
+    rows (B*H*D, SP) when KEYS_AS_ROWS, else dQ rows (B*H*S, D)). LSE2, Delta2: (B*H, SP)."""
+    if CAUSAL and LPT:   # longest first: key block 0 of HG heads, then block 1, ... (L2 holds
+        # their Q and dO)
+        nkv = kit.cdiv(SK, BN)
+        pid = kit.program_id(0)
+        grp = pid // (nkv * HG)
+        nh = kit.minimum(HG, kit.num_programs(0) // nkv - grp * HG)   # heads in this group
+        n0 = pid % (nkv * HG) // nh * BN
+        kvbh = grp * HG + pid % (nkv * HG) % nh
+    else:
+        n0 = kit.program_id(0) * BN
+        kvbh = kit.program_id(1)                   # batch * H_kv + kv head
     hkv = H // G
     bh0 = kvbh // hkv * H + kvbh % hkv * G         # its first query head
     k = kit.shared((BN, D), K.dtype.element_ty)
     v = kit.shared((BN, D), V.dtype.element_ty)
     q = kit.shared((STAGES, BM, D), Q.dtype.element_ty)
     do = kit.shared((STAGES, BM, D), DO.dtype.element_ty)
+    lse_s = kit.shared((STAGES, 1, BM), kit.float32)
+    dlt_s = kit.shared((STAGES, 1, BM), kit.float32)
+    if KEYS_AS_ROWS:   # dSᵀ in DSB buffers (one is enough: each kit.tma_store's barrier
+        # comes after this iteration's dQᵀ MMAs, in both warpgroups)
+        ds = kit.shared((DSB, BN, BM), Q.dtype.element_ty)
+    else:
+        ds = kit.shared((2, BM, BN), Q.dtype.element_ty)     # P and dS
     kv_ready = kit.mbarriers(1)
     ready = kit.mbarriers(STAGES)
-    kit.tma_load(k, K, (kvbh * SK + n0, 0), kv_ready[0])
-    kit.tma_load(v, V, (kvbh * SK + n0, 0), kv_ready[0])
+    empty = kit.mbarriers(STAGES, arrivals=2)
     # causal, top-left: query i sees key j iff j <= i, so query blocks before n0 see none
     first = n0 // BM if CAUSAL else 0
     nq = kit.maximum(kit.cdiv(S, BM) - first, 0)   # query blocks per head (0: dK = dV = 0)
     n = G * nq                                     # over every query head of the group
-    for s in kit.static_range(STAGES):
-        if s < n:
-            r = (bh0 + s // nq) * S + (first + s % nq) * BM
-            kit.tma_load(q[s], Q, (r, 0), ready[s])
-            kit.tma_load(do[s], DO, (r, 0), ready[s])
-    keys = n0 + kit.arange(0, BN)
-    dk = kit.zeros((BN, D), kit.float32)
-    dv = kit.zeros((BN, D), kit.float32)
-    kit.mbarrier_wait(kv_ready[0], 0)
-    for t in range(n):
-        s = t % STAGES
-        bh = bh0 + t // nq
-        rows = (first + t % nq) * BM + kit.arange(0, BM)
-        live = rows < S
-        lse = kit.load(L + bh * S + rows, mask=live, other=0.0) * LOG2E
-        dlt = kit.load(Delta + bh * S + rows, mask=live, other=0.0)
-        keep = live[None, :]
-        if CAUSAL:
-            keep = keep & (keys[:, None] <= rows[None, :])
-        kit.mbarrier_wait(ready[s], t // STAGES % 2)
-        st = kit.mma(k, q[s].T, kit.zeros((BN, BM), kit.float32))
-        pt = kit.where(keep, kit.exp2(st * qk_scale - lse[None, :]), 0.0)
-        dv = kit.mma(pt.to(DO.dtype.element_ty), do[s], dv)
-        dpt = kit.mma(v, do[s].T, kit.zeros((BN, BM), kit.float32))
-        dst = pt * (dpt - dlt[None, :])
-        dk = kit.mma(dst.to(Q.dtype.element_ty), q[s], dk)
-        if t + STAGES < n:                         # the MMAs are done with stage s: refill
-            u = t + STAGES
-            r = (bh0 + u // nq) * S + (first + u % nq) * BM
-            kit.tma_load(q[s], Q, (r, 0), ready[s])
-            kit.tma_load(do[s], DO, (r, 0), ready[s])
-    dcol = kit.arange(0, D)
-    offs = (kvbh * SK + keys)[:, None] * D + dcol[None, :]
-    kmask = (keys < SK)[:, None]
-    kit.store(DK + offs, (dk * sm_scale).to(DK.dtype.element_ty), mask=kmask)
-    kit.store(DV + offs, dv.to(DV.dtype.element_ty), mask=kmask)
+    if kit.warpgroup_id() == 0:                    # producer: K, V once, then the ring
+        kit.setmaxnreg(24)
+        kit.tma_load(k, K, (kvbh * SK + n0, 0), kv_ready[0])
+        kit.tma_load(v, V, (kvbh * SK + n0, 0), kv_ready[0])
+        for t in range(n):
+            s = t % STAGES
+            kit.mbarrier_wait(empty[s], t // STAGES % 2 ^ 1)
+            bh = bh0 + t // nq
+            m0 = (first + t % nq) * BM
+            kit.tma_load(q[s], Q, (bh * S + m0, 0), ready[s])
+            kit.tma_load(do[s], DO, (bh * S + m0, 0), ready[s])
+            kit.tma_load(lse_s[s], LSE2, (bh, m0), ready[s])
+            kit.tma_load(dlt_s[s], Delta2, (bh, m0), ready[s])
+    else:
+        kit.setmaxnreg(240)
+        dk = kit.zeros((BN, D), kit.float32)
+        dv = kit.zeros((BN, D), kit.float32)
+        kit.mbarrier_wait(kv_ready[0], 0)
+        if n0 + BN > SK:   # keys past SK (the next head's): zero K's rows, so P dS and dQ see 0
+            kit.store(k, kit.where((n0 + kit.arange(0, BN) < SK)[:, None], kit.load(k), 0.0))
+            kit.barrier()
+        # per query head: the blocks on the diagonal (causal) masked, then the rest; in two
+        # loops, so that each holds one copy of the step's registers
+        nmask = kit.minimum(kit.cdiv(n0 + BN - 1, BM) - first, nq) if CAUSAL else 0
+        for g in range(G):
+            if CAUSAL:
+                for j in range(nmask):
+                    dk, dv = bwd_step(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh0 + g,
+                                      (first + j) * BM, g * nq + j, ready, empty, S, qk_scale,
+                                      dk, dv, BM, BN, D, STAGES, True, KEYS_AS_ROWS, REORDER, DSB)
+            for j in range(nmask, nq):
+                dk, dv = bwd_step(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh0 + g,
+                                  (first + j) * BM, g * nq + j, ready, empty, S, qk_scale,
+                                  dk, dv, BM, BN, D, STAGES, False, KEYS_AS_ROWS, REORDER, DSB)
+        keys = n0 + kit.arange(0, BN)
+        offs = (kvbh * SK + keys)[:, None] * D + kit.arange(0, D)[None, :]
+        kmask = (keys < SK)[:, None]
+        kit.store(DK + offs, (dk * sm_scale).to(DK.dtype.element_ty), mask=kmask)
+        kit.store(DV + offs, dv.to(DV.dtype.element_ty), mask=kmask)
 
 
 @kit.jit
-def dq_kernel(Q, K, V, DO, DQ, L, Delta, S, SK, H, G, sm_scale, qk_scale,
-              BM: kit.constexpr, BN: kit.constexpr, D: kit.constexpr,
-              CAUSAL: kit.constexpr, STAGES: kit.constexpr):
-    """One program per BM query rows of one head; K and V blocks stream through a ring."""
-    m0 = kit.program_id(0) * BM
+def dq_convert(DQA, DQ, S, SP, scale, BM: kit.constexpr, D: kit.constexpr,
+               TRANS: kit.constexpr):
+    """dQ = scale * the fp32 sums, as DQ's dtype: DQA holds dQᵀ rows (B*H*D, SP) if TRANS,
+    else dQ rows (B*H*S, D). One program per BM query rows of one head."""
+    m = kit.program_id(0) * BM + kit.arange(0, BM)
     bh = kit.program_id(1)
-    kvh = bh // H * (H // G) + bh % H // G
-    q = kit.shared((BM, D), Q.dtype.element_ty)
-    do = kit.shared((BM, D), DO.dtype.element_ty)
-    k = kit.shared((STAGES, BN, D), K.dtype.element_ty)
-    v = kit.shared((STAGES, BN, D), V.dtype.element_ty)
-    q_ready = kit.mbarriers(1)
-    ready = kit.mbarriers(STAGES)
-    kit.tma_load(q, Q, (bh * S + m0, 0), q_ready[0])
-    kit.tma_load(do, DO, (bh * S + m0, 0), q_ready[0])
-    end = kit.minimum(SK, m0 + BM) if CAUSAL else SK
-    n_kv = kit.cdiv(end, BN)
-    for s in kit.static_range(STAGES):
-        if s < n_kv:
-            kit.tma_load(k[s], K, (kvh * SK + s * BN, 0), ready[s])
-            kit.tma_load(v[s], V, (kvh * SK + s * BN, 0), ready[s])
-    rows = m0 + kit.arange(0, BM)
-    live = rows < S
-    lse = kit.load(L + bh * S + rows, mask=live, other=0.0) * LOG2E
-    dlt = kit.load(Delta + bh * S + rows, mask=live, other=0.0)
-    dq = kit.zeros((BM, D), kit.float32)
-    kit.mbarrier_wait(q_ready[0], 0)
-    for j in range(n_kv):
-        s = j % STAGES
-        cols = j * BN + kit.arange(0, BN)
-        keep = cols[None, :] < SK
-        if CAUSAL:
-            keep = keep & (cols[None, :] <= rows[:, None])
-        kit.mbarrier_wait(ready[s], j // STAGES % 2)
-        sc = kit.mma(q, k[s].T, kit.zeros((BM, BN), kit.float32))
-        p = kit.where(keep, kit.exp2(sc * qk_scale - lse[:, None]), 0.0)
-        dp = kit.mma(do, v[s].T, kit.zeros((BM, BN), kit.float32))
-        ds = p * (dp - dlt[:, None])
-        dq = kit.mma(ds.to(K.dtype.element_ty), k[s], dq)
-        if j + STAGES < n_kv:
-            kit.tma_load(k[s], K, (kvh * SK + (j + STAGES) * BN, 0), ready[s])
-            kit.tma_load(v[s], V, (kvh * SK + (j + STAGES) * BN, 0), ready[s])
-    dcol = kit.arange(0, D)
-    kit.store(DQ + (bh * S + rows)[:, None] * D + dcol[None, :],
-              (dq * sm_scale).to(DQ.dtype.element_ty), mask=live[:, None])
+    d = kit.arange(0, D)
+    live = (m < S)[:, None]
+    if TRANS:   # read along the rows of dQᵀ (coalesced), then transpose in the CTA
+        x = kit.trans(kit.load(DQA + (bh * D + d)[:, None] * SP + m[None, :],
+                               mask=(m < S)[None, :], other=0.0))
+    else:
+        x = kit.load(DQA + (bh * S + m)[:, None] * D + d[None, :], mask=live, other=0.0)
+    kit.store(DQ + (bh * S + m)[:, None] * D + d[None, :], (x * scale).to(DQ.dtype.element_ty),
+              mask=live)
 
 
 BWD_HEAD_DIMS = (64, 128)
 
 
-def default_config(D):
-    """(dK/dV config, dQ config). Keys are the dK/dV kernel's MMA rows: 64 per warpgroup.
-    Measured on an H100 at B4 H32 S4096 (bf16): 64x64 blocks on one warpgroup beat 128-row
-    blocks on two (these kernels hold dK and dV, or dQ, in registers: ~240 of 255 at D=128);
-    D=64 keeps a third stage of Q and dO in flight (309 against 260 TFLOP/s, non-causal)."""
-    return (dict(BM=64, BN=64, STAGES=3 if D <= 64 else 2, num_warps=4),
-            dict(BM=64, BN=64, STAGES=2, num_warps=4))
+def bwd_config(D: int, causal: bool = False) -> dict:
+    """Blocks of `bwd_kernel`: FA3's for sm90 (flash-attention hopper/
+    flash_bwd_launch_template.h): D=128 64 queries x 128 keys, keys as the MMA rows; D=64
+    128 x 128, queries as rows (one LSE a row keeps the registers in budget). Measured on an
+    H100 (benchmarks/NOTES.md): the dQ store overlapped with dK's MMA (REORDER) is 2-4% faster
+    without a mask and 8-10% slower with one, so causal keeps the plain order; 3 stages (one
+    dS buffer) measured within noise of 2."""
+    if D <= 64:
+        return dict(BM=128, BN=128, STAGES=2, KEYS_AS_ROWS=False)
+    return dict(BM=64, BN=128, STAGES=2, KEYS_AS_ROWS=True, REORDER=not causal)
 
 
 def attention_backward(do, q, k, v, o, lse, causal: bool = False, sm_scale: float | None = None,
-                       dkdv_config=None, dq_config=None):
+                       config: dict | None = None):
     """Gradients (dq, dk, dv) of `attention(q, k, v, causal, sm_scale)` given its output o,
     its log-sum-exp lse (B, H, S) and the output's gradient do. Shapes as `attention`:
     q, o, do (B, H, S, D), k, v (B, H_kv, SK, D); dk and dv are summed over the query heads
-    that share a K/V head (GQA). Gradients are new contiguous tensors of q's dtype."""
+    that share a K/V head (GQA). Gradients are new contiguous tensors of q's dtype. `config`
+    overrides `bwd_config`'s blocks (and HG, the K/V heads a causal group holds).
+    Workspace: fp32 dQ sums (B*H*S*D*4 bytes) and per-row Δ and LSE."""
     B, H, S, D = q.shape
     Hkv, SK = k.shape[1], k.shape[2]
     if D not in BWD_HEAD_DIMS:
@@ -183,16 +266,25 @@ def attention_backward(do, q, k, v, o, lse, causal: bool = False, sm_scale: floa
 
     q2, k2, v2, o2, do2 = (_rows(t, D) for t in (q, k, v, o, do.to(q.dtype)))
     lse = lse.contiguous()
-    delta = torch.empty((B, H, S), device=q.device, dtype=torch.float32)
-    bwd_preprocess[(kit.cdiv(B * H * S, 64),)](o2, do2, delta, B * H * S, BM=64, D=D)
-    c1, c2 = default_config(D)
-    c1 = dict(c1, **(dkdv_config or {}))
-    c2 = dict(c2, **(dq_config or {}))
     G = H // Hkv
-    dkdv_kernel[(kit.cdiv(SK, c1["BN"]), B * Hkv)](
-        q2, k2, v2, do2, dk, dv, lse, delta, S, SK, H, G, scale, scale * LOG2E, D=D,
-        CAUSAL=causal, **c1)
-    dq_kernel[(kit.cdiv(S, c2["BM"]), B * H)](
-        q2, k2, v2, do2, dq, lse, delta, S, SK, H, G, scale, scale * LOG2E, D=D,
-        CAUSAL=causal, **c2)
+    cfg = dict(bwd_config(D, causal), **(config or {}))
+    BM = cfg["BM"]
+    SP = kit.cdiv(S, BM) * BM   # rows of LSE, Δ (and dQᵀ) padded to whole blocks for TMA
+    lse2 = torch.empty((B * H, SP), device=q.device, dtype=torch.float32)
+    delta2 = torch.empty((B * H, SP), device=q.device, dtype=torch.float32)
+    bwd_preprocess[(SP // BM, B * H)](o2, do2, lse, delta2, lse2, S, SP, BM=BM, D=D)
+    if cfg["KEYS_AS_ROWS"]:
+        dqa = torch.zeros((B * H * D, SP), device=q.device, dtype=torch.float32)
+    else:
+        dqa = torch.zeros((B * H * S, D), device=q.device, dtype=torch.float32)
+    nkv = kit.cdiv(SK, cfg["BN"])
+    lpt = causal and cfg.get("LPT", True)
+    # causal, longest first in groups of HG K/V heads whose Q and dO (G*S*D*4 bytes) share
+    # ~24 MB of the 50 MB L2
+    hg = cfg.pop("HG", None) or max(1, min(B * Hkv, (24 << 20) // (G * S * D * 4)))
+    bwd_kernel[(nkv * B * Hkv,) if lpt else (nkv, B * Hkv)](
+        q2, k2, v2, do2, dk, dv, dqa, lse2, delta2, S, SK, H, G, SP, hg, scale, scale * LOG2E,
+        D=D, CAUSAL=causal, num_warps=12, **cfg)
+    dq_convert[(kit.cdiv(S, 64), B * H)](dqa, dq, S, SP, scale, BM=64, D=D,
+                                         TRANS=cfg["KEYS_AS_ROWS"])
     return dq, dk, dv

@@ -12,12 +12,17 @@ import warnings
 
 import torch
 
+from .. import launcher as _launcher
+from . import attention as _attention
+from . import attention_decode as _decode
+from ._host import on_reset
 from .attention import attention
 from .attention_backward import BWD_HEAD_DIMS, attention_backward
 
 __all__ = ["KitjitFallbackWarning", "scaled_dot_product_attention", "sdpa"]
 
 HEAD_DIMS = (64, 128, 256)
+DECODE_MAX_Q = 16   # query lengths up to this run the split-KV decode kernels
 DTYPES = (torch.float16, torch.bfloat16)
 
 
@@ -42,6 +47,17 @@ def _interpreting() -> bool:
     return _env_flag("KITJIT_INTERPRET")
 
 
+_CAPS: dict = {}
+
+
+def _capability(dev: torch.device) -> tuple[int, int]:
+    """The device's compute capability, asked once per device (this runs on every call)."""
+    i = dev.index if dev.index is not None else torch.cuda.current_device()
+    if i not in _CAPS:
+        _CAPS[i] = torch.cuda.get_device_capability(i)
+    return _CAPS[i]
+
+
 def _fallback_reasons(query, key, value, attn_mask, dropout_p, scale, enable_gqa) -> list[str]:
     """Why the kitjit kernel cannot run this call (empty: it can). Shapes torch rejects
     also land here; torch then raises its own error."""
@@ -61,7 +77,7 @@ def _fallback_reasons(query, key, value, attn_mask, dropout_p, scale, enable_gqa
     if key.device != dev or value.device != dev:
         why.append("inputs on different devices")
     elif dev.type == "cuda":
-        if torch.cuda.get_device_capability(dev) != (9, 0):
+        if _capability(dev) != (9, 0):
             why.append("a GPU other than Hopper (sm_90)")
     elif dev.type != "cpu" or not _interpreting():
         why.append(f"{dev.type} tensors (the kernels run on Hopper GPUs; KITJIT_INTERPRET=1 "
@@ -90,13 +106,23 @@ def _wants_grad(ts) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in ts)
 
 
+def _forward(q, k, v, causal: bool, scale):
+    """(o, lse) from the forward kernels: split-KV (kitjit/nn/attention_decode.py) for a few
+    query rows, whose one program per head would leave most SMs idle and read each K/V head
+    once per query head of its group; the FlashAttention forward otherwise."""
+    if q.shape[2] <= DECODE_MAX_Q:       # _fallback_reasons made attention_decode's checks
+        return _decode.decode(q, k, v, causal,
+                              scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]))
+    return attention(q, k, v, causal=causal, sm_scale=scale)
+
+
 # ------------------------------------------------------------------ autograd (custom ops)
 # The forward and the backward are torch.library custom ops, so that autograd reaches q, k, v
 # and torch.compile(fullgraph=True) records each as one opaque call (its fake gives shapes).
 @torch.library.custom_op("kitjit::attention_fwd", mutates_args=())
 def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                    scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    return attention(q, k, v, causal=causal, sm_scale=scale)
+    return _forward(q, k, v, causal, scale)
 
 
 @_attention_fwd.register_fake
@@ -150,12 +176,60 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     on CPU tensors under KITJIT_INTERPRET=1). Inputs that are not contiguous, such as the
     (B, L, H, E) layout of LLMs transposed to (B, H, L, E), are copied to contiguous first
     (the kernels read rows through 2-D TMA descriptors): one extra read and write of each
-    such tensor. Everything else runs through torch's own implementation with a
-    KitjitFallbackWarning per reason.
+    such tensor. Query lengths up to 16 (decoding against a KV cache) run the split-KV kernels
+    of kitjit/nn/attention_decode.py, longer ones the FlashAttention forward. Everything else
+    runs through torch's own implementation with a KitjitFallbackWarning per reason.
 
     No keys (S == 0): zeros (the empty sum over keys; torch's CPU kernel leaves that output
     uninitialized).
     """
+    if attn_mask is None and dropout_p == 0.0 and query.__class__ is torch.Tensor and \
+            key.__class__ is torch.Tensor and value.__class__ is torch.Tensor and \
+            not (torch.is_grad_enabled() and (query.requires_grad or key.requires_grad
+                                              or value.requires_grad)) and \
+            not _launcher._is_compiling():   # (traced: kernel[grid] records opaque ops)
+        try:   # (a nested tensor has no shape: the general path)
+            facts = (query.shape, key.shape, value.shape, query.dtype, key.dtype, value.dtype,
+                     query.device, key.device, value.device, is_causal, scale, enable_gqa)
+            fast = _FAST.get(facts, _UNSEEN)
+        except (RuntimeError, TypeError):
+            fast = None
+        if fast is _UNSEEN:
+            fast = _FAST[facts] = _fast_path(query, key, value, is_causal, scale, enable_gqa)
+        if fast is not None and (fast.device >= 0 or _interpreting()):
+            return fast.out(query, key, value)
+    return _general(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+
+_FAST: dict = {}
+_UNSEEN = object()
+
+
+def _fast_path(query, key, value, is_causal, scale, enable_gqa):
+    """For the facts of a call without autograd (shapes, dtypes, devices, flags): the decode
+    or forward route that runs it, or None (the general path). Made once per facts (a
+    decode loop asks the same ones every step), so a call skips `_fallback_reasons` and the
+    reshapes."""
+    if len(_FAST) >= 4096:
+        _FAST.clear()
+    if query.dim() != 4 or key.shape[2] == 0 or \
+            _fallback_reasons(query, key, value, None, 0.0, scale, enable_gqa):
+        return None
+    B, H, S, D = query.shape
+    dev = query.device
+    index = -1 if dev.type != "cuda" else dev.index if dev.index is not None \
+        else torch.cuda.current_device()
+    if S <= DECODE_MAX_Q:
+        return _decode.route(B, H, key.shape[1], S, key.shape[2], D, bool(is_causal),
+                             scale if scale is not None else 1.0 / math.sqrt(D), None, None,
+                             None, True, query.dtype, index)
+    return _attention.route(B, H, key.shape[1], S, key.shape[2], D, bool(is_causal),
+                            scale if scale is not None else 1.0 / math.sqrt(D), (),
+                            query.dtype, index)
+
+
+def _general(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+    """Every call the fast path does not take: fallbacks, autograd, the forward kernels."""
     why = _fallback_reasons(query, key, value, attn_mask, dropout_p, scale, enable_gqa)
     if why:
         out = torch.nn.functional.scaled_dot_product_attention(
@@ -169,12 +243,15 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     lead = query.shape[:-3]
     B = math.prod(lead)
     q, k, v = (t.reshape(B, *t.shape[-3:]) for t in (query, key, value))
-    if _wants_grad((q, k, v)):                     # through the op autograd knows
+    # through the op autograd knows; traced by torch.compile, also without autograd (one
+    # opaque call in the graph: the host path reads pointers, which dynamo cannot trace)
+    if _wants_grad((q, k, v)) or _launcher._is_compiling():
         sm = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
         o, _ = _attention_fwd(q, k, v, bool(is_causal), float(sm))
     else:
-        o, _ = attention(q, k, v, causal=bool(is_causal), sm_scale=scale)
+        o, _ = _forward(q, k, v, bool(is_causal), scale)
     return o.view(query.shape)
 
 
 sdpa = scaled_dot_product_attention
+on_reset(_FAST.clear)

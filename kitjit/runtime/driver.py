@@ -64,6 +64,7 @@ def _load() -> Any:
             "cuFuncGetAttribute": [P(i), i, vp],
             "cuLaunchKernel": [vp, u, u, u, u, u, u, u, vp, vp, vp],
             "cuGetErrorString": [i, P(ctypes.c_char_p)],
+            "cuStreamIsCapturing": [vp, P(i)],
         }
         for name, args in sigs.items():
             f = getattr(lib, name)
@@ -160,6 +161,14 @@ class device_context:
 CU_STREAM_CAPTURE_MODE_RELAXED = 2
 
 
+def stream_capturing(stream: int) -> bool:
+    """Whether the raw CUstream `stream` is being captured into a CUDA graph (also when the
+    driver cannot tell: the caller then takes its capture-safe path)."""
+    status = ctypes.c_int(0)
+    r = _load().cuStreamIsCapturing(ctypes.c_void_p(stream), ctypes.byref(status))
+    return r != CUDA_SUCCESS or status.value != 0
+
+
 def exchange_capture_mode(mode: int) -> int:
     """Set this thread's stream-capture interaction mode (cuThreadExchangeStreamCaptureMode)
     and return the previous one. RELAXED lets the thread load a module while some stream is
@@ -204,6 +213,15 @@ def load_function(cubin: bytes, name: str, shared: int, device: int) -> tuple[in
     return mod.value, fn.value
 
 
+def function_registers(fn: int) -> int:
+    """Registers per thread of a loaded function (CU_FUNC_ATTRIBUTE_NUM_REGS), as Triton
+    reads `n_regs` at `_init_handles`."""
+    v = ctypes.c_int(0)
+    check(_load().cuFuncGetAttribute(ctypes.byref(v), 4, ctypes.c_void_p(fn)),
+          "cuFuncGetAttribute(NUM_REGS)")
+    return v.value
+
+
 _CTYPES = {"ptr": ctypes.c_uint64, "i32": ctypes.c_int32, "i64": ctypes.c_int64,
            "u32": ctypes.c_uint32, "u64": ctypes.c_uint64, "fp32": ctypes.c_float,
            "fp64": ctypes.c_double, "i1": ctypes.c_int32}
@@ -237,18 +255,62 @@ class ParamBlock:
 
 _TMAP_CACHE: dict = {}
 _TMAP_OLD: dict = {}
-_DTYPES_TMA = {"bf16": 9, "fp16": 6, "fp32": 7, "u8": 0, "i32": 3, "fp64": 8}
+_TMAP_MAX = 4096
+_DTYPES_TMA = {"bf16": 9, "fp16": 6, "fp32": 7, "u8": 0, "i32": 3, "fp64": 8,
+               "fp8e4nv": 0, "fp8e5": 0}  # fp8 travels as bytes
 _SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
+_TMA_BY_SIZE = {1: 0, 2: 1, 4: 2, 8: 4}  # UINT8/16/32/64: a copy is a copy (zeros fill)
+
+
+def encode_tiled(data_type: int, ptr: int, rows: int, cols: int, row_bytes: int,
+                 box_rows: int, box_cols: int, swizzle: int) -> tuple[Any, int]:
+    """cuTensorMapEncodeTiled for a 2-d row-major region (rows x cols elements, rows
+    `row_bytes` apart) and a box of box_rows x box_cols: (the object that owns the 128-byte
+    CUtensorMap, its host address). Pure host work (no context, no GPU); kitjit.testing's
+    FakeDriver replaces it on machines without libcuda. Raises DriverError."""
+    from cuda.bindings import driver as cu
+
+    u64, u32 = cu.cuuint64_t, cu.cuuint32_t
+    err, tmap = cu.cuTensorMapEncodeTiled(
+        cu.CUtensorMapDataType(data_type), u32(2), ptr, [u64(cols), u64(rows)],
+        [u64(row_bytes)], [u32(box_cols), u32(box_rows)], [u32(1), u32(1)],
+        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        cu.CUtensorMapSwizzle(_SWIZZLE[swizzle]),
+        cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    if int(err):
+        raise DriverError(f"cuTensorMapEncodeTiled failed ({err})")
+    return tmap, tmap.getPtr()
+
+
+def cached_map(key: tuple, data_type: int, ptr: int, rows: int, cols: int, row_bytes: int,
+               box_rows: int, box_cols: int, swizzle: int) -> int:
+    """The address of the CUtensorMap `encode_tiled` makes from these values, cached under
+    `key`, which must determine every one of them (a cached map is then never stale: the
+    same key encodes the same 128 bytes). When full the cache starts over but keeps the
+    previous generation alive, so a map another thread is about to launch with is never
+    freed (cuLaunchKernel copies the 128 bytes before it returns)."""
+    hit = _TMAP_CACHE.get(key)
+    if hit is not None:
+        return hit[1]
+    owner, addr = encode_tiled(data_type, ptr, rows, cols, row_bytes, box_rows, box_cols,
+                               swizzle)
+    if len(_TMAP_CACHE) >= _TMAP_MAX:
+        global _TMAP_OLD
+        _TMAP_OLD = dict(_TMAP_CACHE)
+        _TMAP_CACHE.clear()
+    _TMAP_CACHE[key] = (owner, addr)
+    return addr
 
 
 def tensor_map(t: Any, box_rows: int, box_cols: int, swizzle: int, dtype: str) -> int:
-    """Address of a CUtensorMap for 2-d tensor `t` and the box, built once per (pointer,
-    shape, strides) and cached: encoding costs microseconds, a dict lookup does not. The
-    encoding is host-side and the pointer is unique across devices (unified addressing), so
-    one cache serves every device. When full, the cache starts over but keeps the previous
-    generation alive, so a map another thread is about to launch with is never freed."""
+    """Address of a CUtensorMap for 2-d tensor `t` (whose element type is `dtype`, the
+    kernel's: the launch specialized on it) and the box, built once per (pointer, shape,
+    strides, dtype, box, swizzle) and cached: encoding costs microseconds, a dict lookup
+    does not. The encoding is host-side and the pointer is unique across devices (unified
+    addressing), so one cache serves every device."""
     ptr = t.data_ptr()
-    key = (ptr, t.shape[0], t.shape[1], t.stride(0), t.stride(1), box_rows, box_cols, swizzle)
+    key = (ptr, t.shape, t.stride(), box_rows, box_cols, swizzle, dtype)
     hit = _TMAP_CACHE.get(key)
     if hit is not None:
         return hit[1]
@@ -256,28 +318,30 @@ def tensor_map(t: Any, box_rows: int, box_cols: int, swizzle: int, dtype: str) -
         raise ValueError(f"a tensor copied by TMA must be 2-d, contiguous in its last dim, "
                          f"16-byte aligned, with rows a multiple of 16 bytes apart; got shape "
                          f"{tuple(t.shape)}, strides {tuple(t.stride())}, address {ptr:#x}")
-    from cuda.bindings import driver as cu
+    try:
+        return cached_map(key, _DTYPES_TMA[dtype], ptr, t.shape[0], t.shape[1],
+                          t.stride(0) * t.element_size(), box_rows, box_cols, swizzle)
+    except DriverError as e:
+        raise DriverError(f"{e} for shape {tuple(t.shape)} box [{box_rows}, {box_cols}]"
+                          ) from None
 
-    e = t.element_size()
-    u64, u32 = cu.cuuint64_t, cu.cuuint32_t
-    err, tmap = cu.cuTensorMapEncodeTiled(
-        cu.CUtensorMapDataType(_DTYPES_TMA[dtype]), u32(2), ptr,
-        [u64(t.shape[1]), u64(t.shape[0])], [u64(t.stride(0) * e)],
-        [u32(box_cols), u32(box_rows)], [u32(1), u32(1)],
-        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        cu.CUtensorMapSwizzle(_SWIZZLE[swizzle]),
-        cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
-    if int(err):
-        raise DriverError(f"cuTensorMapEncodeTiled failed ({err}) for shape "
-                          f"{tuple(t.shape)} box [{box_rows}, {box_cols}]")
-    if len(_TMAP_CACHE) > 4096:
-        global _TMAP_OLD
-        _TMAP_OLD = dict(_TMAP_CACHE)
-        _TMAP_CACHE.clear()
-    addr = tmap.getPtr()
-    _TMAP_CACHE[key] = (tmap, addr)
-    return addr
+
+def descriptor_map(d: Any, box_rows: int, box_cols: int, swizzle: int, dtype: str) -> int:
+    """Address of a CUtensorMap for a 2-d host TensorDescriptor `d` (its base, shape and
+    strides; the box one swizzle chunk of its block), cached like `tensor_map`."""
+    ptr = d.base.data_ptr()
+    (rows, cols), stride = d.shape, d.strides[0]
+    e = d.base.element_size()
+    key = ("desc", ptr, rows, cols, stride, e, box_rows, box_cols, swizzle, dtype)
+    hit = _TMAP_CACHE.get(key)
+    if hit is not None:
+        return hit[1]
+    try:
+        return cached_map(key, _DTYPES_TMA.get(dtype, _TMA_BY_SIZE[e]), ptr, rows, cols,
+                          stride * e, box_rows, box_cols, swizzle)
+    except DriverError as err:
+        raise DriverError(f"{err} for a descriptor of shape {[rows, cols]}, strides "
+                          f"{list(d.strides)}, box [{box_rows}, {box_cols}]") from None
 
 
 def raw_launch():
@@ -346,15 +410,21 @@ def pdl_launch():
     attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
     attr.value.programmaticStreamSerializationAllowed = 1
     launch_ex = cu.cuLaunchKernelEx
+    tls = threading.local()   # one config per thread, its attribute set once (making a
+    # CUlaunchConfig and its attribute array cost ~1 us per launch; the driver reads the
+    # config during the call only)
 
     def launch(f, g0, g1, g2, b0, b1, b2, shared, stream, params, extra):
-        config = cu.CUlaunchConfig()
+        try:
+            config = tls.config
+        except AttributeError:
+            config = tls.config = cu.CUlaunchConfig()
+            config.attrs = [attr]
+            config.numAttrs = 1
         config.gridDimX, config.gridDimY, config.gridDimZ = g0, g1, g2
         config.blockDimX, config.blockDimY, config.blockDimZ = b0, b1, b2
         config.sharedMemBytes = shared
         config.hStream = stream if stream.__class__ is cu.CUstream else cu.CUstream(stream)
-        config.attrs = [attr]
-        config.numAttrs = 1
         return launch_ex(config, f, params, extra)
 
     return launch, cu.CUfunction
@@ -378,6 +448,13 @@ def _require_driver(what: str) -> None:
                            f"{unavailable_reason()}")
 
 
+# What the interpreter reports without a GPU: the nominal properties of kitjit's default
+# compile target, sm_90a (an H100 SXM), so host code doing occupancy arithmetic runs.
+_NO_GPU_PROPERTIES = {"max_shared_mem": 232448, "max_num_regs": 65536,
+                      "multiprocessor_count": 132, "warpSize": 32, "sm_clock_rate": 1980000,
+                      "mem_clock_rate": 2619000, "mem_bus_width": 5120}
+
+
 class _Utils:
     """`driver.active.utils`, as Triton's CUDA driver utils."""
 
@@ -386,8 +463,11 @@ class _Utils:
         """The device's properties read from the driver, with Triton's keys:
         max_shared_mem (opt-in bytes per block), max_num_regs (per block),
         multiprocessor_count, warpSize, sm_clock_rate, mem_clock_rate (kHz),
-        mem_bus_width (bits). RuntimeError without a GPU."""
-        _require_driver("utils.get_device_properties")
+        mem_bus_width (bits). Without a GPU (kernels run in the interpreter): the nominal
+        values of sm_90a, kitjit's default compile target (132 SMs, 227 KiB of shared
+        memory per block, 64K registers), so a tutorial's occupancy arithmetic runs."""
+        if not available():
+            return dict(_NO_GPU_PROPERTIES)
         device = getattr(device, "index", device)
         if device is None:
             device = _ActiveDriver.get_current_device()
@@ -419,9 +499,12 @@ class _ActiveDriver:
 
     @staticmethod
     def get_active_torch_device():
+        """torch's current CUDA device; without a GPU, `cpu`: kernels then run in the
+        interpreter on CPU tensors, so code that allocates on this device runs there."""
         import torch
 
-        _require_driver("get_active_torch_device")
+        if not available():
+            return torch.device("cpu")
         return torch.device("cuda", torch.cuda.current_device())
 
     @staticmethod
@@ -432,8 +515,11 @@ class _ActiveDriver:
 
     @staticmethod
     def get_current_target():
-        """(backend, arch, warp_size) like Triton's GPUTarget: ("cuda", 90, 32)."""
-        _require_driver("get_current_target")
+        """(backend, arch, warp_size) like Triton's GPUTarget: ("cuda", 90, 32). Without a
+        GPU, ("cpu", 0, 32): kernels run in the interpreter, and host code that asks
+        `backend == "cuda"` before calling torch.cuda takes its other path."""
+        if not available():
+            return GPUTarget("cpu", 0, 32)
         import torch
 
         d = torch.cuda.current_device()

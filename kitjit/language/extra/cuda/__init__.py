@@ -1,3 +1,6 @@
-"""`kitjit.language.extra.cuda`: `from triton.language.extra.cuda import libdevice`."""
+"""`kitjit.language.extra.cuda`: `from triton.language.extra.cuda import libdevice`, and
+Triton's CUDA-only builtins (`tl.extra.cuda.gdc_wait()`, `gdc_launch_dependents()`: the same
+markers as `kit.gdc_wait`, `kit.gdc_launch_dependents`)."""
 
+from ...control import gdc_launch_dependents, gdc_wait  # noqa: F401
 from . import libdevice  # noqa: F401

@@ -1,0 +1,153 @@
+"""Grouped GEMM for mixture-of-experts: out[rows of expert e] = x[rows of e] @ w[e].T for every
+expert in one persistent launch. x [T, K] holds the tokens sorted by expert, `offs` [E] the
+end row of each expert's group (int32, cumulative: torch._grouped_mm's convention), w
+[E, N, K] the experts' weights (nn.Linear layout). No host sync: the kernel reads the
+offsets itself, so a launch fits in a CUDA graph whatever the routing.
+
+The tiles of all experts form one list (expert by expert, each expert's tiles in matmul.py's
+L2-friendly order) walked by a persistent grid with examples/matmul.py's TMA ring; a program
+finds the expert of its next tile by moving a cursor forward over the offsets (its tiles come
+in increasing order, so the cursor never goes back). A tile's A rows may run into the next
+expert's tokens: the MMA computes them and the store drops them.
+"""
+
+import torch
+from matmul import load_stage, num_sms, tile_origin
+
+import kitjit as kit
+from kitjit.testing import bench, check, device, has_gpu
+
+
+@kit.jit
+def expert_of(tile, e, base, OFFS, E, N, BM: kit.constexpr, BN: kit.constexpr):
+    """Move the cursor (expert e, whose first tile is `base`) forward to the expert holding
+    `tile`; returns that expert, its first tile and its rows [start, end)."""
+    start = kit.load(OFFS + e - 1, mask=e > 0, other=0)
+    end = kit.load(OFFS + e)
+    count = kit.cdiv(end - start, BM) * kit.cdiv(N, BN)
+    while (tile >= base + count) & (e < E - 1):
+        base += count
+        e += 1
+        start = end
+        end = kit.load(OFFS + e)
+        count = kit.cdiv(end - start, BM) * kit.cdiv(N, BN)
+    return e, base, start, end
+
+
+@kit.jit
+def group_tile(tile, e, base, OFFS, E, N, BM: kit.constexpr, BN: kit.constexpr,
+               BK: kit.constexpr, GROUP: kit.constexpr):
+    """(cursor e, base, first row m0, B's row e * N + n0, n0, the expert's end row)."""
+    e, base, start, end = expert_of(tile, e, base, OFFS, E, N, BM, BN)
+    m0, n0, _ = tile_origin(tile - base, end - start, N, 1, BM, BN, BK, GROUP, 1)
+    return e, base, start + m0, e * N + n0, n0, end
+
+
+@kit.jit
+def grouped_matmul_kernel(A, B, C, OFFS, E, N, K, BM: kit.constexpr, BN: kit.constexpr,
+                          BK: kit.constexpr, STAGES: kit.constexpr, GROUP: kit.constexpr,
+                          EP: kit.constexpr):
+    a = kit.shared((STAGES, BM, BK), A.dtype.element_ty)
+    b = kit.shared((STAGES, BN, BK), B.dtype.element_ty)   # B is w viewed as [E * N, K]
+    ready = kit.mbarriers(STAGES)
+    n_k = kit.cdiv(K, BK)
+    ex = kit.arange(0, EP)                                   # every program counts the tiles
+    ends = kit.load(OFFS + ex, mask=ex < E, other=0)
+    starts = kit.load(OFFS + ex - 1, mask=(ex > 0) & (ex < E), other=0)
+    n_tiles = kit.sum(kit.cdiv(ends - starts, BM), axis=0) * kit.cdiv(N, BN)
+    step, first = kit.num_programs(0), kit.program_id(0)
+    for s in kit.static_range(STAGES - 1):                   # prologue, as in matmul.py
+        t = first + s // n_k * step
+        if t < n_tiles:
+            _, _, m0, nb0, _, _ = group_tile(t, 0, 0, OFFS, E, N, BM, BN, BK, GROUP)
+            load_stage(a, b, ready, A, B, m0, nb0, 0, s % n_k, s, BK, STAGES, True)
+    it = 0
+    e, base = 0, 0                                           # the cursor
+    for tile in range(first, n_tiles, step):
+        e, base, m0, nb0, n0, end = group_tile(tile, e, base, OFFS, E, N, BM, BN, BK, GROUP)
+        _, _, m1, nb1, _, _ = group_tile(tile + step, e, base, OFFS, E, N, BM, BN, BK, GROUP)
+        acc = kit.zeros((BM, BN), kit.float32)
+        for kk in range(n_k):
+            kit.mbarrier_wait(ready[it % STAGES], it // STAGES % 2)
+            acc = kit.mma(a[it % STAGES], b[it % STAGES].T, acc, pending=1)
+            j = kk + STAGES - 1        # refill, as matmul.py's refill, with expert tiles
+            if j < n_k:
+                load_stage(a, b, ready, A, B, m0, nb0, 0, j, it + STAGES - 1, BK, STAGES, True)
+            elif j < 2 * n_k:
+                if tile + step < n_tiles:
+                    load_stage(a, b, ready, A, B, m1, nb1, 0, j - n_k, it + STAGES - 1, BK,
+                               STAGES, True)
+            elif tile + j // n_k * step < n_tiles:           # K shorter than the ring
+                _, _, mj, nbj, _, _ = group_tile(tile + j // n_k * step, e, base, OFFS, E, N,
+                                                 BM, BN, BK, GROUP)
+                load_stage(a, b, ready, A, B, mj, nbj, 0, j % n_k, it + STAGES - 1, BK,
+                           STAGES, True)
+            it += 1
+        rm = m0 + kit.arange(0, BM)
+        rn = n0 + kit.arange(0, BN)
+        mask = (rm[:, None] < end) & (rn[None, :] < N)       # rows of this expert only
+        kit.store(C + rm[:, None] * N + rn[None, :], acc.to(C.dtype.element_ty), mask=mask)
+
+
+DEFAULT = dict(BM=128, BN=256, BK=64, STAGES=4, num_warps=8)
+
+
+def grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, **config) -> torch.Tensor:
+    """out[offs[e-1]:offs[e]] = x[offs[e-1]:offs[e]] @ w[e].T for x [T, K] (bf16/fp16, K a
+    multiple of 8), w [E, N, K], offs int32 [E] (cumulative ends, offs[-1] <= T; rows past
+    it are left unwritten). No host sync."""
+    T, K = x.shape
+    E, N, K2 = w.shape
+    if K2 != K or tuple(offs.shape) != (E,) or offs.dtype != torch.int32:
+        raise ValueError(f"x [T, K], w [E, N, K], offs int32 [E]: got x {list(x.shape)}, w "
+                         f"{list(w.shape)}, offs {offs.dtype} {list(offs.shape)}")
+    c = torch.empty(T, N, device=x.device, dtype=x.dtype)
+    cfg = dict(DEFAULT, **config)
+    most = (kit.cdiv(T, cfg["BM"]) + E) * kit.cdiv(N, cfg["BN"])   # tiles, at most
+    grid = (max(1, min(most, num_sms(x.device))),)
+    grouped_matmul_kernel[grid](x, w.reshape(E * N, K), c, offs, E, N, K, GROUP=8,
+                                EP=max(16, 1 << (E - 1).bit_length()), **cfg)
+    return c
+
+
+def reference(x, w, offs) -> torch.Tensor:
+    """float64, one expert at a time; rows past offs[-1] are NaN (never written)."""
+    out = torch.full((x.shape[0], w.shape[1]), float("nan"), dtype=torch.float64)
+    start = 0
+    for e, end in enumerate(offs.tolist()):
+        out[start:end] = x[start:end].double().cpu() @ w[e].double().cpu().T
+        start = end
+    return out
+
+
+def routed(T: int, E: int, device, skew: bool = True, seed: int = 0) -> torch.Tensor:
+    """Cumulative int32 ends of E groups over T tokens: uneven (some empty) when skewed."""
+    g = torch.Generator().manual_seed(seed)
+    p = torch.rand(E, generator=g) ** (4 if skew else 0)
+    counts = torch.bincount(torch.multinomial(p / p.sum(), T, True, generator=g), minlength=E)
+    return counts.cumsum(0).to(torch.int32).to(device)
+
+
+def main() -> None:
+    dev = device()
+    T, E, N, K = (1000, 8, 264, 200) if has_gpu() else (150, 5, 72, 96)
+    small = {} if has_gpu() else dict(BM=64, BN=64, BK=32, STAGES=3, num_warps=4)
+    x = torch.randn(T, K, device=dev, dtype=torch.bfloat16)
+    w = torch.randn(E, N, K, device=dev, dtype=torch.bfloat16) / K ** 0.5
+    offs = routed(T, E, dev)
+    ref = reference(x, w, offs)
+    err = check(grouped_mm(x, w, offs, **small), ref, 1e-2, "grouped_mm")
+    print(f"grouped_mm T={T} E={E} N={N} K={K} (groups {offs.tolist()}): rel err {err:.2e} "
+          f"({'GPU' if has_gpu() else 'interpreter'})")
+    if has_gpu():
+        T, E, N, K = 16384, 8, 14336, 4096
+        x = torch.randn(T, K, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(E, N, K, device="cuda", dtype=torch.bfloat16)
+        offs = routed(T, E, "cuda")
+        flop = 2 * T * N * K / 1e9
+        ms = bench(lambda: grouped_mm(x, w, offs))
+        print(f"  T={T} E={E} N={N} K={K}: kitjit {flop / ms:.0f} TFLOP/s")
+
+
+if __name__ == "__main__":
+    main()

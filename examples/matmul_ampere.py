@@ -1,0 +1,90 @@
+"""bf16 GEMM for Ampere and Ada (sm_80 / sm_86 / sm_89): a ring of shared-memory stages that
+`kit.tma_load` fills (cp.async by every thread there), `kit.mma` on ldmatrix + mma.sync with
+64x64 warp tiles, C = A @ B with fp32 accumulation.
+
+No barrier between the MMAs and the refills. With STAGES stages the loads run PREFETCH =
+STAGES / 2 steps ahead: the refill at step i overwrites the data of step i + PREFETCH -
+STAGES <= i - PREFETCH. Every thread issued its piece of step i's copies right after its
+own MMA of step i - PREFETCH, so a thread that has waited for step i's copies knows all
+threads are past step i - PREFETCH: nobody still reads the stage it overwrites, and
+`sync=False` drops the CTA barrier `kit.tma_load` would otherwise put first. (That argument
+needs every thread to issue copies, as on Ampere; on Hopper one thread issues TMA, so there
+it holds for one warpgroup only. examples/matmul.py is the Hopper GEMM.)
+
+On an H100 the Ampere code path runs with `arch="sm_80"`.
+"""
+
+import torch
+
+import kitjit as kit
+from kitjit.testing import bench, check, device, has_gpu
+
+
+@kit.jit
+def matmul_ampere_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr,
+                         BK: kit.constexpr, STAGES: kit.constexpr, GROUP: kit.constexpr):
+    pid = kit.program_id(0)
+    n_m, n_n = kit.cdiv(M, BM), kit.cdiv(N, BN)
+    first_m = pid // (GROUP * n_n) * GROUP           # GROUP row-blocks swept column by column
+    rows = kit.minimum(n_m - first_m, GROUP)
+    m0 = (first_m + pid % (GROUP * n_n) % rows) * BM
+    n0 = pid % (GROUP * n_n) // rows * BN
+    a = kit.shared((STAGES, BM, BK), A.dtype.element_ty)
+    b = kit.shared((STAGES, BK, BN), B.dtype.element_ty)
+    ready = kit.mbarriers(STAGES)
+    n_k = kit.cdiv(K, BK)
+    for s in kit.static_range(STAGES // 2):
+        if s < n_k:
+            kit.tma_load(a[s], A, (m0, s * BK), ready[s])
+            kit.tma_load(b[s], B, (s * BK, n0), ready[s])
+    acc = kit.zeros((BM, BN), kit.float32)
+    for i in range(n_k):
+        s = i % STAGES
+        kit.mbarrier_wait(ready[s], i // STAGES % 2)
+        acc = kit.mma(a[s], b[s], acc)
+        j = i + STAGES // 2                           # past K, the copies read zeros
+        if j < n_k:
+            kit.tma_load(a[j % STAGES], A, (m0, j * BK), ready[j % STAGES], sync=False)
+            kit.tma_load(b[j % STAGES], B, (j * BK, n0), ready[j % STAGES], sync=False)
+    rm = m0 + kit.arange(0, BM)
+    rn = n0 + kit.arange(0, BN)
+    kit.store(C + rm[:, None] * N + rn[None, :], acc.to(C.dtype.element_ty),
+              mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+CONFIG = dict(BM=128, BN=128, BK=32, STAGES=6, num_warps=4)   # 96 KB: two CTAs per SM
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, arch: str | None = None, **config):
+    """a @ b for bf16/fp16 a [M, K], b [K, N] (rows 16-byte aligned). `arch`: the target
+    (None: this GPU's; "sm_80" runs the Ampere code path on a Hopper too)."""
+    M, K = a.shape
+    N = b.shape[1]
+    cfg = dict(CONFIG, **config)
+    if cfg["STAGES"] < 2:
+        raise ValueError("matmul_ampere: STAGES must be at least 2 (loads run STAGES/2 ahead)")
+    c = torch.empty(M, N, device=a.device, dtype=a.dtype)
+    grid = (kit.cdiv(M, cfg["BM"]) * kit.cdiv(N, cfg["BN"]),)
+    matmul_ampere_kernel[grid](a, b, c, M, N, K, GROUP=8, arch=arch, **cfg)
+    return c
+
+
+def main() -> None:
+    dev = device()
+    arch = "sm_80" if has_gpu() else None
+    for M, N, K in ((300, 264, 200), (128, 256, 96)):
+        a = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
+        b = torch.randn(K, N, device=dev, dtype=torch.bfloat16)
+        err = check(matmul(a, b, arch=arch), a.double() @ b.double(), 1e-2)
+        print(f"matmul_ampere {M}x{N}x{K}: rel err {err:.2e} "
+              f"({'GPU, ' + arch if has_gpu() else 'interpreter'})")
+    if has_gpu():
+        for n in (4096, 8192):
+            a, b = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in "ab")
+            ms_k, ms_t = bench(lambda: matmul(a, b, arch=arch)), bench(lambda: a @ b)
+            print(f"  {n}^3: kitjit ({arch}) {2 * n**3 / ms_k / 1e9:.0f} TFLOP/s, cuBLAS "
+                  f"{2 * n**3 / ms_t / 1e9:.0f} TFLOP/s ({ms_t / ms_k:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""The generated module: the kernels of a fusion plan and `run(*inputs)`, which allocates
+the outputs and workspaces and launches the kernels in order. Self-contained (imports torch
+and kitjit only), so `opt.source()` saved to a file runs as-is."""
+
+from __future__ import annotations
+
+from . import codegen
+from .codegen_attn import attention_kernel
+from .codegen_mm import matmul_kernel
+from .graph import KernelGraph
+from .plan import Group
+
+HELPERS = [
+    "def _empty(shape, dtype, device):",
+    "    return torch.empty(shape, dtype=dtype, device=device)",
+    "",
+    "",
+    "def _work(shape, device):",
+    '    """fp32 scratch for split partials (every element is written before it is read)."""',
+    "    return torch.empty(shape, dtype=torch.float32, device=device)",
+    "",
+    "",
+    "def _input(x, shape, strides, dtype):",
+    "    if tuple(x.shape) != shape or x.dtype != dtype:",
+    "        raise ValueError(f'expected an input of shape {shape} and {dtype}, got '",
+    "                         f'{tuple(x.shape)} and {x.dtype}')",
+    "    if x.stride() != strides:   # the kernels bake the declared strides in",
+    "        x = torch.empty_strided(shape, strides, dtype=dtype, device=x.device).copy_(x)",
+    "    return x",
+    "",
+    "",
+]
+
+
+def group_source(grp: Group, name: str) -> tuple[list[str], list[str]]:
+    if grp.kind == "row":
+        return codegen.row_kernel(grp, name)
+    if grp.kind == "matmul":
+        return matmul_kernel(grp, name)
+    return attention_kernel(grp, name)
+
+
+def module_source(g: KernelGraph, groups: list[Group], header: str) -> str:
+    """A self-contained python module: the kernels and `run(*inputs) -> list of outputs`."""
+    kernels, body = [], []
+    ins = [f"t{t.id}" for t in g.inputs]
+    body.append(f"def run({', '.join(ins)}):")
+    body.append(f'    """The graph on torch tensors: {len(ins)} inputs in, '
+                f'{len(g.outputs)} outputs out (a list)."""')
+    for t in g.inputs:
+        body.append(f"    t{t.id} = _input(t{t.id}, {t.shape}, {t.strides}, {t.dtype})")
+    dev = f"t{g.inputs[0].id}.device"
+    for i, grp in enumerate(groups):
+        for t in grp.nodes:
+            if t.id in grp.store_ids:
+                body.append(f"    t{t.id} = _empty({t.shape}, {t.dtype}, {dev})")
+        name = f"k{i}_{grp.kind}"
+        src, launch = group_source(grp, name)
+        kernels += [f"# {grp.describe()}", *src, "", ""]
+        body += ["    " + ln for ln in launch]
+    outs = []
+    for t in g.outputs:
+        b = t.base()
+        outs.append(f"t{b.id}" if t is b else
+                    f"t{b.id}.as_strided({t.shape}, {codegen.buffer_strides(t)})")
+    body.append(f"    return [{', '.join(outs)}]")
+    return "\n".join([f'"""{header}"""', "", "import torch", "", "import kitjit as kit", "",
+                      "", *kernels, *HELPERS, *body]) + "\n"
+

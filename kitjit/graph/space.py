@@ -1,0 +1,230 @@
+"""The search space of each group (tile shapes, warps, splits, prefetch, GQA packing, the
+FMA form for single rows) and the cost model that ranks and prunes it before anything is
+timed.
+
+The model is a roofline of the H100 SXM with occupancy: time = max(bytes / achieved
+bandwidth, FLOPs / rate) + a memory latency per wave of programs + a launch per extra
+kernel. Achieved bandwidth is HBM's ~3.35 TB/s, or less when too few SMs have work (each
+pulls at most ~35 GB/s) or too few bytes are in flight (Little's law: programs resident at
+once x bytes each loads per step x stages, over the ~1 us latency of a loaded memory
+system); residency comes from a register estimate. FLOPs
+go at ~800 TFLOP/s (dense bf16/fp16 WGMMA) times LEVEL1_MMA (kit.dot is mma.sync) or at
+the CUDA cores' FMA rate. It ranks candidates: the GPU's timing picks among the best."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from .codegen import p2
+from .codegen_attn import layout, packable
+from .plan import Group
+
+HBM_BPS = 3.35e12          # H100 SXM HBM3
+TENSOR_FLOPS = 800e12      # dense fp16/bf16 on WGMMA
+LEVEL1_MMA = 0.5           # kit.dot (mma.sync, operands through registers): share of that
+CUDA_FLOPS = 25e12         # fp32 FMA with fp16 conversion in the loop, effective
+SMS = 132
+LATENCY_S = 1.0e-6         # a load's round trip in a loaded memory system
+SM_BPS = 35e9              # what one SM pulls at most: HBM's peak needs ~96 SMs busy
+LAUNCH_S = 2.5e-6          # one more kernel in the chain (launch gap + its ramp)
+REGS_SM, MAX_REGS, WARPS_SM, CTAS_SM = 65536, 255, 64, 32
+REG_LIMIT = 280            # estimates over this are dropped (the estimate is ~20% off)
+SMEM_BYTES = 227 * 1024
+KEEP = 3.0                 # candidates modelled within KEEP x the best survive pruning
+
+
+def _nbytes(t) -> int:
+    return math.prod(t.shape) * t.dtype.itemsize
+
+
+def choices(grp: Group) -> list[dict]:
+    """Every parameter set of `grp` that fits the register and shared-memory budgets."""
+    if grp.kind == "row":
+        return _row_choices(grp)
+    if grp.kind == "matmul":
+        return _mm_choices(grp)
+    return _attn_choices(grp)
+
+
+def _row_choices(grp: Group) -> list[dict]:
+    out = []
+    C = grp.space[grp.axis]
+    R = math.prod(grp.space) // C
+    block = p2(C)
+    for rows in (1, 2, 4, 8, 16):
+        if rows > p2(R):
+            break
+        for nw in (1, 2, 4, 8, 16):
+            p = dict(ROWS=rows, num_warps=nw)
+            if registers(grp, p) <= 200 and rows * block >= 32 * nw // 4:
+                out.append(p)
+    return out
+
+
+def _mm_choices(grp: Group) -> list[dict]:
+    out = []
+    *batch, M, N = grp.mms[0].shape
+    K = grp.mms[0].inputs[0].shape[-1]
+    n = len(grp.mms)
+    lr = grp.lowrank
+    norms = ("pro", "epi") if grp.prologue is not None else (None,)
+    for BM, BN, BK, nw, split, stages, norm in itertools.product(
+            (16, 32, 64, 128), (32, 64, 128, 256), (32, 64, 128, 256), (2, 4, 8),
+            (1, 2, 4, 8, 16), (1, 2), norms):
+        if BM > p2(M, 16) or BN > p2(N, 32) or BK > p2(K, 32):
+            continue
+        nbk = -(-K // BK)
+        if split > 1 and (lr or split > nbk or (split - 1) * -(-nbk // split) >= nbk):
+            continue
+        if stages == 2 and -(-nbk // split) < 2:
+            continue     # a prefetch needs two K tiles per program
+        p = dict(BM=BM, BN=BN, BK=BK, SPLIT=split, STAGES=stages, num_warps=nw)
+        if norm:
+            p["NORM"] = norm
+        if registers(grp, p) <= REG_LIMIT and (BM * BK + n * BK * BN) * 2 <= SMEM_BYTES:
+            out.append(p)
+    return out
+
+
+def _attn_choices(grp: Group) -> list[dict]:
+    out = []
+    N = grp.mm1.shape[-1]
+    can_pack = bool(packable(grp))
+    for pack, form in itertools.product((False, True) if can_pack else (False,),
+                                        ("mma", "fma")):
+        grp.params = dict(PACK=pack)
+        R = layout(grp)["R"]
+        if form == "fma" and R > 8:
+            continue
+        for BM, BN, split, stages, nw in itertools.product(
+                (1,) if form == "fma" else (16, 32, 64, 128), (16, 32, 64, 128),
+                (1, 2, 4, 8, 16, 32, 64), (1, 2), (1, 2, 4, 8)):
+            if form == "mma" and (BM > p2(R, 16) or nw < BM // 32):
+                continue
+            if form == "fma" and nw > 4:
+                continue
+            if BN > p2(N, 16):
+                continue
+            nblk = -(-N // BN)
+            ch = -(-nblk // split)
+            if split > nblk or (split - 1) * ch >= nblk:
+                continue     # every split gets keys
+            if stages == 2 and ch < 2:
+                continue     # a prefetch needs two key tiles per program
+            p = dict(FORM=form, PACK=pack, BM=BM, BN=BN, SPLIT=split, STAGES=stages,
+                     num_warps=nw)
+            if registers(grp, p) <= REG_LIMIT:
+                out.append(p)
+    grp.params = {}
+    return out
+
+
+def cost(grp: Group, p: dict) -> float:
+    """Modelled seconds of `grp` with parameters `p` on an H100."""
+    loads = sum(_nbytes(x) for x in grp.loads())
+    stores = sum(_nbytes(t) for t in grp.nodes if t.id in grp.store_ids)
+    nw, stages = p["num_warps"], p.get("STAGES", 1)
+    kernels, flops, rate = 1, 0.0, TENSOR_FLOPS * LEVEL1_MMA
+    if grp.kind == "row":
+        C = grp.space[grp.axis]
+        rows = math.prod(grp.space) // C
+        progs = -(-rows // p["ROWS"])
+        step = (loads + stores) / max(rows, 1) * p["ROWS"]
+    elif grp.kind == "matmul":
+        *batch, M, N = grp.mms[0].shape
+        K = grp.mms[0].inputs[0].shape[-1]
+        BM, BN, BK, split = p["BM"], p["BN"], p["BK"], p.get("SPLIT", 1)
+        n = len(grp.mms)
+        gm, gn = -(-M // BM), -(-N // BN)
+        NB = math.prod(batch)
+        progs = gm * gn * NB * split
+        a = grp.mms[0].inputs[0] if grp.prologue is None else grp.prologue.inputs[0]
+        loads += 0.1 * (gn - 1) * _nbytes(a)          # A again per column block (L2 mostly)
+        if grp.prologue is not None and p.get("NORM") == "pro":
+            loads += 0.1 * gn * _nbytes(a)
+        flops = 2.0 * gm * BM * gn * BN * K * NB * n
+        if grp.lowrank:
+            flops += 2.0 * gm * BM * gn * BN * p2(grp.lowrank[0].shape[-1], 16) * NB * 2
+        if split > 1:
+            kernels = 2
+            stores += 2 * 4 * split * n * NB * M * N       # partials out and back in
+        step = (BM * BK + n * BK * BN) * 2
+    else:
+        L = layout(_with(grp, p))
+        R, NB = L["R"], L["NB"]
+        N = grp.mm1.shape[-1]
+        D, Dv = grp.mm1.inputs[0].shape[-1], grp.mm2.shape[-1]
+        BN, split = p["BN"], p["SPLIT"]
+        fma = p["FORM"] == "fma"
+        BM = 1 if fma else p["BM"]
+        gm = R if fma else -(-R // BM)
+        progs = gm * NB * split
+        kv = _nbytes(grp.mm1.inputs[1]) + _nbytes(grp.mm2.inputs[1])
+        # K and V again for each row block (L2 catches part of it), and for each query head
+        # of a group when the heads are not packed
+        G = 1 if L["packed"] else math.prod(grp.mm2.shape[i] for i in packable(grp))
+        reread = gm * G - 1
+        loads += kv * 0.3 * reread
+        if fma:
+            flops, rate = 2.0 * R * NB * N * (D + Dv), CUDA_FLOPS
+        else:
+            flops = 2.0 * progs * BM * -(-N // split) * (p2(D, 16) + p2(Dv, 16))
+        if split > 1:
+            kernels = 2
+            stores += 2 * 4 * split * NB * R * (Dv + 2)
+        step = BN * (D + Dv) * 2
+    regs = min(MAX_REGS, registers(grp, p))
+    per_sm = max(1, min(REGS_SM // int(regs * 32 * nw), WARPS_SM // nw, CTAS_SM))
+    resident = min(progs, SMS * per_sm)
+    waves = -(-progs // (SMS * per_sm))
+    busy = min(1.0, progs / SMS)
+    bw = min(HBM_BPS, min(progs, SMS) * SM_BPS, resident * step * stages / LATENCY_S)
+    t = max((loads + stores) / bw, flops / rate / busy)
+    t += waves * LATENCY_S + (kernels - 1) * LAUNCH_S
+    return t * (1 + 0.05 * regs / MAX_REGS)   # ties: the lighter kernel (spills, residency)
+
+
+def registers(grp: Group, p: dict) -> float:
+    """Estimated 32-bit registers per thread: the loaded tiles of every stage with their
+    64-bit addresses, kit.dot's operand copies (A replicated over the warps that split N),
+    the fp32 accumulators. Within ~20% of ptxas on the generated sm_90a kernels."""
+    nw, st = p["num_warps"], p.get("STAGES", 1)
+    th = 32 * nw
+    if grp.kind == "row":
+        C = grp.space[grp.axis]
+        return 40 + p["ROWS"] * p2(C) * (len(grp.nodes) + 2) / th
+    if grp.kind == "matmul":
+        BM, BN, BK = p["BM"], p["BN"], p["BK"]
+        n = len(grp.mms)
+        RP = p2(grp.lowrank[0].shape[-1], 16) if grp.lowrank else 0
+        loaded = BM * BK + n * BK * BN + BK * RP                  # halves per stage
+        wm = max(1, min(nw, BM // 16))
+        return (40 + loaded / (2 * th) * st + loaded / (4 * th) * st + BM / wm * BK / 64
+                + (n * BK * BN + BK * RP) / (2 * th) + (n * BN + RP) * BM / th)
+    D, Dv = p2(grp.mm1.inputs[0].shape[-1], 16), p2(grp.mm2.shape[-1], 16)
+    BN = p["BN"]
+    loaded = BN * (D + Dv)
+    base = 40 + loaded / (2 * th) * st + loaded / (4 * th) * st
+    if p.get("FORM") == "fma":
+        return base + (D + Dv) / th
+    BM = p["BM"]
+    wm = max(1, min(nw, BM // 16))
+    return (base + BM / wm * (D + BN) / 64 + loaded / (2 * th)
+            + BM * (Dv + BN) / th)
+
+
+def _with(grp: Group, p: dict) -> Group:
+    import copy
+
+    c = copy.copy(grp)
+    c.params = p
+    return c
+
+
+def ranked(grp: Group) -> list[tuple[float, dict]]:
+    """(modelled seconds, params) of `grp`, best first, pruned to KEEP x the best."""
+    cs = sorted(((cost(grp, p), p) for p in choices(grp)), key=lambda c: c[0])
+    if not cs:
+        return []
+    return [c for c in cs if c[0] <= KEEP * cs[0][0]]

@@ -1,0 +1,51 @@
+"""Row descriptors: what a `kit.tma_load` / `kit.tma_store` tensor argument carries below
+sm_90 (Ampere and Ada have no TMA). The kernel parameter is the same 128-byte by-value slot
+a CUtensorMap fills on Hopper; here it holds the 2-d tensor's base address, its rows and
+columns and its row stride in bytes, which backend/lower/ampere.py reads at the kernel's
+entry to compute each thread's `cp.async` addresses and bounds.
+
+Layout (little-endian): u64 base | i32 rows | i32 cols | i64 row stride (bytes) | zeros.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+_CACHE: dict = {}
+_OLD: dict = {}
+
+
+def row_map(t: Any, box_rows: int, box_cols: int, swizzle: int, dtype: str) -> int:
+    """Address of the host-side row descriptor of 2-d tensor `t` (built once per pointer,
+    shape and strides; cuLaunchKernel copies its 128 bytes into the parameter). The box,
+    swizzle and dtype are the kernel's business: taken for the launcher's one signature."""
+    ptr = t.data_ptr()
+    key = (ptr, t.shape[0], t.shape[1], t.stride(0), t.stride(1))
+    hit = _CACHE.get(key)
+    if hit is not None:
+        return hit[1]
+    e = t.element_size()
+    if t.dim() != 2 or t.stride(1) != 1 or ptr % 16 or (t.stride(0) * e) % 16 or \
+            t.shape[0] >= 2**31 or t.shape[1] >= 2**31:
+        raise ValueError(f"a tensor copied by kit.tma_load / kit.tma_store must be 2-d, "
+                         f"contiguous in its last dim, 16-byte aligned, with rows a multiple "
+                         f"of 16 bytes apart; got shape {tuple(t.shape)}, strides "
+                         f"{tuple(t.stride())}, address {ptr:#x}")
+    buf = (ctypes.c_uint64 * 16)()
+    buf[0] = ptr
+    buf[1] = t.shape[0] | (t.shape[1] << 32)
+    buf[2] = t.stride(0) * e
+    if len(_CACHE) > 4096:  # keep the previous generation alive (another thread may be
+        global _OLD         # about to launch with one of its buffers)
+        _OLD = dict(_CACHE)
+        _CACHE.clear()
+    addr = ctypes.addressof(buf)
+    _CACHE[key] = (buf, addr)
+    return addr
+
+
+def unpack(addr: int) -> tuple[int, int, int, int]:
+    """(base, rows, cols, row stride in bytes) of a descriptor (for tests)."""
+    buf = (ctypes.c_uint64 * 3).from_address(addr)
+    return buf[0], buf[1] & 0xFFFFFFFF, buf[1] >> 32, buf[2]
