@@ -144,7 +144,7 @@ def shadowed(records: list[Shadow], raise_on_disagreement: bool = True):
                                  + "; ".join(problems))
         return r
 
-    # every kernel's launch entry (`_launch`, which `kernel[grid]`, `run` and the
+    # every kernel's launch entry (`_launch`, which `kernel[grid]` (through `_bind`), `run` and the
     # autotuner's bound `_run` all call), in existing kernels and in those made inside
     wrapped: list[JITFunction] = []
 
@@ -157,7 +157,9 @@ def shadowed(records: list[Shadow], raise_on_disagreement: bool = True):
             return shadow(jf, orig, grid, a, kw)
         launch._kit_shadow = True
         launch._kit_orig = orig
+        launch._kit_orig_bind = jf.__dict__.get("_bind")
         jf._launch = launch
+        jf._bind = launch.__get__  # `kernel[grid]` binds the grid to the launch entry
         wrapped.append(jf)
 
     init = JITFunction.__init__
@@ -175,6 +177,7 @@ def shadowed(records: list[Shadow], raise_on_disagreement: bool = True):
     finally:
         JITFunction.__init__ = init
         for jf in wrapped:
+            jf._bind = jf._launch._kit_orig_bind
             jf._launch = jf._launch._kit_orig
 
 
