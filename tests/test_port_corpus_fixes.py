@@ -93,3 +93,118 @@ def test_sass_dot_fp32():
         pytest.skip(str(e))
     hmma = sum(n for o, n in ops.items() if o.startswith("HMMA") and "BF16" in o)
     assert hmma >= 3, ops and ck.metadata["spills"] == 0
+
+
+# ------------------------------------------------------------------ triton.runtime.autotuner
+def test_runtime_autotuner_triton_form():
+    """flash-linear-attention subclasses `triton.runtime.autotuner.Autotuner`, calls its
+    constructor with Triton's arguments and overrides `run`; `kernel[grid](...)` goes
+    through that `run` with `grid=` among the keywords."""
+    from kitjit.runtime.autotuner import Autotuner
+    from kitjit.runtime.jit import JITFunction
+
+    calls = []
+
+    class Counting(Autotuner):
+        def __init__(self, fn, arg_names, configs, key, reset_to_zero, restore_value, **kw):
+            super().__init__(fn, arg_names, configs, key, reset_to_zero, restore_value, **kw)
+            self.name = fn.__name__
+
+        def run(self, *args, **kwargs):
+            calls.append((self.keys, sorted(kwargs)))
+            return super().run(*args, **kwargs)
+
+    assert isinstance(_scale_kernel, JITFunction)
+    tuner = Counting(_scale_kernel, _scale_kernel.arg_names,
+                     [kit.Config({"BLOCK": 64}), kit.Config({"BLOCK": 128})], ["n"], None,
+                     None, pre_hook=None, post_hook=None, prune_configs_by=None, warmup=None,
+                     rep=None, use_cuda_graph=False, do_bench=None, cache_results=False)
+    assert not tuner.user_defined_pre_hook and tuner.pre_hook is None
+    x = torch.randn(300)
+    y = torch.full_like(x, float("nan"))
+    tuner[lambda m: (triton_cdiv(300, m["BLOCK"]),)](x, y, 300, 2.5)
+    torch.testing.assert_close(y, x * 2.5)
+    assert calls == [(["n"], ["grid"])]
+
+
+@kit.jit
+def _scale_kernel(X, Y, n, s, BLOCK: kit.constexpr):
+    offs = kit.program_id(0) * BLOCK + kit.arange(0, BLOCK)
+    kit.store(Y + offs, kit.load(X + offs, mask=offs < n) * s, mask=offs < n)
+
+
+def test_autotune_key_set_by_configs_is_skipped():
+    """fla keys kernels on names that the configs set (`key=['BT', 'BV']` with BV tuned):
+    Triton reads keys from the caller's arguments and skips those; so does kitjit."""
+    tuner = kit.autotune([kit.Config({"BLOCK": 64}), kit.Config({"BLOCK": 128})],
+                         key=["n", "BLOCK"])(_scale_kernel)
+    assert tuner.key == ["n"]
+    x = torch.randn(300)
+    y = torch.full_like(x, float("nan"))
+    tuner[lambda m: (triton_cdiv(300, m["BLOCK"]),)](x, y, 300, -1.5)
+    torch.testing.assert_close(y, x * -1.5)
+
+
+# ------------------------------------------------------------------ loops
+@kit.jit
+def _loop_optional(X, Y, n, USE_SQ: kit.constexpr, BLOCK: kit.constexpr):
+    offs = kit.arange(0, BLOCK)
+    acc = kit.zeros((BLOCK,), kit.float32)
+    sq = kit.zeros((BLOCK,), kit.float32) if USE_SQ else None
+    for i in range(n):
+        x = kit.load(X + i * BLOCK + offs)
+        acc += x
+        if USE_SQ:
+            sq += x * x
+    if USE_SQ:
+        acc += sq
+    kit.store(Y + offs, acc)
+
+
+@kit.jit
+def _loop_changes_none(X, Y, n, BLOCK: kit.constexpr):
+    offs = kit.arange(0, BLOCK)
+    acc = None
+    for i in range(n):
+        acc = kit.load(X + i * BLOCK + offs)
+    kit.store(Y + offs, acc)
+
+
+def test_loop_keeps_a_none_that_a_constexpr_branch_would_update():
+    """fla's chunk kernels: `b_dw = kit.zeros(...) if USE_DW else None` before a run-time
+    loop and `if USE_DW: b_dw += ...` inside it; with USE_DW false the name stays None,
+    which Triton accepts."""
+    x = torch.randn(5, 32)
+    for use_sq, want in ((False, x.sum(0)), (True, x.sum(0) + (x * x).sum(0))):
+        y = torch.full((32,), float("nan"))
+        _loop_optional[(1,)](x, y, 5, USE_SQ=use_sq, BLOCK=32)
+        torch.testing.assert_close(y, want)
+
+
+def test_loop_that_changes_a_none_is_still_an_error():
+    from kitjit.frontend.errors import CompileError
+
+    with pytest.raises(CompileError, match="'acc' holds NoneType None and is reassigned inside "
+                                           "a runtime loop"):
+        _loop_changes_none[(1,)](torch.randn(64), torch.empty(32), 2, BLOCK=32)
+
+
+# ------------------------------------------------------------------ casts
+@kit.jit
+def _cast_same(X, Y, n, BLOCK: kit.constexpr):
+    offs = kit.arange(0, BLOCK)
+    x = kit.load(X + offs, mask=offs < n)
+    # fla's solve_tril: a dtype-generic store with rounding; for fp32 -> fp32 a no-op
+    kit.store(Y + offs, x.to(Y.dtype.element_ty, fp_downcast_rounding="rtz"), mask=offs < n)
+
+
+def test_cast_to_the_same_type_ignores_rounding():
+    x = torch.randn(100) * 1e3
+    for dt in (torch.float32, torch.bfloat16):
+        y = torch.full((100,), float("nan"), dtype=dt)
+        _cast_same[(1,)](x, y, 100, BLOCK=128)
+        if dt is torch.float32:
+            assert torch.equal(y, x)
+        else:  # rtz: never larger in magnitude than x, within one bf16 ulp
+            assert (y.float().abs() <= x.abs()).all()
+            torch.testing.assert_close(y.float(), x, rtol=2 ** -7, atol=0)
