@@ -75,4 +75,4 @@ def __getattr__(name: str):
         import kitjit.graph  # noqa: F401
     from .language.triton_names import missing_name_message
 
-    raise AttributeError(missing_name_message(name))
+    raise AttributeError(missing_name_message(name, top=True))

@@ -208,3 +208,48 @@ def test_cast_to_the_same_type_ignores_rounding():
         else:  # rtz: never larger in magnitude than x, within one bf16 ulp
             assert (y.float().abs() <= x.abs()).all()
             torch.testing.assert_close(y.float(), x, rtol=2 ** -7, atol=0)
+
+
+def test_missing_top_level_triton_name():
+    """FlagGems subclasses `triton.KernelInterface`: a Triton top-level name kitjit lacks
+    is said to be unsupported, not to be missing from Triton."""
+    with pytest.raises(AttributeError, match=r"^kitjit.KernelInterface is not supported yet "
+                                             r"\(Triton's triton.KernelInterface\)$"):
+        kit.KernelInterface  # noqa: B018
+    with pytest.raises(AttributeError, match="does not exist"):
+        kit.no_such_name  # noqa: B018
+
+
+# ------------------------------------------------------------------ standard helpers
+@kit.jit
+def _std_helpers(X, Y, Z, I, n, BLOCK: kit.constexpr):
+    offs = kit.arange(0, BLOCK)
+    x = kit.load(X + offs[:, None] * BLOCK + offs[None, :])
+    z = kit.zeros_like(x)  # fla / FlagGems: tl.zeros_like
+    kit.store(Y + offs[:, None] * BLOCK + offs[None, :], kit.softmax(x, 1, keep_dims=True) + z)
+    kit.store(Z + offs, kit.softmax(kit.sum(x, 0)))
+    pid = kit.program_id(0)
+    i, j = kit.swizzle2d(pid // n, pid % n, 5, n, 2)
+    kit.store(I + pid * 2, i)
+    kit.store(I + pid * 2 + 1, j)
+
+
+def _swizzle_ref(i, j, size_i, size_j, size_g):
+    ij = i * size_j + j
+    g = ij // (size_g * size_j)
+    off = g * size_g
+    rows = min(size_i - off, size_g)
+    ij %= size_g * size_j
+    return off + ij % rows, ij // rows
+
+
+def test_zeros_like_softmax_swizzle2d():
+    x = torch.randn(16, 16) * 3
+    y, z = torch.full_like(x, float("nan")), torch.full((16,), float("nan"))
+    idx = torch.full((15, 2), -1, dtype=torch.int32)
+    _std_helpers[(15,)](x, y, z, idx, 3, BLOCK=16)
+    torch.testing.assert_close(y, torch.softmax(x.double(), 1).float())
+    torch.testing.assert_close(z, torch.softmax(x.double().sum(0), 0).float())
+    want = [_swizzle_ref(p // 3, p % 3, 5, 3, 2) for p in range(15)]
+    assert idx.tolist() == [list(w) for w in want]
+    assert sorted(map(tuple, idx.tolist())) == [(a, b) for a in range(5) for b in range(3)]
