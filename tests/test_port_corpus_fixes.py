@@ -253,3 +253,18 @@ def test_zeros_like_softmax_swizzle2d():
     want = [_swizzle_ref(p // 3, p % 3, 5, 3, 2) for p in range(15)]
     assert idx.tolist() == [list(w) for w in want]
     assert sorted(map(tuple, idx.tolist())) == [(a, b) for a in range(5) for b in range(3)]
+
+
+def test_out_of_resources_is_tritons_exception():
+    """Libraries retry with smaller tiles on `triton.runtime.errors.OutOfResources` (and
+    import it from there): kitjit's shared-memory error is that class (a CompileError too)."""
+    from kitjit.frontend.errors import CompileError
+
+    import kitjit.runtime.errors as errors
+
+    assert kit.OutOfResources is errors.OutOfResources is kit.runtime.OutOfResources
+    specs = [("*fp32", 16)] * 3 + [("i32", 1)] * 3 + [("i32", 1), ("i32", 16)] * 2
+    with pytest.raises(errors.OutOfResources) as e:
+        _mm_f32.compile(specs, (32, 32, 16, "default"), 4, "sm_90a", max_shared=64)
+    assert isinstance(e.value, CompileError) and e.value.limit == 64
+    assert e.value.required > 64 and e.value.name == "shared memory"
