@@ -456,7 +456,7 @@ def test_reduction_axis_out_of_range_2d():
 @pytest.mark.parametrize("jf,match,hint", [
     (dot_shape_kernel, r"kit.dot: inner dims differ: a is \[32, 16\], b is \[32, 32\]",
      "[K, N]"),
-    (dot_dtype_kernel, "kit.dot takes fp16, bf16 or fp32 inputs of one dtype for now, got "
+    (dot_dtype_kernel, "kit.dot takes fp16, bf16, fp32 or int8 inputs of one dtype for now, got "
      "i32 and i32",
      ".to(kit.bfloat16)"),
     (dot_mixed_kernel, "kit.dot: a is fp16 but b is bf16", "match"),

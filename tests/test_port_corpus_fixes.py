@@ -268,3 +268,68 @@ def test_out_of_resources_is_tritons_exception():
         _mm_f32.compile(specs, (32, 32, 16, "default"), 4, "sm_90a", max_shared=64)
     assert isinstance(e.value, CompileError) and e.value.limit == 64
     assert e.value.required > 64 and e.value.name == "shared memory"
+
+
+# ------------------------------------------------------------------ int8 dot, out_dtype
+@kit.jit
+def _mm_small(A, B, C, M, N, K, KIND: kit.constexpr, BM: kit.constexpr, BN: kit.constexpr,
+              BK: kit.constexpr):
+    rm = kit.arange(0, BM)
+    rn = kit.arange(0, BN)
+    rk = kit.arange(0, BK)
+    a = kit.load(A + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K),
+                 other=0)
+    b = kit.load(B + rk[:, None] * N + rn[None, :], mask=(rk[:, None] < K) & (rn[None, :] < N),
+                 other=0)
+    if KIND == "i8":
+        acc = kit.full((BM, BN), 7, kit.int32)
+        acc = kit.dot(a, b, acc)
+    elif KIND == "f16out":
+        acc = kit.dot(a, b, out_dtype=kit.float16)
+    else:
+        acc = kit.dot(a, b, kit.full((BM, BN), 0.5, kit.float16), out_dtype=kit.float16,
+                      max_num_imprecise_acc=32)
+    kit.store(C + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_dot_int8_and_fp16_out(device):
+    """Triton's int8 x int8 -> int32 dot (exact) and out_dtype=float16 (an fp16 result)."""
+    g = torch.Generator().manual_seed(3)
+    a = torch.randint(-128, 128, (30, 500), generator=g, dtype=torch.int8)
+    b = torch.randint(-128, 128, (500, 20), generator=g, dtype=torch.int8)
+    c = torch.full((30, 20), -1, dtype=torch.int32)
+    a, b, c = a.to(device), b.to(device), c.to(device)
+    _mm_small[(1,)](a, b, c, 30, 20, 500, KIND="i8", BM=32, BN=32, BK=512)
+    want = a.cpu().long() @ b.cpu().long() + 7
+    assert torch.equal(c.cpu().long(), want)
+    x = (torch.randn(30, 40, generator=g) / 4).half().to(device)
+    y = (torch.randn(40, 20, generator=g) / 4).half().to(device)
+    exact = x.double().cpu() @ y.double().cpu()
+    for kind, extra in (("f16out", 0.0), ("f16acc", 0.5)):
+        z = torch.full((30, 20), float("nan"), dtype=torch.float16, device=device)
+        _mm_small[(1,)](x, y, z, 30, 20, 40, KIND=kind, BM=32, BN=32, BK=64)
+        torch.testing.assert_close(z.cpu().double(), exact + extra, rtol=1e-3, atol=1e-3)
+
+
+def test_dot_int8_large_k_is_not_supported_yet():
+    from kitjit.frontend.errors import CompileError
+
+    a = torch.ones(16, 2048, dtype=torch.int8)
+    with pytest.raises(CompileError, match="K=2048 > 1024 is not supported yet"):
+        _mm_small[(1,)](a, a.T.contiguous(), torch.empty(16, 16, dtype=torch.int32), 16, 16,
+                        2048, KIND="i8", BM=16, BN=16, BK=2048)
+
+
+def test_sass_dot_int8_and_fp16_out():
+    """Both forms compile for sm_90a onto f16 tensor-core mmas."""
+    from kitjit import tools
+
+    for kind, ptrs in (("i8", ("*i8", "*i8", "*i32")), ("f16acc", ("*fp16",) * 3)):
+        specs = [(p, 16) for p in ptrs] + [("i32", 1)] * 3
+        ck = _mm_small.compile(specs, (kind, 32, 32, 64), 4, "sm_90a")
+        try:
+            ops = tools.sass_opcodes(tools.disassemble(ck.asm["cubin"]))
+        except tools.ToolError as e:
+            pytest.skip(str(e))
+        assert any(o.startswith("HMMA") for o in ops) and ck.metadata["spills"] == 0, ops
