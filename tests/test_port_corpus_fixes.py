@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import kitjit as kit
+import kitjit.language as tl
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
@@ -333,3 +334,30 @@ def test_sass_dot_int8_and_fp16_out():
         except tools.ToolError as e:
             pytest.skip(str(e))
         assert any(o.startswith("HMMA") for o in ops) and ck.metadata["spills"] == 0, ops
+
+
+# ------------------------------------------------------------------ Triton library internals
+@kit.jit
+def _flip_sign_bits(X, Y, BLOCK: kit.constexpr, NEG: kit.constexpr = tl.core.CONSTEXPR_0):
+    # the names a bitonic argsort copied from Triton's library uses (fla's NSA top-k):
+    # x.numel, tl.core.get_int_dtype, tl.standard._log2, tl.core.CONSTEXPR_0
+    x = kit.load(X + kit.arange(0, BLOCK))
+    n: kit.constexpr = x.numel
+    steps: kit.constexpr = tl.standard._log2(n)
+    idt = tl.core.get_int_dtype(bitwidth=x.dtype.primitive_bitwidth, signed=True)
+    bits = x.to(idt, bitcast=True)
+    if NEG:
+        bits = bits ^ -(1 << 31)  # the sign bit (a literal that fits int32)
+    kit.store(Y + kit.arange(0, BLOCK), bits.to(x.dtype, bitcast=True) * steps)
+
+
+def test_triton_library_internals():
+    x = torch.randn(64)
+    for neg, sign in ((False, 1.0), (True, -1.0)):
+        y = torch.full_like(x, float("nan"))
+        if neg:
+            _flip_sign_bits[(1,)](x, y, BLOCK=64, NEG=True)
+        else:
+            _flip_sign_bits[(1,)](x, y, BLOCK=64)
+        torch.testing.assert_close(y, sign * 6 * x)
+    assert tl.standard._is_power_of_two(64) and not tl.standard._is_power_of_two(48)
