@@ -361,3 +361,42 @@ def test_triton_library_internals():
             _flip_sign_bits[(1,)](x, y, BLOCK=64)
         torch.testing.assert_close(y, sign * 6 * x)
     assert tl.standard._is_power_of_two(64) and not tl.standard._is_power_of_two(48)
+
+
+# ------------------------------------------------------------------ hints keep their layout
+@kit.jit
+def _mm_hinted(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr):
+    # applied-ai's split-K GEMM: row/column offsets pass through multiple_of/max_contiguous
+    # and are then used along different dims of 2-d tiles; the hint's result must keep its
+    # operand's registers and layout (was an internal error on the GPU path)
+    rm = kit.program_id(0) * BM + kit.arange(0, BM)
+    rn = kit.program_id(1) * BN + kit.arange(0, BN)
+    rk = kit.arange(0, BK)
+    am = kit.max_contiguous(kit.multiple_of(rm, BM), BM)
+    bn = kit.max_contiguous(kit.multiple_of(rn, BN), BN)
+    acc = kit.zeros((BM, BN), dtype=kit.float32)
+    for k0 in range(0, K, BK):
+        a = kit.load(A + am[:, None] * K + (k0 + rk)[None, :], mask=(k0 + rk)[None, :] < K,
+                     other=0.0)
+        b = kit.load(B + (k0 + rk)[:, None] * N + bn[None, :], mask=(k0 + rk)[:, None] < K,
+                     other=0.0)
+        acc = kit.dot(a, b, acc)
+    kit.store(C + rm[:, None] * N + rn[None, :], acc.to(kit.float16),
+              mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_hinted_offsets_in_a_gemm(device):
+    g = torch.Generator().manual_seed(5)
+    a = torch.randn(64, 200, generator=g).half().to(device)
+    b = torch.randn(200, 128, generator=g).half().to(device)
+    c = torch.full((64, 128), float("nan"), dtype=torch.float16, device=device)
+    _mm_hinted[(1, 2)](a, b, c, 64, 128, 200, BM=64, BN=64, BK=128, num_warps=8)
+    torch.testing.assert_close(c.cpu().double(), a.cpu().double() @ b.cpu().double(),
+                               rtol=2e-3, atol=2e-2)
+
+
+def test_sass_hinted_offsets_in_a_gemm():
+    specs = [("*fp16", 16)] * 3 + [("i32", 16)] * 3
+    ck = _mm_hinted.compile(specs, (64, 64, 128), 8, "sm_90a")
+    assert ck.metadata["spills"] == 0
