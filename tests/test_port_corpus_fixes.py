@@ -400,3 +400,32 @@ def test_sass_hinted_offsets_in_a_gemm():
     specs = [("*fp16", 16)] * 3 + [("i32", 16)] * 3
     ck = _mm_hinted.compile(specs, (64, 64, 128), 8, "sm_90a")
     assert ck.metadata["spills"] == 0
+
+
+# ------------------------------------------------------------------ Triton's keyword names
+@kit.jit
+def _keywords(X, Y, Z, W, BLOCK: kit.constexpr):
+    # kernl calls tl.sum(input=...), tl.load(pointer=...), tl.store(pointer=, value=)
+    offs = kit.arange(0, BLOCK)
+    x = kit.load(pointer=X + offs[:, None] * BLOCK + offs[None, :])
+    s = kit.sum(input=x, axis=1, dtype=kit.float32)
+    m = kit.max(input=x, axis=1)
+    r = kit.reshape(kit.trans(input=x), (BLOCK * BLOCK,))
+    kit.store(pointer=Y + offs, value=s + m)
+    kit.store(pointer=Z + kit.arange(0, BLOCK * BLOCK), value=r.to(kit.float32))
+    d = kit.dot(input=x, other=kit.permute(x, (1, 0)))
+    n = kit.maximum(x.to(kit.float32), kit.full((BLOCK, BLOCK), float("nan"), kit.float32),
+                    propagate_nan=kit.PropagateNan.ALL)
+    kit.store(W + offs[:, None] * BLOCK + offs[None, :], d + kit.expand_dims(input=s, axis=1)
+              + n)
+
+
+def test_tritons_keyword_names():
+    x = torch.randn(16, 16).half()
+    y, z = torch.full((16,), float("nan")), torch.full((256,), float("nan"))
+    w = torch.zeros(16, 16)
+    _keywords[(1,)](x, y, z, w, BLOCK=16)
+    xd = x.double()
+    torch.testing.assert_close(y.double(), xd.sum(1) + xd.amax(1), rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(z.double(), xd.T.reshape(-1))
+    assert w.isnan().all()  # propagate_nan=ALL: the NaN side wins everywhere

@@ -6,14 +6,15 @@ from .base import builtin
 
 
 @builtin
-def sum(x, axis=None, keep_dims=False):
+def sum(input, axis=None, keep_dims=False, dtype=None):
     """Sum along `axis` (all axes if None). Integers narrower than 32 bits and fp16/bf16
     accumulate in int32/fp32. fp8 tiles accumulate in fp32 and the sum is rounded once to
-    their fp8 type (Triton's result dtype; Triton adds in fp8)."""
+    their fp8 type (Triton's result dtype; Triton adds in fp8). `dtype`: the input is
+    converted to it first (Triton's parameter)."""
 
 
 @builtin
-def max(x, axis=None, return_indices=False, return_indices_tie_break_left=True,
+def max(input, axis=None, return_indices=False, return_indices_tie_break_left=True,
         keep_dims=False):
     """Maximum along `axis`. With `return_indices=True` (an axis is then needed): the pair
     (maximum, index of the first maximum); bf16 values come back as fp32, as in Triton,
@@ -23,19 +24,19 @@ def max(x, axis=None, return_indices=False, return_indices_tie_break_left=True,
 
 
 @builtin
-def min(x, axis=None, return_indices=False, return_indices_tie_break_left=True,
+def min(input, axis=None, return_indices=False, return_indices_tie_break_left=True,
         keep_dims=False):
     """Minimum along `axis`; `return_indices` as for `kit.max`."""
 
 
 @builtin
-def argmax(x, axis, tie_break_left=True, keep_dims=False):
+def argmax(input, axis, tie_break_left=True, keep_dims=False):
     """Index of the maximum along `axis` (the first one on ties; with
     `tie_break_left=False` Triton may return any, kitjit still returns the first)."""
 
 
 @builtin
-def argmin(x, axis, tie_break_left=True, keep_dims=False):
+def argmin(input, axis, tie_break_left=True, keep_dims=False):
     """Index of the minimum along `axis` (the first one on ties, as for `kit.argmax`)."""
 
 
