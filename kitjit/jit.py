@@ -651,11 +651,12 @@ def _guard(kernel: str, stage: str, thunk):
 
 def _check_shared(ck: CompiledKernel, max_shared: int | None, jf: JITFunction) -> None:
     if max_shared is not None and ck.shared > max_shared:
-        from kitjit.frontend.errors import CompileError
+        from kitjit.frontend.errors import OutOfResources
 
-        raise CompileError(f"kernel '{ck.name}' needs {ck.shared} bytes of shared memory but "
-                           f"the device allows {max_shared} per block",
-                           hint="use smaller tiles or fewer warps")
+        raise OutOfResources(ck.shared, max_shared, "shared memory",
+                             f"kernel '{ck.name}' needs {ck.shared} bytes of shared memory but "
+                             f"the device allows {max_shared} per block",
+                             hint="use smaller tiles or fewer warps")
 
 
 def _is_constexpr(annotation) -> bool:

@@ -68,6 +68,7 @@ class FunctionCodegen(StatementsMixin, ExpressionsMixin, CallsMixin):
         self.return_value: Any = None
         self.assign_locs: dict[str, Loc] = {}
         self.loop_depth = 0  # run-time and unrolled loops around the current statement
+        self._unchanged: dict[int, dict[str, Any]] = {}  # loop node -> names it must keep
 
     # ------------------------------------------------------------------ helpers
     def err(self, node: ast.AST, msg: str, hint: str | None = None) -> CompileError:

@@ -45,6 +45,8 @@ class ElementwiseOps:
         src = v.dtype
         if not isinstance(dtype, DType):
             raise self.error(f"expected a dtype such as kit.float32, got {describe(dtype)}")
+        if src is dtype and not bitcast:
+            return v  # as Triton: a conversion to the same type is the value (any rounding)
         if rounding is not None:
             if rounding not in ("rtne", "rtz"):
                 raise self.error(f"fp_downcast_rounding must be 'rtne' or 'rtz', got "

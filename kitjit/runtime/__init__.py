@@ -26,10 +26,12 @@ def get_allocator() -> Callable[[int, int, Any], Any] | None:
     return _allocator
 
 
-from . import driver  # noqa: E402,F401  (kitjit.runtime.driver.active, as Triton's)
+# kitjit.runtime.driver.active and kitjit.runtime.errors.OutOfResources, as Triton's
+from . import driver, errors  # noqa: E402,F401
 
 _LAZY = {"Autotuner": "autotune", "Config": "autotune", "autotune": "autotune",
-         "Heuristics": "autotune", "heuristics": "autotune", "JITFunction": "jit"}
+         "Heuristics": "autotune", "heuristics": "autotune", "JITFunction": "jit",
+         "OutOfResources": "runtime.errors"}
 
 
 def __getattr__(name: str):
