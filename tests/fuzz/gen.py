@@ -27,6 +27,7 @@ from .model import (
     is_unsigned,
     lit,
     max_abs,
+    max_dtype,
     meet,
     promote,
     round_to,
@@ -252,8 +253,8 @@ class Gen:
             shape = a.shape[:axis] + a.shape[axis + 1:]
         else:
             shape = a.shape[:axis] + (1,) + a.shape[axis + 1:]
-        dtype = {"sum": sum_dtype(a.dtype), "max": a.dtype,
-                 "min": a.dtype, "argmax": "i32", "argmin": "i32"}[fn]
+        dtype = {"sum": sum_dtype(a.dtype), "max": max_dtype(a.dtype),
+                 "min": max_dtype(a.dtype), "argmax": "i32", "argmin": "i32"}[fn]
         mag = {"sum": a.mag * n, "max": a.mag, "min": a.mag, "argmax": n, "argmin": n}[fn]
         return Node("reduce", dtype, shape, [a], {"fn": fn, "axis": axis, "style": style,
                                                   "neg": neg}, mag)
