@@ -164,7 +164,9 @@ class Gen:
         b = self.clamp(b, LIMIT)  # abs(int8 -128) wraps to -128: keep |b| within the range
         den = b.dtype if is_float(b.dtype) else "fp32"
         num = den if a.is_lit else (a.dtype if is_float(a.dtype) else "fp32")
-        return Node("div", promote(num, den), bshape(a.shape, b.shape), [a, b],
+        dt = promote(num, den)
+        dt = "fp32" if dt in ("fp16", "bf16") else dt  # Triton divides those in fp32
+        return Node("div", dt, bshape(a.shape, b.shape), [a, b],
                     {"num": num, "den": den}, a.mag)
 
     def g_minmax(self, depth):

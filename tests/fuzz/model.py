@@ -163,6 +163,9 @@ def meet(a: Node, b: Node) -> str:
         return promote(weak(a.a["value"], b.dtype), b.dtype)
     if b.is_lit:
         return promote(weak(b.a["value"], a.dtype), a.dtype)
+    if "bf16" in (a.dtype, b.dtype) and not (is_float(a.dtype) and is_float(b.dtype)) and \
+            (a.shape == ()) == (b.shape == ()):
+        return "fp32"  # an integer and bf16 (two tiles or two scalars): Triton's rule 4
     return promote(a.dtype, b.dtype)
 
 
