@@ -96,7 +96,7 @@ def infer_layouts(fn: Function) -> Function:
                 see(v)
             n = op.name
             if n in O.ELEMENTWISE or n in ("broadcast", "load", "store", "atomic_rmw",
-                                             "atomic_cas", "umulhi", "math"):
+                                             "atomic_cas", "umulhi", "math", "hint"):
                 same(op.operands + op.results)
             elif n in ("reduce", "reduce_combine"):
                 same(op.operands)
