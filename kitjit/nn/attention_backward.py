@@ -29,8 +29,7 @@ import math
 import torch
 
 import kitjit as kit
-
-from .attention_backward_d256 import bwd_config_d256, bwd_kernel_d256
+from kitjit.nn.attention_backward_d256 import bwd_config_d256, bwd_kernel_d256
 
 LOG2E = 1.4426950408889634
 
