@@ -26,8 +26,10 @@ CASES = [(4, 32, 4096, 128), (4, 32, 4096, 64), (2, 16, 16384, 128), (2, 16, 409
 ROUNDS = 2
 VARIANTS = {"reorder": dict(REORDER=True), "plain_order": dict(REORDER=False),
             "3_stages": dict(STAGES=3, DSB=1), "no_lpt": dict(LPT=False)}
-# D=256 (kitjit/nn/attention_backward_d256.py): one Q stage instead of two; no longest-first
-VARIANTS_D256 = {"q_1_stage": dict(QSTAGES=1), "no_lpt": dict(LPT=False)}
+# D=256 (kitjit/nn/attention_backward_d256.py, one Q and one dO stage): two of either; no
+# longest-first order
+VARIANTS_D256 = {"q_2_stages": dict(QSTAGES=2), "do_2_stages": dict(DOSTAGES=2),
+                 "no_lpt": dict(LPT=False)}
 
 
 def steady(fn, seconds=0.2):

@@ -152,14 +152,15 @@ def test_head_dim_of_no_kernel_with_grad_falls_back(monkeypatch):
     assert any("head dim 96" in str(x.message) for x in w)
 
 
-def test_backward_d256_one_q_stage_fp16_scale(poison):
-    """The D=256 kernel with one Q stage, fp16, a scale, causal, Sq < Skv, 3 query heads a
-    K/V head, no longest-first order."""
+@pytest.mark.parametrize("qst,dost", [(2, 1), (1, 2)], ids=["q2", "do2"])
+def test_backward_d256_two_stages_fp16_scale(qst, dost, poison):
+    """The D=256 kernel with two Q or two dO stages, fp16, a scale, causal, Sq < Skv, 3 query
+    heads a K/V head, no longest-first order."""
     q, k, v = llm_qkv(1, 50, 3, 256, Hkv=1, Skv=150, dtype=torch.float16, seed=52)
     do = randn(1, 50, 3, 256, dtype=torch.float16, seed=53).transpose(1, 2)
     o, lse = attention(q, k, v, True, 0.2)
     got = AB.attention_backward(do, q, k, v, o, lse, True, 0.2,
-                                config=dict(QSTAGES=1, LPT=False))
+                                config=dict(QSTAGES=qst, DOSTAGES=dost, LPT=False))
     assert_grads(got, ref_grads(q, k, v, do, True, 0.2), "D=256 fp16 scale=0.2")
 
 

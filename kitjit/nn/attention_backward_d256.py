@@ -17,10 +17,16 @@ every MMA has 64 rows (one warpgroup's) and no operand needs more than one warpg
 K and Q live in shared memory as two column halves (a stage index each, `k[h]`, the same
 bytes as one 256-wide tile: column chunks one after another), so that dQ's B operand can be
 one half; Sᵀ is then two MMAs of 128. The producer streams Q (+ LSE, QSTAGES deep) and dO
-(+ Δ, one stage) through two rings, released separately: Q after warpgroup 1's Sᵀ and
+(+ Δ, DOSTAGES deep) through two rings, released separately: Q after warpgroup 1's Sᵀ and
 warpgroup 2's dK, dO after dPᵀ and dV, so each load runs under the other MMAs. Shared memory
-(QSTAGES = 2): K, V 64 KB, Q 64 KB, dO 32 KB, Pᵀ and dSᵀ 16 KB, dQ staging 32 KB: 209 KB.
+with one stage each: K, V 64 KB, Q 32 KB, dO 32 KB, Pᵀ and dSᵀ 16 KB, dQ staging 32 KB:
+177 KB (a second stage of either is 32 KB more).
 Keys past SK have P = 0 (so dS = 0, and neither dQ nor the unstored dK, dV rows see them).
+
+Pᵀ passes between the roles through shared memory: the writers' kit.barrier() then one
+thread's mbarrier arrive (release) and the readers' wait (acquire) order every thread's
+stores before every reader's loads. compute-sanitizer's racecheck does not follow that chain
+and reports the Pᵀ stores and loads as hazards (benchmarks/NOTES.md, 2026-11-24).
 """
 
 import kitjit as kit
@@ -29,7 +35,8 @@ import kitjit as kit
 @kit.jit
 def p_step(k, q, do, lse_s, pt_s, q_ready, q_empty, do_ready, do_empty, p_full, p_free,
            n0, m0, t, SK, qk_scale, dv, BM: kit.constexpr, BN: kit.constexpr,
-           QSTAGES: kit.constexpr, MASK: kit.constexpr, CAUSAL: kit.constexpr):
+           QSTAGES: kit.constexpr, DOSTAGES: kit.constexpr, MASK: kit.constexpr,
+           CAUSAL: kit.constexpr):
     """Warpgroup 1, query block t: Sᵀ, Pᵀ (to shared memory for warpgroup 2), dV += Pᵀ dO."""
     s = t % QSTAGES
     kit.mbarrier_wait(q_ready[s], t // QSTAGES % 2)
@@ -49,27 +56,29 @@ def p_step(k, q, do, lse_s, pt_s, q_ready, q_empty, do_ready, do_empty, p_full, 
     kit.store(pt_s, ptb)
     kit.barrier()                                  # all 128 threads' rows are written
     kit.mbarrier_arrive(p_full[0])
-    kit.mbarrier_wait(do_ready[0], t % 2)
-    dv = kit.mma(ptb, do, dv)
-    kit.mbarrier_arrive(do_empty[0])               # dV's MMA is done with dO
+    u = t % DOSTAGES
+    kit.mbarrier_wait(do_ready[u], t // DOSTAGES % 2)
+    dv = kit.mma(ptb, do[u], dv)
+    kit.mbarrier_arrive(do_empty[u])               # dV's MMA is done with dO
     return dv
 
 
 @kit.jit
 def ds_step(k, v, q, do, dlt_s, pt_s, ds_s, DQA, q_ready, q_empty, do_ready, do_empty, p_full,
             p_free, bh, m0, t, dk0, dk1, BM: kit.constexpr, BN: kit.constexpr,
-            DH: kit.constexpr, QSTAGES: kit.constexpr, S):
+            DH: kit.constexpr, QSTAGES: kit.constexpr, DOSTAGES: kit.constexpr, S):
     """Warpgroup 2, query block t: dPᵀ, dSᵀ, dK += dSᵀ Q (two column halves), dQ = dS K
     reduce-added in two halves."""
     s = t % QSTAGES
-    kit.mbarrier_wait(do_ready[0], t % 2)
-    dpt = kit.mma(v, do.T, kit.zeros((BN, BM), kit.float32))
-    dlt = kit.load(dlt_s[0])
+    u = t % DOSTAGES
+    kit.mbarrier_wait(do_ready[u], t // DOSTAGES % 2)
+    dpt = kit.mma(v, do[u].T, kit.zeros((BN, BM), kit.float32))
+    dlt = kit.load(dlt_s[u])
     kit.mbarrier_wait(p_full[0], t % 2)
     pt = kit.load(pt_s)
     kit.barrier()                                  # every thread has read Pᵀ and Δ
     kit.mbarrier_arrive(p_free[0])
-    kit.mbarrier_arrive(do_empty[0])               # dPᵀ's MMA is done with dO
+    kit.mbarrier_arrive(do_empty[u])               # dPᵀ's MMA is done with dO
     dst = (pt.to(kit.float32) * (dpt - dlt)).to(q.dtype)
     kit.store(ds_s, dst)                           # for dQ (the last dQ MMA has finished)
     kit.mbarrier_wait(q_ready[s], t // QSTAGES % 2)
@@ -87,7 +96,8 @@ def ds_step(k, v, q, do, dlt_s, pt_s, ds_s, DQA, q_ready, q_empty, do_ready, do_
 @kit.jit
 def bwd_kernel_d256(Q, K, V, DO, DK, DV, DQA, LSE2, Delta2, S, SK, H, G, SP, HG, sm_scale,
                     qk_scale, BM: kit.constexpr, BN: kit.constexpr, D: kit.constexpr,
-                    CAUSAL: kit.constexpr, QSTAGES: kit.constexpr, LPT: kit.constexpr = True):
+                    CAUSAL: kit.constexpr, QSTAGES: kit.constexpr, DOSTAGES: kit.constexpr = 1,
+                    LPT: kit.constexpr = True):
     """One program per BN keys of one K/V head (grid as `bwd_kernel`'s); num_warps = 12: a
     producer warpgroup and the two consumer roles above. DQA: dQ rows (B*H*S, D), fp32.
     LSE2, Delta2: (B*H, SP)."""
@@ -107,16 +117,16 @@ def bwd_kernel_d256(Q, K, V, DO, DK, DV, DQA, LSE2, Delta2, S, SK, H, G, SP, HG,
     k = kit.shared((2, BN, DH), K.dtype.element_ty)            # column halves
     v = kit.shared((BN, D), V.dtype.element_ty)
     q = kit.shared((2 * QSTAGES, BM, DH), Q.dtype.element_ty)  # halves of each stage
-    do = kit.shared((BM, D), DO.dtype.element_ty)
+    do = kit.shared((DOSTAGES, BM, D), DO.dtype.element_ty)
     lse_s = kit.shared((QSTAGES, 1, BM), kit.float32)
-    dlt_s = kit.shared((1, 1, BM), kit.float32)
+    dlt_s = kit.shared((DOSTAGES, 1, BM), kit.float32)
     pt_s = kit.shared((BN, BM), Q.dtype.element_ty)
     ds_s = kit.shared((BN, BM), Q.dtype.element_ty)
     kv_ready = kit.mbarriers(1)
     q_ready = kit.mbarriers(QSTAGES)
     q_empty = kit.mbarriers(QSTAGES, arrivals=2)
-    do_ready = kit.mbarriers(1)
-    do_empty = kit.mbarriers(1, arrivals=2)
+    do_ready = kit.mbarriers(DOSTAGES)
+    do_empty = kit.mbarriers(DOSTAGES, arrivals=2)
     p_full = kit.mbarriers(1)
     p_free = kit.mbarriers(1)
     first = n0 // BM if CAUSAL else 0              # causal: earlier query blocks see no key
@@ -135,9 +145,10 @@ def bwd_kernel_d256(Q, K, V, DO, DK, DV, DQA, LSE2, Delta2, S, SK, H, G, SP, HG,
             kit.tma_load(q[2 * s], Q, (bh * S + m0, 0), q_ready[s])
             kit.tma_load(q[2 * s + 1], Q, (bh * S + m0, DH), q_ready[s])
             kit.tma_load(lse_s[s], LSE2, (bh, m0), q_ready[s])
-            kit.mbarrier_wait(do_empty[0], t % 2 ^ 1)
-            kit.tma_load(do, DO, (bh * S + m0, 0), do_ready[0])
-            kit.tma_load(dlt_s[0], Delta2, (bh, m0), do_ready[0])
+            u = t % DOSTAGES
+            kit.mbarrier_wait(do_empty[u], t // DOSTAGES % 2 ^ 1)
+            kit.tma_load(do[u], DO, (bh * S + m0, 0), do_ready[u])
+            kit.tma_load(dlt_s[u], Delta2, (bh, m0), do_ready[u])
     else:
         kit.setmaxnreg(240)
         kit.mbarrier_wait(kv_ready[0], 0)
@@ -151,11 +162,11 @@ def bwd_kernel_d256(Q, K, V, DO, DK, DV, DQA, LSE2, Delta2, S, SK, H, G, SP, HG,
                 for j in range(nmask):
                     dv = p_step(k, q, do, lse_s, pt_s, q_ready, q_empty, do_ready, do_empty,
                                 p_full, p_free, n0, (first + j) * BM, g * nq + j, SK,
-                                qk_scale, dv, BM, BN, QSTAGES, True, CAUSAL)
+                                qk_scale, dv, BM, BN, QSTAGES, DOSTAGES, True, CAUSAL)
                 for j in range(nmask, nq):
                     dv = p_step(k, q, do, lse_s, pt_s, q_ready, q_empty, do_ready, do_empty,
                                 p_full, p_free, n0, (first + j) * BM, g * nq + j, SK,
-                                qk_scale, dv, BM, BN, QSTAGES, False, CAUSAL)
+                                qk_scale, dv, BM, BN, QSTAGES, DOSTAGES, False, CAUSAL)
             keys = n0 + kit.arange(0, BN)
             offs = (kvbh * SK + keys)[:, None] * D + kit.arange(0, D)[None, :]
             kit.store(DV + offs, dv.to(DV.dtype.element_ty), mask=(keys < SK)[:, None])
@@ -165,7 +176,8 @@ def bwd_kernel_d256(Q, K, V, DO, DK, DV, DQA, LSE2, Delta2, S, SK, H, G, SP, HG,
             for t in range(n):
                 dk0, dk1 = ds_step(k, v, q, do, dlt_s, pt_s, ds_s, DQA, q_ready, q_empty,
                                    do_ready, do_empty, p_full, p_free, bh0 + t // nq,
-                                   (first + t % nq) * BM, t, dk0, dk1, BM, BN, DH, QSTAGES, S)
+                                   (first + t % nq) * BM, t, dk0, dk1, BM, BN, DH, QSTAGES,
+                                   DOSTAGES, S)
             keys = n0 + kit.arange(0, BN)
             offs = (kvbh * SK + keys)[:, None] * D + kit.arange(0, DH)[None, :]
             kmask = (keys < SK)[:, None]
@@ -174,6 +186,6 @@ def bwd_kernel_d256(Q, K, V, DO, DK, DV, DQA, LSE2, Delta2, S, SK, H, G, SP, HG,
 
 
 def bwd_config_d256(causal: bool = False) -> dict:
-    """64 queries x 64 keys a block (registers: see the module docstring); Q two stages deep
-    (shared memory: 209 KB of the 227)."""
-    return dict(BM=64, BN=64, QSTAGES=2)
+    """64 queries x 64 keys a block (registers: see the module docstring). One stage of Q and
+    of dO: on an H100 two Q stages measured 8% (causal 11%) slower (benchmarks/NOTES.md)."""
+    return dict(BM=64, BN=64, QSTAGES=1, DOSTAGES=1)
