@@ -29,6 +29,7 @@ import math
 import torch
 
 import kitjit as kit
+from kitjit.nn.attention_backward_d256 import bwd_config_d256, bwd_kernel_d256
 
 LOG2E = 1.4426950408889634
 
@@ -226,7 +227,7 @@ def dq_convert(DQA, DQ, S, SP, scale, BM: kit.constexpr, D: kit.constexpr,
               mask=live)
 
 
-BWD_HEAD_DIMS = (64, 128)
+BWD_HEAD_DIMS = (64, 128, 256)
 
 
 def bwd_config(D: int, causal: bool = False) -> dict:
@@ -267,13 +268,15 @@ def attention_backward(do, q, k, v, o, lse, causal: bool = False, sm_scale: floa
     q2, k2, v2, o2, do2 = (_rows(t, D) for t in (q, k, v, o, do.to(q.dtype)))
     lse = lse.contiguous()
     G = H // Hkv
-    cfg = dict(bwd_config(D, causal), **(config or {}))
+    d256 = D > 128   # kitjit/nn/attention_backward_d256.py: 64 keys a program, two roles
+    cfg = dict(bwd_config_d256(causal) if d256 else bwd_config(D, causal), **(config or {}))
     BM = cfg["BM"]
     SP = kit.cdiv(S, BM) * BM   # rows of LSE, Δ (and dQᵀ) padded to whole blocks for TMA
     lse2 = torch.empty((B * H, SP), device=q.device, dtype=torch.float32)
     delta2 = torch.empty((B * H, SP), device=q.device, dtype=torch.float32)
     bwd_preprocess[(SP // BM, B * H)](o2, do2, lse, delta2, lse2, S, SP, BM=BM, D=D)
-    if cfg["KEYS_AS_ROWS"]:
+    trans = cfg.get("KEYS_AS_ROWS", False)
+    if trans:
         dqa = torch.zeros((B * H * D, SP), device=q.device, dtype=torch.float32)
     else:
         dqa = torch.zeros((B * H * S, D), device=q.device, dtype=torch.float32)
@@ -282,9 +285,9 @@ def attention_backward(do, q, k, v, o, lse, causal: bool = False, sm_scale: floa
     # causal, longest first in groups of HG K/V heads whose Q and dO (G*S*D*4 bytes) share
     # ~24 MB of the 50 MB L2
     hg = cfg.pop("HG", None) or max(1, min(B * Hkv, (24 << 20) // (G * S * D * 4)))
-    bwd_kernel[(nkv * B * Hkv,) if lpt else (nkv, B * Hkv)](
+    kernel = bwd_kernel_d256 if d256 else bwd_kernel
+    kernel[(nkv * B * Hkv,) if lpt else (nkv, B * Hkv)](
         q2, k2, v2, do2, dk, dv, dqa, lse2, delta2, S, SK, H, G, SP, hg, scale, scale * LOG2E,
         D=D, CAUSAL=causal, num_warps=12, **cfg)
-    dq_convert[(kit.cdiv(S, 64), B * H)](dqa, dq, S, SP, scale, BM=64, D=D,
-                                         TRANS=cfg["KEYS_AS_ROWS"])
+    dq_convert[(kit.cdiv(S, 64), B * H)](dqa, dq, S, SP, scale, BM=64, D=D, TRANS=trans)
     return dq, dk, dv
