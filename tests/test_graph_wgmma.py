@@ -58,6 +58,17 @@ def test_gated_mlp_fused(params):
     assert _verify(g, _with(g, 0, 0, params)) is None
 
 
+@pytest.mark.parametrize("params", [
+    dict(BN=64, SPLIT=1, STAGES=3),      # 7 k-steps (ragged K: 448 = 7 x 64) through 3 stages
+    dict(BN=128, SPLIT=3, STAGES=4),     # split-K: the norm's sums through the combine
+])
+def test_rmsnorm_linear_fused(params):
+    """rms_norm(x) @ W in one level-2 kernel: x * w in registers as WGMMA's A operand."""
+    g = ex("graph_rmsnorm_linear").build(5, 440, 72)
+    p = dict(FORM="wgmma", BM=64, BK=64, num_warps=4, NORM="epi", **params)
+    assert _verify(g, _with(g, 0, 0, p)) is None
+
+
 @pytest.mark.parametrize("split", [1, 3])
 def test_rmsnorm_then_linear(split):
     """The norm in a row kernel, then the level-2 matmul on its output buffer."""
@@ -74,7 +85,7 @@ def test_which_groups_get_it():
     assert codegen_wgmma.eligible(fused("graph_gated_mlp", 8, 64, 48))
     assert not codegen_wgmma.eligible(fused("graph_gated_mlp", 80, 64, 48))    # M > 64
     assert not codegen_wgmma.eligible(fused("graph_gated_mlp", 8, 60, 44))     # 8-byte rows
-    assert not codegen_wgmma.eligible(fused("graph_rmsnorm_linear", 8, 64, 48))  # prologue
+    assert codegen_wgmma.eligible(fused("graph_rmsnorm_linear", 8, 64, 48))   # x * w as A
     assert not codegen_wgmma.eligible(fused("graph_lora", 8, 64, 48, 8))        # low rank
     dec = ex("graph_attention_decode").build(2, 32, 64)
     for _, groups in plan.partitions(dec):    # batched matmuls: no 2-d TMA view

@@ -207,7 +207,7 @@ def split_tail(group, name: str, e: TileEmitter, grid: str, nw: int, norm: str |
         e.line(store_tile(part, (M, N), None, prm, prn, f"acc{i}"))
     extra = []
     if norm == "epi":
-        e.line(f"kit.store(wss + {lin('sp', NB, 'b')} * {M} + rm, ss"
+        e.line(f"kit.store(wss + {lin('sp', NB, 'b' if batched else 0)} * {M} + rm, ss"
                + (f", mask={rm.mask})" if rm.mask else ")"))
         extra = ["wss"]
     # the combine kernel: sum the partials, then the norm scale and the epilogue
