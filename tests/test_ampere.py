@@ -392,31 +392,51 @@ def test_fa2_sass(arch, D, causal, limit):
 
 
 @needs_sass
-@pytest.mark.parametrize("arch", ["sm_80", "sm_89"])
-def test_matmul_example_sass(arch):
+def test_matmul_example_sass():
+    """The Hopper GEMM text on sm_80 (sm_89 is the same lowering: test_fa2_sass compiles
+    for it)."""
     from examples.matmul import AMPERE_CONFIG
 
     cfg = dict(AMPERE_CONFIG)
     nw = cfg.pop("num_warps")
-    c = _sass(EXAMPLES / "matmul.py", "matmul_kernel", GEMM_SIG, dict(cfg, GROUP=8), nw, arch)
+    c = _sass(EXAMPLES / "matmul.py", "matmul_kernel", GEMM_SIG, dict(cfg, GROUP=8), nw,
+              "sm_80")
     _level2_ops(c)
     assert c.has("LDSM.16.MT88.4"), "B [K, N] should load with ldmatrix.trans"
     assert c.ck.metadata["spills"] == 0 and not c.has("STL") and not c.has("LDL")
 
 
-@needs_sass
-def test_matmul_ampere_sass_has_no_barrier_in_its_loop():
-    """sync=False: the loop's refills need no bar.sync (only the prologue's and the
-    barriers' init have one)."""
+@pytest.fixture(scope="module")
+def gemm_sass():
+    """examples/matmul_ampere.py's kernel for sm_80, compiled once for the tests below."""
+    if __import__("kitjit.tools", fromlist=["find_tool"]).find_tool("cuobjdump") is None:
+        pytest.skip("cuobjdump/nvdisasm not found")
     from examples.matmul_ampere import CONFIG
 
     cfg = dict(CONFIG)
     nw = cfg.pop("num_warps")
-    c = _sass(EXAMPLES / "matmul_ampere.py", "matmul_ampere_kernel", GEMM_SIG[:3] +
-              GEMM_SIG[4:], dict(cfg, GROUP=8), nw, "sm_80")
+    return cfg, _sass(EXAMPLES / "matmul_ampere.py", "matmul_ampere_kernel",
+                      GEMM_SIG[:3] + GEMM_SIG[4:], dict(cfg, GROUP=8), nw, "sm_80")
+
+
+def test_matmul_ampere_sass_has_no_barrier_in_its_loop(gemm_sass):
+    """sync=False: the loop's refills need no bar.sync (only the prologue's and the
+    barriers' init have one)."""
+    cfg, c = gemm_sass
     _level2_ops(c)
     assert c.count("BAR.SYNC") <= cfg["STAGES"] // 2 + 1, c.summary()
     assert c.ck.metadata["spills"] == 0
+
+
+def test_copies_inside_the_tensor_skip_the_clamping(gemm_sass):
+    """Every kit.tma_load has two bodies: plain cp.async at constant offsets when the box is
+    inside the tensor (LDGSTS without ZFILL) and the clamped edge path (src-size: ZFILL),
+    as many copies each."""
+    _, c = gemm_sass
+    plain = c.count("LDGSTS.E.BYPASS.128") - c.count("LDGSTS.E.BYPASS.128.ZFILL")
+    assert plain and plain == c.count("LDGSTS.E.BYPASS.128.ZFILL"), c.summary()
+    ptx = c.ck.asm["ptx"]
+    assert ptx.count("], 16; }") == ptx.count("], 16, %r"), "fast and edge copies differ"
 
 
 @needs_sass
@@ -508,6 +528,27 @@ def test_hopper_attention_text_on_gpu_sm80_path():
         *(t.contiguous().view(-1, 128) for t in (q, k, v)), o, lse, 300, 300, 4, 2,
         1.4426950408889634 / math.sqrt(128), BM=128, BN=64, D=128, CAUSAL=True, STAGES=2,
         num_warps=4, arch="sm_80")
+    ro, rl = reference(q, k, v, True)
+    _check(o, ro, 1e-2, "O")
+    _check(lse, rl, 1e-4, "LSE")
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.filterwarnings("ignore:kernel 'attention_ws_kernel' spills")
+def test_warp_specialized_text_on_gpu_sm80_path():
+    """kitjit.nn's producer/consumer attention (kit.setmaxnreg, a no-op on sm_80; one
+    producer warpgroup's cp.async, two consumers' kit.mbarrier_arrive per warp)."""
+    from examples.attention_ampere import reference
+    from kitjit.nn.attention import attention_ws_kernel
+
+    q, k, v = _attn_case(1, 4, 300, 300, 128, 2, "cuda")
+    o = torch.full_like(q, float("nan"))
+    lse = torch.full(q.shape[:3], float("nan"), device="cuda")
+    attention_ws_kernel[(kit.cdiv(300, 128), 4)](
+        *(t.contiguous().view(-1, 128) for t in (q, k, v)), o, lse, 300, 300, 4, 2,
+        1.4426950408889634 / math.sqrt(128), BM=128, BN=128, D=128, CAUSAL=True, STAGES=2,
+        CONSUMERS=2, num_warps=12, arch="sm_80")
     ro, rl = reference(q, k, v, True)
     _check(o, ro, 1e-2, "O")
     _check(lse, rl, 1e-4, "LSE")
