@@ -255,11 +255,19 @@ def test_roles_arrival_counts_on_sm80():
     assert "sm80_init=128" in tir and "sm80_init=4" in tir, tir[:2000]
 
 
-@pytest.mark.parametrize("arch", [None, "sm_80"] if has_gpu() else [None])
-def test_roles_kernel_runs(arch, monkeypatch):
-    """In the interpreter (roles as coroutines), and on a GPU through the sm_80 path."""
-    if arch is None:
-        monkeypatch.setenv("KITJIT_INTERPRET", "1")
+def test_roles_kernel_runs_in_interpreter(monkeypatch):
+    """Roles as coroutines (tests/test_ampere.py's GPU twin below runs the sm_80 path)."""
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    _run_roles(None)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not has_gpu(), reason="needs a CUDA GPU")
+def test_roles_kernel_runs_on_gpu_sm80_path():
+    _run_roles("sm_80")
+
+
+def _run_roles(arch):
     dev = "cuda" if arch else "cpu"
     a = torch.randn(256, 64, generator=torch.Generator().manual_seed(9)).to(dev,
                                                                             torch.bfloat16)
@@ -411,9 +419,9 @@ def gemm_sass():
     """examples/matmul_ampere.py's kernel for sm_80, compiled once for the tests below."""
     if __import__("kitjit.tools", fromlist=["find_tool"]).find_tool("cuobjdump") is None:
         pytest.skip("cuobjdump/nvdisasm not found")
-    from examples.matmul_ampere import CONFIG
+    from examples.matmul_ampere import CONFIGS
 
-    cfg = dict(CONFIG)
+    cfg = dict(CONFIGS[0])   # 256x128x64 on 8 warps: what an H100 on this code path takes
     nw = cfg.pop("num_warps")
     return cfg, _sass(EXAMPLES / "matmul_ampere.py", "matmul_ampere_kernel",
                       GEMM_SIG[:3] + GEMM_SIG[4:], dict(cfg, GROUP=8), nw, "sm_80")
