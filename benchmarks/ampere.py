@@ -63,53 +63,11 @@ GEMM_CONFIGS = {
     "128x256x32 s8 w8": ("ampere", dict(BM=128, BN=256, BK=32, STAGES=8, num_warps=8)),
     "256x128x32 s8 w8": ("ampere", dict(BM=256, BN=128, BK=32, STAGES=8, num_warps=8)),
     "256x128x64 s4 w8": ("ampere", dict(BM=256, BN=128, BK=64, STAGES=4, num_warps=8)),
-    "deep 256x128x64 s4 w8": ("deep", dict(BM=256, BN=128, BK=64, STAGES=4, num_warps=8)),
-    "deep 256x128x32 s8 w8": ("deep", dict(BM=256, BN=128, BK=32, STAGES=8, num_warps=8)),
-    "deep 128x128x32 s6 w4": ("deep", dict(BM=128, BN=128, BK=32, STAGES=6, num_warps=4)),
     "128x256x64 s4 w8": ("ampere", dict(BM=128, BN=256, BK=64, STAGES=4, num_warps=8)),
 }
 HOPPER_GEMM = dict(BM=128, BN=256, BK=64, STAGES=4, num_warps=8)
 DEV = "cuda"
 CHECK_S, CHECK_H, GEMM_CHECK = 1040, 16, (1040, 528, 208)   # the benchmark's specializations
-
-
-@kit.jit
-def matmul_deep_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr,
-                       BK: kit.constexpr, STAGES: kit.constexpr, GROUP: kit.constexpr,
-                       WG: kit.constexpr):
-    """examples/matmul_ampere.py's GEMM with loads STAGES - 1 steps ahead (not STAGES / 2):
-    each warp arrives on `free[s]` after its MMA on stage s, and the refill of a stage waits
-    for every warp's arrival (WG: warpgroups, Hopper's arrival unit; one per warp on sm_80)."""
-    pid = kit.program_id(0)
-    n_m, n_n = kit.cdiv(M, BM), kit.cdiv(N, BN)
-    first_m = pid // (GROUP * n_n) * GROUP
-    rows = kit.minimum(n_m - first_m, GROUP)
-    m0 = (first_m + pid % (GROUP * n_n) % rows) * BM
-    n0 = pid % (GROUP * n_n) // rows * BN
-    a = kit.shared((STAGES, BM, BK), A.dtype.element_ty)
-    b = kit.shared((STAGES, BK, BN), B.dtype.element_ty)
-    ready = kit.mbarriers(STAGES)
-    free = kit.mbarriers(STAGES, arrivals=WG)
-    n_k = kit.cdiv(K, BK)
-    for s in kit.static_range(STAGES - 1):
-        if s < n_k:
-            kit.tma_load(a[s], A, (m0, s * BK), ready[s])
-            kit.tma_load(b[s], B, (s * BK, n0), ready[s])
-    acc = kit.zeros((BM, BN), kit.float32)
-    for i in range(n_k):
-        s = i % STAGES
-        kit.mbarrier_wait(ready[s], i // STAGES % 2)
-        acc = kit.mma(a[s], b[s], acc)
-        kit.mbarrier_arrive(free[s])
-        j = i + STAGES - 1
-        if j < n_k:                       # stage j % STAGES held step i - 1: all warps done?
-            kit.mbarrier_wait(free[j % STAGES], (i + STAGES - 1) // STAGES % 2 ^ 1)
-            kit.tma_load(a[j % STAGES], A, (m0, j * BK), ready[j % STAGES], sync=False)
-            kit.tma_load(b[j % STAGES], B, (j * BK, n0), ready[j % STAGES], sync=False)
-    rm = m0 + kit.arange(0, BM)
-    rn = n0 + kit.arange(0, BN)
-    kit.store(C + rm[:, None] * N + rn[None, :], acc.to(C.dtype.element_ty),
-              mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
 @kit.jit
@@ -159,10 +117,6 @@ def gemm(a, b, cfg, arch=ARCH, c=None, kernel="ampere"):
     if kernel in ("ampere", "edge"):
         kern = matmul_ampere_kernel if kernel == "ampere" else gemm_edge
         kern[(tiles,)](a, b, c, M, N, K, GROUP=8, arch=arch, **cfg)
-        return c
-    if kernel == "deep":
-        matmul_deep_kernel[(tiles,)](a, b, c, M, N, K, GROUP=8, WG=cfg["num_warps"] // 4,
-                                     arch=arch, **cfg)
         return c
     sms = torch.cuda.get_device_properties(0).multi_processor_count if DEV == "cuda" else 4
     matmul_kernel[(min(tiles, sms),)](a, b, c, c, M, N, K, GROUP=8, arch=arch, **cfg)
