@@ -54,6 +54,8 @@ class TmaLowering(LoweringBase):
 
     @lowering("setmaxnreg")
     def op_setmaxnreg(self, op: Op) -> None:
+        if self.ampere:  # no register reallocation below sm_90: every warp keeps the
+            return       # kernel's one allocation (documented at kit.setmaxnreg)
         n = op.attrs["count"]
         threads = 32 * self.total_warps
         cap = min(255, 65536 // (threads * self.ctas_per_sm)) // 8 * 8
