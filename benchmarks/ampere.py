@@ -100,7 +100,7 @@ def gemm(a, b, cfg, per_sm, arch=ARCH, c=None, kernel="persistent"):
     sms = (torch.cuda.get_device_properties(0).multi_processor_count if DEV == "cuda"
            else 4) * per_sm
     grid = (min(kit.cdiv(M, cfg["BM"]) * kit.cdiv(N, cfg["BN"]), sms),)
-    matmul_kernel[grid](a, b, c, c, M, N, K, GROUP=8, arch=arch, **cfg)
+    matmul_kernel[grid](a, b, c, c, c, M, N, K, GROUP=8, arch=arch, **cfg)
     return c
 
 

@@ -367,8 +367,8 @@ def bench_llm(deadline: float) -> None:
                     row["kitjit_tflops"] = round(flop / ms["kitjit"], 2)
                     row["cublas_tflops"] = round(flop / ms["cublas"], 2)
                     row["vs_cublas"] = round(ms["cublas"] / ms["kitjit"], 3)
-                    split = mm.splitk_for(M, N, K, mm.num_sms(a.device))
-                    row["config"] = f"split-K x{split}" if split > 1 else \
+                    split, bn = mm.splitk_plan(M, N, K, mm.num_sms(a.device))
+                    row["config"] = f"split-K x{split} BN {bn}" if split > 1 else \
                         str(mm.matmul_tuned.chosen()[-1]["config"])
                 except Exception as e:
                     row["failed"] = f"{type(e).__name__}: {str(e)[:200]}"

@@ -54,9 +54,56 @@ def refill(a, b, ready, A, B, tile, step, n_tiles, kk, it, m0, n0, k0, m1, n1, k
 
 
 @kit.jit
-def matmul_kernel(A, B, C, W, M, N, K, BM: kit.constexpr, BN: kit.constexpr,
+def store_tile(C, acc, m0, n0, M, N, BM: kit.constexpr, BN: kit.constexpr,
+               TMA_STORE: kit.constexpr):
+    # TMA_STORE 0: straight from the accumulator registers (shuffled into 16-byte stores by
+    # the compiler); 1: through a shared staging tile and one TMA bulk store, which drains
+    # while the next tile's MMAs run; 2: the same in two column halves through one half-size
+    # staging tile (a 128x256 tile's 32 KB leave room for a 4th ring stage)
+    out = acc.to(C.dtype.element_ty)
+    if TMA_STORE == 1:
+        kit.tma_store(C, (m0, n0), out)
+    elif TMA_STORE == 2:   # columns [0, BN/2) and [BN/2, BN): a relabeling of registers
+        lo, hi = kit.split(kit.permute(kit.reshape(out, (BM, 2, BN // 2)), (0, 2, 1)))
+        kit.tma_store(C, (m0, n0), lo)
+        kit.tma_store(C, (m0, n0 + BN // 2), hi)   # waits until the TMA has read `lo`
+    else:
+        rm = m0 + kit.arange(0, BM)
+        rn = n0 + kit.arange(0, BN)
+        kit.store(C + rm[:, None] * N + rn[None, :], out,
+                  mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@kit.jit
+def splitk_reduce(C, W, LOCKS, acc, tile, m0, n0, M, N, BM: kit.constexpr,
+                  BN: kit.constexpr, SPLIT_K: kit.constexpr):
+    # split-K in one launch: each split writes its fp32 partial to W and counts itself in on
+    # the tile's counter; the last to arrive adds the partials in split order (the sum does
+    # not depend on who came last), 16 rows at a time (few registers), stores C and resets
+    # the counter for the next launch
+    rm = m0 + kit.arange(0, BM)
+    rn = n0 + kit.arange(0, BN)
+    kit.store(W + tile % SPLIT_K * M * N + rm[:, None] * N + rn[None, :], acc,
+              mask=(rm[:, None] < M) & (rn[None, :] < N))
+    kit.debug_barrier()                    # every thread's part is written before the count
+    t = tile // SPLIT_K
+    if kit.atomic_add(LOCKS + t, 1) == SPLIT_K - 1:   # acq_rel, GPU scope: the others'
+        for r in range(m0, kit.minimum(m0 + BM, M), 16):   # partials are visible past it
+            rr = r + kit.arange(0, 16)
+            offs = rr[:, None] * N + rn[None, :]
+            mask = (rr[:, None] < M) & (rn[None, :] < N)
+            total = kit.zeros((16, BN), kit.float32)
+            for s in range(SPLIT_K):
+                total += kit.load(W + s * M * N + offs, mask=mask, other=0.0)
+            kit.store(C + offs, total.to(C.dtype.element_ty), mask=mask)
+        kit.store(LOCKS + t, 0)
+
+
+@kit.jit
+def matmul_kernel(A, B, C, W, LOCKS, M, N, K, BM: kit.constexpr, BN: kit.constexpr,
                   BK: kit.constexpr, STAGES: kit.constexpr, GROUP: kit.constexpr,
-                  TRANS_B: kit.constexpr = False, SPLIT_K: kit.constexpr = 1):
+                  TRANS_B: kit.constexpr = False, SPLIT_K: kit.constexpr = 1,
+                  TMA_STORE: kit.constexpr = 0):
     a = kit.shared((STAGES, BM, BK), A.dtype.element_ty)   # 128-byte swizzle, from the width
     # B is [K, N], or [N, K] when TRANS_B (then b[s].T is a K-major view for WGMMA)
     b = kit.shared((STAGES, BN, BK) if TRANS_B else (STAGES, BK, BN), B.dtype.element_ty)
@@ -82,22 +129,10 @@ def matmul_kernel(A, B, C, W, M, N, K, BM: kit.constexpr, BN: kit.constexpr,
             refill(a, b, ready, A, B, tile, step, n_tiles, kk, it, m0, n0, k0, m1, n1, k1, M,
                    N, n_k, BM, BN, BK, STAGES, GROUP, TRANS_B, SPLIT_K)
             it += 1
-        rm = m0 + kit.arange(0, BM)    # the epilogue: straight from the accumulator
-        rn = n0 + kit.arange(0, BN)    # registers, shuffled into 16-byte stores by the
-        mask = (rm[:, None] < M) & (rn[None, :] < N)   # compiler (no staging tile: 4 stages)
         if SPLIT_K == 1:
-            kit.store(C + rm[:, None] * N + rn[None, :], acc.to(C.dtype.element_ty), mask=mask)
-        else:                          # fp32 partial sums, one slab per split: splitk_sum
-            kit.store(W + (tile % SPLIT_K * M + rm[:, None]) * N + rn[None, :], acc, mask=mask)
-
-
-@kit.jit
-def splitk_sum(W, C, n, SPLIT_K: kit.constexpr, BLOCK: kit.constexpr):
-    offs = kit.program_id(0) * BLOCK + kit.arange(0, BLOCK)
-    acc = kit.zeros((BLOCK,), kit.float32)
-    for s in kit.static_range(SPLIT_K):
-        acc += kit.load(W + s * n + offs, mask=offs < n)
-    kit.store(C + offs, acc.to(C.dtype.element_ty), mask=offs < n)
+            store_tile(C, acc, m0, n0, M, N, BM, BN, TMA_STORE)
+        else:
+            splitk_reduce(C, W, LOCKS, acc, tile, m0, n0, M, N, BM, BN, SPLIT_K)
 
 
 _SMS: dict = {}
@@ -140,34 +175,61 @@ def matmul(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False, arch: str | 
         config = dict(config or (AMPERE_CONFIG if ampere else CONFIGS[1].kwargs), arch=arch,
                       **({} if config or ampere else {"num_warps": CONFIGS[1].num_warps}))
         sms *= AMPERE_CTAS_PER_SM if ampere else 1
-    split = config.get("SPLIT_K", 1) if config else splitk_for(M, N, K, sms)
+    split, bn = (config.get("SPLIT_K", 1), 0) if config else splitk_plan(M, N, K, sms)
 
     def grid(meta):
         return (min(kit.cdiv(M, meta["BM"]) * kit.cdiv(N, meta["BN"]) * split, sms),)
 
-    if split > 1:      # too few tiles to fill the GPU: split K, then add the partial sums
+    if split > 1:      # too few tiles to fill the GPU: split K; a tile's last split adds up
         w = torch.empty(split, M, N, device=a.device, dtype=torch.float32)
         cfg = config if "BM" in config else dict(
-            config, BM=64 if M <= 64 else 128, BN=128, BK=64, STAGES=4,
+            config, BM=64 if M <= 64 else 128, BN=bn, BK=64, STAGES=4,
             num_warps=4 if M <= 64 else 8)
-        matmul_kernel[grid](a, b, c, w, M, N, K, GROUP=8, TRANS_B=trans_b,
+        locks = tile_counters(a.device, kit.cdiv(M, cfg["BM"]) * kit.cdiv(N, cfg["BN"]))
+        matmul_kernel[grid](a, b, c, w, locks, M, N, K, GROUP=8, TRANS_B=trans_b,
                             **dict(cfg, SPLIT_K=split))
-        splitk_sum[(kit.cdiv(M * N, 1024),)](w, c, M * N, SPLIT_K=split, BLOCK=1024)
     elif "BM" in config:
-        matmul_kernel[grid](a, b, c, c, M, N, K, GROUP=8, TRANS_B=trans_b, **config)
+        matmul_kernel[grid](a, b, c, c, c, M, N, K, GROUP=8, TRANS_B=trans_b, **config)
     else:
-        matmul_tuned[grid](a, b, c, c, M, N, K, GROUP=8, TRANS_B=trans_b, **config)
+        matmul_tuned[grid](a, b, c, c, c, M, N, K, GROUP=8, TRANS_B=trans_b, **config)
     return c
 
 
-def splitk_for(M: int, N: int, K: int, sms: int) -> int:
-    """Parts to split K into when 128-wide tiles leave most SMs idle (skinny, LLM-decode
-    shapes) and each part keeps at least 16 k-steps of 64."""
-    tiles = kit.cdiv(M, 128) * kit.cdiv(N, 128)
-    split = 1
-    while tiles * split * 2 <= sms and K // (split * 2) >= 1024:
-        split *= 2
-    return split
+_COUNTERS: dict = {}
+
+
+def tile_counters(device: torch.device, n: int) -> torch.Tensor:
+    """int32 arrival counters for split-K, one per output tile, zero at every launch: each
+    launch resets the ones it used, so one buffer serves every launch on a device and stream
+    (launches on one stream run in order)."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    t = _COUNTERS.get((device, stream))
+    if t is None or t.numel() < n:
+        t = _COUNTERS[device, stream] = torch.zeros(max(n, 1024), dtype=torch.int32,
+                                                    device=device)
+    return t
+
+
+def splitk_plan(M: int, N: int, K: int, sms: int) -> tuple[int, int]:
+    """(parts to split K into, BN) for skinny shapes (LLM decode, small batches), whose
+    tiles would leave SMs idle; (1, 0) where the unsplit, autotuned kernel is the better bet.
+    These shapes stream B from memory, so the time of a plan is its waves of programs times
+    the B bytes a part loads plus an epilogue's worth (~1.5 k-steps of a 128-wide tile)."""
+    bm = 64 if M <= 64 else 128
+    if M > 256 or kit.cdiv(M, bm) * kit.cdiv(N, 128) > sms:   # a wave of tiles or more
+        return 1, 0
+    steps = kit.cdiv(K, 64)
+    costs = {}
+    for bn in (128, 256):
+        tiles = kit.cdiv(M, bm) * kit.cdiv(N, bn)
+        for s in range(1, 9):
+            n_k = kit.cdiv(steps, s)
+            if s > 1 and n_k < 8:
+                break
+            costs[s, bn] = kit.cdiv(tiles * s, sms) * (n_k * bn + 192)
+    (s, bn), best = min(costs.items(), key=lambda kv: (kv[1], kv[0]))
+    unsplit = min(costs[1, 128], costs[1, 256])
+    return (s, bn) if s > 1 and best < 0.9 * unsplit else (1, 0)
 
 
 def main() -> None:

@@ -359,7 +359,7 @@ needs_sass = pytest.mark.skipif(
     reason="cuobjdump/nvdisasm not found (pip install nvidia-cuda-cuobjdump "
            "nvidia-cuda-nvdisasm)")
 ATTN_SIG = ["*bf16:16"] * 4 + ["*fp32:16", "i32:16", "i32:16", "i32", "i32", "fp32"]
-GEMM_SIG = ["*bf16:16"] * 3 + ["*fp32:16", "i32:16", "i32:16", "i32:16"]
+GEMM_SIG = ["*bf16:16"] * 3 + ["*fp32:16", "*i32:16", "i32:16", "i32:16", "i32:16"]
 
 
 def _sass(path, kernel, sig, consts, num_warps, arch):

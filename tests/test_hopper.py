@@ -201,8 +201,9 @@ def gemm_sig(dt):
 
 
 def mm_sig(dt):
-    """examples/matmul.py's kernel: A, B, C, the split-K workspace W (fp32), M, N, K."""
-    return [f"*{dt}:16"] * 3 + ["*fp32:16"] + ["i32:16"] * 3
+    """examples/matmul.py's kernel: A, B, C, the split-K workspace W (fp32) and tile
+    counters (int32), M, N, K."""
+    return [f"*{dt}:16"] * 3 + ["*fp32:16", "*i32:16"] + ["i32:16"] * 3
 
 
 def attn_sig(dt):
@@ -491,11 +492,18 @@ MM_CPU = [  # (M, N, K, config): N and K multiples of 8 (TMA rows of 16 bytes)
     (130, 200, 264, dict(BM=128, BN=128, BK=64, STAGES=3, num_warps=8)),
     (190, 72, 200, dict(BM=64, BN=64, BK=64, STAGES=4, num_warps=4)),
     (70, 64, 40, dict(BM=64, BN=64, BK=64, STAGES=3, num_warps=4)),     # 1 k-step, 3 stages
-    # split-K: fp32 partial sums per split, then splitk_sum; the last split runs past K
+    # split-K: fp32 partials per split, added by the tile's last split; the last runs past K
     # (7 k-steps in 3 parts of 3: TMA reads zeros), the ring runs across splits
     (100, 72, 200, dict(BM=64, BN=64, BK=32, STAGES=3, num_warps=4, SPLIT_K=3)),
     (16, 136, 264, dict(BM=64, BN=64, BK=32, STAGES=4, num_warps=4, SPLIT_K=4)),
     (130, 64, 512, dict(BM=128, BN=64, BK=64, STAGES=3, num_warps=8, SPLIT_K=2)),
+    # 40 split tiles on 4 programs: each program counts in on several tiles' counters
+    (100, 200, 600, dict(BM=64, BN=64, BK=32, STAGES=3, num_warps=4, SPLIT_K=5)),
+    # the TMA-store epilogues: the whole tile, or two column halves through one staging
+    # tile; the TMA clips rows past M and columns past N (a half may lie wholly past N)
+    (130, 200, 136, dict(BM=128, BN=64, BK=64, STAGES=3, num_warps=8, TMA_STORE=1)),
+    (200, 136, 264, dict(BM=64, BN=128, BK=64, STAGES=3, num_warps=4, TMA_STORE=2)),
+    (70, 200, 72, dict(BM=64, BN=256, BK=32, STAGES=4, num_warps=4, TMA_STORE=2)),
 ]
 
 
@@ -507,6 +515,18 @@ def test_interp_matmul(M, N, K, cfg, dtype, poison):
     c = mm_ex.matmul(a, b, **cfg)
     assert is_poisoned(c, poison) and c.dtype == dtype
     assert_rows_close(c, a.double() @ b.double(), 1e-2, f"matmul {M}x{N}x{K}")
+
+
+def test_interp_matmul_splitk_counters_reset(poison):
+    """The heuristic's split-K (4 CPU "SMs": 2 tiles, split 2): the last split of a tile
+    resets its counter, so a second launch on the same counters adds up right too."""
+    assert mm_ex.splitk_plan(16, 256, 1024, 4) == (2, 128)
+    a, b = randn(16, 1024, seed=1), randn(1024, 256, seed=2)
+    for _ in range(2):
+        c = mm_ex.matmul(a, b)
+        assert is_poisoned(c, poison)
+        assert_rows_close(c, a.double() @ b.double(), 1e-2, "split-K 16x256x1024")
+    assert not mm_ex.tile_counters(a.device, 2).any()
 
 
 # fewer k-steps than STAGES - 1 and more tiles than programs: the ring runs across several
@@ -680,12 +700,17 @@ def test_gpu_matmul_ragged_wide_stores(cfg, M, N, K, poison):
     assert_rows_close(ct, a.double() @ b.double(), 1e-2, f"matmul B^T {M}x{N}x{K} {cfg}")
 
 
-def test_splitk_heuristic():
-    assert mm_ex.splitk_for(16, 4096, 4096, 132) == 4       # 32 tiles -> 128 programs
-    assert mm_ex.splitk_for(128, 4096, 4096, 132) == 4
-    assert mm_ex.splitk_for(128, 4096, 1024, 132) == 1      # parts keep >= 16 k-steps
-    assert mm_ex.splitk_for(4096, 4096, 512, 132) == 1
-    assert mm_ex.splitk_for(512, 14336, 4096, 132) == 1
+def test_splitk_plan():
+    plan = mm_ex.splitk_plan
+    assert plan(16, 4096, 4096, 132) == (4, 128)      # 32 tiles -> 128 programs
+    assert plan(128, 4096, 4096, 132) == (4, 128)
+    assert plan(16, 6144, 4096, 132) == (5, 256)      # 24 tiles -> 120 programs
+    assert plan(1, 10240, 8192, 132) == (3, 256)      # 40 tiles -> 120 programs
+    assert plan(128, 4096, 1024, 132) == (2, 128)     # parts keep >= 8 k-steps
+    assert plan(128, 4096, 512, 132) == (1, 0)
+    assert plan(16, 28672, 4096, 132) == (1, 0)       # a wave of tiles already
+    assert plan(4096, 4096, 512, 132) == (1, 0)
+    assert plan(512, 14336, 4096, 132) == (1, 0)
 
 
 @pytest.mark.gpu
