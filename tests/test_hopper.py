@@ -724,6 +724,38 @@ def test_gpu_matmul_splitk(M, N, K, cfg, poison):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("M,N,K", [(16, 6144, 4096), (128, 10240, 8192), (3, 1000, 1032)])
+def test_gpu_matmul_splitk_plan_trans_b(M, N, K, poison):
+    """The plan's splits (5 x BN 256, 3 x BN 256, 2 x BN 128) on weights given [N, K], five
+    launches in a row on the same tile counters: each must find them reset."""
+    a = randn(M, K, seed=M, device="cuda")
+    w = randn(N, K, seed=N, device="cuda")
+    ref = a.double() @ w.double().T
+    for i in range(5):
+        c = mm_ex.matmul(a, w, trans_b=True)
+        torch.cuda.synchronize()
+        assert is_poisoned(c, poison)
+        assert_rows_close(c, ref, 1e-2, f"split-K {M}x{N}x{K} launch {i}")
+    assert not mm_ex.tile_counters(a.device, 1024).any()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", [dict(BM=128, BN=256, BK=64, STAGES=3, TMA_STORE=1),
+                                 dict(BM=128, BN=256, BK=64, STAGES=4, TMA_STORE=2),
+                                 dict(BM=64, BN=256, BK=64, STAGES=4, TMA_STORE=2)],
+                         ids=["whole-s3", "halves-s4", "halves-64x256"])
+@pytest.mark.parametrize("M,N,K", [(1000, 1040, 1032), (72, 4112, 520), (520, 136, 264)])
+def test_gpu_matmul_tma_store(cfg, M, N, K, poison):
+    """The TMA-store epilogues on ragged shapes (the TMA clips rows and columns; with
+    N = 136 the second half of the last tile lies wholly past N), B and B^T."""
+    cfg = dict(cfg, num_warps=8 if cfg["BM"] == 128 else 4)
+    a, b = check_gpu_matmul(M, N, K, cfg, poison, "TMA store")
+    ct = mm_ex.matmul(a, b.t().contiguous(), trans_b=True, **cfg)
+    torch.cuda.synchronize()
+    assert_rows_close(ct, a.double() @ b.double(), 1e-2, f"TMA store B^T {M}x{N}x{K} {cfg}")
+
+
+@pytest.mark.gpu
 def test_gpu_matmul_4096_sampled(poison):
     n = 4096
     a = randn(n, n, seed=1, device="cuda")
