@@ -413,7 +413,7 @@ def test_matmul_ampere_sass_has_no_barrier_in_its_loop():
     cfg = dict(CONFIG)
     nw = cfg.pop("num_warps")
     c = _sass(EXAMPLES / "matmul_ampere.py", "matmul_ampere_kernel", GEMM_SIG[:3] +
-              GEMM_SIG[4:], dict(cfg, GROUP=8), nw, "sm_80")
+              GEMM_SIG[5:], dict(cfg, GROUP=8), nw, "sm_80")
     _level2_ops(c)
     assert c.count("BAR.SYNC") <= cfg["STAGES"] // 2 + 1, c.summary()
     assert c.ck.metadata["spills"] == 0
