@@ -385,6 +385,9 @@ BF16_EPILOGUES = {  # the example's epilogues at 128x256 tiles (B given [K, N], 
     "direct s4": dict(BM=128, BN=256, BK=64, STAGES=4, num_warps=8),
     "tma s3": dict(BM=128, BN=256, BK=64, STAGES=3, TMA_STORE=1, num_warps=8),
     "tma-halves s4": dict(BM=128, BN=256, BK=64, STAGES=4, TMA_STORE=2, num_warps=8),
+    "direct s4 stream-K": dict(BM=128, BN=256, BK=64, STAGES=4, STREAM_K=True, num_warps=8),
+    "tma-halves s4 stream-K": dict(BM=128, BN=256, BK=64, STAGES=4, TMA_STORE=2,
+                                   STREAM_K=True, num_warps=8),
 }
 
 

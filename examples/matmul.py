@@ -75,35 +75,79 @@ def store_tile(C, acc, m0, n0, M, N, BM: kit.constexpr, BN: kit.constexpr,
 
 
 @kit.jit
-def splitk_reduce(C, W, LOCKS, acc, tile, m0, n0, M, N, BM: kit.constexpr,
-                  BN: kit.constexpr, SPLIT_K: kit.constexpr):
-    # split-K in one launch: each split writes its fp32 partial to W and counts itself in on
-    # the tile's counter; the last to arrive adds the partials in split order (the sum does
-    # not depend on who came last), 16 rows at a time (few registers), stores C and resets
-    # the counter for the next launch
-    rm = m0 + kit.arange(0, BM)
-    rn = n0 + kit.arange(0, BN)
-    kit.store(W + tile % SPLIT_K * M * N + rm[:, None] * N + rn[None, :], acc,
-              mask=(rm[:, None] < M) & (rn[None, :] < N))
+def add_parts(C, Wt, LOCKS, acc, t, part, parts, m0, n0, M, N, BM: kit.constexpr,
+              BN: kit.constexpr):
+    # a tile computed in `parts` parts (split-K, stream-K), in one launch: each part writes
+    # its fp32 partial to the tile's region Wt of the workspace and counts itself in on the
+    # tile's counter t; the last to arrive adds the partials in part order (the sum does not
+    # depend on who came last), 16 rows at a time (few registers), stores C and resets the
+    # counter for the next launch
+    rows = kit.arange(0, BM)
+    cols = kit.arange(0, BN)
+    kit.store(Wt + part * BM * BN + rows[:, None] * BN + cols[None, :], acc)
     kit.debug_barrier()                    # every thread's part is written before the count
-    t = tile // SPLIT_K
-    if kit.atomic_add(LOCKS + t, 1) == SPLIT_K - 1:   # acq_rel, GPU scope: the others'
-        for r in range(m0, kit.minimum(m0 + BM, M), 16):   # partials are visible past it
+    if kit.atomic_add(LOCKS + t, 1) == parts - 1:     # acq_rel, GPU scope: the others'
+        for r in range(0, kit.minimum(BM, M - m0), 16):   # partials are visible past it
             rr = r + kit.arange(0, 16)
-            offs = rr[:, None] * N + rn[None, :]
-            mask = (rr[:, None] < M) & (rn[None, :] < N)
             total = kit.zeros((16, BN), kit.float32)
-            for s in range(SPLIT_K):
-                total += kit.load(W + s * M * N + offs, mask=mask, other=0.0)
-            kit.store(C + offs, total.to(C.dtype.element_ty), mask=mask)
+            for s in range(parts):
+                total += kit.load(Wt + s * BM * BN + rr[:, None] * BN + cols[None, :])
+            kit.store(C + (m0 + rr[:, None]) * N + n0 + cols[None, :],
+                      total.to(C.dtype.element_ty),
+                      mask=(m0 + rr[:, None] < M) & (n0 + cols[None, :] < N))
         kit.store(LOCKS + t, 0)
+
+
+@kit.jit
+def stream_k_tail(a, b, ready, A, B, C, W, LOCKS, it, D, R, M, N, n_k, BM: kit.constexpr,
+                  BN: kit.constexpr, BK: kit.constexpr, STAGES: kit.constexpr,
+                  GROUP: kit.constexpr, TRANS_B: kit.constexpr, TMA_STORE: kit.constexpr):
+    # stream-K: the R tiles after D (a last wave that would leave SMs idle) as R * n_k
+    # k-steps shared out evenly; program p takes steps [p * per, (p + 1) * per): the end of
+    # one tile, the start of the next; a tile's parts are added by add_parts
+    p = kit.program_id(0)
+    per = kit.maximum(kit.cdiv(R * n_k, kit.num_programs(0)), 1)
+    most = kit.cdiv(n_k, per) + 1                  # parts a tile can have: its W stride
+    lo = p * per
+    hi = kit.minimum(lo + per, R * n_k)
+    for s in kit.static_range(STAGES - 1):        # the ring, drained after the last full
+        if lo + s < hi:                            # wave, fills again
+            mj, nj, kj = tile_origin(D + (lo + s) // n_k, M, N, n_k, BM, BN, BK, GROUP, 1)
+            load_stage(a, b, ready, A, B, mj, nj, 0, (lo + s) % n_k, it + s, BK, STAGES,
+                       TRANS_B)
+    j = lo
+    for seg in kit.static_range(2):                # per <= n_k: at most two tiles' parts
+        if j < hi:
+            u = j // n_k
+            end = kit.minimum(hi, (u + 1) * n_k)
+            m0, n0, k0 = tile_origin(D + u, M, N, n_k, BM, BN, BK, GROUP, 1)
+            acc = kit.zeros((BM, BN), kit.float32)
+            for jj in range(j, end):
+                kit.mbarrier_wait(ready[it % STAGES], it // STAGES % 2)
+                bs = b[it % STAGES].T if TRANS_B else b[it % STAGES]
+                acc = kit.mma(a[it % STAGES], bs, acc, pending=1)
+                jn = jj + STAGES - 1
+                if jn < hi:
+                    mj, nj, kj = tile_origin(D + jn // n_k, M, N, n_k, BM, BN, BK, GROUP, 1)
+                    load_stage(a, b, ready, A, B, mj, nj, 0, jn % n_k, it + STAGES - 1, BK,
+                               STAGES, TRANS_B)
+                it += 1
+            first = u * n_k // per                 # the programs that share tile u
+            parts = ((u + 1) * n_k - 1) // per - first + 1
+            acc = acc * 1.0                        # the MMAs retire here, before the branch
+            if parts == 1:
+                store_tile(C, acc, m0, n0, M, N, BM, BN, TMA_STORE)
+            else:
+                add_parts(C, W + u * most * BM * BN, LOCKS, acc, u, p - first, parts, m0,
+                          n0, M, N, BM, BN)
+            j = end
 
 
 @kit.jit
 def matmul_kernel(A, B, C, W, LOCKS, M, N, K, BM: kit.constexpr, BN: kit.constexpr,
                   BK: kit.constexpr, STAGES: kit.constexpr, GROUP: kit.constexpr,
                   TRANS_B: kit.constexpr = False, SPLIT_K: kit.constexpr = 1,
-                  TMA_STORE: kit.constexpr = 0):
+                  TMA_STORE: kit.constexpr = 0, STREAM_K: kit.constexpr = False):
     a = kit.shared((STAGES, BM, BK), A.dtype.element_ty)   # 128-byte swizzle, from the width
     # B is [K, N], or [N, K] when TRANS_B (then b[s].T is a K-major view for WGMMA)
     b = kit.shared((STAGES, BN, BK) if TRANS_B else (STAGES, BK, BN), B.dtype.element_ty)
@@ -112,6 +156,8 @@ def matmul_kernel(A, B, C, W, LOCKS, M, N, K, BM: kit.constexpr, BN: kit.constex
     n_tiles = kit.cdiv(M, BM) * kit.cdiv(N, BN) * SPLIT_K
     step = kit.num_programs(0)                               # persistent: tiles pid, pid+step..
     first = kit.program_id(0)
+    if STREAM_K:                                             # the last wave: stream_k_tail
+        n_tiles = n_tiles - n_tiles % step
     for s in kit.static_range(STAGES - 1):                   # prologue: fill the ring with
         t = first + s // n_k * step                          # this program's first k-steps
         if t < n_tiles:                                      # (several tiles when K is short)
@@ -132,7 +178,12 @@ def matmul_kernel(A, B, C, W, LOCKS, M, N, K, BM: kit.constexpr, BN: kit.constex
         if SPLIT_K == 1:
             store_tile(C, acc, m0, n0, M, N, BM, BN, TMA_STORE)
         else:
-            splitk_reduce(C, W, LOCKS, acc, tile, m0, n0, M, N, BM, BN, SPLIT_K)
+            add_parts(C, W + tile // SPLIT_K * SPLIT_K * BM * BN, LOCKS, acc, tile // SPLIT_K,
+                      tile % SPLIT_K, SPLIT_K, m0, n0, M, N, BM, BN)
+    if STREAM_K:
+        stream_k_tail(a, b, ready, A, B, C, W, LOCKS, it, n_tiles,
+                      kit.cdiv(M, BM) * kit.cdiv(N, BN) - n_tiles, M, N, n_k, BM, BN, BK,
+                      STAGES, GROUP, TRANS_B, TMA_STORE)
 
 
 _SMS: dict = {}
@@ -181,13 +232,22 @@ def matmul(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False, arch: str | 
         return (min(kit.cdiv(M, meta["BM"]) * kit.cdiv(N, meta["BN"]) * split, sms),)
 
     if split > 1:      # too few tiles to fill the GPU: split K; a tile's last split adds up
-        w = torch.empty(split, M, N, device=a.device, dtype=torch.float32)
         cfg = config if "BM" in config else dict(
             config, BM=64 if M <= 64 else 128, BN=bn, BK=64, STAGES=4,
             num_warps=4 if M <= 64 else 8)
-        locks = tile_counters(a.device, kit.cdiv(M, cfg["BM"]) * kit.cdiv(N, cfg["BN"]))
-        matmul_kernel[grid](a, b, c, w, locks, M, N, K, GROUP=8, TRANS_B=trans_b,
-                            **dict(cfg, SPLIT_K=split))
+        tiles = kit.cdiv(M, cfg["BM"]) * kit.cdiv(N, cfg["BN"])
+        w = torch.empty(tiles * split * cfg["BM"] * cfg["BN"], device=a.device,
+                        dtype=torch.float32)
+        matmul_kernel[grid](a, b, c, w, tile_counters(a.device, tiles), M, N, K, GROUP=8,
+                            TRANS_B=trans_b, **dict(cfg, SPLIT_K=split))
+    elif config.get("STREAM_K"):   # every SM runs: the last wave's tiles are shared out
+        BM, BN = config["BM"], config["BN"]
+        tiles = kit.cdiv(M, BM) * kit.cdiv(N, BN)
+        n_k, r = kit.cdiv(K, config["BK"]), tiles % sms
+        most = kit.cdiv(n_k, max(kit.cdiv(r * n_k, sms), 1)) + 1   # parts per tile at most
+        w = torch.empty(max(r * most * BM * BN, 1), device=a.device, dtype=torch.float32)
+        matmul_kernel[(sms,)](a, b, c, w, tile_counters(a.device, r), M, N, K, GROUP=8,
+                              TRANS_B=trans_b, **config)
     elif "BM" in config:
         matmul_kernel[grid](a, b, c, c, c, M, N, K, GROUP=8, TRANS_B=trans_b, **config)
     else:
