@@ -116,7 +116,7 @@ def stream_k_tail(a, b, ready, A, B, C, W, LOCKS, it, D, R, M, N, n_k, BM: kit.c
             load_stage(a, b, ready, A, B, mj, nj, 0, (lo + s) % n_k, it + s, BK, STAGES,
                        TRANS_B)
     j = lo
-    for seg in kit.static_range(2):                # per <= n_k: at most two tiles' parts
+    for _seg in kit.static_range(2):               # per <= n_k: at most two tiles' parts
         if j < hi:
             u = j // n_k
             end = kit.minimum(hi, (u + 1) * n_k)
