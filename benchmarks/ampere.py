@@ -119,7 +119,7 @@ def gemm(a, b, cfg, arch=ARCH, c=None, kernel="ampere"):
         kern[(tiles,)](a, b, c, M, N, K, GROUP=8, arch=arch, **cfg)
         return c
     sms = torch.cuda.get_device_properties(0).multi_processor_count if DEV == "cuda" else 4
-    matmul_kernel[(min(tiles, sms),)](a, b, c, c, M, N, K, GROUP=8, arch=arch, **cfg)
+    matmul_kernel[(min(tiles, sms),)](a, b, c, c, c, M, N, K, GROUP=8, arch=arch, **cfg)
     return c
 
 

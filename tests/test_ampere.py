@@ -372,7 +372,7 @@ needs_sass = pytest.mark.skipif(
     reason="cuobjdump/nvdisasm not found (pip install nvidia-cuda-cuobjdump "
            "nvidia-cuda-nvdisasm)")
 ATTN_SIG = ["*bf16:16"] * 4 + ["*fp32:16", "i32:16", "i32:16", "i32", "i32", "fp32"]
-GEMM_SIG = ["*bf16:16"] * 3 + ["*fp32:16", "i32:16", "i32:16", "i32:16"]
+GEMM_SIG = ["*bf16:16"] * 3 + ["*fp32:16", "*i32:16", "i32:16", "i32:16", "i32:16"]
 
 
 def _sass(path, kernel, sig, consts, num_warps, arch):
@@ -429,7 +429,7 @@ def gemm_sass():
     cfg = dict(CONFIGS[0])   # 256x128x64 on 8 warps: what an H100 on this code path takes
     nw = cfg.pop("num_warps")
     return cfg, _sass(EXAMPLES / "matmul_ampere.py", "matmul_ampere_kernel",
-                      GEMM_SIG[:3] + GEMM_SIG[4:], dict(cfg, GROUP=8), nw, "sm_80")
+                      GEMM_SIG[:3] + GEMM_SIG[5:], dict(cfg, GROUP=8), nw, "sm_80")
 
 
 def test_matmul_ampere_sass_has_no_barrier_in_its_loop(gemm_sass):

@@ -220,7 +220,7 @@ def test_compile_aot_rejects_bad_signatures():
 
 
 # ----------------------------------------------------------------------------- Hopper GEMM
-MATMUL_SIG = ["*bf16:16"] * 3 + ["*fp32:16"] + ["i32:16"] * 3   # A, B, C, W, M, N, K
+MATMUL_SIG = ["*bf16:16"] * 3 + ["*fp32:16", "*i32:16"] + ["i32:16"] * 3  # A..W, LOCKS, M, N, K
 MATMUL_CONSTS = {"BM": 128, "BN": 256, "BK": 64, "STAGES": 3, "GROUP": 8}
 
 
