@@ -68,11 +68,48 @@ CASES = {  # name: (B, H, Hkv, Sq, Skv, splits)
 }
 
 
+@pytest.mark.parametrize("fused", [None, False], ids=["auto", "combine-kernel"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_decode_kernels(name, poison):
+def test_decode_kernels(name, fused, poison):
+    """`fused`: None merges in the split kernel (the last program of a group) where its
+    tile fits, False through the combine kernel."""
     B, H, Hkv, Sq, Skv, splits = CASES[name]
     q, k, v = llm_qkv(B, Sq, H, 64, Hkv=Hkv, Skv=Skv, seed=30)
-    check_decode(q, k, v, False, poison, name, splits=splits)
+    check_decode(q, k, v, False, poison, name, splits=splits, fused=fused)
+
+
+def test_plan_fuses_when_the_tile_fits():
+    """One launch where the last program can hold all (split, row) partials of its tile."""
+    # B1 H32/8 Sq1 Skv4096 D128: 32 splits x 4 rows x 128 = 16384 elements: fused
+    meta = AD._plan(1, 32, 8, 1, 4096, 128, False, None, None, None, 132)[3]
+    assert meta["SPLIT"] and meta["FUSED"] and (meta["NS"], meta["RB"]) == (32, 4)
+    meta = AD._plan(1, 32, 8, 1, 4096, 128, False, None, None, None, 132, False)[3]
+    assert meta["SPLIT"] and not meta["FUSED"]
+    # 16 query rows per head x G=4: 64 live rows, too many splits for one tile: the kernel
+    meta = AD._plan(1, 32, 8, 16, 4096, 128, False, None, None, None, 132)[3]
+    assert meta["SPLIT"] and not meta["FUSED"]
+    # one split: nothing to merge
+    meta = AD._plan(64, 32, 8, 1, 4096, 128, False, None, None, None, 132)[3]
+    assert not meta["SPLIT"] and not meta["FUSED"]
+
+
+def test_fused_counters_are_left_zero(monkeypatch, poison):
+    """The last program of each group sets its counter back to 0, so that the next call on
+    a workspace (the direct path reuses them) counts from 0; two calls on one counter
+    buffer, the second with new values, both right."""
+    made = []
+    zeros = torch.zeros
+
+    def record(*a, **kw):
+        t = zeros(*a, **kw)
+        if t.dtype == torch.int32:
+            made.append(t)
+        return t
+    monkeypatch.setattr(torch, "zeros", record)
+    for seed in (37, 38):
+        q, k, v = bhsd(2, 8, 3, 64, Hkv=2, Skv=333, seed=seed)
+        check_decode(q, k, v, False, poison, f"seed {seed}", splits=5)
+    assert len(made) == 2 and all(t.numel() == 2 * 2 and not t.any() for t in made)
 
 
 @pytest.mark.parametrize("Sq,Skv", [(1, 90), (4, 90), (16, 70), (12, 5)],
@@ -106,6 +143,38 @@ def test_sdpa_chooses_decode_by_query_length(Sq, decode, monkeypatch, poison, no
     assert bool(calls) == decode
     assert from_kernel(out, poison)
     assert_close(out, base.ref(q, k, v, enable_gqa=True), f"sdpa Sq={Sq}")
+
+
+def kv_cache_views(B, Hkv, Skv, D, layout, device="cpu", seed=0):
+    """k, v of Skv positions as a decode loop holds them: "sliced": a (B, Hkv, Smax, D)
+    cache cut to the filled length; "llm": a (B, Smax, Hkv, D) cache cut and transposed;
+    "expanded": one K/V head broadcast over Hkv heads (stride 0). The rest of each cache is
+    NaN (never-written slots must not reach the result)."""
+    Smax = Skv + 37
+    if layout == "expanded":
+        k, v = (base.randn(B, 1, Skv, D, seed=seed + i, device=device).expand(B, Hkv, Skv, D)
+                for i in (1, 2))
+        return k, v
+    shape = (B, Hkv, Smax, D) if layout == "sliced" else (B, Smax, Hkv, D)
+    out = []
+    for i in (1, 2):
+        cache = torch.full(shape, float("nan"), dtype=torch.bfloat16, device=device)
+        t = cache[:, :, :Skv] if layout == "sliced" else cache[:, :Skv].transpose(1, 2)
+        t.copy_(base.randn(B, Hkv, Skv, D, seed=seed + i, device=device))
+        out.append(t)
+    return tuple(out)
+
+
+@pytest.mark.parametrize("layout", ["sliced", "llm", "expanded"])
+def test_sdpa_decode_kv_cache_layouts(layout, poison, no_fallback):
+    """Caches that are not contiguous (copied first, never read past their views)."""
+    k, v = kv_cache_views(2, 2, 150, 64, layout, seed=39)
+    assert not k.is_contiguous()
+    for Sq in (1, 5):
+        q = base.randn(2, 8, Sq, 64, seed=40 + Sq)
+        out = KF.sdpa(q, k, v, enable_gqa=True)
+        assert from_kernel(out, poison)
+        assert_close(out, base.ref(q, k, v, enable_gqa=True), f"{layout} Sq={Sq}")
 
 
 def test_sdpa_decode_backward(no_fallback):
@@ -152,13 +221,21 @@ needs_sass = pytest.mark.skipif(
 SRC = str(ROOT / "kitjit" / "nn" / "attention_decode.py")
 
 
+SASS_MODES = {  # mode: (O, L, Out, Lse, Cnt) as the route passes them, SPLIT, FUSED, NS, RB
+    "partials": ("fp32", "fp32", "fp32", "fp32", "fp32", True, False, 1, 1),
+    "fused": ("fp32", "fp32", "bf16", "fp32", "i32", True, True, 32, 4),
+    "direct": ("bf16", "fp32", "bf16", "fp32", "fp32", False, False, 1, 1),
+}
+
+
 @needs_sass
-@pytest.mark.parametrize("split", [True, False], ids=["partials", "direct"])
-def test_sass_decode(split):
-    out = "fp32" if split else "bf16"
-    sig = ["*bf16:16"] * 3 + [f"*{out}:16", "*fp32:16"] + ["i32"] * 7 + ["fp32"]
+@pytest.mark.parametrize("mode", list(SASS_MODES))
+def test_sass_decode(mode):
+    *ptrs, split, fused, ns, rb = SASS_MODES[mode]
+    sig = ["*bf16:16"] * 3 + [f"*{t}:16" for t in ptrs] + ["i32"] * 7 + ["fp32"]
     ck = kit.compile_aot(SRC, "decode_kernel", sig, dict(BM=64, BN=64, D=128, CAUSAL=False,
-                                                         STAGES=2, SPLIT=split), 4, "sm_90a")
+                                                         STAGES=2, SPLIT=split, FUSED=fused,
+                                                         NS=ns, RB=rb), 4, "sm_90a")
     try:
         ops = sass_opcodes(disassemble(ck.asm["cubin"]))
     except ToolError as e:
