@@ -268,6 +268,51 @@ def test_forward_direct_launches(fake):
     assert f2["values"][3] == out.data_ptr()
 
 
+@pytest.mark.parametrize("D,causal", [(128, False), (64, True)], ids=["D128", "D64-causal"])
+def test_backward_direct_launches(fake, D, causal):
+    """The FA3 backward's three kernels (preprocess, which also zeroes the dQ sums; the main
+    kernel; the dQ conversion), launched directly from the second call on: the values and
+    descriptors of the checked first launch, the workspace's buffers in place of torch's,
+    the new gradients' addresses."""
+    from kitjit.nn.attention_backward import attention_backward
+
+    B, H, Hkv, S, SK = 1, 4, 2, 100, 130
+    q, k, v = randn(B, H, S, D), randn(B, Hkv, SK, D, seed=1), randn(B, Hkv, SK, D, seed=2)
+    do, o, lse = randn(B, H, S, D, seed=3), randn(B, H, S, D, seed=4), torch.randn(B, H, S)
+    n0 = len(fake.launches)
+    grads = [attention_backward(do, q, k, v, o, lse, causal) for _ in range(3)]
+    (p0, m0, c0), (p1, m1, c1), (p2, m2, c2) = pairs(fake, n0, 3)
+    same_launch(p0, p1, skip=(3, 4, 5))          # Δ, LSE, dQ sums: torch's, then workspace
+    # dK, dV (new), dQ sums, LSE, Δ; the maps of the last three: the same but the address
+    ins = {q.data_ptr(), k.data_ptr(), v.data_ptr(), do.data_ptr()}
+
+    def maps(m, inputs):
+        return [t if inputs else t[:1] + t[2:] for t in m["tma"] if (t[1] in ins) == inputs]
+    assert len(maps(m1, True)) == 4 and len(maps(m1, False)) == 3
+    same_launch(dict(m0, tma=maps(m0, True)), dict(m1, tma=maps(m1, True)),
+                skip=(4, 5, 6, 7, 8))
+    assert maps(m0, False) == maps(m1, False)
+    same_launch(c0, c1, skip=(0, 1))             # dQ sums, dQ
+    same_launch(p1, p2)                          # the same workspace from call to call
+    same_launch(m1, m2, skip=(4, 5))
+    same_launch(c1, c2, skip=(1,))
+    assert p1["values"][:3] == (o.data_ptr(), do.data_ptr(), lse.data_ptr())
+    assert m1["values"][:4] == (q.data_ptr(), k.data_ptr(), v.data_ptr(), do.data_ptr())
+    for (dq, dk, dv), m, c, p in ((grads[1], m1, c1, p1), (grads[2], m2, c2, p2)):
+        assert m["values"][4:6] == (dk.data_ptr(), dv.data_ptr())
+        assert c["values"][:2] == (m["values"][6], dq.data_ptr())
+        assert p["values"][3:6] == (m["values"][8], m["values"][7], m["values"][6])
+        assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
+    # the workspace's maps: its dQ sums, LSE and Δ
+    assert {t[1] for t in m1["tma"]} - ins == {m1["values"][i] for i in (6, 7, 8)}
+    # a strided dO: copied (the checked path), never passed by its own address
+    dow = randn(B, H, S, 2 * D, seed=5)[..., :D]
+    n1 = len(fake.launches)
+    attention_backward(dow, q, k, v, o, lse, causal)
+    (p3, m3, _), = pairs(fake, n1, 3)
+    assert p3["values"][1] != dow.data_ptr() and m3["values"][3] != dow.data_ptr()
+
+
 def test_sdpa_decode_under_torch_compile_is_one_graph(monkeypatch):
     """Traced by dynamo, an inference sdpa skips the direct path (it reads pointers): one
     graph (fullgraph), the forward as kitjit's opaque op, eager's result."""
