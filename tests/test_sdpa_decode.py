@@ -274,17 +274,48 @@ GPU_CASES = [  # (B, H, Hkv, Sq, Skv, D): the issue's decode shapes (smaller B) 
 ]
 
 
+GPU_VARIANTS = [  # (causal, splits, fused): the heuristic's, one split, 7 merged in-kernel
+    (False, None, None), (False, 1, None), (False, 7, None), (False, 7, False),  # or not
+    (True, None, None)]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("B,H,Hkv,Sq,Skv,D", GPU_CASES,
                          ids=[f"B{b}H{h}kv{hk}q{sq}k{sk}D{d}" for b, h, hk, sq, sk, d in GPU_CASES])
 def test_gpu_decode(B, H, Hkv, Sq, Skv, D, poison):
     q, k, v = base.bhsd(B, H, Sq, D, Hkv=Hkv, Skv=Skv, device="cuda", seed=40)
-    for causal in (False, True):
-        refs = (base.ref(q, k, v, is_causal=causal, enable_gqa=True), ref_lse(q, k, causal))
-        for splits in (None, 1, 7):
-            check_decode(q, k, v, causal, poison, f"causal={causal} splits={splits}", refs,
-                         splits=splits)
-            torch.cuda.synchronize()
+    refs = {}
+    for causal, splits, fused in GPU_VARIANTS:
+        if causal not in refs:
+            refs[causal] = (base.ref(q, k, v, is_causal=causal, enable_gqa=True),
+                            ref_lse(q, k, causal))
+        check_decode(q, k, v, causal, poison, f"causal={causal} splits={splits} "
+                     f"fused={fused}", refs[causal], splits=splits, fused=fused)
+        torch.cuda.synchronize()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("Sq", [1, 2, 3, 8, 16])
+def test_gpu_decode_query_lengths(Sq, poison):
+    """1 to 16 query rows per head (speculative decoding), GQA 4, a ragged cache: the rows
+    of a group packed in one tile, merged in-kernel where the (split, row) tile fits."""
+    q, k, v = base.bhsd(2, 32, Sq, 128, Hkv=8, Skv=5003, device="cuda", seed=45 + Sq)
+    check_decode(q, k, v, False, poison, f"Sq={Sq}")
+    torch.cuda.synchronize()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["sliced", "llm", "expanded"])
+def test_gpu_sdpa_decode_kv_cache_layouts(layout, poison, no_fallback):
+    """A KV cache as decode loops hold it (a preallocated cache cut to its filled length,
+    the (B, S, H_kv, D) layout transposed, one head broadcast), the rest NaN."""
+    k, v = kv_cache_views(2, 8, 4099, 128, layout, device="cuda", seed=46)
+    q = base.randn(2, 32, 1, 128, device="cuda", seed=47)
+    for _ in range(2):        # the checked call, then the direct path's (which copies too)
+        out = KF.sdpa(q, k, v, enable_gqa=True)
+        torch.cuda.synchronize()
+        assert from_kernel(out, poison)
+        assert_close(out, base.ref(q, k, v, enable_gqa=True), f"{layout}")
 
 
 @pytest.mark.gpu
@@ -342,6 +373,11 @@ def test_gpu_direct_path_repeated_calls(poison, no_fallback):
         torch.cuda.synchronize()
         assert from_kernel(out, poison), step
         assert_close(out, base.ref(q, kk, v, enable_gqa=True), f"step {step}")
+    from kitjit.nn import _host
+    assert AD.route(B, H, Hkv, 1, SK, D, False, D ** -0.5, None, None, None, True,
+                    torch.bfloat16, torch.cuda.current_device()).fused
+    # the in-kernel merge leaves every counter of the workspace at 0 for the next call
+    assert _host._WS and all(not ws[3].any() for ws in _host._WS.values())
 
 
 @pytest.mark.gpu
