@@ -79,12 +79,17 @@ def test_decode_kernels(name, fused, poison):
 
 
 def test_plan_fuses_when_the_tile_fits():
-    """One launch where the last program can hold all (split, row) partials of its tile."""
-    # B1 H32/8 Sq1 Skv4096 D128: 32 splits x 4 rows x 128 = 16384 elements: fused
-    meta = AD._plan(1, 32, 8, 1, 4096, 128, False, None, None, None, 132)[3]
-    assert meta["SPLIT"] and meta["FUSED"] and (meta["NS"], meta["RB"]) == (32, 4)
-    meta = AD._plan(1, 32, 8, 1, 4096, 128, False, None, None, None, 132, False)[3]
+    """One launch where the last program can hold all (split, row) partials of its tile
+    (FUSE_MAX): B8 (4 splits x 4 rows); not B1 (32 splits), where the combine kernel, one
+    program per row, merged faster on an H100."""
+    meta = AD._plan(8, 32, 8, 1, 4096, 128, False, None, None, None, 132)[3]
+    assert meta["SPLIT"] and meta["FUSED"] and (meta["NS"], meta["RB"]) == (4, 4)
+    meta = AD._plan(8, 32, 8, 1, 4096, 128, False, None, None, None, 132, False)[3]
     assert meta["SPLIT"] and not meta["FUSED"]
+    meta = AD._plan(1, 32, 8, 1, 4096, 128, False, None, None, None, 132)[3]
+    assert meta["SPLIT"] and not meta["FUSED"]
+    meta = AD._plan(1, 32, 8, 1, 4096, 128, False, None, None, None, 132, True)[3]
+    assert meta["FUSED"] and (meta["NS"], meta["RB"]) == (32, 4)     # asked for: fused
     # 16 query rows per head x G=4: 64 live rows, too many splits for one tile: the kernel
     meta = AD._plan(1, 32, 8, 16, 4096, 128, False, None, None, None, 132)[3]
     assert meta["SPLIT"] and not meta["FUSED"]
@@ -334,6 +339,9 @@ def test_gpu_sdpa_decode_cuda_graph():
     each replay matches the float64 reference of the values it saw."""
     q, k, v = base.bhsd(2, 32, 1, 128, Hkv=8, Skv=3000, device="cuda", seed=42)
     assert AD.num_splits(16, 47, torch.cuda.get_device_properties(0).multi_processor_count) > 1
+    # merged in-kernel when called eagerly; captured, the split and combine kernels
+    assert AD.route(2, 32, 8, 1, 3000, 128, False, 128 ** -0.5, None, None, None, True,
+                    torch.bfloat16, torch.cuda.current_device()).fused
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -383,10 +391,11 @@ def test_gpu_direct_path_repeated_calls(poison, no_fallback):
 @pytest.mark.gpu
 def test_gpu_direct_path_streams_and_threads(no_fallback):
     """Calls queued on two streams at once, and from two threads on one stream, each with
-    its own q: every output is its own call's (the workspace is per stream and thread)."""
+    its own q: every output is its own call's (the workspace and its counters are per
+    stream and thread)."""
     import threading
 
-    B, H, Hkv, D, SK = 1, 32, 8, 128, 4096
+    B, H, Hkv, D, SK = 2, 32, 8, 128, 3000        # 16 splits: merged in-kernel
     _, k, v = base.bhsd(B, H, 1, D, Hkv=Hkv, Skv=SK, device="cuda", seed=80)
     qs = [base.randn(B, H, 1, D, device="cuda", seed=81 + i) for i in range(8)]
     KF.sdpa(qs[0], k, v, enable_gqa=True)               # the checked first call

@@ -34,7 +34,12 @@ from kitjit.nn.attention import _rows, softmax, store_out
 
 LOG2E = 1.4426950408889634
 MAX_SPLITS = 128          # the combine kernel holds all splits of a row in registers
-FUSE_MAX = 16384          # the last program merges in-kernel when its (NS, RB, D) tile fits
+# The last program merges in-kernel when its (NS, RB, D) tile has at most this many elements.
+# H100, bench.py decode (benchmarks/NOTES.md): with 4 splits x 4 rows (D 128) one launch beat
+# the PDL combine kernel by 1-5 us a call; with 29-32 splits x 4 rows it lost ~1 us (one
+# program then reads 64 KB of partials alone, where the combine kernel spreads them over a
+# program per row). The bound sits between the two (16 splits x 4 rows, not measured).
+FUSE_MAX = 8192
 
 
 @kit.jit
@@ -266,6 +271,8 @@ def _plan(B: int, H: int, Hkv: int, S: int, SK: int, D: int, causal: bool, split
     fused = bool(fused) and splits > 1
     meta = dict(BM=BM, BN=BN, D=D, CAUSAL=causal, STAGES=STAGES, SPLIT=splits > 1,
                 FUSED=fused, NS=ns if fused else 1, RB=rb if fused else 1, num_warps=4)
+    # (a fused route captured into a CUDA graph launches the split kernel with this meta and
+    # the combine kernel: no counters, so no memset node in the graph)
     return grid, splits, (n_rows, R, SK, S, H, G, chunk), meta, \
         dict(NS=ns, D=D, num_warps=8 if ns * D >= 8192 else 4)
 
@@ -318,13 +325,17 @@ class Route:
         self.pad = (None,) * (len(self.tail) + 5)   # no tensor behind O .. Cnt and numbers
         self.combine = None
         self.n_tiles = grid[1] * grid[2]            # FUSED: one counter per (row tile, head)
-        if splits > 1 and not self.fused:
-            self.combine = Site(combine_kernel,
-                                dict(cmeta, launch_pdl=pdl and device >= 0),
-                                (dtype, device, *int_facts(n_rows, splits)), device)
+        if splits > 1:
+            combine = Site(combine_kernel, dict(cmeta, launch_pdl=pdl and device >= 0),
+                           (dtype, device, *int_facts(n_rows, splits)), device)
             self.cgrid = (n_rows,)
             self.cpad = (None,) * 6
             self.cn = (n_rows, splits)
+            if self.fused:   # graph capture: the split kernel's partials and the combine
+                self.captured = (Site(decode_kernel, dict(meta, FUSED=False, NS=1, RB=1),
+                                      facts, device), combine)
+            else:
+                self.combine = combine
         if splits > 1:
             self.lp_off = 4 * _up(splits * n_rows * D)      # bytes into the workspace
             self.sink_off = self.lp_off + 4 * _up(splits * n_rows)
@@ -383,7 +394,9 @@ class Route:
     def slow(self, q, k, v, want_lse: bool):
         """The call through `kernel[grid](...)`: the first of a route (it makes the sites'
         launchers), inputs that are not contiguous or aligned (copied), the interpreter,
-        torch.compile's tracing, CUDA graph capture (every buffer from torch)."""
+        torch.compile's tracing, CUDA graph capture (every buffer from torch; a fused route
+        launches the split and combine kernels there, as zeroed counters would need a memset
+        node in the graph)."""
         D = self.D
         q2, k2, v2 = (_rows(t, D) for t in (q, k, v))
         o = torch.empty(self.oshape, device=self.tdev, dtype=self.dtype)
@@ -396,12 +409,15 @@ class Route:
         n_rows = self.n_rows
         op = torch.empty((self.splits, n_rows, D), device=self.tdev, dtype=torch.float32)
         lp = torch.empty((self.splits, n_rows), device=self.tdev, dtype=torch.float32)
+        split, combine = self.split, self.combine
         if self.fused:
-            cnt = torch.zeros(self.n_tiles, device=self.tdev, dtype=torch.int32)
-            self.split.slow(self.grid, q2, k2, v2, op, lp, o, lse, cnt, *self.tail)
-            return o, lse
-        self.split.slow(self.grid, q2, k2, v2, op, lp, op, lp, lp, *self.tail)
-        self.combine.slow(self.cgrid, op, lp, o, lse, *self.cn)
+            if self.device < 0 or not torch.cuda.is_current_stream_capturing():
+                cnt = torch.zeros(self.n_tiles, device=self.tdev, dtype=torch.int32)
+                split.slow(self.grid, q2, k2, v2, op, lp, o, lse, cnt, *self.tail)
+                return o, lse
+            split, combine = self.captured   # zeroed counters would need a memset node
+        split.slow(self.grid, q2, k2, v2, op, lp, op, lp, lp, *self.tail)
+        combine.slow(self.cgrid, op, lp, o, lse, *self.cn)
         return o, lse
 
 
