@@ -2,10 +2,14 @@
 
 With 1 to 16 query rows per head, the forward's grid (query blocks x heads) has one program per
 head and each streams the whole cache alone: a B=1 step fills 32 of an H100's 132 SMs. Here
-the keys of each K/V head are cut into `splits` chunks, one program per chunk, and a combine
-kernel merges the partial results by their log-sum-exps:
+the keys of each K/V head are cut into `splits` chunks, one program per chunk, and the partial
+results are merged by their log-sum-exps:
 
     O = sum_s exp(lse_s - lse) O_s,   lse = log sum_s exp(lse_s).
+
+With few splits the last program of a group to finish (an atomic counter per group) merges
+them itself: one launch (FUSED). With many, a combine kernel launched with PDL, one program
+per row, merges faster than one program reading all the partials alone (FUSE_MAX).
 
 GQA: the query rows of all G heads that share a K/V head are contiguous in (B, H, Sq, D), so
 one program takes the G*Sq rows of a group as the rows of its tile (Sq=1, G=4: 4 live rows of
