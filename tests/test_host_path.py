@@ -268,7 +268,8 @@ def test_forward_direct_launches(fake):
     assert f2["values"][3] == out.data_ptr()
 
 
-@pytest.mark.parametrize("D,causal", [(128, False), (64, True)], ids=["D128", "D64-causal"])
+@pytest.mark.parametrize("D,causal", [(128, False), (64, True), (256, True)],
+                         ids=["D128", "D64-causal", "D256-causal"])
 def test_backward_direct_launches(fake, D, causal):
     """The FA3 backward's three kernels (preprocess, which also zeroes the dQ sums; the main
     kernel; the dQ conversion), launched directly from the second call on: the values and

@@ -32,6 +32,7 @@ import torch
 import kitjit as kit
 from kitjit import launcher as _launcher
 from kitjit.nn._host import Rows, Site, int_facts, on_reset, workspace
+from kitjit.nn.attention_backward_d256 import bwd_config_d256, bwd_kernel_d256
 
 LOG2E = 1.4426950408889634
 
@@ -237,7 +238,7 @@ def dq_convert(DQA, DQ, S, SP, scale, BM: kit.constexpr, D: kit.constexpr,
               mask=live)
 
 
-BWD_HEAD_DIMS = (64, 128)
+BWD_HEAD_DIMS = (64, 128, 256)
 
 
 def bwd_config(D: int, causal: bool = False) -> dict:
@@ -286,11 +287,12 @@ class Route:
     Calling it with (do, q, k, v, o, lse) returns (dq, dk, dv)."""
 
     def __init__(self, B, H, Hkv, S, SK, D, causal, scale, config, dtype, device):
-        cfg = dict(bwd_config(D, causal), **dict(config))
+        d256 = D > 128   # kitjit/nn/attention_backward_d256.py: 64 keys a program, two roles
+        cfg = dict(bwd_config_d256(causal) if d256 else bwd_config(D, causal), **dict(config))
         BM = cfg["BM"]
         G = H // Hkv
         SP = kit.cdiv(S, BM) * BM   # rows of LSE, Δ (and dQᵀ) padded to whole blocks for TMA
-        trans = cfg["KEYS_AS_ROWS"]
+        trans = cfg.get("KEYS_AS_ROWS", False)
         nkv = kit.cdiv(SK, cfg["BN"])
         lpt = causal and cfg.get("LPT", True)
         # causal, longest first in groups of HG K/V heads whose Q and dO (G*S*D*4 bytes) share
@@ -310,7 +312,8 @@ class Route:
         self.grid = (nkv * B * Hkv,) if lpt else (nkv, B * Hkv)
         self.ints = (S, SK, H, G, SP, hg)
         self.tail = (*self.ints, scale, scale * LOG2E)
-        self.main = Site(bwd_kernel, dict(D=D, CAUSAL=causal, num_warps=12, **cfg),
+        self.main = Site(bwd_kernel_d256 if d256 else bwd_kernel,
+                         dict(D=D, CAUSAL=causal, num_warps=12, **cfg),
                          (dtype, device, *int_facts(*self.ints)), device)
         self.conv_grid = (kit.cdiv(S, 64), B * H)
         self.conv_tail = (S, SP, scale)
