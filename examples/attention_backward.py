@@ -4,7 +4,8 @@ The kernels live in the package, kitjit/nn/attention_backward.py (read it first)
 algorithm in kitjit's level-2 language, where the hardware shapes every step:
 
 1. `bwd_preprocess`: Δ_i = sum_d dO_id O_id and the LSE in log2, one fp32 each per query row,
-   padded to whole blocks (LSE = +inf there: P = exp2(S - LSE) is 0 without a mask).
+   padded to whole blocks (LSE = +inf there: P = exp2(S - LSE) is 0 without a mask); it
+   also zeroes the fp32 dQ sums, so no memset runs between the kernels.
 2. `bwd_kernel`: one program per 128 keys of one K/V head, warp-specialized
    (`kit.warpgroup_id()` roles). The producer warpgroup gives its registers up
    (`kit.setmaxnreg(24)`) and streams Q, dO, LSE and Δ blocks through a TMA ring; the two

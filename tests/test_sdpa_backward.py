@@ -333,3 +333,19 @@ def test_gpu_torch_compile_autograd(no_fallback):
     torch.compile(f, fullgraph=True)(q, k, v).backward()
     do = 2 * KF.sdpa(q.detach(), k.detach(), v.detach(), is_causal=True).float()
     assert_grads((q.grad, k.grad, v.grad), ref_grads(q, k, v, do, True), "compiled")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("D,causal", [(64, True), (128, True), (64, False)],
+                         ids=["D64-causal", "D128-causal", "D64"])
+def test_gpu_backward_direct_path(D, causal, poison, no_fallback):
+    """The backward's route called again on new values (its direct launches, the dQ sums,
+    Δ and LSE in the workspace, the sums zeroed by the preprocess): against float64 each
+    time, with the workspace poisoned before the first call."""
+    for step in range(3):
+        q, k, v = (t.requires_grad_() for t in
+                   llm_qkv(2, 333, 8, D, Hkv=2, Skv=401, device="cuda", seed=70 + step))
+        do = randn(2, 8, 333, D, seed=75 + step, device="cuda")
+        KF.sdpa(q, k, v, is_causal=causal, enable_gqa=True).backward(do)
+        torch.cuda.synchronize()
+        assert_grads((q.grad, k.grad, v.grad), ref_grads(q, k, v, do, causal), f"step {step}")
