@@ -118,3 +118,17 @@ def test_gpu_search_with_level2():
     ref = g.reference([x, w1, w3])[0]
     out = opt(x, w1, w3)[0].double()
     assert float((out - ref).norm() / ref.norm()) < 1e-2
+
+
+def test_the_gpu_times_level2_candidates():
+    """At the bench's 16 candidates, the level-2 forms that won on the H100 are timed (the
+    gated MLP fused with split 2; rms_norm's row kernel then level 2 with split 2), and the
+    norm-in-registers form, measured slow, does not crowd them out."""
+    def timed(g, limit=16):
+        return [[gr.params for gr in c[2]] for c in search.pick(search.candidates(g), limit)]
+
+    mlp = timed(ex("graph_gated_mlp").build(8, 4096, 4096))
+    assert [_wg(SPLIT=2, STAGES=4, M=8)] in mlp
+    rms = timed(ex("graph_rmsnorm_linear").build(16, 4096, 6144))
+    assert [{"ROWS": 1, "num_warps": 16}, _wg(BN=128, SPLIT=2, STAGES=4)] in rms
+    assert sum(p[0].get("NORM") == "epi" and p[0].get("FORM") == "wgmma" for p in rms) <= 2

@@ -33,6 +33,12 @@ REGS_SM, MAX_REGS, WARPS_SM, CTAS_SM = 65536, 255, 64, 32
 REG_LIMIT = 280            # estimates over this are dropped (the estimate is ~20% off)
 SMEM_BYTES = 227 * 1024
 KEEP = 3.0                 # candidates modelled within KEEP x the best survive pruning
+# level 2 with x * w as a register A operand (rms_norm prologue) ran 2.4-4.5x its roofline
+# on the H100 (48-76 us against 17-20, 2026-11-24: x's tile is re-laid out for WGMMA at every
+# k-step); the swapped TMA form ran within 8% of it
+NORM_A_SLOWDOWN = 3.5
+# (level 1 ran 2-6x its modelled time too, unevenly: a flat factor on it pushed the measured
+# winners of GQA B1 and LoRA out of the timed set, so none is applied; NOTES.md, session 5)
 
 
 def _nbytes(t) -> int:
@@ -185,6 +191,8 @@ def cost(grp: Group, p: dict) -> float:
     bw = min(HBM_BPS, min(progs, SMS) * SM_BPS, resident * step * stages / LATENCY_S)
     t = max((loads + stores) / bw, flops / rate / busy)
     t += waves * LATENCY_S + (kernels - 1) * LAUNCH_S
+    if p.get("FORM") == "wgmma" and grp.prologue is not None:
+        t *= NORM_A_SLOWDOWN
     return t * (1 + 0.05 * regs / MAX_REGS)   # ties: the lighter kernel (spills, residency)
 
 
