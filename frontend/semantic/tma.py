@@ -117,6 +117,28 @@ class TmaOps:
             attrs["nosync"] = True
         self.emit("tma_load", [dst, desc, *cs, bar], [], attrs)
 
+    @typing_rule("tma_desc_create")
+    def tma_desc_create(self, base: Value, rows: Value, cols: Value, row_stride: Value,
+                        block: tuple, swizzle: int, chunk: int) -> Value:
+        """A CUtensorMap built by the kernel (`kit.make_tensor_descriptor` on sm_90a) in its
+        program's slot of the global scratch (`set_allocator`): box `block[0]` rows by
+        `chunk` columns, as the shared tile's layout wants. Sizes and the row stride are
+        int64 elements; the map's fields are 32-bit sizes and a byte stride."""
+        fn = self.fn
+        scratch = fn.attrs.get("_scratch_arg")
+        if scratch is None:
+            from kitjit.ir.types import dtype_from_name
+
+            scratch = Value(TileType(dtype_from_name("*u8")), "kit.global_scratch")
+            fn.body.args.append(scratch)
+            scratch.owner = fn.body
+            fn.attrs["_scratch_arg"] = scratch
+        slot = fn.attrs.get("_scratch_slots", 0)
+        fn.attrs["_scratch_slots"] = slot + 1
+        attrs = {"slot": slot, "box": [block[0], chunk], "swizzle": swizzle}
+        return self.emit1("tma_desc_create", [scratch, base, rows, cols, row_stride],
+                          TileType(tma_desc), attrs)
+
     @typing_rule("smem_trans")
     def smem_trans(self, x: Value) -> Value:
         if len(x.shape) != 2:

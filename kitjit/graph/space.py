@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import math
 
+from . import codegen_wgmma
 from .codegen import p2
 from .codegen_attn import layout, packable
 from .plan import Group
@@ -84,7 +85,7 @@ def _mm_choices(grp: Group) -> list[dict]:
             p["NORM"] = norm
         if registers(grp, p) <= REG_LIMIT and (BM * BK + n * BK * BN) * 2 <= SMEM_BYTES:
             out.append(p)
-    return out
+    return out + codegen_wgmma.choices(grp)
 
 
 def _attn_choices(grp: Group) -> list[dict]:
@@ -137,6 +138,8 @@ def cost(grp: Group, p: dict) -> float:
         BM, BN, BK, split = p["BM"], p["BN"], p["BK"], p.get("SPLIT", 1)
         n = len(grp.mms)
         gm, gn = -(-M // BM), -(-N // BN)
+        if p.get("FORM") == "wgmma":     # TMA ring: STAGES-1 stages in flight, full WGMMA
+            rate, stages = TENSOR_FLOPS, stages - 1
         NB = math.prod(batch)
         progs = gm * gn * NB * split
         a = grp.mms[0].inputs[0] if grp.prologue is None else grp.prologue.inputs[0]
@@ -197,6 +200,8 @@ def registers(grp: Group, p: dict) -> float:
     if grp.kind == "matmul":
         BM, BN, BK = p["BM"], p["BN"], p["BK"]
         n = len(grp.mms)
+        if p.get("FORM") == "wgmma":     # operands in shared memory: accumulators only
+            return 40 + (n + 1) * BM * BN / th
         RP = p2(grp.lowrank[0].shape[-1], 16) if grp.lowrank else 0
         loaded = BM * BK + n * BK * BN + BK * RP                  # halves per stage
         wm = max(1, min(nw, BM // 16))

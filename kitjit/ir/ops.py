@@ -104,6 +104,7 @@ declare("dot", "dot", "wgmma")
 declare("tma", "smem_alloc", "smem_index", "smem_trans", "tma_load", "tma_store",
         "mbar_wait", "mbar_arrive", "barrier", "warpgroup_id", "setmaxnreg")
 declare("tma", "smem_store", "smem_load")
+declare("tma", "tma_desc_create")
 declare("control", "for", "if")
 declare("control", "while")
 declare("control", "print", "assert", "gdc_wait", "gdc_launch_dependents")

@@ -34,7 +34,12 @@ def warpgroup_id():
 @builtin
 def setmaxnreg(count):
     """Set this warpgroup's register budget (setmaxnreg): a producer gives registers up
-    (e.g. 40), consumers take them (e.g. 232)."""
+    (e.g. 40), consumers take them (e.g. 232).
+
+    On Ampere / Ada (sm_80 / 86 / 89) there is no such instruction and this is a no-op, so a
+    warp-specialized kernel text still compiles there: every warp keeps the one register
+    allocation ptxas gives the kernel (at most 65536 / threads per thread, e.g. 168 for
+    three warpgroups), and consumers that counted on 232 may spill."""
 
 
 @builtin

@@ -92,6 +92,56 @@ def consume_overlapped(q, k, v, ready, empty, O, L, m0, bh, S, SK, n_full, n_kv,
 
 
 @kit.jit
+def turn_block(q, k, v, ready, empty, turn, acc, p, m_i, l_i, rows, j, SK, qk_scale,
+               W: kit.constexpr, BN: kit.constexpr, STAGES: kit.constexpr,
+               MASK: kit.constexpr, CAUSAL: kit.constexpr, CONSUMERS: kit.constexpr):
+    """overlapped() for consumer warpgroup W of CONSUMERS, which take turns issuing their
+    MMAs (FA3's scheduler barrier): W issues S_j and P_{j-1} V_{j-1} once turn[W] completes
+    (the previous warpgroup issued its own), then passes the turn on without waiting for
+    them, so the tensor cores run the others' MMAs while W's softmax runs on the FMA/MUFU
+    units. Issue j of W waits for completion j of turn[W] (j - 1 for W = 0: it goes first)."""
+    s = j % STAGES
+    kit.mbarrier_wait(ready[s], j // STAGES % 2)
+    kit.mbarrier_wait(turn[W], (j + 1 - kit.minimum(W, 1)) % 2)
+    sc = kit.mma(q, k[s].T, kit.zeros((64, BN), kit.float32), pending=1)
+    acc = kit.mma(p, v[(j - 1) % STAGES], acc, pending=2)     # both in flight
+    kit.mbarrier_arrive(turn[(W + 1) % CONSUMERS])
+    p, alpha, m_i, l_i = softmax(sc, m_i, l_i, rows, j, SK, qk_scale, BN, MASK, CAUSAL)
+    acc = acc * alpha[:, None]                     # waits for P_{j-1} V_{j-1}
+    kit.mbarrier_arrive(empty[(j - 1) % STAGES])
+    return acc, p.to(v.dtype), m_i, l_i
+
+
+@kit.jit
+def consume_turns(q, k, v, ready, empty, turn, O, L, m0, bh, S, SK, n_full, n_kv, qk_scale,
+                  W: kit.constexpr, BN: kit.constexpr, D: kit.constexpr,
+                  CAUSAL: kit.constexpr, STAGES: kit.constexpr, CONSUMERS: kit.constexpr):
+    """consume_overlapped() for the 64 query rows of consumer warpgroup W (a role of its
+    own, reading Q stage q[W]); every issue of MMAs waits for W's turn (turn_block)."""
+    rows = m0 + W * 64 + kit.arange(0, 64)
+    kit.mbarrier_wait(ready[0], 0)
+    if W > 0:
+        kit.mbarrier_wait(turn[W], 0)
+    sc = kit.mma(q[W], k[0].T, kit.zeros((64, BN), kit.float32), pending=1)
+    kit.mbarrier_arrive(turn[(W + 1) % CONSUMERS])
+    p, _, m_i, l_i = softmax(sc, kit.full((64,), -float("inf"), kit.float32),
+                             kit.zeros((64,), kit.float32), rows, 0, SK, qk_scale, BN, True,
+                             CAUSAL)
+    p, acc = p.to(v.dtype), kit.zeros((64, D), kit.float32)
+    for j in range(1, n_full):
+        acc, p, m_i, l_i = turn_block(q[W], k, v, ready, empty, turn, acc, p, m_i, l_i, rows,
+                                      j, SK, qk_scale, W, BN, STAGES, False, CAUSAL, CONSUMERS)
+    for j in range(kit.maximum(n_full, 1), n_kv):
+        acc, p, m_i, l_i = turn_block(q[W], k, v, ready, empty, turn, acc, p, m_i, l_i, rows,
+                                      j, SK, qk_scale, W, BN, STAGES, True, CAUSAL, CONSUMERS)
+    kit.mbarrier_wait(turn[W], (n_kv + 1 - kit.minimum(W, 1)) % 2)
+    acc = kit.mma(p, v[(n_kv - 1) % STAGES], acc, pending=1)
+    kit.mbarrier_arrive(turn[(W + 1) % CONSUMERS])
+    store_out(O, L, acc, m_i, l_i, rows, bh, S, D)   # waits for the last P V
+    kit.mbarrier_arrive(empty[(n_kv - 1) % STAGES])
+
+
+@kit.jit
 def store_out(O, L, acc, m_i, l_i, rows, bh, S, D: kit.constexpr):
     out = acc / l_i[:, None]
     live = rows < S
@@ -152,31 +202,58 @@ def attention_kernel(Q, K, V, O, L, S, SK, H, G, qk_scale, BM: kit.constexpr,
 def attention_ws_kernel(Q, K, V, O, L, S, SK, H, G, qk_scale, BM: kit.constexpr,
                         BN: kit.constexpr, D: kit.constexpr, CAUSAL: kit.constexpr,
                         STAGES: kit.constexpr, CONSUMERS: kit.constexpr,
-                        OVERLAP: kit.constexpr = False):
+                        OVERLAP: kit.constexpr = False, TURNS: kit.constexpr = False):
+    """A producer warpgroup (TMA) and CONSUMERS warpgroups of 64 query rows each. TURNS:
+    each consumer is a role of its own and they take turns issuing MMAs (consume_turns)."""
     m0 = (kit.num_programs(0) - 1 - kit.program_id(0) if CAUSAL else kit.program_id(0)) * BM
     bh = kit.program_id(1)
     kvh = bh // H * (H // G) + bh % H // G
-    q = kit.shared((BM, D), Q.dtype.element_ty)
+    if TURNS:
+        q = kit.shared((CONSUMERS, 64, D), Q.dtype.element_ty)   # a stage per consumer
+    else:
+        q = kit.shared((BM, D), Q.dtype.element_ty)
     k = kit.shared((STAGES, BN, D), K.dtype.element_ty)
     v = kit.shared((STAGES, BN, D), V.dtype.element_ty)
     q_ready = kit.mbarriers(1)
     ready = kit.mbarriers(STAGES)
     empty = kit.mbarriers(STAGES, arrivals=CONSUMERS)
+    if TURNS:
+        turn = kit.mbarriers(CONSUMERS)            # consumer w may issue its MMAs
+    else:
+        turn = empty
     end = kit.minimum(SK, m0 + BM) if CAUSAL else SK   # causal: top-left, key j <= row
     n_kv = kit.cdiv(end, BN)
     n_full = kit.minimum(m0 // BN if CAUSAL else n_kv, SK // BN)
     if kit.warpgroup_id() == 0:                    # producer: Q once, then the K/V ring
-        kit.setmaxnreg(24)
-        kit.tma_load(q, Q, (bh * S + m0, 0), q_ready[0])
+        # registers: 64K per SM split by warpgroup (FA3's budgets: 24 + 2 x 240, 32 + 3 x 160)
+        kit.setmaxnreg(32 if CONSUMERS == 3 else 24)
+        if TURNS:
+            for w in kit.static_range(CONSUMERS):
+                kit.tma_load(q[w], Q, (bh * S + m0 + 64 * w, 0), q_ready[0])
+        else:
+            kit.tma_load(q, Q, (bh * S + m0, 0), q_ready[0])
         for j in range(n_kv):
             s = j % STAGES
             kit.mbarrier_wait(empty[s], j // STAGES % 2 ^ 1)
             kit.tma_load(k[s], K, (kvh * SK + j * BN, 0), ready[s])
             kit.tma_load(v[s], V, (kvh * SK + j * BN, 0), ready[s])
     else:                                          # consumers: 64 query rows each
-        kit.setmaxnreg(240)
+        kit.setmaxnreg(160 if CONSUMERS == 3 else 240)
         kit.mbarrier_wait(q_ready[0], 0)
-        if OVERLAP:
+        if TURNS:                                  # one role per consumer warpgroup
+            if kit.warpgroup_id() == 1:
+                consume_turns(q, k, v, ready, empty, turn, O, L, m0, bh, S, SK, n_full, n_kv,
+                              qk_scale, 0, BN, D, CAUSAL, STAGES, CONSUMERS)
+            elif CONSUMERS == 2:
+                consume_turns(q, k, v, ready, empty, turn, O, L, m0, bh, S, SK, n_full, n_kv,
+                              qk_scale, 1, BN, D, CAUSAL, STAGES, CONSUMERS)
+            elif kit.warpgroup_id() == 2:
+                consume_turns(q, k, v, ready, empty, turn, O, L, m0, bh, S, SK, n_full, n_kv,
+                              qk_scale, 1, BN, D, CAUSAL, STAGES, CONSUMERS)
+            else:
+                consume_turns(q, k, v, ready, empty, turn, O, L, m0, bh, S, SK, n_full, n_kv,
+                              qk_scale, 2, BN, D, CAUSAL, STAGES, CONSUMERS)
+        elif OVERLAP:
             consume_overlapped(q, k, v, ready, empty, O, L, m0, bh, S, SK, n_full, n_kv,
                                qk_scale, BM, BN, D, CAUSAL, STAGES)
         else:
@@ -235,11 +312,16 @@ class Route:
             dict(BM=128, BN=128, STAGES=3, num_warps=8, ws=True, OVERLAP=True) if D > 64 else \
             dict(BM=64, BN=128, STAGES=2, num_warps=4)
         if "BM" in config:   # a whole config: nothing inherited from the default
-            cfg = dict(STAGES=2, num_warps=4 if config["BM"] == 64 else 8)
+            cfg = dict(STAGES=2, num_warps={64: 4, 192: 12}.get(config["BM"], 8))
         cfg.update(config)
         ws = cfg.pop("ws", False)  # producer warpgroup + consumers (kit.warpgroup_id roles)
-        if not ws and cfg.pop("OVERLAP", False):
-            raise ValueError("attention: OVERLAP needs the warp-specialized kernel (ws=True)")
+        if not ws and (cfg.pop("OVERLAP", False) or cfg.pop("TURNS", False)):
+            raise ValueError("attention: OVERLAP and TURNS need the warp-specialized kernel "
+                             "(ws=True)")
+        if cfg.get("TURNS") and not (cfg["BM"] == 16 * cfg["num_warps"] and
+                                     2 <= cfg["num_warps"] // 4 <= 3):
+            raise ValueError("attention: TURNS takes 2 or 3 consumer warpgroups of 64 rows "
+                             f"(BM = 16 * num_warps), got {cfg}")
         self.grid = (kit.cdiv(S, cfg["BM"]), B * H, 1)
         self.ints = (S, SK, H, H // Hkv)
         if ws:
