@@ -4,9 +4,9 @@ What a user of torch's SDPA does, on the CPU interpreter at small sizes and (`-m
 ones: the (B, S, H, D).transpose(1, 2) layout of LLMs, a query length other than the key
 length (decode against a KV cache, cross-attention) with and without causal (top-left, as
 torch), GQA with and without enable_gqa (torch's error), torch's full call, and the calls the
-kernel does not cover (mask, dropout, fp32, other head dims, grad at head dim 256) running
-torch's own with one warning per reason. Outputs are poisoned (torch.empty hands out NaN)
-and inputs are fresh random numbers, so an unwritten element or a stale result fails.
+kernel does not cover (mask, dropout, fp32, other head dims) running torch's own with one
+warning per reason. Outputs are poisoned (torch.empty hands out NaN) and inputs are fresh
+random numbers, so an unwritten element or a stale result fails.
 """
 
 from __future__ import annotations
@@ -265,21 +265,27 @@ def test_no_keys_gives_zeros(dtype, monkeypatch):
     assert out.shape == q.shape and out.dtype == dtype and not out.any()
 
 
-def test_head_dim_256_trains_on_kitjit(fresh_warnings):
-    """Head dim 256 has its own backward (kitjit/nn/attention_backward_d256.py): with grad
-    wanted, kitjit's kernels run (no fallback warning) and the gradients are torch's."""
+def test_requires_grad_head_dim_256(fresh_warnings):
+    """Head dim 256 has its backward kernel (kitjit/nn/attention_backward_d256.py): with grad
+    wanted, no fallback warning and torch's gradient; without, the forward kernel (the
+    gradients at every head dim: tests/test_sdpa_backward.py)."""
     q, k, v = (t.requires_grad_() for t in bhsd(1, 2, 24, 256, dtype=torch.float16))
     out = KF.sdpa(q, k, v, is_causal=True)
     assert out.requires_grad
-    g = randn(*out.shape, dtype=out.dtype, seed=7)
-    out.backward(g)
+    w = randn(1, 2, 24, 256, seed=9)
+    (out.float() * w).sum().backward()
+    qq, kk, vv = (t.detach().double().requires_grad_() for t in (q, k, v))
+    torch.nn.functional.scaled_dot_product_attention(qq, kk, vv, is_causal=True).backward(
+        w.double())
+    for got, want in ((q.grad, qq.grad), (k.grad, kk.grad), (v.grad, vv.grad)):
+        assert_close(got, want, "grad")
     assert not [str(w.message) for w in fresh_warnings
                 if issubclass(w.category, KF.KitjitFallbackWarning)]
-    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
-    ref(q64, k64, v64, is_causal=True).backward(g.double())
-    for mine, theirs, name in ((q.grad, q64.grad, "dq"), (k.grad, k64.grad, "dk"),
-                               (v.grad, v64.grad, "dv")):
-        assert_close(mine, theirs, name)
+    with torch.no_grad():                          # no grad wanted: the kernel runs
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", KF.KitjitFallbackWarning)
+            assert_close(KF.sdpa(q, k, v, is_causal=True), ref(q, k, v, is_causal=True),
+                         "no_grad")
 
 
 def test_fallback_cpu_without_interpreter(monkeypatch, fresh_warnings):

@@ -20,7 +20,7 @@ one half; Sᵀ is then two MMAs of 128. The producer streams Q (+ LSE, QSTAGES d
 (+ Δ, DOSTAGES deep) through two rings, released separately: Q after warpgroup 1's Sᵀ and
 warpgroup 2's dK, dO after dPᵀ and dV, so each load runs under the other MMAs. Shared memory
 with one stage each: K, V 64 KB, Q 32 KB, dO 32 KB, Pᵀ and dSᵀ 16 KB, dQ staging 32 KB:
-177 KB (a second stage of either is 32 KB more).
+176 KB, 180 KB with LSE, Δ and the mbarriers (a second stage of either is 32 KB more).
 Keys past SK have P = 0 (so dS = 0, and neither dQ nor the unstored dK, dV rows see them).
 
 Pᵀ passes between the roles through shared memory: the writers' kit.barrier() then one
