@@ -148,7 +148,8 @@ def test_alloc_scratch_calls_the_allocator_as_triton():
 
     def alloc(size, alignment, stream):
         seen.append((size, alignment, stream))
-        return torch.empty(size, dtype=torch.uint8)
+        raw = torch.empty(size + alignment, dtype=torch.uint8)
+        return raw[-raw.data_ptr() % alignment:][:size]
 
     kit.set_allocator(alloc)
     try:
