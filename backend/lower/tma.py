@@ -54,8 +54,7 @@ class TmaLowering(LoweringBase):
         (i,) = self.get(op.operands[0])
         bid = self.b.add(i, self.c32(8))
         kind = "arrive" if op.attrs["arrive"] else "sync"
-        asm(self.b, VOID, f"bar.{kind} $0, $1;", "r,r,~{memory}",
-            [bid, self.c32(op.attrs["threads"])])
+        asm(self.b, VOID, f"bar.{kind} $0, {op.attrs['threads']};", "r,~{memory}", [bid])
 
     @lowering("warpgroup_id")
     def op_warpgroup_id(self, op: Op) -> None:
