@@ -286,7 +286,7 @@ def test_sass_attention(D, BM, BN, warps, dt, causal):
 
 
 ATTN_WS_SASS = [  # (D, BM, BN, num_warps, stages, overlap): what attention(..., ws=True)
-    (128, 128, 128, 12, 3, True),                  # launches by default
+    (128, 128, 128, 12, 3, True),                  # OVERLAP (the default adds TURNS)
     (64, 64, 128, 8, 2, False),
     (256, 128, 64, 12, 2, False),
     (128, 128, 128, 12, 2, False),                 # the plain consumer at D=128

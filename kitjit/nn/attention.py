@@ -105,9 +105,10 @@ def consume_overlapped(q, k, v, ready, empty, O, L, m0, bh, S, SK, n_full, n_kv,
         if wg == 0:
             kit.named_barrier_arrive(0, 256)
         kit.named_barrier_wait(wg, 256)
-    sc = kit.mma(q, k[0].T, kit.zeros((BM, BN), kit.float32), pending=1)
-    if TURNS:
+        sc = kit.mma(q, k[0].T, kit.zeros((BM, BN), kit.float32), pending=1)
         kit.named_barrier_arrive((wg + 1) % CONSUMERS, 256)
+    else:
+        sc = kit.mma(q, k[0].T, kit.zeros((BM, BN), kit.float32))
     p, _, m_i, l_i = softmax(sc, kit.full((BM,), -float("inf"), kit.float32),
                              kit.zeros((BM,), kit.float32), rows, 0, SK, qk_scale, BN, True,
                              CAUSAL)
@@ -294,12 +295,15 @@ class Route:
 
     def __init__(self, B, H, Hkv, S, SK, D, causal, scale, config, dtype, device):
         config = dict(config)
-        # measured on an H100 (benchmarks/NOTES.md): for D=128 a producer warpgroup and two
-        # consumer warpgroups on 128 query rows, each overlapping P V with the next softmax;
-        # for D=64 one warpgroup on 64 rows, so several CTAs share an SM and one's softmax
-        # overlaps another's MMAs; for D=256 the producer and two plain consumers (registers)
-        cfg = dict(BM=128, BN=64, STAGES=2, num_warps=8, ws=True) if D > 128 else \
-            dict(BM=128, BN=128, STAGES=3, num_warps=8, ws=True, OVERLAP=True) if D > 64 else \
+        # measured on an H100 (benchmarks/NOTES.md, session 5): for D=128 a producer
+        # warpgroup and two consumer warpgroups on 128 query rows, each overlapping P V with
+        # the next softmax and taking turns on the tensor cores (TURNS); for D=256 the same
+        # on 128x64 tiles, 2 stages, with K and V stages freed separately (SPLIT: +7-12%
+        # over plain consumers); for D=64 one warpgroup on 64 rows, so several CTAs share an
+        # SM and one's softmax overlaps another's MMAs (ahead of 2 consumers by ~10%)
+        cfg = dict(BM=128, BN=64, STAGES=2, num_warps=8, ws=True, TURNS=True, SPLIT=True) \
+            if D > 128 else \
+            dict(BM=128, BN=128, STAGES=3, num_warps=8, ws=True, TURNS=True) if D > 64 else \
             dict(BM=64, BN=128, STAGES=2, num_warps=4)
         if "BM" in config:   # a whole config: nothing inherited from the default
             cfg = dict(STAGES=2, num_warps=4 if config["BM"] == 64 else 8)
