@@ -348,19 +348,21 @@ def bench_gemm(tri, quick: bool) -> None:
 # ----------------------------------------------------------------------------- attention
 ATTN_CASES = [(4, 32, 4096, 128), (4, 32, 4096, 64), (2, 16, 16384, 128),
               (2, 16, 4096, 256)]                       # D=256: beyond the issue's six
-ATTN_CONFIGS = {  # per head dim: the plain kernel, warp-specialized, FA3's overlap, turns
+ATTN_CONFIGS = {  # per head dim: plain, warp-specialized with FA3's overlap (OVERLAP), its
+    # scheduler barrier (TURNS), K and V on barriers of their own (SPLIT)
     64: [dict(BM=64, BN=128, STAGES=2, num_warps=4),
          dict(BM=128, BN=128, STAGES=3, ws=True, OVERLAP=True),
          dict(BM=128, BN=128, STAGES=3, ws=True, TURNS=True),
-         dict(BM=192, BN=128, STAGES=2, ws=True, TURNS=True),
-         dict(BM=192, BN=64, STAGES=3, ws=True, TURNS=True)],
+         dict(BM=128, BN=128, STAGES=3, ws=True, TURNS=True, SPLIT=True),
+         dict(BM=128, BN=128, STAGES=2, ws=True, TURNS=True, SPLIT=True)],
     128: [dict(BM=128, BN=128, STAGES=3, ws=True, OVERLAP=True),
           dict(BM=128, BN=128, STAGES=3, ws=True, TURNS=True),
-          dict(BM=128, BN=128, STAGES=2, ws=True, TURNS=True),
-          dict(BM=128, BN=64, STAGES=3, ws=True, TURNS=True)],
+          dict(BM=128, BN=128, STAGES=3, ws=True, OVERLAP=True, SPLIT=True),
+          dict(BM=128, BN=128, STAGES=3, ws=True, TURNS=True, SPLIT=True),
+          dict(BM=128, BN=128, STAGES=2, ws=True, TURNS=True, SPLIT=True)],
     256: [dict(BM=128, BN=64, STAGES=2, ws=True),
-          dict(BM=128, BN=64, STAGES=2, ws=True, OVERLAP=True),
-          dict(BM=128, BN=64, STAGES=2, ws=True, TURNS=True)],
+          dict(BM=128, BN=64, STAGES=2, ws=True, OVERLAP=True, SPLIT=True),
+          dict(BM=128, BN=64, STAGES=2, ws=True, TURNS=True, SPLIT=True)],
 }
 
 

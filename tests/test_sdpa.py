@@ -138,9 +138,11 @@ KERNEL_CFGS = {  # both kernels, and both consumers of the warp-specialized one
     "plain": dict(BM=64, BN=64, STAGES=2, num_warps=4),
     "ws": dict(BM=64, BN=64, STAGES=2, ws=True),
     "ws-overlap": dict(BM=64, BN=64, STAGES=3, ws=True, OVERLAP=True),
-    # consumers as roles of their own, taking turns on the tensor cores (2 and 3 of them)
-    "ws-turns2": dict(BM=128, BN=64, STAGES=3, ws=True, TURNS=True),
-    "ws-turns3": dict(BM=192, BN=64, STAGES=2, ws=True, TURNS=True),
+    # two consumer warpgroups taking turns on the tensor cores (named barriers)
+    "ws-turns": dict(BM=128, BN=64, STAGES=3, ws=True, TURNS=True),
+    # overlapped, K and V stages on barriers of their own (with and without turns)
+    "ws-split": dict(BM=64, BN=64, STAGES=2, ws=True, SPLIT=True),
+    "ws-split-turns": dict(BM=128, BN=64, STAGES=2, ws=True, TURNS=True, SPLIT=True),
 }
 
 

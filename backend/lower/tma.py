@@ -48,6 +48,14 @@ class TmaLowering(LoweringBase):
     def op_barrier(self, op: Op) -> None:
         self.sync()
 
+    @lowering("named_bar")
+    def op_named_bar(self, op: Op) -> None:
+        """bar.sync / bar.arrive on hardware barrier 8 + id (roles take 1-7)."""
+        (i,) = self.get(op.operands[0])
+        bid = self.b.add(i, self.c32(8))
+        kind = "arrive" if op.attrs["arrive"] else "sync"
+        asm(self.b, VOID, f"bar.{kind} $0, {op.attrs['threads']};", "r,~{memory}", [bid])
+
     @lowering("warpgroup_id")
     def op_warpgroup_id(self, op: Op) -> None:
         self.set(op.result, [self.b.lshr(self.tid_abs, self.c32(7))])

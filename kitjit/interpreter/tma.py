@@ -193,6 +193,11 @@ def barrier(comp: _Compiler, op: Op) -> Handler:
     return _nothing  # one thread per program
 
 
+@semantics("named_bar")
+def named_bar(comp: _Compiler, op: Op) -> Handler:
+    return _nothing  # a role's warpgroups run as one program: nothing to order
+
+
 @semantics("warpgroup_id")
 def warpgroup_id(comp: _Compiler, op: Op) -> Handler:
     """Fixed per role: hoistable like a constant."""

@@ -103,6 +103,7 @@ declare("shape", "convert_layout", made_by="frontend/layout_pass.py")
 declare("dot", "dot", "wgmma")
 declare("tma", "smem_alloc", "smem_index", "smem_trans", "tma_load", "tma_store",
         "mbar_wait", "mbar_arrive", "barrier", "warpgroup_id", "setmaxnreg")
+declare("tma", "named_bar")
 declare("tma", "smem_store", "smem_load")
 declare("tma", "tma_desc_create")
 declare("control", "for", "if")

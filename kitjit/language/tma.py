@@ -43,6 +43,25 @@ def setmaxnreg(count):
 
 
 @builtin
+def named_barrier_wait(id, threads):
+    """Wait at named barrier `id` (0-7; an int32 scalar may differ per warpgroup) until
+    `threads` threads (a multiple of 32) have arrived, this warpgroup's included (bar.sync).
+    With `named_barrier_arrive` it orders warpgroups of one role: warpgroup w waits at
+    barrier w, the one before it arrives there when w may go (FA3's scheduler barrier, see
+    kitjit/nn/attention.py's TURNS). It orders execution only; data still goes through
+    mbarriers. The interpreter runs a role's warpgroups as one program, so it has nothing
+    to wait for: waits and arrivals that do not pair up hang on the GPU alone. Ids 0-7 are
+    hardware barriers 8-15 (kit.barrier() uses 0, roles 1-7)."""
+
+
+@builtin
+def named_barrier_arrive(id, threads):
+    """Count this warpgroup's threads at named barrier `id` towards `threads` and go on
+    without waiting (bar.arrive): lets a warpgroup waiting there in
+    `named_barrier_wait(id, threads)` proceed."""
+
+
+@builtin
 def tma_load(dst, tensor, coords, barrier, sync=True):
     """Copy the box of the 2-d `tensor` argument at `coords` (row, col) into shared tile `dst`
     with the Tensor Memory Accelerator, completing on `barrier`. Out-of-range parts of the
