@@ -13,7 +13,8 @@ Every timed variant is checked against the peer's output first. Timing: each var
 for a moment before it is timed (clocks follow what ran before), medians of CUDA-event
 timings with the L2 flushed, two interleaved rounds, best of the two.
 
-    python benchmarks/gemm_family.py [--only fp8,grouped,epilogue,llm] [--json out.json]
+    python benchmarks/gemm_family.py [--only fp8,grouped,epilogue,llm,large,skinny,probe]
+        [--json out.json] [--fp8-configs NAME,...] [--no-fp8-scales]
 """
 
 from __future__ import annotations
@@ -111,6 +112,7 @@ FP8_CONFIGS = {  # name -> matmul_fp8 config
     "256x128 s4": dict(BM=256, BN=128, STAGES=4),
     "128x128 s6": dict(BM=128, BN=128, STAGES=6),
     "128x128 s5 tma-store": dict(BM=128, BN=128, STAGES=5, TMA_STORE=True),
+    "128x256 s4 tma-halves": dict(BM=128, BN=256, STAGES=4, TMA_STORE=2),
 }
 
 
@@ -367,14 +369,103 @@ def bench_llm(deadline: float) -> None:
                     row["kitjit_tflops"] = round(flop / ms["kitjit"], 2)
                     row["cublas_tflops"] = round(flop / ms["cublas"], 2)
                     row["vs_cublas"] = round(ms["cublas"] / ms["kitjit"], 3)
-                    split = mm.splitk_for(M, N, K, mm.num_sms(a.device))
-                    row["config"] = f"split-K x{split}" if split > 1 else \
+                    split, bn = mm.splitk_plan(M, N, K, mm.num_sms(a.device))
+                    row["config"] = f"split-K x{split} BN {bn}" if split > 1 else \
                         str(mm.matmul_tuned.chosen()[-1]["config"])
                 except Exception as e:
                     row["failed"] = f"{type(e).__name__}: {str(e)[:200]}"
                 rows.append(row)
                 print(row, flush=True)
             torch.cuda.empty_cache()
+
+
+# ----------------------------------------------------------------------------- bf16 epilogues
+LARGE = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 1024), (16384, 1024, 4096)]
+BF16_EPILOGUES = {  # the example's epilogues at 128x256 tiles (B given [K, N], as bench.py)
+    "direct s4": dict(BM=128, BN=256, BK=64, STAGES=4, num_warps=8),
+    "tma s3": dict(BM=128, BN=256, BK=64, STAGES=3, TMA_STORE=1, num_warps=8),
+    "tma-halves s4": dict(BM=128, BN=256, BK=64, STAGES=4, TMA_STORE=2, num_warps=8),
+    "direct s4 stream-K": dict(BM=128, BN=256, BK=64, STAGES=4, STREAM_K=True, num_warps=8),
+    "tma-halves s4 stream-K": dict(BM=128, BN=256, BK=64, STAGES=4, TMA_STORE=2,
+                                   STREAM_K=True, num_warps=8),
+}
+
+
+def bench_large() -> None:
+    """The bf16 example's epilogues against cuBLAS at the four large shapes."""
+    rows = results["large"] = []
+    for M, N, K in LARGE:
+        a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+        ref = a @ b
+        runs = {"cublas": lambda: a @ b}
+        row = {"shape": f"{M}x{N}x{K}"}
+        for name, cfg in BF16_EPILOGUES.items():
+            try:
+                with poisoned():
+                    out = mm.matmul(a, b, **cfg)
+                row[f"{name}_err"] = checked(out.double(), ref.double(), 1e-2, name)
+                runs[name] = lambda cfg=cfg: mm.matmul(a, b, **cfg)
+            except Exception as e:
+                row[name] = f"failed: {type(e).__name__}: {str(e)[:160]}"
+        ms = interleaved(runs)
+        flop = 2 * M * N * K / 1e9
+        row["tflops"] = {n: round(flop / v, 1) for n, v in ms.items()}
+        row["x_cublas"] = {n: round(ms["cublas"] / v, 3) for n, v in ms.items() if n != "cublas"}
+        rows.append(row)
+        print(row, flush=True)
+    for name in BF16_EPILOGUES:
+        results[f"large_geomean_{name}"] = geomean(r["x_cublas"].get(name) for r in rows)
+        print(f"large geomean {name}: {results[f'large_geomean_{name}']}", flush=True)
+
+
+def _main_example():
+    """main's examples/matmul.py, staged beside this file as _matmul_main.py for an A/B run
+    (not part of the repository); None when absent."""
+    try:
+        import _matmul_main
+        return _matmul_main
+    except ImportError:
+        return None
+
+
+def bench_skinny() -> None:
+    """The Llama-3 layers at M = 1, 16, 128: the example (in-kernel split-K by its plan)
+    against cuBLAS and, when staged, main's example (split-K through fp32 slabs and a
+    second launch)."""
+    rows = results["skinny"] = []
+    old = _main_example()
+    for model, layers in LLAMA.items():
+        for layer, (N, K) in layers.items():
+            w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) * K ** -0.5
+            for M in (1, 16, 128):
+                a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+                ref = F.linear(a, w)
+                row = {"model": model, "layer": layer, "shape": f"{M}x{N}x{K}"}
+                runs = {"cublas": lambda: F.linear(a, w)}
+                for name, mod in (("kitjit", mm), ("main", old)):
+                    if mod is None:
+                        continue
+                    try:
+                        with poisoned():
+                            got = mod.matmul(a, w, trans_b=True)
+                        row[f"{name}_err"] = checked(got.double(), ref.double(), 1e-2, name)
+                        runs[name] = lambda mod=mod: mod.matmul(a, w, trans_b=True)
+                    except Exception as e:
+                        row[name] = f"failed: {type(e).__name__}: {str(e)[:160]}"
+                ms = interleaved(runs)
+                row["us"] = {n: round(v * 1e3, 2) for n, v in ms.items()}
+                row["x_cublas"] = {n: round(ms["cublas"] / v, 3) for n, v in ms.items()
+                                   if n != "cublas"}
+                split, bn = mm.splitk_plan(M, N, K, mm.num_sms(a.device))
+                row["plan"] = f"split {split} BN {bn}" if split > 1 else "autotuned"
+                rows.append(row)
+                print(row, flush=True)
+            torch.cuda.empty_cache()
+    for name in ("kitjit", "main"):
+        for M in (1, 16, 128):
+            results[f"skinny_geomean_{name}_M{M}"] = geomean(
+                r["x_cublas"].get(name) for r in rows if r["shape"].startswith(f"{M}x"))
 
 
 # ----------------------------------------------------------------------------- probe
@@ -424,6 +515,19 @@ def bench_probe() -> None:
 # ----------------------------------------------------------------------------- report
 def table() -> str:
     out = []
+    if results.get("large"):
+        out.append("bf16 large shapes (TFLOP/s, x cuBLAS)")
+        for r in results["large"]:
+            out.append(f"  {r['shape']:18} {r['tflops']} {r['x_cublas']}")
+        for name in BF16_EPILOGUES:
+            out.append(f"  geomean {name}: {results.get(f'large_geomean_{name}')}")
+    if results.get("skinny"):
+        out.append("skinny LLM shapes (us; x cuBLAS)")
+        for r in results["skinny"]:
+            out.append(f"  {r['model']:4} {r['layer']:8} {r['shape']:18} {r['us']} "
+                       f"{r['x_cublas']} {r['plan']}")
+        out.append("  geomeans " + str({k: v for k, v in results.items()
+                                        if k.startswith("skinny_geomean")}))
     if results.get("fp8"):
         out.append("fp8 e4m3, per-tensor scales (TFLOP/s)       best cfg       kit   "
                    "scaled_mm(fast)  scaled_mm  x fast  x default")
@@ -461,14 +565,26 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="fp8,grouped,epilogue,llm")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--fp8-configs", default=None,
+                    help="comma-separated names of FP8_CONFIGS to time (default: all)")
+    ap.add_argument("--no-fp8-scales", action="store_true",
+                    help="skip the row-wise and block-scale rows of the fp8 section")
     ap.add_argument("--llm-deadline", type=float, default=240.0,
                     help="seconds after the start past which LLM shapes are skipped")
     args = ap.parse_args()
     start = time.perf_counter()
+    if args.fp8_configs:
+        keep = args.fp8_configs.split(",")
+        for name in list(FP8_CONFIGS):
+            if name not in keep:
+                del FP8_CONFIGS[name]
+    if args.no_fp8_scales:
+        globals()["bench_fp8_scaled"] = lambda: None
     results["device"] = torch.cuda.get_device_name()
     results["torch"] = torch.__version__
     sections = {"fp8": bench_fp8, "grouped": bench_grouped, "epilogue": bench_epilogue,
-                "llm": lambda: bench_llm(start + args.llm_deadline), "probe": bench_probe}
+                "llm": lambda: bench_llm(start + args.llm_deadline), "probe": bench_probe,
+                "large": bench_large, "skinny": bench_skinny}
     for name in args.only.split(","):
         t0 = time.perf_counter()
         try:

@@ -19,7 +19,7 @@ Scales (dequantization factors, as torch._scaled_mm takes them), picked by their
 """
 
 import torch
-from matmul import load_stage, num_sms, refill, tile_origin
+from matmul import load_stage, num_sms, refill, store_tile, tile_origin
 
 import kitjit as kit
 from kitjit.testing import bench, check, device, has_gpu
@@ -72,7 +72,7 @@ def matmul_fp8_kernel(A, B, C, SA, SB, M, N, K, BM: kit.constexpr, BN: kit.const
             acc = acc * kit.load(SA + rm, mask=rm < M, other=0.0)[:, None] \
                 * kit.load(SB + rn, mask=rn < N, other=0.0)[None, :]
         if TMA_STORE:   # through a staging tile: the bulk copy drains under the next tile
-            kit.tma_store(C, (m0, n0), acc.to(C.dtype.element_ty))
+            store_tile(C, acc, m0, n0, M, N, BM, BN, TMA_STORE)   # (2: in two halves)
         else:
             mask = (rm[:, None] < M) & (rn[None, :] < N)
             kit.store(C + rm[:, None] * N + rn[None, :], acc.to(C.dtype.element_ty), mask=mask)

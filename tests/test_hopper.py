@@ -201,8 +201,9 @@ def gemm_sig(dt):
 
 
 def mm_sig(dt):
-    """examples/matmul.py's kernel: A, B, C, the split-K workspace W (fp32), M, N, K."""
-    return [f"*{dt}:16"] * 3 + ["*fp32:16"] + ["i32:16"] * 3
+    """examples/matmul.py's kernel: A, B, C, the split-K workspace W (fp32) and tile
+    counters (int32), M, N, K."""
+    return [f"*{dt}:16"] * 3 + ["*fp32:16", "*i32:16"] + ["i32:16"] * 3
 
 
 def attn_sig(dt):
@@ -286,7 +287,7 @@ def test_sass_attention(D, BM, BN, warps, dt, causal):
 
 
 ATTN_WS_SASS = [  # (D, BM, BN, num_warps, stages, overlap): what attention(..., ws=True)
-    (128, 128, 128, 12, 3, True),                  # launches by default
+    (128, 128, 128, 12, 3, True),                  # OVERLAP (the default adds TURNS)
     (64, 64, 128, 8, 2, False),
     (256, 128, 64, 12, 2, False),
     (128, 128, 128, 12, 2, False),                 # the plain consumer at D=128
@@ -315,6 +316,36 @@ def test_sass_attention_ws(D, BM, BN, warps, stages, overlap, causal):
     assert re.search(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+240;", c.ptx), "consumers"
     need = (BM * D + stages * 2 * BN * D) * 2
     assert c.md["shared"] >= need > SMEM_48K and c.md["shared"] <= SMEM_MAX, c.md["shared"]
+
+
+ATTN_TURNS_SASS = [  # (D, BN, stages, SPLIT): the scheduler-barrier consumers (TURNS=True)
+    (128, 128, 3, False),
+    (128, 128, 2, True),
+    (64, 128, 3, True),
+    (256, 64, 2, True),
+]
+
+
+@needs_sass
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("D,BN,stages,split", ATTN_TURNS_SASS,
+                         ids=["D128", "D128-split", "D64-split", "D256-split"])
+def test_sass_attention_turns(D, BN, stages, split, causal):
+    """Two consumer warpgroups taking turns through kit.named_barrier_wait / _arrive: one
+    copy of the loop (the barrier id is a register), barriers 8 and 9 of 256 threads."""
+    c = sass(ATTN_SRC, "attention_ws_kernel", attn_sig("bf16"),
+             dict(BM=128, BN=BN, D=D, CAUSAL=causal, STAGES=stages, CONSUMERS=2, TURNS=True,
+                  SPLIT=split), 12)
+    ss = c.find(rf"HGMMA\.64x{BN}x16\.F32\.BF16 R\d+, gdesc\[")
+    rs = c.find(rf"HGMMA\.64x{D}x16\.F32\.BF16 R\d+, R\d+, gdesc\[")
+    assert len(ss) + len(rs) == len(c.hgmma()) and len(ss) <= 3 * D // 16, c.hgmma()
+    assert c.has("UTMALDG") and c.has("MUFU.EX2") and not c.has("HMMA"), c.summary()
+    c.assert_no_spills()
+    assert c.find(r"BAR\.SYNC(\.DEFER_BLOCKING)? R\d+, 0x100"), "no turn wait (bar.sync id, 256)"
+    assert c.find(r"BAR\.ARV (R\d+|0x8), 0x100"), "no turn pass (bar.arrive id, 256)"
+    assert re.search(r"bar\.sync\s+%r\d+, 256;", c.ptx) and "bar.arrive" in c.ptx, "ptx"
+    kv = (2 if split else 1) * stages
+    assert c.ptx.count("mbarrier.init") >= 1 + 2 * kv, "K and V barriers"
 
 
 # ----------------------------------------------------------------------------- roles
@@ -491,22 +522,50 @@ MM_CPU = [  # (M, N, K, config): N and K multiples of 8 (TMA rows of 16 bytes)
     (130, 200, 264, dict(BM=128, BN=128, BK=64, STAGES=3, num_warps=8)),
     (190, 72, 200, dict(BM=64, BN=64, BK=64, STAGES=4, num_warps=4)),
     (70, 64, 40, dict(BM=64, BN=64, BK=64, STAGES=3, num_warps=4)),     # 1 k-step, 3 stages
-    # split-K: fp32 partial sums per split, then splitk_sum; the last split runs past K
+    # split-K: fp32 partials per split, added by the tile's last split; the last runs past K
     # (7 k-steps in 3 parts of 3: TMA reads zeros), the ring runs across splits
     (100, 72, 200, dict(BM=64, BN=64, BK=32, STAGES=3, num_warps=4, SPLIT_K=3)),
     (16, 136, 264, dict(BM=64, BN=64, BK=32, STAGES=4, num_warps=4, SPLIT_K=4)),
     (130, 64, 512, dict(BM=128, BN=64, BK=64, STAGES=3, num_warps=8, SPLIT_K=2)),
+    # 40 split tiles on 4 programs: each program counts in on several tiles' counters
+    (100, 200, 600, dict(BM=64, BN=64, BK=32, STAGES=3, num_warps=4, SPLIT_K=5)),
+    # the TMA-store epilogues: the whole tile, or two column halves through one staging
+    # tile; the TMA clips rows past M and columns past N (a half may lie wholly past N)
+    (130, 200, 136, dict(BM=128, BN=64, BK=64, STAGES=3, num_warps=8, TMA_STORE=1)),
+    (200, 136, 264, dict(BM=64, BN=128, BK=64, STAGES=3, num_warps=4, TMA_STORE=2)),
+    (70, 200, 72, dict(BM=64, BN=256, BK=32, STAGES=4, num_warps=4, TMA_STORE=2)),
+    # stream-K (4 CPU "SMs"): 25 tiles, the last one in 4 parts of 2 k-steps; 6 tiles, the
+    # last two in parts of 5 k-steps that cross from one tile into the next; one tile,
+    # fewer tiles than programs (all of it stream-K, in one part)
+    (300, 264, 200, dict(BM=64, BN=64, BK=32, STAGES=4, num_warps=4, STREAM_K=True,
+                         TMA_STORE=1)),
+    (130, 72, 520, dict(BM=64, BN=64, BK=64, STAGES=3, num_warps=4, STREAM_K=True)),
+    (64, 64, 64, dict(BM=64, BN=64, BK=64, STAGES=2, num_warps=4, STREAM_K=True)),
 ]
 
 
 @DTYPES
 @pytest.mark.parametrize("M,N,K,cfg", MM_CPU, ids=[
-    f"{m}x{n}x{k}" + (f"-split{c['SPLIT_K']}" if "SPLIT_K" in c else "") for m, n, k, c in MM_CPU])
+    f"{m}x{n}x{k}" + (f"-split{c['SPLIT_K']}" if "SPLIT_K" in c else "") +
+    (f"-tma{c['TMA_STORE']}" if "TMA_STORE" in c else "") + ("-sk" if "STREAM_K" in c else "")
+    for m, n, k, c in MM_CPU])
 def test_interp_matmul(M, N, K, cfg, dtype, poison):
     a, b = randn(M, K, dtype=dtype, seed=1), randn(K, N, dtype=dtype, seed=2)
     c = mm_ex.matmul(a, b, **cfg)
     assert is_poisoned(c, poison) and c.dtype == dtype
     assert_rows_close(c, a.double() @ b.double(), 1e-2, f"matmul {M}x{N}x{K}")
+
+
+def test_interp_matmul_splitk_counters_reset(poison):
+    """The heuristic's split-K (4 CPU "SMs": 2 tiles, split 2): the last split of a tile
+    resets its counter, so a second launch on the same counters adds up right too."""
+    assert mm_ex.splitk_plan(16, 256, 1024, 4) == (2, 128)
+    a, b = randn(16, 1024, seed=1), randn(1024, 256, seed=2)
+    for _ in range(2):
+        c = mm_ex.matmul(a, b)
+        assert is_poisoned(c, poison)
+        assert_rows_close(c, a.double() @ b.double(), 1e-2, "split-K 16x256x1024")
+    assert not mm_ex.tile_counters(a.device, 2).any()
 
 
 # fewer k-steps than STAGES - 1 and more tiles than programs: the ring runs across several
@@ -680,12 +739,17 @@ def test_gpu_matmul_ragged_wide_stores(cfg, M, N, K, poison):
     assert_rows_close(ct, a.double() @ b.double(), 1e-2, f"matmul B^T {M}x{N}x{K} {cfg}")
 
 
-def test_splitk_heuristic():
-    assert mm_ex.splitk_for(16, 4096, 4096, 132) == 4       # 32 tiles -> 128 programs
-    assert mm_ex.splitk_for(128, 4096, 4096, 132) == 4
-    assert mm_ex.splitk_for(128, 4096, 1024, 132) == 1      # parts keep >= 16 k-steps
-    assert mm_ex.splitk_for(4096, 4096, 512, 132) == 1
-    assert mm_ex.splitk_for(512, 14336, 4096, 132) == 1
+def test_splitk_plan():
+    plan = mm_ex.splitk_plan
+    assert plan(16, 4096, 4096, 132) == (4, 128)      # 32 tiles -> 128 programs
+    assert plan(128, 4096, 4096, 132) == (4, 128)
+    assert plan(16, 6144, 4096, 132) == (5, 256)      # 24 tiles -> 120 programs
+    assert plan(1, 10240, 8192, 132) == (3, 256)      # 40 tiles -> 120 programs
+    assert plan(128, 4096, 1024, 132) == (2, 128)     # parts keep >= 8 k-steps
+    assert plan(128, 4096, 512, 132) == (1, 0)
+    assert plan(16, 28672, 4096, 132) == (1, 0)       # a wave of tiles already
+    assert plan(4096, 4096, 512, 132) == (1, 0)
+    assert plan(512, 14336, 4096, 132) == (1, 0)
 
 
 @pytest.mark.gpu
@@ -696,6 +760,45 @@ def test_splitk_heuristic():
 ])
 def test_gpu_matmul_splitk(M, N, K, cfg, poison):
     check_gpu_matmul(M, N, K, cfg, poison, "split-K")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M,N,K", [(16, 6144, 4096), (128, 10240, 8192), (3, 1000, 1032)])
+def test_gpu_matmul_splitk_plan_trans_b(M, N, K, poison):
+    """The plan's splits (5 x BN 256, 3 x BN 256, 2 x BN 128) on weights given [N, K], five
+    launches in a row on the same tile counters: each must find them reset."""
+    a = randn(M, K, seed=M, device="cuda")
+    w = randn(N, K, seed=N, device="cuda")
+    ref = a.double() @ w.double().T
+    for i in range(5):
+        c = mm_ex.matmul(a, w, trans_b=True)
+        torch.cuda.synchronize()
+        assert is_poisoned(c, poison)
+        assert_rows_close(c, ref, 1e-2, f"split-K {M}x{N}x{K} launch {i}")
+    assert not mm_ex.tile_counters(a.device, 1024).any()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", [dict(BM=128, BN=256, BK=64, STAGES=3, TMA_STORE=1),
+                                 dict(BM=128, BN=256, BK=64, STAGES=4, TMA_STORE=2),
+                                 dict(BM=64, BN=256, BK=64, STAGES=4, TMA_STORE=2),
+                                 dict(BM=128, BN=256, BK=64, STAGES=4, TMA_STORE=2,
+                                      STREAM_K=True),
+                                 dict(BM=128, BN=256, BK=64, STAGES=4, STREAM_K=True)],
+                         ids=["whole-s3", "halves-s4", "halves-64x256", "halves-stream-k",
+                              "direct-stream-k"])
+@pytest.mark.parametrize("M,N,K", [(1000, 1040, 1032), (72, 4112, 520), (520, 136, 264),
+                                   (2000, 4104, 1000)])
+def test_gpu_matmul_tma_store(cfg, M, N, K, poison):
+    """The TMA-store epilogues on ragged shapes (the TMA clips rows and columns; with
+    N = 136 the second half of the last tile lies wholly past N), B and B^T; stream-K with
+    fewer tiles than SMs (all of it shared out) and with 272 tiles (the last 8 in 16 parts
+    of one k-step each)."""
+    cfg = dict(cfg, num_warps=8 if cfg["BM"] == 128 else 4)
+    a, b = check_gpu_matmul(M, N, K, cfg, poison, "TMA store")
+    ct = mm_ex.matmul(a, b.t().contiguous(), trans_b=True, **cfg)
+    torch.cuda.synchronize()
+    assert_rows_close(ct, a.double() @ b.double(), 1e-2, f"TMA store B^T {M}x{N}x{K} {cfg}")
 
 
 @pytest.mark.gpu
