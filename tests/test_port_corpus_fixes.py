@@ -429,3 +429,26 @@ def test_tritons_keyword_names():
     torch.testing.assert_close(y.double(), xd.sum(1) + xd.amax(1), rtol=1e-3, atol=1e-3)
     torch.testing.assert_close(z.double(), xd.T.reshape(-1))
     assert w.isnan().all()  # propagate_nan=ALL: the NaN side wins everywhere
+
+
+# ------------------------------------------------------------------ int literals, signed tiles
+@kit.jit
+def _hash_bits(X, Y, Z, BLOCK: kit.constexpr):
+    offs = kit.arange(0, BLOCK)
+    x = kit.load(X + offs)
+    # hashing with a golden-ratio constant (>= 2^31): Triton keeps int32 and wraps
+    kit.store(Y + offs, (x * 2654435761) % 1000)
+    flipped = x ^ 0x80000000  # the sign bit: still int32, so it bitcasts to fp32
+    kit.static_assert(flipped.dtype == kit.int32, "an int literal widened an int32 tile")
+    kit.store(Z + offs, flipped.to(kit.float32, bitcast=True))
+
+
+def test_int_literals_next_to_signed_tiles_wrap_as_tritons():
+    x = torch.arange(1, 65, dtype=torch.int32) * 12345 - 300000
+    y = torch.full((64,), -7, dtype=torch.int32)
+    z = torch.full((64,), float("nan"))
+    _hash_bits[(1,)](x, y, z, BLOCK=64)
+    w = (x.long() * 2654435761) & 0xFFFFFFFF
+    w = torch.where(w >= 2 ** 31, w - 2 ** 32, w)
+    assert torch.equal(y.long(), torch.fmod(w, 1000))  # C's remainder, as Triton's %
+    assert torch.equal(z.view(torch.int32), x ^ torch.tensor(-2 ** 31, dtype=torch.int32))
