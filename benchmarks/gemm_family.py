@@ -381,13 +381,12 @@ def bench_llm(deadline: float) -> None:
 
 # ----------------------------------------------------------------------------- bf16 epilogues
 LARGE = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 1024), (16384, 1024, 4096)]
-BF16_EPILOGUES = {  # the example's epilogues at 128x256 tiles (B given [K, N], as bench.py)
-    "direct s4": dict(BM=128, BN=256, BK=64, STAGES=4, num_warps=8),
-    "tma s3": dict(BM=128, BN=256, BK=64, STAGES=3, TMA_STORE=1, num_warps=8),
+BF16_EPILOGUES = {  # the example's epilogues at 128x256 tiles (B [K, N], as bench.py gives
+    "direct s4": dict(BM=128, BN=256, BK=64, STAGES=4, num_warps=8),      # it; "bt": [N, K])
     "tma-halves s4": dict(BM=128, BN=256, BK=64, STAGES=4, TMA_STORE=2, num_warps=8),
     "direct s4 stream-K": dict(BM=128, BN=256, BK=64, STAGES=4, STREAM_K=True, num_warps=8),
-    "tma-halves s4 stream-K": dict(BM=128, BN=256, BK=64, STAGES=4, TMA_STORE=2,
-                                   STREAM_K=True, num_warps=8),
+    "bt direct s4": dict(BM=128, BN=256, BK=64, STAGES=4, num_warps=8),
+    "bt tma-halves s4": dict(BM=128, BN=256, BK=64, STAGES=4, TMA_STORE=2, num_warps=8),
 }
 
 
@@ -397,21 +396,24 @@ def bench_large() -> None:
     for M, N, K in LARGE:
         a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+        bt = b.t().contiguous()
         ref = a @ b
-        runs = {"cublas": lambda: a @ b}
+        runs = {"cublas": lambda: a @ b, "bt cublas": lambda: a @ bt.t()}
         row = {"shape": f"{M}x{N}x{K}"}
         for name, cfg in BF16_EPILOGUES.items():
             try:
+                args = (bt, True) if name.startswith("bt") else (b, False)
                 with poisoned():
-                    out = mm.matmul(a, b, **cfg)
+                    out = mm.matmul(a, *args, **cfg)
                 row[f"{name}_err"] = checked(out.double(), ref.double(), 1e-2, name)
-                runs[name] = lambda cfg=cfg: mm.matmul(a, b, **cfg)
+                runs[name] = lambda cfg=cfg, args=args: mm.matmul(a, *args, **cfg)
             except Exception as e:
                 row[name] = f"failed: {type(e).__name__}: {str(e)[:160]}"
         ms = interleaved(runs)
         flop = 2 * M * N * K / 1e9
         row["tflops"] = {n: round(flop / v, 1) for n, v in ms.items()}
-        row["x_cublas"] = {n: round(ms["cublas"] / v, 3) for n, v in ms.items() if n != "cublas"}
+        row["x_cublas"] = {n: round(ms["bt cublas" if n.startswith("bt") else "cublas"] / v, 3)
+                           for n, v in ms.items() if "cublas" not in n}
         rows.append(row)
         print(row, flush=True)
     for name in BF16_EPILOGUES:
@@ -443,14 +445,21 @@ def bench_skinny() -> None:
                 ref = F.linear(a, w)
                 row = {"model": model, "layer": layer, "shape": f"{M}x{N}x{K}"}
                 runs = {"cublas": lambda: F.linear(a, w)}
-                for name, mod in (("kitjit", mm), ("main", old)):
+                variants = [("kitjit", mm, {}), ("main", old, {})]
+                split = old.splitk_for(M, N, K, mm.num_sms(a.device)) if old else 1
+                if split > 1:   # main's split and tiles, summed in the kernel
+                    variants.append(("kitjit main-plan", mm, dict(
+                        BM=64 if M <= 64 else 128, BN=128, BK=64, STAGES=4, SPLIT_K=split,
+                        num_warps=4 if M <= 64 else 8)))
+                for name, mod, cfg in variants:
                     if mod is None:
                         continue
                     try:
                         with poisoned():
-                            got = mod.matmul(a, w, trans_b=True)
+                            got = mod.matmul(a, w, trans_b=True, **cfg)
                         row[f"{name}_err"] = checked(got.double(), ref.double(), 1e-2, name)
-                        runs[name] = lambda mod=mod: mod.matmul(a, w, trans_b=True)
+                        runs[name] = lambda mod=mod, cfg=cfg: mod.matmul(a, w, trans_b=True,
+                                                                         **cfg)
                     except Exception as e:
                         row[name] = f"failed: {type(e).__name__}: {str(e)[:160]}"
                 ms = interleaved(runs)
@@ -462,7 +471,7 @@ def bench_skinny() -> None:
                 rows.append(row)
                 print(row, flush=True)
             torch.cuda.empty_cache()
-    for name in ("kitjit", "main"):
+    for name in ("kitjit", "main", "kitjit main-plan"):
         for M in (1, 16, 128):
             results[f"skinny_geomean_{name}_M{M}"] = geomean(
                 r["x_cublas"].get(name) for r in rows if r["shape"].startswith(f"{M}x"))

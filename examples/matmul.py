@@ -76,25 +76,27 @@ def store_tile(C, acc, m0, n0, M, N, BM: kit.constexpr, BN: kit.constexpr,
 
 @kit.jit
 def add_parts(C, Wt, LOCKS, acc, t, part, parts, m0, n0, M, N, BM: kit.constexpr,
-              BN: kit.constexpr):
+              BN: kit.constexpr, MAX_PARTS: kit.constexpr):
     # a tile computed in `parts` parts (split-K, stream-K), in one launch: each part writes
-    # its fp32 partial to the tile's region Wt of the workspace and counts itself in on the
-    # tile's counter t; the last to arrive adds the partials in part order (the sum does not
-    # depend on who came last), 16 rows at a time (few registers), stores C and resets the
-    # counter for the next launch
+    # its fp32 partial (rows < M) to the tile's region Wt of the workspace and counts itself
+    # in on the tile's counter t; the last to arrive adds the partials in part order (the sum
+    # does not depend on who came last; the loads of all parts fly together), a few rows at
+    # a time (few registers), stores C and resets the counter for the next launch
     rows = kit.arange(0, BM)
     cols = kit.arange(0, BN)
-    kit.store(Wt + part * BM * BN + rows[:, None] * BN + cols[None, :], acc)
+    kit.store(Wt + part * BM * BN + rows[:, None] * BN + cols[None, :], acc,
+              mask=(m0 + rows[:, None] < M) & (cols[None, :] < BN))
     kit.debug_barrier()                    # every thread's part is written before the count
     if kit.atomic_add(LOCKS + t, 1) == parts - 1:     # acq_rel, GPU scope: the others'
-        for r in range(0, kit.minimum(BM, M - m0), 16):   # partials are visible past it
-            rr = r + kit.arange(0, 16)
-            total = kit.zeros((16, BN), kit.float32)
-            for s in range(parts):
-                total += kit.load(Wt + s * BM * BN + rr[:, None] * BN + cols[None, :])
+        for r in range(0, kit.minimum(BM, M - m0), 4096 // BN):   # partials are visible
+            rr = r + kit.arange(0, 4096 // BN)                       # past it
+            mask = (m0 + rr[:, None] < M) & (n0 + cols[None, :] < N)
+            total = kit.zeros((4096 // BN, BN), kit.float32)
+            for s in kit.static_range(MAX_PARTS):
+                total += kit.load(Wt + s * BM * BN + rr[:, None] * BN + cols[None, :],
+                                  mask=mask & (s < parts), other=0.0)
             kit.store(C + (m0 + rr[:, None]) * N + n0 + cols[None, :],
-                      total.to(C.dtype.element_ty),
-                      mask=(m0 + rr[:, None] < M) & (n0 + cols[None, :] < N))
+                      total.to(C.dtype.element_ty), mask=mask)
         kit.store(LOCKS + t, 0)
 
 
@@ -107,7 +109,7 @@ def stream_k_tail(a, b, ready, A, B, C, W, LOCKS, it, D, R, M, N, n_k, BM: kit.c
     # one tile, the start of the next; a tile's parts are added by add_parts
     p = kit.program_id(0)
     per = kit.maximum(kit.cdiv(R * n_k, kit.num_programs(0)), 1)
-    most = kit.cdiv(n_k, per) + 1                  # parts a tile can have: its W stride
+    most = kit.cdiv(n_k - 1, per) + 1              # parts a tile can have: its W stride
     lo = p * per
     hi = kit.minimum(lo + per, R * n_k)
     for s in kit.static_range(STAGES - 1):        # the ring, drained after the last full
@@ -120,6 +122,7 @@ def stream_k_tail(a, b, ready, A, B, C, W, LOCKS, it, D, R, M, N, n_k, BM: kit.c
         if j < hi:
             u = j // n_k
             end = kit.minimum(hi, (u + 1) * n_k)
+            kit.assume(end > j)
             m0, n0, k0 = tile_origin(D + u, M, N, n_k, BM, BN, BK, GROUP, 1)
             acc = kit.zeros((BM, BN), kit.float32)
             for jj in range(j, end):
@@ -139,7 +142,7 @@ def stream_k_tail(a, b, ready, A, B, C, W, LOCKS, it, D, R, M, N, n_k, BM: kit.c
                 store_tile(C, acc, m0, n0, M, N, BM, BN, TMA_STORE)
             else:
                 add_parts(C, W + u * most * BM * BN, LOCKS, acc, u, p - first, parts, m0,
-                          n0, M, N, BM, BN)
+                          n0, M, N, BM, BN, 4)      # most <= 4: the host checks
             j = end
 
 
@@ -153,6 +156,7 @@ def matmul_kernel(A, B, C, W, LOCKS, M, N, K, BM: kit.constexpr, BN: kit.constex
     b = kit.shared((STAGES, BN, BK) if TRANS_B else (STAGES, BK, BN), B.dtype.element_ty)
     ready = kit.mbarriers(STAGES)                            # stage s has landed
     n_k = kit.cdiv(kit.cdiv(K, BK), SPLIT_K)                 # k-steps per tile (and split)
+    kit.assume(n_k > 0)        # no tile without MMAs: no path that zeroes the accumulator
     n_tiles = kit.cdiv(M, BM) * kit.cdiv(N, BN) * SPLIT_K
     step = kit.num_programs(0)                               # persistent: tiles pid, pid+step..
     first = kit.program_id(0)
@@ -179,7 +183,7 @@ def matmul_kernel(A, B, C, W, LOCKS, M, N, K, BM: kit.constexpr, BN: kit.constex
             store_tile(C, acc, m0, n0, M, N, BM, BN, TMA_STORE)
         else:
             add_parts(C, W + tile // SPLIT_K * SPLIT_K * BM * BN, LOCKS, acc, tile // SPLIT_K,
-                      tile % SPLIT_K, SPLIT_K, m0, n0, M, N, BM, BN)
+                      tile % SPLIT_K, SPLIT_K, m0, n0, M, N, BM, BN, SPLIT_K)
     if STREAM_K:
         stream_k_tail(a, b, ready, A, B, C, W, LOCKS, it, n_tiles,
                       kit.cdiv(M, BM) * kit.cdiv(N, BN) - n_tiles, M, N, n_k, BM, BN, BK,
@@ -244,7 +248,10 @@ def matmul(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False, arch: str | 
         BM, BN = config["BM"], config["BN"]
         tiles = kit.cdiv(M, BM) * kit.cdiv(N, BN)
         n_k, r = kit.cdiv(K, config["BK"]), tiles % sms
-        most = kit.cdiv(n_k, max(kit.cdiv(r * n_k, sms), 1)) + 1   # parts per tile at most
+        most = kit.cdiv(n_k - 1, max(kit.cdiv(r * n_k, sms), 1)) + 1   # parts per tile
+        if most > 4:
+            raise ValueError(f"STREAM_K: {r} tiles past the last full wave would be cut in up "
+                             f"to {most} parts (add_parts adds at most 4)")
         w = torch.empty(max(r * most * BM * BN, 1), device=a.device, dtype=torch.float32)
         matmul_kernel[(sms,)](a, b, c, w, tile_counters(a.device, r), M, N, K, GROUP=8,
                               TRANS_B=trans_b, **config)
