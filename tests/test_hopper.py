@@ -253,9 +253,8 @@ def test_sass_matmul_epilogue_16_byte_stores(dt):
 
 @needs_sass
 @pytest.mark.parametrize("extra", [dict(STAGES=4), dict(STAGES=4, TMA_STORE=2),
-                                   dict(STAGES=4, TRANS_B=True, TMA_STORE=2),
-                                   dict(STAGES=4, STREAM_K=True)],
-                         ids=["direct", "tma-halves", "tma-halves-bt", "stream-k"])
+                                   dict(STAGES=4, TRANS_B=True, TMA_STORE=2)],
+                         ids=["direct", "tma-halves", "tma-halves-bt"])
 def test_sass_matmul_wgmma_not_serialized(extra):
     """The four HGMMAs of a k-step issue back to back (one WARPGROUP.ARRIVE per k-step):
     ptxas serializes them (an ARRIVE and a DEPBAR around each, C7515) when some path writes
@@ -522,21 +521,13 @@ MM_CPU = [  # (M, N, K, config): N and K multiples of 8 (TMA rows of 16 bytes)
     (130, 200, 136, dict(BM=128, BN=64, BK=64, STAGES=3, num_warps=8, TMA_STORE=1)),
     (200, 136, 264, dict(BM=64, BN=128, BK=64, STAGES=3, num_warps=4, TMA_STORE=2)),
     (70, 200, 72, dict(BM=64, BN=256, BK=32, STAGES=4, num_warps=4, TMA_STORE=2)),
-    # stream-K (4 CPU "SMs"): 25 tiles, the last one in 4 parts of 2 k-steps; 6 tiles, the
-    # last two in parts of 5 k-steps that cross from one tile into the next; one tile,
-    # fewer tiles than programs (all of it stream-K, in one part)
-    (300, 264, 200, dict(BM=64, BN=64, BK=32, STAGES=4, num_warps=4, STREAM_K=True,
-                         TMA_STORE=1)),
-    (130, 72, 520, dict(BM=64, BN=64, BK=64, STAGES=3, num_warps=4, STREAM_K=True)),
-    (64, 64, 64, dict(BM=64, BN=64, BK=64, STAGES=2, num_warps=4, STREAM_K=True)),
 ]
 
 
 @DTYPES
 @pytest.mark.parametrize("M,N,K,cfg", MM_CPU, ids=[
     f"{m}x{n}x{k}" + (f"-split{c['SPLIT_K']}" if "SPLIT_K" in c else "") +
-    (f"-tma{c['TMA_STORE']}" if "TMA_STORE" in c else "") + ("-sk" if "STREAM_K" in c else "")
-    for m, n, k, c in MM_CPU])
+    (f"-tma{c['TMA_STORE']}" if "TMA_STORE" in c else "") for m, n, k, c in MM_CPU])
 def test_interp_matmul(M, N, K, cfg, dtype, poison):
     a, b = randn(M, K, dtype=dtype, seed=1), randn(K, N, dtype=dtype, seed=2)
     c = mm_ex.matmul(a, b, **cfg)
@@ -769,19 +760,14 @@ def test_gpu_matmul_splitk_plan_trans_b(M, N, K, poison):
 @pytest.mark.gpu
 @pytest.mark.parametrize("cfg", [dict(BM=128, BN=256, BK=64, STAGES=3, TMA_STORE=1),
                                  dict(BM=128, BN=256, BK=64, STAGES=4, TMA_STORE=2),
-                                 dict(BM=64, BN=256, BK=64, STAGES=4, TMA_STORE=2),
-                                 dict(BM=128, BN=256, BK=64, STAGES=4, TMA_STORE=2,
-                                      STREAM_K=True),
-                                 dict(BM=128, BN=256, BK=64, STAGES=4, STREAM_K=True)],
-                         ids=["whole-s3", "halves-s4", "halves-64x256", "halves-stream-k",
-                              "direct-stream-k"])
+                                 dict(BM=64, BN=256, BK=64, STAGES=4, TMA_STORE=2)],
+                         ids=["whole-s3", "halves-s4", "halves-64x256"])
 @pytest.mark.parametrize("M,N,K", [(1000, 1040, 1032), (72, 4112, 520), (520, 136, 264),
                                    (2000, 4104, 1000)])
 def test_gpu_matmul_tma_store(cfg, M, N, K, poison):
     """The TMA-store epilogues on ragged shapes (the TMA clips rows and columns; with
-    N = 136 the second half of the last tile lies wholly past N), B and B^T; stream-K with
-    fewer tiles than SMs (all of it shared out) and with 272 tiles (the last 8 in 16 parts
-    of one k-step each)."""
+    N = 136 the second half of the last tile lies wholly past N), B and B^T; more tiles
+    than SMs."""
     cfg = dict(cfg, num_warps=8 if cfg["BM"] == 128 else 4)
     a, b = check_gpu_matmul(M, N, K, cfg, poison, "TMA store")
     ct = mm_ex.matmul(a, b.t().contiguous(), trans_b=True, **cfg)
