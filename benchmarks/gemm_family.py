@@ -434,6 +434,9 @@ def _main_example():
         return None
 
 
+SKINNY_M = [1, 16, 128]
+
+
 def bench_skinny() -> None:
     """The Llama-3 layers at M = 1, 16, 128: the example (in-kernel split-K by its plan)
     against cuBLAS and, when staged, main's example (split-K through fp32 slabs and a
@@ -443,7 +446,7 @@ def bench_skinny() -> None:
     for model, layers in LLAMA.items():
         for layer, (N, K) in layers.items():
             w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) * K ** -0.5
-            for M in (1, 16, 128):
+            for M in SKINNY_M:
                 a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
                 ref = F.linear(a, w)
                 row = {"model": model, "layer": layer, "shape": f"{M}x{N}x{K}"}
@@ -580,6 +583,9 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     ap.add_argument("--fp8-configs", default=None,
                     help="comma-separated names of FP8_CONFIGS to time (default: all)")
+    ap.add_argument("--skinny-m", default=None, help="M values of the skinny section")
+    ap.add_argument("--large-variants", default=None,
+                    help="comma-separated names of BF16_EPILOGUES to time (default: all)")
     ap.add_argument("--no-fp8-scales", action="store_true",
                     help="skip the row-wise and block-scale rows of the fp8 section")
     ap.add_argument("--llm-deadline", type=float, default=240.0,
@@ -591,6 +597,13 @@ def main() -> None:
         for name in list(FP8_CONFIGS):
             if name not in keep:
                 del FP8_CONFIGS[name]
+    if args.skinny_m:
+        SKINNY_M[:] = [int(m) for m in args.skinny_m.split(",")]
+    if args.large_variants:
+        keep = args.large_variants.split(",")
+        for name in list(BF16_EPILOGUES):
+            if name not in keep:
+                del BF16_EPILOGUES[name]
     if args.no_fp8_scales:
         globals()["bench_fp8_scaled"] = lambda: None
     results["device"] = torch.cuda.get_device_name()
