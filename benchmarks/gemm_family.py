@@ -369,8 +369,8 @@ def bench_llm(deadline: float) -> None:
                     row["kitjit_tflops"] = round(flop / ms["kitjit"], 2)
                     row["cublas_tflops"] = round(flop / ms["cublas"], 2)
                     row["vs_cublas"] = round(ms["cublas"] / ms["kitjit"], 3)
-                    split, bn = mm.splitk_plan(M, N, K, mm.num_sms(a.device))
-                    row["config"] = f"split-K x{split} BN {bn}" if split > 1 else \
+                    split = mm.splitk_for(M, N, K, mm.num_sms(a.device))
+                    row["config"] = f"split-K x{split}" if split > 1 else \
                         str(mm.tuned_kernel(N, a.dtype).chosen()[-1]["config"])
                 except Exception as e:
                     row["failed"] = f"{type(e).__name__}: {str(e)[:200]}"
@@ -473,8 +473,8 @@ def bench_skinny() -> None:
                 row["us"] = {n: round(v * 1e3, 2) for n, v in ms.items()}
                 row["x_cublas"] = {n: round(ms["cublas"] / v, 3) for n, v in ms.items()
                                    if n != "cublas"}
-                split, bn = mm.splitk_plan(M, N, K, mm.num_sms(a.device))
-                row["plan"] = f"split {split} BN {bn}" if split > 1 else "autotuned"
+                split = mm.splitk_for(M, N, K, mm.num_sms(a.device))
+                row["plan"] = f"split {split}" if split > 1 else "autotuned"
                 rows.append(row)
                 print(row, flush=True)
             torch.cuda.empty_cache()

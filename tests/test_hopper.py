@@ -514,6 +514,7 @@ MM_CPU = [  # (M, N, K, config): N and K multiples of 8 (TMA rows of 16 bytes)
     (100, 72, 200, dict(BM=64, BN=64, BK=32, STAGES=3, num_warps=4, SPLIT_K=3)),
     (16, 136, 264, dict(BM=64, BN=64, BK=32, STAGES=4, num_warps=4, SPLIT_K=4)),
     (130, 64, 512, dict(BM=128, BN=64, BK=64, STAGES=3, num_warps=8, SPLIT_K=2)),
+    (130, 72, 512, dict(BM=128, BN=64, BK=64, STAGES=3, num_warps=8, SPLIT_K=2, SLABS=True)),
     # 40 split tiles on 4 programs: each program counts in on several tiles' counters
     (100, 200, 600, dict(BM=64, BN=64, BK=32, STAGES=3, num_warps=4, SPLIT_K=5)),
     # the TMA-store epilogues: the whole tile, or two column halves through one staging
@@ -527,6 +528,7 @@ MM_CPU = [  # (M, N, K, config): N and K multiples of 8 (TMA rows of 16 bytes)
 @DTYPES
 @pytest.mark.parametrize("M,N,K,cfg", MM_CPU, ids=[
     f"{m}x{n}x{k}" + (f"-split{c['SPLIT_K']}" if "SPLIT_K" in c else "") +
+    ("-slabs" if c.get("SLABS") else "") +
     (f"-tma{c['TMA_STORE']}" if "TMA_STORE" in c else "") for m, n, k, c in MM_CPU])
 def test_interp_matmul(M, N, K, cfg, dtype, poison):
     a, b = randn(M, K, dtype=dtype, seed=1), randn(K, N, dtype=dtype, seed=2)
@@ -536,10 +538,10 @@ def test_interp_matmul(M, N, K, cfg, dtype, poison):
 
 
 def test_interp_matmul_splitk_counters_reset(poison):
-    """The heuristic's split-K (4 CPU "SMs": 2 tiles, split 2): the last split of a tile
-    resets its counter, so a second launch on the same counters adds up right too."""
-    assert mm_ex.splitk_plan(16, 256, 1024, 4) == (2, 128)
-    a, b = randn(16, 1024, seed=1), randn(1024, 256, seed=2)
+    """The heuristic's split-K (4 CPU "SMs": 2 tiles, split 2, summed in the kernel): the
+    last split of a tile resets its counter, so a second launch adds up right too."""
+    assert mm_ex.splitk_for(16, 256, 2048, 4) == 2
+    a, b = randn(16, 2048, seed=1), randn(2048, 256, seed=2)
     for _ in range(2):
         c = mm_ex.matmul(a, b)
         assert is_poisoned(c, poison)
@@ -718,17 +720,12 @@ def test_gpu_matmul_ragged_wide_stores(cfg, M, N, K, poison):
     assert_rows_close(ct, a.double() @ b.double(), 1e-2, f"matmul B^T {M}x{N}x{K} {cfg}")
 
 
-def test_splitk_plan():
-    plan = mm_ex.splitk_plan
-    assert plan(16, 4096, 4096, 132) == (4, 128)      # 32 tiles -> 128 programs
-    assert plan(128, 4096, 4096, 132) == (4, 128)
-    assert plan(16, 6144, 4096, 132) == (5, 256)      # 24 tiles -> 120 programs
-    assert plan(1, 10240, 8192, 132) == (3, 256)      # 40 tiles -> 120 programs
-    assert plan(128, 4096, 1024, 132) == (2, 128)     # parts keep >= 8 k-steps
-    assert plan(128, 4096, 512, 132) == (1, 0)
-    assert plan(16, 28672, 4096, 132) == (1, 0)       # a wave of tiles already
-    assert plan(4096, 4096, 512, 132) == (1, 0)
-    assert plan(512, 14336, 4096, 132) == (1, 0)
+def test_splitk_heuristic():
+    assert mm_ex.splitk_for(16, 4096, 4096, 132) == 4       # 32 tiles -> 128 programs
+    assert mm_ex.splitk_for(128, 4096, 4096, 132) == 4
+    assert mm_ex.splitk_for(128, 4096, 1024, 132) == 1      # parts keep >= 16 k-steps
+    assert mm_ex.splitk_for(4096, 4096, 512, 132) == 1
+    assert mm_ex.splitk_for(512, 14336, 4096, 132) == 1
 
 
 @pytest.mark.gpu
@@ -742,10 +739,11 @@ def test_gpu_matmul_splitk(M, N, K, cfg, poison):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("M,N,K", [(16, 6144, 4096), (128, 10240, 8192), (3, 1000, 1032)])
-def test_gpu_matmul_splitk_plan_trans_b(M, N, K, poison):
-    """The plan's splits (5 x BN 256, 3 x BN 256, 2 x BN 128) on weights given [N, K], five
-    launches in a row on the same tile counters: each must find them reset."""
+@pytest.mark.parametrize("M,N,K", [(16, 6144, 4096), (128, 4096, 8192), (3, 1000, 4096)])
+def test_gpu_matmul_splitk_trans_b(M, N, K, poison):
+    """The heuristic's splits (summed in the kernel for M <= 64, through slabs above) on
+    weights given [N, K], five launches in a row on the same tile counters: each must find
+    them reset."""
     a = randn(M, K, seed=M, device="cuda")
     w = randn(N, K, seed=N, device="cuda")
     ref = a.double() @ w.double().T
