@@ -537,6 +537,12 @@ def test_interp_matmul(M, N, K, cfg, dtype, poison):
     assert_rows_close(c, a.double() @ b.double(), 1e-2, f"matmul {M}x{N}x{K}")
 
 
+def test_interp_matmul_empty_k(poison):
+    """K = 0: zeros (the kernel itself assumes every tile has k-steps)."""
+    c = mm_ex.matmul(randn(70, 0, seed=1), randn(0, 72, seed=2))
+    assert c.shape == (70, 72) and not c.any()
+
+
 def test_interp_matmul_splitk_counters_reset(poison):
     """The heuristic's split-K (4 CPU "SMs": 2 tiles, split 2, summed in the kernel): the
     last split of a tile resets its counter, so a second launch adds up right too."""
