@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, ROOT)
 
 import bench_attn  # noqa: E402  (the attention backward and decode sections)
-import peers  # noqa: E402  (FA4 and quack, when staged by ../shared/peers/cute_wheels.sh)
+import peers as peer_getters  # noqa: E402  (FA4 and quack, when staged: benchmarks/peers.py)
 
 import kitjit as kit  # noqa: E402
 from kitjit.testing import bench, check  # noqa: E402
@@ -312,7 +312,7 @@ def bench_gemm(tri, quick: bool) -> None:
         if best:
             runs["best"] = lambda cfg=best[1]: ex_mm.matmul(a, b, **cfg)
         for name, tuned in (("quack", False), ("quack_tuned", True)):
-            fn = peers.quack_gemm(a, b, tuned)     # None: not installed (peers.status says)
+            fn = peer_getters.quack_gemm(a, b, tuned)     # None: not installed (peers.status says)
             if fn is not None:
                 runs[name] = fn
         if tri:
@@ -334,7 +334,7 @@ def bench_gemm(tri, quick: bool) -> None:
                "autotuned_tflops": round(flop / ms_tuned, 1), "autotuned_config": tuned_cfg}
         for name in ("quack", "quack_tuned"):
             row[f"{name}_tflops"] = round(flop / ms[name], 1) if name in ms else \
-                peers.status().get("quack", "not installed")
+                peer_getters.status().get("quack", "not installed")
         if "quack_tuned" in ms and best:
             row["vs_quack_tuned"] = round(ms["quack_tuned"] / best[0], 3)
         results["gemm"].append(row)
@@ -348,16 +348,22 @@ def bench_gemm(tri, quick: bool) -> None:
 # ----------------------------------------------------------------------------- attention
 ATTN_CASES = [(4, 32, 4096, 128), (4, 32, 4096, 64), (2, 16, 16384, 128),
               (2, 16, 4096, 256)]                       # D=256: beyond the issue's six
-ATTN_CONFIGS = [dict(BM=128, BN=64, STAGES=2), dict(BM=128, BN=128, STAGES=2),
-                dict(BM=128, BN=64, STAGES=3), dict(BM=128, BN=128, STAGES=3),
-                dict(BM=64, BN=128, STAGES=2, num_warps=4),
-                dict(BM=64, BN=64, STAGES=3, num_warps=4),
-                dict(BM=64, BN=64, STAGES=2, num_warps=4),
-                dict(BM=128, BN=128, STAGES=2, num_warps=8, ws=True),
-                dict(BM=128, BN=64, STAGES=3, num_warps=8, ws=True),
-                dict(BM=128, BN=64, STAGES=2, num_warps=8, ws=True),
-                dict(BM=128, BN=128, STAGES=3, num_warps=8, ws=True, OVERLAP=True),
-                dict(BM=128, BN=64, STAGES=3, num_warps=8, ws=True, OVERLAP=True)]
+ATTN_CONFIGS = {  # per head dim: plain, warp-specialized with FA3's overlap (OVERLAP), its
+    # scheduler barrier (TURNS), K and V on barriers of their own (SPLIT)
+    64: [dict(BM=64, BN=128, STAGES=2, num_warps=4),
+         dict(BM=128, BN=128, STAGES=3, ws=True, OVERLAP=True),
+         dict(BM=128, BN=128, STAGES=3, ws=True, TURNS=True),
+         dict(BM=128, BN=128, STAGES=3, ws=True, TURNS=True, SPLIT=True),
+         dict(BM=128, BN=128, STAGES=2, ws=True, TURNS=True, SPLIT=True)],
+    128: [dict(BM=128, BN=128, STAGES=3, ws=True, OVERLAP=True),
+          dict(BM=128, BN=128, STAGES=3, ws=True, TURNS=True),
+          dict(BM=128, BN=128, STAGES=3, ws=True, OVERLAP=True, SPLIT=True),
+          dict(BM=128, BN=128, STAGES=3, ws=True, TURNS=True, SPLIT=True),
+          dict(BM=128, BN=128, STAGES=2, ws=True, TURNS=True, SPLIT=True)],
+    256: [dict(BM=128, BN=64, STAGES=2, ws=True),
+          dict(BM=128, BN=64, STAGES=2, ws=True, OVERLAP=True, SPLIT=True),
+          dict(BM=128, BN=64, STAGES=2, ws=True, TURNS=True, SPLIT=True)],
+}
 
 
 def bench_attention(tri) -> None:
@@ -377,7 +383,7 @@ def bench_attention(tri) -> None:
                 ro, _ = ex_at.reference(q[:1, :2], k[:1, :2], v[:1, :2], causal)
             best = None
             by = {}
-            for cfg in ATTN_CONFIGS:
+            for cfg in ATTN_CONFIGS[D]:
                 try:
                     o, _ = ex_at.attention(q, k, v, causal, **cfg)
                     torch.cuda.synchronize()
@@ -405,12 +411,16 @@ def bench_attention(tri) -> None:
                     runs[name] = run_peer
                 except Exception as e:
                     peers[name] = f"n/a: {type(e).__name__}"
-            fa4 = peers.fa4_forward(q, k, v, causal)  # None: not installed
+            fa4 = peer_getters.fa4_forward(q, k, v, causal)  # None: not installed
             if fa4 is not None:
                 runs["fa4"] = fa4
+                if S <= 4096:   # FA4's output against the same float64 reference
+                    o4 = fa4()
+                    o4 = o4[0] if isinstance(o4, tuple) else o4      # (B, S, H, D)
+                    peers["fa4_rel_err"] = round(float(
+                        (o4[:1, :, :2].transpose(1, 2).double() - ro).norm() / ro.norm()), 5)
             else:
-                peers_st = peers.status()
-                peers["fa4"] = peers_st.get("fa4", "not installed")
+                peers["fa4"] = peer_getters.status().get("fa4", "not installed")
             if tri:
                 o = torch.empty_like(q)
                 g = (triton.cdiv(S, 128), B * H)
@@ -650,7 +660,7 @@ def main() -> None:
         bench_launch(tri)
     if "first" in only:
         first_call()
-    results["peers_status"] = peers.status()    # FA4 / quack: "ok" or why not timed
+    results["peers_status"] = peer_getters.status()    # FA4 / quack: "ok" or why not timed
     with open(args.json, "w") as f:
         json.dump(results, f, indent=1, default=str)
     from plots import write_plots  # benchmarks/plots.py: PNGs beside the JSON

@@ -1,16 +1,17 @@
 """The attention backward and decode sections of `benchmarks/bench.py` (issue 12, item 7).
 
 - `bench_attention_bwd`: dQ+dK+dV of kitjit's backward (kitjit/nn/attention_backward.py) on
-  the issue's six forward cases, against the backward of torch's flash and cuDNN SDPA
-  backends, FLOPs counted as 2.5x the forward's. bench.py's Triton attention is its own FA2
-  forward, not the tutorial's fused attention, so it has no backward to compare.
+  the issue's six forward cases (and D=256, outside their geomean), against the backward
+  of torch's flash and cuDNN SDPA backends, FLOPs counted as 2.5x the forward's. bench.py's
+  Triton attention is its own FA2 forward, not the tutorial's fused attention, so it has no
+  backward to compare.
 - `bench_decode`: one query row per head against a long KV cache (B 1/8/64, H 32, H_kv 8,
   Skv 4096/16384/32768, D 128, bf16), kitjit's sdpa (split-KV, kitjit/nn/attention_decode.py)
   against every torch SDPA backend that takes the call (math skipped: it materializes the
   scores). Timed two ways: with CUDA events around each call after an L2 flush, as the other
   sections (host launch cost included), and as CUDA-graph replays over enough copies of the
-  cache to overflow L2 (the kernels alone, as a served model runs them). A sweep of split
-  counts and stages first, so the notes can say whether the heuristic's choice is the best.
+  cache to overflow L2 (the kernels alone, as a served model runs them). Where kitjit merges
+  the splits in-kernel (one launch), the same splits through the combine kernel beside it.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ import math
 import peers as peer_getters  # benchmarks/peers.py: FA4, when staged
 import torch
 
-from kitjit.testing import bench, check
+from kitjit.testing import check
 
 BWD_CASES = [(4, 32, 4096, 128), (4, 32, 4096, 64), (2, 16, 16384, 128)]   # x causal: six
+BWD_D256 = [(2, 16, 4096, 256)]   # x causal; outside the issue's geomean (its six cases)
 DECODE_CASES = [(B, 32, 8, Skv, 128) for B in (1, 8, 64) for Skv in (4096, 16384, 32768)]
 
 
@@ -43,7 +45,7 @@ def bench_attention_bwd(results: dict, interleaved) -> None:
 
     F = torch.nn.functional.scaled_dot_product_attention
     results["attention_bwd"] = []
-    for B, H, S, D in BWD_CASES:
+    for B, H, S, D in BWD_CASES + BWD_D256:
         for causal in (False, True):
             q, k, v, do = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
                            for _ in range(4))
@@ -88,8 +90,9 @@ def bench_attention_bwd(results: dict, interleaved) -> None:
                     row[f"vs_{name}"] = round(kit_tf / peers[name], 3)
             results["attention_bwd"].append(row)
             print(row, flush=True)
+    six = [r for r in results["attention_bwd"] if r["case"].split()[3] != "D256"]
     for name in ("flash", "cudnn"):
-        xs = [r[f"vs_{name}"] for r in results["attention_bwd"] if f"vs_{name}" in r]
+        xs = [r[f"vs_{name}"] for r in six if f"vs_{name}" in r]
         if xs:
             results[f"attention_bwd_geomean_vs_{name}"] = round(
                 math.exp(sum(map(math.log, xs)) / len(xs)), 3)
@@ -149,7 +152,6 @@ def bench_decode(results: dict, interleaved) -> None:
     import kitjit.nn.functional as KF
 
     F = torch.nn.functional.scaled_dot_product_attention
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
     results["decode"] = []
     for B, H, Hkv, Skv, D in DECODE_CASES:
         kv_bytes = 2 * B * Hkv * Skv * D * 2
@@ -162,24 +164,18 @@ def bench_decode(results: dict, interleaved) -> None:
         q, k, v = sets[0]
         nb = min(B, 2)                  # float64 reference on two sequences of the batch
         r = F(q[:nb].double(), k[:nb].double(), v[:nb].double(), enable_gqa=True)
-        blocks = math.ceil(Skv / 64)
-        s0 = AD.num_splits(B * Hkv, blocks, sms)
-        variants = {f"splits={s} stages={st}": dict(splits=s, STAGES=st)
-                    for s in sorted({max(1, s0 // 2), s0, min(AD.MAX_SPLITS, 2 * s0)})
-                    for st in (2, 3)}
-        by, best = {}, None
-        for name, kw in variants.items():
-            o, _ = AD.attention_decode(q, k, v, **kw)
-            torch.cuda.synchronize()
-            check(o[:nb], r, 1e-2, f"decode B{B} Skv{Skv} {name}")
-            t = bench(lambda kw=kw: AD.attention_decode(q, k, v, **kw))
-            by[name] = round(t * 1e3, 2)
-            if best is None or t < best[0]:
-                best = (t, name, kw)
+        plan = AD.route(B, H, Hkv, 1, Skv, D, False, D ** -0.5, None, None, None, True,
+                        torch.bfloat16, 0)
         check(KF.sdpa(q, k, v, enable_gqa=True)[:nb], r, 1e-2, f"sdpa decode B{B} Skv{Skv}")
-        runs = {"kitjit": lambda: KF.sdpa(q, k, v, enable_gqa=True),
-                "kitjit_best": lambda: AD.attention_decode(q, k, v, **best[2])}
-        peers, gfns = {}, {}
+        runs = {"kitjit": lambda: KF.sdpa(q, k, v, enable_gqa=True)}
+        gfns = {"kitjit": [lambda t=t: KF.sdpa(*t, enable_gqa=True) for t in sets]}
+        if plan.fused:   # the same splits merged by the combine kernel (PDL): two launches
+            o, _ = AD.attention_decode(q, k, v, fused=False)
+            check(o[:nb], r, 1e-2, f"decode B{B} Skv{Skv} combine kernel")
+            runs["kitjit_combine"] = lambda: AD.attention_decode(q, k, v, fused=False)
+            gfns["kitjit_combine"] = [lambda t=t: AD.attention_decode(*t, fused=False)
+                                      for t in sets]
+        peers = {}
         for name, be in _torch_backends():
             def run(be=be, q=q, k=k, v=v):
                 with sdpa_kernel(be):
@@ -196,10 +192,8 @@ def bench_decode(results: dict, interleaved) -> None:
         else:
             peers["fa4"] = peer_getters.status().get("fa4", "not installed")
         ms = interleaved(runs)
-        host = {n: round(host_us(runs[n]), 1) for n in ("kitjit", "kitjit_best", "flash")
-                if n in runs}
-        gfns["kitjit"] = [lambda t=t: KF.sdpa(*t, enable_gqa=True) for t in sets]
-        gfns["kitjit_no_pdl"] = [lambda t=t: AD.attention_decode(*t, pdl=False) for t in sets]
+        host = {n: round(host_us(runs[n]), 1) for n in ("kitjit", "kitjit_combine", "flash",
+                                                         "cudnn") if n in runs}
         graph = {}
         for name, fns in gfns.items():
             try:
@@ -215,10 +209,10 @@ def bench_decode(results: dict, interleaved) -> None:
                    and isinstance(x, float)]
         row = {"case": f"B{B} H{H}/{Hkv} Sq1 Skv{Skv} D{D}",
                "kitjit_us": round(ms["kitjit"] * 1e3, 2),
-               "kitjit_best_us": round(ms["kitjit_best"] * 1e3, 2), "best_config": best[1],
-               "default_splits": s0, "torch_us": torch_us, "peers": peers, "graph_us": graph,
-               "host_us": host,
-               "kitjit_gbs": round(kv_bytes / ms["kitjit"] / 1e6, 1), "by_config_us": by}
+               "combine_us": round(ms["kitjit_combine"] * 1e3, 2) if plan.fused else None,
+               "config": f"splits {plan.splits}" + (" fused" if plan.fused else ""),
+               "torch_us": torch_us, "peers": peers, "graph_us": graph, "host_us": host,
+               "kitjit_gbs": round(kv_bytes / ms["kitjit"] / 1e6, 1)}
         if best_torch:
             row["vs_best_torch"] = round(best_torch / row["kitjit_us"], 3)
         if g_torch and isinstance(graph.get("kitjit"), float):
@@ -243,22 +237,23 @@ def table_lines(results: dict) -> list[str]:
             lines.append(f"{r['case']:26} {f(r['kitjit_tflops'])} {f(p.get('flash'))} "
                          f"{f(p.get('cudnn'))} {f(p.get('fa4'))} {f(r.get('vs_flash'), 8, 2)} "
                          f"{f(r.get('vs_cudnn'), 8, 2)} {f(r.get('vs_fa4'), 6, 2)}")
-        lines.append("geomean: x flash "
+        lines.append("geomean (the six D 64/128 cases): x flash "
                      f"{results.get('attention_bwd_geomean_vs_flash')}, x cuDNN "
                      f"{results.get('attention_bwd_geomean_vs_cudnn')}")
     if results.get("decode"):
         lines.append(f"{'decode (bf16, us)':28} {'kitjit':>7} {'flash':>7} {'cuDNN':>7} "
                      f"{'effic.':>7} {'x best':>7} | graph: {'kitjit':>7} {'flash':>7} "
-                     f"{'cuDNN':>7} {'effic.':>7} {'x best':>7} {'GB/s':>6}  best config")
+                     f"{'cuDNN':>7} {'x best':>7} {'GB/s':>6}  config; combine kernel "
+                     "(events / graph us)")
         for r in results["decode"]:
             t, g = r["torch_us"], r["graph_us"]
             lines.append(f"{r['case']:28} {f(r['kitjit_us'], 7, 1)} {f(t.get('flash'), 7, 1)} "
                          f"{f(t.get('cudnn'), 7, 1)} {f(t.get('efficient'), 7, 1)} "
                          f"{f(r.get('vs_best_torch'), 7, 2)} |        {f(g.get('kitjit'), 7, 1)} "
                          f"{f(g.get('flash'), 7, 1)} {f(g.get('cudnn'), 7, 1)} "
-                         f"{f(g.get('efficient'), 7, 1)} {f(r.get('graph_vs_best_torch'), 7, 2)} "
-                         f"{f(r.get('graph_kitjit_gbs'), 6)}  {r['best_config']} "
-                         f"(default splits {r['default_splits']}) FA4 us "
-                         f"{r['peers'].get('fa4_us', 'n/i')} no-PDL graph "
-                         f"{f(g.get('kitjit_no_pdl'), 5, 1)} host us {r.get('host_us')}")
+                         f"{f(r.get('graph_vs_best_torch'), 7, 2)} "
+                         f"{f(r.get('graph_kitjit_gbs'), 6)}  {r['config']}; "
+                         f"{f(r.get('combine_us'), 5, 1)} / "
+                         f"{f(g.get('kitjit_combine'), 5, 1)}; FA4 us "
+                         f"{r['peers'].get('fa4_us', 'n/i')} host us {r.get('host_us')}")
     return lines

@@ -3,7 +3,7 @@ forward's FLOPs) of kitjit's backward (the default configuration and the VARIANT
 against torch's flash (FA2) and cuDNN backends, timed interleaved in the same run; plus the
 kitjit forward against cuDNN's.
 
-    python benchmarks/bwd_variants.py [--cases all|d128|d64] [--no-fwd] [--no-check]
+    python benchmarks/bwd_variants.py [--cases all|d256|d128|d64] [--no-fwd] [--no-check]
 
 Prints one line per case and a table last. Not a test: it never fails on a time.
 """
@@ -22,10 +22,14 @@ from kitjit.nn.attention import attention
 from kitjit.nn.attention_backward import attention_backward
 from kitjit.testing import bench
 
-CASES = [(4, 32, 4096, 128), (4, 32, 4096, 64), (2, 16, 16384, 128)]
+CASES = [(4, 32, 4096, 128), (4, 32, 4096, 64), (2, 16, 16384, 128), (2, 16, 4096, 256)]
 ROUNDS = 2
 VARIANTS = {"reorder": dict(REORDER=True), "plain_order": dict(REORDER=False),
             "3_stages": dict(STAGES=3, DSB=1), "no_lpt": dict(LPT=False)}
+# D=256 (kitjit/nn/attention_backward_d256.py, one Q and one dO stage): two of either; no
+# longest-first order
+VARIANTS_D256 = {"q_2_stages": dict(QSTAGES=2), "do_2_stages": dict(DOSTAGES=2),
+                 "no_lpt": dict(LPT=False)}
 
 
 def steady(fn, seconds=0.2):
@@ -62,12 +66,14 @@ def rel(a, b):
     return float((a - b).norm() / b.norm().clamp_min(1e-3 * b.numel() ** 0.5))
 
 
-def check_all() -> bool:
+def check_all(dims=(64, 128, 256)) -> bool:
     ok = True
     shapes = [(2, 8, 8, 1000, 1000, 128), (2, 8, 2, 1000, 1000, 64), (2, 8, 2, 300, 777, 128),
               (2, 8, 8, 777, 300, 64), (4, 8, 2, 1, 300, 128), (1, 4, 1, 4096, 4096, 128),
-              (1, 4, 4, 513, 2049, 64), (3, 6, 3, 700, 900, 128), (3, 6, 3, 300, 300, 64)]
-    for B, H, Hkv, S, SK, D in shapes:
+              (1, 4, 4, 513, 2049, 64), (3, 6, 3, 700, 900, 128), (3, 6, 3, 300, 300, 64),
+              (2, 8, 2, 1000, 1000, 256), (2, 4, 4, 300, 777, 256), (1, 8, 1, 777, 300, 256),
+              (1, 4, 4, 4096, 4096, 256), (3, 6, 3, 700, 900, 256), (2, 4, 2, 1, 300, 256)]
+    for B, H, Hkv, S, SK, D in (c for c in shapes if c[-1] in dims):
         for causal in (False, True):
             g = torch.Generator(device="cuda").manual_seed(B * 1000 + S + D + causal)
             q = torch.randn(B, H, S, D, device="cuda", generator=g).bfloat16()
@@ -83,6 +89,8 @@ def check_all() -> bool:
             variants = {"fa3": {}}
             if D == 128 and S >= 700:
                 variants.update({n: c for n, c in VARIANTS.items() if "LPT" not in c})
+            if D == 256 and S >= 700:
+                variants.update(VARIANTS_D256)
             for alg, cfg in variants.items():
                 got = attention_backward(do, q, k, v, o, lse, causal, config=cfg)
                 errs = [rel(a, b) for a, b in zip(got, ref_grads(q, k, v, do, causal))]
@@ -91,14 +99,17 @@ def check_all() -> bool:
                 print(f"check {alg} B{B} H{H} Hkv{Hkv} S{S} SK{SK} D{D} causal={causal}: "
                       + " ".join(f"{e:.2e}" for e in errs) + ("" if good else "  FAIL"),
                       flush=True)
-    # the same twice: a race shows as a moving result
-    q, k, v, do = (torch.randn(2, 16, 2048, 128, device="cuda").bfloat16() for _ in range(4))
-    o, lse = attention(q, k, v, True)
-    a = attention_backward(do, q, k, v, o, lse, True)
-    b = attention_backward(do, q, k, v, o, lse, True)
-    for x, y, n in zip(a, b, "qkv"):
-        d = (x.float() - y.float()).abs().max().item()
-        print(f"repeat d{n}: max |diff| {d:.3g} (dQ is summed by atomic adds in any order)")
+    # the same twice: a race shows as a moving result (dk, dv must not move at all)
+    for D in dims:
+        q, k, v, do = (torch.randn(2, 16, 2048, D, device="cuda").bfloat16() for _ in range(4))
+        o, lse = attention(q, k, v, True)
+        a = attention_backward(do, q, k, v, o, lse, True)
+        b = attention_backward(do, q, k, v, o, lse, True)
+        for x, y, n in zip(a, b, "qkv"):
+            d = (x.float() - y.float()).abs().max().item()
+            ok &= n == "q" or d == 0
+            print(f"repeat D{D} d{n}: max |diff| {d:.3g} (dQ is summed by atomic adds in any "
+                  "order)")
     return ok
 
 
@@ -111,8 +122,13 @@ def time_case(B, H, S, D, causal, fwd: bool) -> dict:
     flop = 2.5 * fflop
     o, lse = attention(q, k, v, causal)
     runs = {"kitjit": lambda: attention_backward(do, q, k, v, o, lse, causal)}
-    for name, cfg in VARIANTS.items():
-        if D > 64 and "LPT" not in cfg or D == 64 and "LPT" in cfg:
+    for name, cfg in (VARIANTS_D256 if D == 256 else VARIANTS).items():
+        if D == 256 and (causal or "LPT" not in cfg):
+            runs[name] = (lambda cfg=cfg: attention_backward(do, q, k, v, o, lse, causal,
+                                                             config=cfg))
+        elif D == 256:
+            continue
+        elif D > 64 and "LPT" not in cfg or D == 64 and "LPT" in cfg:
             if causal or "LPT" not in cfg:
                 runs[name] = (lambda cfg=cfg: attention_backward(do, q, k, v, o, lse, causal,
                                                                  config=cfg))
@@ -149,12 +165,13 @@ def main() -> None:
     ap.add_argument("--no-check", action="store_true")
     a = ap.parse_args()
     print(torch.cuda.get_device_name(), flush=True)
-    ok = True if a.no_check else check_all()
+    dims = (64, 128, 256) if a.cases == "all" else (int(a.cases[1:]),)
+    ok = True if a.no_check else check_all(dims)
     cases = [c for c in CASES if a.cases == "all" or f"d{c[3]}" == a.cases]
     rows = [time_case(*c, causal, fwd=not a.no_fwd)
             for c in cases for causal in (False, True)]
     for r in rows:
-        print(r["case"], "variants:", {n: r.get(n) for n in VARIANTS})
+        print(r["case"], "variants:", {n: r.get(n) for n in (*VARIANTS, *VARIANTS_D256)})
     print("\ncase                          kitjit  flash  cudnn | x flash  x cudnn"
           " | fwd kitjit cudnn")
     rf, rc = [], []

@@ -219,15 +219,16 @@ def _warm(fn, sets, seconds: float = 0.25) -> None:
     _sync()
 
 
-def time_variants(variants: dict, sets, rounds: int = 3) -> dict:
+def time_variants(variants: dict, sets, rounds: int = 3, warm: float = 0.25,
+                  seconds: float = 0.1) -> dict:
     """{name: (graph ms, called ms)}: interleaved rounds, best median of each."""
     best: dict = {}
     for _ in range(rounds):
         for name, fn in variants.items():
             try:
-                _warm(fn, sets)
-                g = _graph_ms(fn, sets)
-                c = _called_ms(fn, sets)
+                _warm(fn, sets, warm)
+                g = _graph_ms(fn, sets, seconds)
+                c = _called_ms(fn, sets, seconds)
             except Exception as e:  # noqa: BLE001 (a peer that cannot run is reported)
                 print(f"  {name}: not timed ({type(e).__name__}: {str(e)[:120]})",
                       flush=True)
@@ -280,6 +281,9 @@ def run_workload(name: str, args, compile_state: dict) -> dict:
     search_s = time.perf_counter() - t0
     res = dict(workload=name, desc=wl["desc"], search_s=search_s, plan=opt.info["plan"],
                kernels=opt.info["kernels"], search=opt.info["search"], floor_us=floor_us)
+    best = sorted(opt.info["search"].get("timings", []), key=lambda x: x[0])[:4]
+    print("  search timed (us, model us): " + "; ".join(
+        f"{t:.1f} ({m:.1f}) {p}" for t, m, _, p in best), flush=True)
     # correctness on fresh inputs, after the search
     errs, eager_errs = [], []
     for _ in range(3):
@@ -317,7 +321,8 @@ def run_workload(name: str, args, compile_state: dict) -> dict:
             print(f"  torch.compile failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
     if "sdpa" in wl:
         variants.update(_sdpa_variants(wl, sets))
-    times = time_variants(variants, sets, rounds=args.rounds)
+    times = time_variants(variants, sets, rounds=args.rounds, warm=args.warm,
+                          seconds=args.seconds)
     res["times_ms"] = times
     for k, (gm, cm) in times.items():
         print(f"  {k:16s} graph {gm * 1e3:9.2f} us   called {cm * 1e3:9.2f} us", flush=True)
@@ -367,6 +372,10 @@ def main() -> int:
                     help="torch.compile mode, 'default', or 'none' to skip it")
     ap.add_argument("--compile-limit", type=float, default=240.0)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--warm", type=float, default=0.25, help="s of calls before timing")
+    ap.add_argument("--seconds", type=float, default=0.1, help="s per timed median")
+    ap.add_argument("--deadline", type=float, default=0.0,
+                    help="s for the whole run: later workloads are skipped past it (0: none)")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -381,7 +390,11 @@ def main() -> int:
           f"kitjit {kit.__version__}", flush=True)
     state = {"mode": args.compile_mode}
     results = []
+    t_start = time.perf_counter()
     for n in names:
+        if args.deadline and time.perf_counter() - t_start > args.deadline:
+            print(f"\n--deadline {args.deadline:g} s passed: {n} skipped", flush=True)
+            continue
         try:
             results.append(run_workload(n, args, state))
         except Exception as e:  # noqa: BLE001 (one workload's failure is reported)

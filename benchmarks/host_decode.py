@@ -58,6 +58,21 @@ def forward_rows() -> dict:
     return {"sdpa fwd B2 H16/4 S512": lambda: KF.sdpa(q, k, v, enable_gqa=True)}
 
 
+def backward_rows() -> dict:
+    """The FA3 backward (three kernels) as autograd calls it: attention_backward on the
+    forward's o and LSE (values do not matter: nothing runs)."""
+    from kitjit.nn.attention_backward import attention_backward
+
+    out = {}
+    for D in (128, 64):    # small: the CPU zeroes and copies what a GPU queues
+        q, k, v = inputs(1, 4, 2, 64, 64, D)
+        do, o = torch.randn_like(q), torch.randn_like(q)
+        lse = torch.randn(1, 4, 64)
+        out[f"attention_backward B1 H4/2 S64 D{D}"] = \
+            lambda q=q, k=k, v=v, do=do, o=o, lse=lse: attention_backward(do, q, k, v, o, lse)
+    return out
+
+
 def best_us(fn, n: int, clock=time.perf_counter_ns) -> float:
     s = clock()
     for _ in range(n):
@@ -76,6 +91,7 @@ def main() -> None:
         for shape in SHAPES:
             table.update(rows(shape))
         table.update(forward_rows())
+        table.update(backward_rows())
         table["noop lambda"] = lambda: None
         for fn in table.values():      # compile (disk cache), plans, descriptors
             fn()

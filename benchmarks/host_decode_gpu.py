@@ -69,6 +69,8 @@ def main() -> None:
             "kitjit sdpa": (lambda: KF.sdpa(q, k, v, enable_gqa=True), contextlib.nullcontext),
             "kitjit attention_decode": (lambda: AD.attention_decode(q, k, v),
                                         contextlib.nullcontext),
+            "kitjit combine kernel": (lambda: AD.attention_decode(q, k, v, fused=False),
+                                      contextlib.nullcontext),
             "torch sdpa (default)": (lambda: F(q, k, v, enable_gqa=True),
                                      contextlib.nullcontext),
             "torch sdpa cuDNN": (lambda: F(q, k, v, enable_gqa=True),

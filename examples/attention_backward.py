@@ -4,7 +4,8 @@ The kernels live in the package, kitjit/nn/attention_backward.py (read it first)
 algorithm in kitjit's level-2 language, where the hardware shapes every step:
 
 1. `bwd_preprocess`: Δ_i = sum_d dO_id O_id and the LSE in log2, one fp32 each per query row,
-   padded to whole blocks (LSE = +inf there: P = exp2(S - LSE) is 0 without a mask).
+   padded to whole blocks (LSE = +inf there: P = exp2(S - LSE) is 0 without a mask); it
+   also zeroes the fp32 dQ sums, so no memset runs between the kernels.
 2. `bwd_kernel`: one program per 128 keys of one K/V head, warp-specialized
    (`kit.warpgroup_id()` roles). The producer warpgroup gives its registers up
    (`kit.setmaxnreg(24)`) and streams Q, dO, LSE and Δ blocks through a TMA ring; the two
@@ -21,6 +22,13 @@ algorithm in kitjit's level-2 language, where the hardware shapes every step:
    atomic per element): no second pass over K and V (FA2 needs two more MMAs for dQ).
    GQA: the ring runs over every query head of the group, so dK and dV come out summed.
 3. `dq_convert`: dQ = scale · the fp32 sums, in q's dtype.
+
+Head dim 256 (kitjit/nn/attention_backward_d256.py) is where the register file decides the
+design: dK and dV of 128 keys x 256 in fp32 would take 256 registers a thread over two
+warpgroups for the accumulators alone, and a thread has at most 255. So a program holds
+64 keys, and its two consumer warpgroups take different jobs (one computes Sᵀ, Pᵀ and dV,
+the other dPᵀ, dSᵀ, dK and dQ, with Pᵀ passed through shared memory), each holding one
+64 x 256 accumulator (128 registers a thread); dQ goes out in two halves of 128 columns.
 
 `kitjit.nn.functional.scaled_dot_product_attention` wires this to autograd: `loss.backward()`
 reaches q, k and v, and torch.compile(fullgraph=True) sees two opaque custom ops
@@ -55,8 +63,10 @@ def reference_grads(q, k, v, do, causal, scale=None):
 
 def main() -> None:
     dev = device()
-    cases = [(2, 4, 2, 300, 300, 128, True), (1, 4, 4, 200, 333, 64, False)] if has_gpu() \
-        else [(1, 2, 1, 70, 70, 64, True), (1, 2, 2, 40, 96, 128, False)]
+    cases = [(2, 4, 2, 300, 300, 128, True), (1, 4, 4, 200, 333, 64, False),
+             (2, 4, 2, 300, 250, 256, True)] if has_gpu() \
+        else [(1, 2, 1, 70, 70, 64, True), (1, 2, 2, 40, 96, 128, False),
+              (1, 2, 1, 70, 100, 256, True)]
     for B, H, Hkv, S, SK, D, causal in cases:
         q = torch.randn(B, H, S, D, device=dev, dtype=torch.bfloat16)
         k = torch.randn(B, Hkv, SK, D, device=dev, dtype=torch.bfloat16)

@@ -1,6 +1,7 @@
 """bf16 GEMM for Ampere and Ada (sm_80 / sm_86 / sm_89): a ring of shared-memory stages that
 `kit.tma_load` fills (cp.async by every thread there), `kit.mma` on ldmatrix + mma.sync with
-64x64 warp tiles, C = A @ B with fp32 accumulation.
+64x64 warp tiles (16 ldmatrix.x4 for 64 mma.sync a 32-deep step), C = A @ B with fp32
+accumulation.
 
 No barrier between the MMAs and the refills. With STAGES stages the loads run PREFETCH =
 STAGES / 2 steps ahead: the refill at step i overwrites the data of step i + PREFETCH -
@@ -52,7 +53,28 @@ def matmul_ampere_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr,
               mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
-CONFIG = dict(BM=128, BN=128, BK=32, STAGES=6, num_warps=4)   # 96 KB: two CTAs per SM
+# The first that fits the GPU's shared memory per block (benchmarks/NOTES.md, H100 running
+# this code path): 256x128x64 on 8 warps, 4 stages, 192 KB (an sm_90 part's 227 KB; A100s
+# have 163 KB, Ada 99 KB); 128x128x32 on 4 warps, 6 stages, 96 KB (0.90-0.95x of it).
+CONFIGS = [dict(BM=256, BN=128, BK=64, STAGES=4, num_warps=8),
+           dict(BM=128, BN=128, BK=32, STAGES=6, num_warps=4)]
+CONFIG = CONFIGS[1]   # what the CPU (interpreter) and the smallest parts take
+
+
+def stage_bytes(cfg: dict) -> int:
+    """Shared memory of a config's ring (bf16/fp16 tiles), barriers aside."""
+    return cfg["STAGES"] * (cfg["BM"] + cfg["BN"]) * cfg["BK"] * 2
+
+
+def pick_config(device: torch.device) -> dict:
+    """The first of CONFIGS whose ring fits the device's shared memory per block."""
+    if device.type != "cuda":
+        return CONFIG
+    from kitjit.runtime.driver import max_shared_memory
+
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    room = max_shared_memory(idx) - 1024   # barriers, alignment
+    return next((c for c in CONFIGS if stage_bytes(c) <= room), CONFIG)
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, arch: str | None = None, **config):
@@ -60,7 +82,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, arch: str | None = None, **config):
     (None: this GPU's; "sm_80" runs the Ampere code path on a Hopper too)."""
     M, K = a.shape
     N = b.shape[1]
-    cfg = dict(CONFIG, **config)
+    cfg = dict(pick_config(a.device), **config)
     if cfg["STAGES"] < 2:
         raise ValueError("matmul_ampere: STAGES must be at least 2 (loads run STAGES/2 ahead)")
     c = torch.empty(M, N, device=a.device, dtype=a.dtype)

@@ -122,8 +122,9 @@ def prepare(fn: Function) -> Function:
 def acc_layout(op: Op, shape: tuple[int, int], num_warps: int, rows_reduced: bool) -> Mma:
     """The accumulator layout of `kit.mma` below sm_90: mma.sync m16n8 fragments.
 
-    Where the accumulator's rows are reduced or scaled by row vectors (softmax) or its A
-    operand comes from registers (P @ V), warps split the rows only, as Hopper's WGMMA does:
+    Where the accumulator's rows are reduced or scaled by float row vectors (softmax; an
+    integer row vector is an index and broadcasts from any grid) or its A operand comes from
+    registers (P @ V), warps split the rows only, as Hopper's WGMMA does:
     row reductions then stay inside a warp, and an accumulator converted to 16 bits is the
     A fragment of the next MMA. Otherwise (a GEMM) the warp grid that loads the fewest
     fragments per k-step: warps cover M/wm x N/wn each, and each k-step a warp reads

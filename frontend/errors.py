@@ -56,6 +56,17 @@ def _located(loc: Loc | None, text: str) -> str:
     return f"{head}\n    {stripped}\n    {' ' * col}{'^' * width}"
 
 
+
+class OutOfResources(CompileError):
+    """A kernel that needs more of a per-block resource (shared memory) than the device has:
+    Triton's `triton.runtime.errors.OutOfResources` (fields `required`, `limit`, `name`),
+    which libraries catch to fall back to smaller tiles."""
+
+    def __init__(self, required: int, limit: int, name: str, message: str,
+                 hint: str | None = None):
+        self.required, self.limit, self.name = required, limit, name
+        super().__init__(message, None, hint)
+
 class InternalCompilerError(RuntimeError):
     """A bug in kitjit, not in the kernel: names the kernel and the stage; the original
     traceback stays chained (``raise ... from``)."""

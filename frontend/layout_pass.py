@@ -96,7 +96,7 @@ def infer_layouts(fn: Function) -> Function:
                 see(v)
             n = op.name
             if n in O.ELEMENTWISE or n in ("broadcast", "load", "store", "atomic_rmw",
-                                             "atomic_cas", "umulhi", "math"):
+                                             "atomic_cas", "umulhi", "math", "hint"):
                 same(op.operands + op.results)
             elif n in ("reduce", "reduce_combine"):
                 same(op.operands)
@@ -180,9 +180,13 @@ def infer_layouts(fn: Function) -> Function:
 
     layout: dict[int, Layout] = {}
     ampere = is_ampere(fn)
-    # classes whose rows are reduced or scaled by row vectors (softmax): see acc_layout
+    # classes whose rows are reduced or scaled by row vectors (softmax): see acc_layout.
+    # Integer row vectors are indices (a GEMM's `rm[:, None] * N + rn[None, :]` epilogue
+    # joins its accumulator's class): they broadcast from any warp grid
     row_classes = {cls(op.operands[0] if kind == "reduce" else op.result)
-                   for kind, op in slice_edges if op.attrs["axis"] == 1} if ampere else set()
+                   for kind, op in slice_edges if op.attrs["axis"] == 1 and
+                   (kind == "reduce" or op.operands[0].dtype.is_floating())} \
+        if ampere else set()
     for op in dots:
         c = cls(op.result)
         # wgmma: each warp owns 16 rows of its warpgroup's 64 (the m64nNk16 accumulator)

@@ -17,7 +17,8 @@ from kitjit.ir.core import Block, Function, Op, Value
 _PURE = frozenset({"constant", "add", "sub", "mul", "floordiv", "mod", "and", "or", "xor",
                    "shl", "shr", "cast", "smem_index", "program_id", "minimum", "maximum"})
 # ops after which a new run starts
-_BREAK = frozenset({"mbar_wait", "mbar_arrive", "wgmma", "barrier", "for", "while", "if",
+_BREAK = frozenset({"mbar_wait", "mbar_arrive", "wgmma", "barrier", "named_bar", "for",
+                    "while", "if",
                     "store", "tma_store", "yield"})
 
 

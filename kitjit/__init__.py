@@ -59,6 +59,7 @@ from .jit import CompiledKernel, JITFunction, compile_aot, interpret_mode, jit  
 from .language import *  # noqa: E402,F403
 from .language import __all__ as _lang_all  # noqa: E402
 from .runtime import set_allocator  # noqa: E402
+from .runtime.errors import OutOfResources  # noqa: E402,F401  (Triton: triton.OutOfResources)
 from .torch_ops import custom_op  # noqa: E402
 
 __all__ = ["jit", "JITFunction", "CompiledKernel", "compile_aot", "interpret_mode",
@@ -75,4 +76,4 @@ def __getattr__(name: str):
         import kitjit.graph  # noqa: F401
     from .language.triton_names import missing_name_message
 
-    raise AttributeError(missing_name_message(name))
+    raise AttributeError(missing_name_message(name, top=True))

@@ -106,6 +106,10 @@ def launch_description(ck: Any, cubin_file: str | None = None) -> dict[str, Any]
         if note:
             p["note"] = note
         params.append(p)
+    if meta.get("scratch"):
+        raise HeaderError("the kernel builds tensor descriptors on the device "
+                          "(kit.make_tensor_descriptor on sm_90a), which need a global "
+                          "scratch parameter the header cannot describe yet")
     for t in meta.get("tma", []):
         src = names[t["param"]]
         dtype = t["dtype"]

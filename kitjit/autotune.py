@@ -265,11 +265,15 @@ class Autotuner:
             warnings.warn(f"autotune of {name}: key '{k}' is not a parameter of the kernel "
                           f"({', '.join(params)}); it is ignored", stacklevel=3)
             self.key.remove(k)
-        for k in self.key:
-            if k in tuned:
-                raise ValueError(f"autotune of {name}: key '{k}' is set by the configs")
+        # a key the configs set is never an argument: Triton skips it (keys are read from
+        # the caller's arguments), and so does kitjit
+        self.key = [k for k in self.key if k not in tuned]
         self.reset_to_zero = list(reset_to_zero or ())
         self.restore_value = list(restore_value or ())
+        # Triton's benchmark-time hooks (pre_hook(named_args), post_hook(named_args,
+        # exception)), set by kitjit.runtime.autotuner's Triton-form constructor
+        self.pre_hook: Callable | None = None
+        self.post_hook: Callable | None = None
         for k in self.reset_to_zero + self.restore_value:
             if k not in fn.runtime_params:
                 raise ValueError(f"autotune of {name}: '{k}' (reset_to_zero/restore_value) is "
@@ -319,6 +323,8 @@ class Autotuner:
 
     # -------------------------------------------------------------- launch
     def __getitem__(self, grid: Any) -> Callable:
+        if type(self).run is not Autotuner.run:  # a subclass's run (Triton's hook point)
+            return functools.partial(self.run, grid=grid)
         return functools.partial(self._run, grid=grid)
 
     def run(self, *args: Any, grid: Any, **kwargs: Any) -> Any:
@@ -629,9 +635,14 @@ class Autotuner:
         zero = [named[n] for n in self.reset_to_zero if named.get(n) is not None]
         restore = [(named[n], t) for n, t in saved.items()]
         hook = cfg.pre_hook
+        pre, post = self.pre_hook, self.post_hook
 
         def launch() -> None:
+            if pre is not None:
+                pre({**named, **cfg.kwargs})
             run(grid=grid, **call_kw)
+            if post is not None:
+                post({**named, **cfg.kwargs}, exception=None)
 
         def setup() -> None:
             for t in zero:
@@ -758,6 +769,8 @@ class Heuristics:
         return self._run(*args, grid=grid, **kw)
 
     def __getitem__(self, grid: Any) -> Callable:
+        if type(self).run is not Autotuner.run:  # a subclass's run (Triton's hook point)
+            return functools.partial(self.run, grid=grid)
         return functools.partial(self._run, grid=grid)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -143,7 +143,8 @@ class CompiledKernel:
     def _new_params(self):
         from .runtime.driver import ParamBlock
 
-        block = ParamBlock(flat_kinds(self.arg_kinds), len(self.metadata.get("tma", [])))
+        block = ParamBlock(flat_kinds(self.arg_kinds), len(self.metadata.get("tma", [])),
+                           bool(self.metadata.get("scratch")))
         self._tls.block = block
         return block
 
@@ -153,7 +154,8 @@ class CompiledKernel:
         after its launch (so there are as many blocks as launches ever ran at once)."""
         from .runtime.driver import ParamBlock
 
-        block = ParamBlock(flat_kinds(self.arg_kinds), len(self.metadata.get("tma", [])))
+        block = ParamBlock(flat_kinds(self.arg_kinds), len(self.metadata.get("tma", [])),
+                           bool(self.metadata.get("scratch")))
         return (block.struct, block.ptrs, block.address)
 
     def _init_handles(self) -> None:
@@ -555,6 +557,10 @@ class JITFunction:
             "arg_kinds": [_kind(s) for s in specs],
             "tma": [_tma_meta(self.runtime_params.index(name), e)
                     for name, e in fn.attrs.get("tma", {}).items()],
+            # bytes of global scratch per program (CUtensorMaps the kernel builds), the
+            # kernel's last parameter; the launcher allocates them (kitjit.set_allocator)
+            **({"scratch": 128 * fn.attrs["_scratch_slots"]}
+               if fn.attrs.get("_scratch_slots") else {}),
             "compile_seconds": round(time.perf_counter() - t0, 4),
             "versions": {"kitjit": __version__},
             "assembler": res.extra.get("assembler", "unknown"),
@@ -651,11 +657,12 @@ def _guard(kernel: str, stage: str, thunk):
 
 def _check_shared(ck: CompiledKernel, max_shared: int | None, jf: JITFunction) -> None:
     if max_shared is not None and ck.shared > max_shared:
-        from kitjit.frontend.errors import CompileError
+        from kitjit.frontend.errors import OutOfResources
 
-        raise CompileError(f"kernel '{ck.name}' needs {ck.shared} bytes of shared memory but "
-                           f"the device allows {max_shared} per block",
-                           hint="use smaller tiles or fewer warps")
+        raise OutOfResources(ck.shared, max_shared, "shared memory",
+                             f"kernel '{ck.name}' needs {ck.shared} bytes of shared memory but "
+                             f"the device allows {max_shared} per block",
+                             hint="use smaller tiles or fewer warps")
 
 
 def _is_constexpr(annotation) -> bool:

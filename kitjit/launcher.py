@@ -231,6 +231,10 @@ def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tup
         tmap = "_rowmap" if t.get("kind") == "rows" else "_tmapd" if t.get("desc") else "_tmap"
         sets.append(f"    _ptrs[{block.desc_base + j}] = {tmap}({names[t['param']]}, "
                     f"{t['box'][0]}, {t['box'][1]}, {t['swizzle']}, '{t['dtype']}')")
+    if ck.metadata.get("scratch"):  # CUtensorMaps the kernel builds: per program, per launch
+        sets.append(f"    _scr = _scratch({ck.metadata['scratch']} * g0 * g1 * g2, _DEV, "
+                    "stream)")
+        sets.append("    _st.scratch = _scr.data_ptr()")
     meta = "{" + "".join(f"{n!r}: {a}, " for n, a in zip(jf.runtime_params, names)) + \
         "**_META}"
     src = _LAUNCH_TEMPLATE.format(args=", ".join(names + values) or "*_",
@@ -244,10 +248,35 @@ def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tup
         "_THREADS": ck.threads, "_SHARED": ck.shared, "_stream": _stream_getter(),
         "_DEV": device, "_handle": _stream_handle, "_cs": stream_get, "_cs_new": stream_new,
         "_tmap": driver.tensor_map, "_tmapd": driver.descriptor_map, "_rowmap": _row_map(),
-        "_OK": driver.launch_ok(),
+        "_OK": driver.launch_ok(), "_scratch": alloc_scratch,
     }
     exec(src, ns)
     return ns["launch"]
+
+
+def alloc_scratch(size: int, device: int, stream: Any = None) -> Any:
+    """The global scratch of one launch (`size` bytes, 128-byte aligned): from the
+    function given to `kitjit.set_allocator` as Triton calls it, `fn(size, alignment,
+    stream)` with the CUstream handle, else a torch uint8 tensor on the device (torch's
+    caching allocator, ordered on the current stream). Held by the launcher until
+    cuLaunchKernel returns, as Triton holds it."""
+    from .runtime import get_allocator
+
+    fn = get_allocator()
+    if fn is None:
+        import torch
+
+        return torch.empty(size, dtype=torch.uint8, device=f"cuda:{device}")
+    if stream is None or not isinstance(stream, int):
+        import torch
+
+        stream = torch.cuda.current_stream(device).cuda_stream if stream is None else \
+            getattr(stream, "cuda_stream", stream)
+    buf = fn(size, 128, stream)
+    if buf.data_ptr() % 128:
+        raise ValueError(f"the allocator given to kitjit.set_allocator returned memory at "
+                         f"{buf.data_ptr():#x}, not 128-byte aligned")
+    return buf
 
 
 def _row_map():
@@ -266,7 +295,8 @@ def _make_launch_record(jf: JITFunction, ck: CompiledKernel, device: int, consts
     host TensorDescriptor parameters take the generated per-key launcher instead (`slow`)."""
     from .runtime import driver
 
-    if ck.metadata.get("tma") or any(k.startswith("desc") for k in ck.arg_kinds):
+    if ck.metadata.get("tma") or ck.metadata.get("scratch") or \
+            any(k.startswith("desc") for k in ck.arg_kinds):
         return slow_record(_make_launcher(jf, ck, device, consts, pdl))
     launch_fn, wrap = driver.pdl_launch() if pdl else driver.raw_launch()
     stream_get, stream_new = _stream_objects(driver.stream_wrap())

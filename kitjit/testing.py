@@ -439,3 +439,10 @@ class FakeDriver:
         host = sys.modules.get("kitjit.nn._host")
         if host is not None:
             host.reset()
+        # descriptors encoded by the fake (its encoding index, not a map) must not reach a
+        # later driver, nor maps of an earlier one the fake's launches: they key on the
+        # address, and a freed tensor's address comes back
+        driver = sys.modules["kitjit.runtime.driver"]
+        driver._TMAP_CACHE.clear()
+        if hasattr(driver, "_TMAP_OLD"):
+            driver._TMAP_OLD = {}

@@ -228,15 +228,18 @@ def mixed_barrier_kernel(A, C, BM: kit.constexpr):
 @kit.jit
 def roles_kernel(A, C, BM: kit.constexpr):
     """A producer warpgroup copies, a consumer warpgroup reads and hands the stage back
-    (kit.mbarrier_arrive: once per warpgroup on Hopper, once per warp on Ampere)."""
+    (kit.mbarrier_arrive: once per warpgroup on Hopper, once per warp on Ampere), with
+    Hopper's register budgets (kit.setmaxnreg: a no-op on Ampere)."""
     a = kit.shared((2, BM, 64), A.dtype.element_ty)
     ready = kit.mbarriers(2)
     empty = kit.mbarriers(2, arrivals=1)
     if kit.warpgroup_id() == 0:
+        kit.setmaxnreg(40)     # a no-op on sm_80 (no register reallocation there)
         for j in range(4):
             kit.mbarrier_wait(empty[j % 2], j // 2 % 2 ^ 1)
             kit.tma_load(a[j % 2], A, (j * BM, 0), ready[j % 2])
     else:
+        kit.setmaxnreg(232)
         for j in range(4):
             kit.mbarrier_wait(ready[j % 2], j // 2 % 2)
             acc = kit.mma(a[j % 2], a[j % 2].T, kit.zeros((BM, BM), kit.float32))
@@ -246,20 +249,30 @@ def roles_kernel(A, C, BM: kit.constexpr):
 
 
 def test_roles_arrival_counts_on_sm80():
-    """Copies arrive per producer thread (128), kit.mbarrier_arrive per consumer warp (4)."""
+    """Copies arrive per producer thread (128), kit.mbarrier_arrive per consumer warp (4);
+    kit.setmaxnreg emits nothing."""
     ck = kit.compile_aot(str(pathlib.Path(__file__)), "roles_kernel", ["*bf16:16", "*fp32:16"],
                          {"BM": 64}, 8, "sm_80")
     ptx = ck.asm["ptx"]
     assert "bar.warp.sync" in ptx and "cp.async.mbarrier.arrive.noinc" in ptx
+    assert "setmaxnreg" not in ptx and ".minnctapersm" not in ptx   # a no-op on sm_80
     tir = ck.asm["tir"]
     assert "sm80_init=128" in tir and "sm80_init=4" in tir, tir[:2000]
 
 
-@pytest.mark.parametrize("arch", [None, "sm_80"] if has_gpu() else [None])
-def test_roles_kernel_runs(arch, monkeypatch):
-    """In the interpreter (roles as coroutines), and on a GPU through the sm_80 path."""
-    if arch is None:
-        monkeypatch.setenv("KITJIT_INTERPRET", "1")
+def test_roles_kernel_runs_in_interpreter(monkeypatch):
+    """Roles as coroutines (tests/test_ampere.py's GPU twin below runs the sm_80 path)."""
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    _run_roles(None)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not has_gpu(), reason="needs a CUDA GPU")
+def test_roles_kernel_runs_on_gpu_sm80_path():
+    _run_roles("sm_80")
+
+
+def _run_roles(arch):
     dev = "cuda" if arch else "cpu"
     a = torch.randn(256, 64, generator=torch.Generator().manual_seed(9)).to(dev,
                                                                             torch.bfloat16)
@@ -392,31 +405,51 @@ def test_fa2_sass(arch, D, causal, limit):
 
 
 @needs_sass
-@pytest.mark.parametrize("arch", ["sm_80", "sm_89"])
-def test_matmul_example_sass(arch):
+def test_matmul_example_sass():
+    """The Hopper GEMM text on sm_80 (sm_89 is the same lowering: test_fa2_sass compiles
+    for it)."""
     from examples.matmul import AMPERE_CONFIG
 
     cfg = dict(AMPERE_CONFIG)
     nw = cfg.pop("num_warps")
-    c = _sass(EXAMPLES / "matmul.py", "matmul_kernel", GEMM_SIG, dict(cfg, GROUP=8), nw, arch)
+    c = _sass(EXAMPLES / "matmul.py", "matmul_kernel", GEMM_SIG, dict(cfg, GROUP=8), nw,
+              "sm_80")
     _level2_ops(c)
     assert c.has("LDSM.16.MT88.4"), "B [K, N] should load with ldmatrix.trans"
     assert c.ck.metadata["spills"] == 0 and not c.has("STL") and not c.has("LDL")
 
 
-@needs_sass
-def test_matmul_ampere_sass_has_no_barrier_in_its_loop():
+@pytest.fixture(scope="module")
+def gemm_sass():
+    """examples/matmul_ampere.py's kernel for sm_80, compiled once for the tests below."""
+    if __import__("kitjit.tools", fromlist=["find_tool"]).find_tool("cuobjdump") is None:
+        pytest.skip("cuobjdump/nvdisasm not found")
+    from examples.matmul_ampere import CONFIGS
+
+    cfg = dict(CONFIGS[0])   # 256x128x64 on 8 warps: what an H100 on this code path takes
+    nw = cfg.pop("num_warps")
+    return cfg, _sass(EXAMPLES / "matmul_ampere.py", "matmul_ampere_kernel",
+                      GEMM_SIG[:3] + GEMM_SIG[5:], dict(cfg, GROUP=8), nw, "sm_80")
+
+
+def test_matmul_ampere_sass_has_no_barrier_in_its_loop(gemm_sass):
     """sync=False: the loop's refills need no bar.sync (only the prologue's and the
     barriers' init have one)."""
-    from examples.matmul_ampere import CONFIG
-
-    cfg = dict(CONFIG)
-    nw = cfg.pop("num_warps")
-    c = _sass(EXAMPLES / "matmul_ampere.py", "matmul_ampere_kernel", GEMM_SIG[:3] +
-              GEMM_SIG[5:], dict(cfg, GROUP=8), nw, "sm_80")
+    cfg, c = gemm_sass
     _level2_ops(c)
     assert c.count("BAR.SYNC") <= cfg["STAGES"] // 2 + 1, c.summary()
     assert c.ck.metadata["spills"] == 0
+
+
+def test_copies_inside_the_tensor_skip_the_clamping(gemm_sass):
+    """Every kit.tma_load has two bodies: plain cp.async at constant offsets when the box is
+    inside the tensor (LDGSTS without ZFILL) and the clamped edge path (src-size: ZFILL),
+    as many copies each."""
+    _, c = gemm_sass
+    plain = c.count("LDGSTS.E.BYPASS.128") - c.count("LDGSTS.E.BYPASS.128.ZFILL")
+    assert plain and plain == c.count("LDGSTS.E.BYPASS.128.ZFILL"), c.summary()
+    ptx = c.ck.asm["ptx"]
+    assert ptx.count("], 16; }") == ptx.count("], 16, %r"), "fast and edge copies differ"
 
 
 @needs_sass
@@ -508,6 +541,27 @@ def test_hopper_attention_text_on_gpu_sm80_path():
         *(t.contiguous().view(-1, 128) for t in (q, k, v)), o, lse, 300, 300, 4, 2,
         1.4426950408889634 / math.sqrt(128), BM=128, BN=64, D=128, CAUSAL=True, STAGES=2,
         num_warps=4, arch="sm_80")
+    ro, rl = reference(q, k, v, True)
+    _check(o, ro, 1e-2, "O")
+    _check(lse, rl, 1e-4, "LSE")
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.filterwarnings("ignore:kernel 'attention_ws_kernel' spills")
+def test_warp_specialized_text_on_gpu_sm80_path():
+    """kitjit.nn's producer/consumer attention (kit.setmaxnreg, a no-op on sm_80; one
+    producer warpgroup's cp.async, two consumers' kit.mbarrier_arrive per warp)."""
+    from examples.attention_ampere import reference
+    from kitjit.nn.attention import attention_ws_kernel
+
+    q, k, v = _attn_case(1, 4, 300, 300, 128, 2, "cuda")
+    o = torch.full_like(q, float("nan"))
+    lse = torch.full(q.shape[:3], float("nan"), device="cuda")
+    attention_ws_kernel[(kit.cdiv(300, 128), 4)](
+        *(t.contiguous().view(-1, 128) for t in (q, k, v)), o, lse, 300, 300, 4, 2,
+        1.4426950408889634 / math.sqrt(128), BM=128, BN=128, D=128, CAUSAL=True, STAGES=2,
+        CONSUMERS=2, num_warps=12, arch="sm_80")
     ro, rl = reference(q, k, v, True)
     _check(o, ro, 1e-2, "O")
     _check(lse, rl, 1e-4, "LSE")

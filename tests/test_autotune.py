@@ -119,8 +119,9 @@ def test_bad_declarations():
     # 08-grouped-gemm tutorial has the typo 'gropup_c_ptrs' in its key)
     with pytest.warns(UserWarning, match="key 'm' is not a parameter"):
         assert Autotuner(add_kernel, CONFIGS, key=["n", "m"]).key == ["n"]
-    with pytest.raises(ValueError, match="set by the configs"):
-        Autotuner(add_kernel, CONFIGS, key=["BLOCK"])
+    # a key the configs set is no argument of the caller's: skipped, as Triton skips it
+    # (flash-linear-attention keys kernels so)
+    assert Autotuner(add_kernel, CONFIGS, key=["n", "BLOCK"]).key == ["n"]
     with pytest.raises(ValueError, match="'BLK'"):
         Autotuner(add_kernel, [Config({"BLK": 1})], key=["n"])
     with pytest.raises(ValueError, match="restore_value"):
@@ -331,7 +332,8 @@ def test_failures_are_noted_and_kept(fake_gpu, monkeypatch, cache_dir):
     assert "shared memory" in t[str(cfgs[0])] and t[str(cfgs[0])].startswith("failed")
     assert "power of two" in t[str(cfgs[1])]
     rec = json.loads(next((cache_dir / "tuning").rglob("*.json")).read_text())
-    assert rec["timings"][str(cfgs[0])].startswith("failed: CompileError")
+    # (the shared-memory limit is OutOfResources, a CompileError as in Triton)
+    assert rec["timings"][str(cfgs[0])].startswith("failed: OutOfResources")
     again = Autotuner(rowsum, cfgs, key=["n"], do_bench=never)   # failures are not retried
     again[(8,)](x, out, 1000)
     assert again.best_config == cfgs[2]

@@ -232,8 +232,8 @@ def dot_shape_kernel(Out, n):
 
 @kit.jit
 def dot_dtype_kernel(Out, n):
-    a = kit.zeros((32, 32), kit.float32)
-    b = kit.zeros((32, 32), kit.float32)
+    a = kit.zeros((32, 32), kit.int32)
+    b = kit.zeros((32, 32), kit.int32)
     c = kit.dot(a, b)
     kit.store(Out, kit.sum(kit.sum(c, axis=0), axis=0))
 
@@ -456,14 +456,15 @@ def test_reduction_axis_out_of_range_2d():
 @pytest.mark.parametrize("jf,match,hint", [
     (dot_shape_kernel, r"kit.dot: inner dims differ: a is \[32, 16\], b is \[32, 32\]",
      "[K, N]"),
-    (dot_dtype_kernel, "kit.dot takes fp16 or bf16 inputs for now, got fp32 and fp32",
+    (dot_dtype_kernel, "kit.dot takes fp16, bf16, fp32 or int8 inputs of one dtype for now, got "
+     "i32 and i32",
      ".to(kit.bfloat16)"),
     (dot_mixed_kernel, "kit.dot: a is fp16 but b is bf16", "match"),
     (dot_small_kernel, r"kit.dot needs M >= 16, K >= 16 and N >= 8 .*got M=8", "pad"),
     (dot_1d_kernel, "kit.dot: 'a' must be a 2-d tile", None),
     (dot_acc_kernel, r"acc must be an fp32 tile of shape \[32, 32\], got a fp16 tile",
      "kit.zeros((32, 32), kit.float32)"),
-], ids=["inner-dims", "fp32-inputs", "mixed-dtypes", "too-small", "1d", "acc-dtype"])
+], ids=["inner-dims", "i32-inputs", "mixed-dtypes", "too-small", "1d", "acc-dtype"])
 def test_dot_misuse(jf, match, hint):
     expect_compile_error(jf, [X(4), 3], match=match, line_has="kit.dot(", at="kit.dot",
                          hint=hint)

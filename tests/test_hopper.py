@@ -304,7 +304,7 @@ def test_sass_attention(D, BM, BN, warps, dt, causal):
 
 
 ATTN_WS_SASS = [  # (D, BM, BN, num_warps, stages, overlap): what attention(..., ws=True)
-    (128, 128, 128, 12, 3, True),                  # launches by default
+    (128, 128, 128, 12, 3, True),                  # OVERLAP (the default adds TURNS)
     (64, 64, 128, 8, 2, False),
     (256, 128, 64, 12, 2, False),
     (128, 128, 128, 12, 2, False),                 # the plain consumer at D=128
@@ -333,6 +333,36 @@ def test_sass_attention_ws(D, BM, BN, warps, stages, overlap, causal):
     assert re.search(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+240;", c.ptx), "consumers"
     need = (BM * D + stages * 2 * BN * D) * 2
     assert c.md["shared"] >= need > SMEM_48K and c.md["shared"] <= SMEM_MAX, c.md["shared"]
+
+
+ATTN_TURNS_SASS = [  # (D, BN, stages, SPLIT): the scheduler-barrier consumers (TURNS=True)
+    (128, 128, 3, False),
+    (128, 128, 2, True),
+    (64, 128, 3, True),
+    (256, 64, 2, True),
+]
+
+
+@needs_sass
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("D,BN,stages,split", ATTN_TURNS_SASS,
+                         ids=["D128", "D128-split", "D64-split", "D256-split"])
+def test_sass_attention_turns(D, BN, stages, split, causal):
+    """Two consumer warpgroups taking turns through kit.named_barrier_wait / _arrive: one
+    copy of the loop (the barrier id is a register), barriers 8 and 9 of 256 threads."""
+    c = sass(ATTN_SRC, "attention_ws_kernel", attn_sig("bf16"),
+             dict(BM=128, BN=BN, D=D, CAUSAL=causal, STAGES=stages, CONSUMERS=2, TURNS=True,
+                  SPLIT=split), 12)
+    ss = c.find(rf"HGMMA\.64x{BN}x16\.F32\.BF16 R\d+, gdesc\[")
+    rs = c.find(rf"HGMMA\.64x{D}x16\.F32\.BF16 R\d+, R\d+, gdesc\[")
+    assert len(ss) + len(rs) == len(c.hgmma()) and len(ss) <= 3 * D // 16, c.hgmma()
+    assert c.has("UTMALDG") and c.has("MUFU.EX2") and not c.has("HMMA"), c.summary()
+    c.assert_no_spills()
+    assert c.find(r"BAR\.SYNC(\.DEFER_BLOCKING)? R\d+, 0x100"), "no turn wait (bar.sync id, 256)"
+    assert c.find(r"BAR\.ARV (R\d+|0x8), 0x100"), "no turn pass (bar.arrive id, 256)"
+    assert re.search(r"bar\.sync\s+%r\d+, 256;", c.ptx) and "bar.arrive" in c.ptx, "ptx"
+    kv = (2 if split else 1) * stages
+    assert c.ptx.count("mbarrier.init") >= 1 + 2 * kv, "K and V barriers"
 
 
 # ----------------------------------------------------------------------------- roles

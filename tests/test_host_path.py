@@ -110,7 +110,7 @@ def gpu_workspace(monkeypatch):
 
 
 def test_workspace_private_per_stream_device_and_thread(gpu_workspace):
-    a, pa = _host.workspace(0, 1000)
+    a, pa, _ = _host.workspace(0, 1000)
     assert a.numel() >= 1000 and a.dtype == torch.float32 and pa == a.data_ptr()
     assert _host.workspace(0, 10)[1] == pa                 # the same stream and thread
     assert _host.workspace(1, 10)[1] != pa                 # another device
@@ -122,7 +122,7 @@ def test_workspace_private_per_stream_device_and_thread(gpu_workspace):
     th.start()
     th.join()
     assert other[0] != pa                                  # another thread, same stream
-    big, pb = _host.workspace(0, 5000)                     # grown: a new, larger buffer
+    big, pb, _ = _host.workspace(0, 5000)                     # grown: a new, larger buffer
     assert big.numel() >= 5000 and _host.workspace(0, 1000)[1] == pb
     gpu_workspace["capturing"] = True                      # a graph may replay anywhere
     assert _host.workspace(0, 10) is None
@@ -156,27 +156,27 @@ def same_launch(a, b, skip=()):
 
 
 def test_sdpa_decode_direct_launches_pass_what_the_checked_one_does(fake):
+    """Several splits merged in-kernel (FUSED): one launch per call; Q, K, V, the partials
+    and their LSEs (scratch), the output, the LSE (scratch for sdpa), the counters (zeroed
+    workspace, the same every call), then the ints."""
     B, H, Hkv, SK, D = 1, 8, 2, 1000, 64      # 16 key blocks: several splits
     q, k, v = randn(B, H, 1, D), randn(B, Hkv, SK, D, seed=1), randn(B, Hkv, SK, D, seed=2)
     outs = []
     n0 = len(fake.launches)
     for _ in range(3):
         outs.append(KF.sdpa(q, k, v, enable_gqa=True))
-    calls = pairs(fake, n0, 2)                  # split kernel + combine, per call
-    (s0, c0), (s1, c1), (s2, c2) = calls
-    # the split kernel: Q, K, V, O, L (the partials: scratch on the direct path), then ints
-    same_launch(s0, s1, skip=(3, 4))
-    same_launch(s1, s2)                         # the same workspace from call to call
+    calls = pairs(fake, n0, 1)                  # the split kernel alone, per call
+    (s0,), (s1,), (s2,) = calls
+    same_launch(s0, s1, skip=(3, 4, 5, 6, 7))   # the checked call's buffers are torch's
+    same_launch(s1, s2, skip=(5,))              # the same workspace from call to call
     assert s0["values"][:3] == (q.data_ptr(), k.data_ptr(), v.data_ptr())
+    for s, o in ((s1, outs[1]), (s2, outs[2])):
+        assert s["values"][5] == o.data_ptr()
+        assert len({*s["values"][3:8]}) == 5    # partials, LSEs, sink, counters: apart
     e = 2
     assert s1["tma"] == [(BF16, q.data_ptr(), B * H, D, D * e, 64, 64, 128),
                          (BF16, k.data_ptr(), B * Hkv * SK, D, D * e, 64, 64, 128),
                          (BF16, v.data_ptr(), B * Hkv * SK, D, D * e, 64, 64, 128)]
-    # the combine reads the split kernel's partials and writes the output returned
-    same_launch(c0, c1, skip=(0, 1, 2, 3))
-    for s, c, o in ((s1, c1, outs[1]), (s2, c2, outs[2])):
-        assert c["values"][:2] == s["values"][3:5] and c["values"][2] == o.data_ptr()
-        assert c["values"][3] not in s["values"][3:5]       # the LSE: scratch of its own
     assert outs[1].data_ptr() != outs[2].data_ptr()         # a new output every call
     assert all(o.shape == q.shape and o.dtype == q.dtype and o.is_contiguous()
                for o in outs)
@@ -185,7 +185,7 @@ def test_sdpa_decode_direct_launches_pass_what_the_checked_one_does(fake):
     q2 = randn(B, H, 1, D, seed=3)
     n1 = len(fake.launches)
     KF.sdpa(q2, k, v, enable_gqa=True)
-    (s3, _), = pairs(fake, n1, 2)
+    (s3,), = pairs(fake, n1, 1)
     assert s3["values"][0] == q2.data_ptr()
     assert s3["tma"][0] == (BF16, q2.data_ptr(), B * H, D, D * e, 64, 64, 128)
     assert s3["tma"][1:] == s1["tma"][1:]
@@ -195,7 +195,7 @@ def test_sdpa_decode_direct_launches_pass_what_the_checked_one_does(fake):
     for _ in range(2):
         n2 = len(fake.launches)
         KF.sdpa(qh, kh, vh, enable_gqa=True)
-        (sh, _), = pairs(fake, n2, 2)
+        (sh,), = pairs(fake, n2, 1)
         assert sh["function"] != s1["function"]
         assert sh["tma"] == [(FP16, t.data_ptr(), r, D, D * e, 64, 64, 128)
                              for t, r in ((qh, B * H), (kh, B * Hkv * SK), (vh, B * Hkv * SK))]
@@ -207,12 +207,30 @@ def test_sdpa_decode_direct_launches_pass_what_the_checked_one_does(fake):
     for kk in (k5, kw, k5):
         n3 = len(fake.launches)
         KF.sdpa(q, kk, v5, enable_gqa=True)
-        (sk, _), = pairs(fake, n3, 2)
+        (sk,), = pairs(fake, n3, 1)
         assert sk["tma"][1][2] == B * Hkv * (SK + 5) and sk["tma"][1][4] == D * e
         if kk is kw:
             assert sk["values"][1] != kw.data_ptr() and sk["tma"][1][1] != kw.data_ptr()
         else:
             assert sk["values"][1] == k5.data_ptr() == sk["tma"][1][1]
+
+
+def test_decode_combine_kernel_direct_launches(fake):
+    """fused=False: the split kernel writes partials, the combine kernel merges them
+    into the output and the LSE returned."""
+    from kitjit.nn.attention_decode import attention_decode
+
+    B, H, Hkv, SK, D = 1, 8, 2, 1000, 64
+    q, k, v = randn(B, H, 1, D), randn(B, Hkv, SK, D, seed=1), randn(B, Hkv, SK, D, seed=2)
+    n0 = len(fake.launches)
+    outs = [attention_decode(q, k, v, fused=False) for _ in range(3)]
+    (s0, c0), (s1, c1), (s2, c2) = pairs(fake, n0, 2)   # split kernel + combine, per call
+    same_launch(s0, s1, skip=(3, 4, 5, 6, 7))
+    same_launch(s1, s2)                         # the same workspace from call to call
+    same_launch(c0, c1, skip=(0, 1, 2, 3))
+    for s, c, (o, lse) in ((s1, c1, outs[1]), (s2, c2, outs[2])):
+        assert c["values"][:2] == s["values"][3:5]
+        assert c["values"][2:4] == (o.data_ptr(), lse.data_ptr())
 
 
 def test_sdpa_decode_one_split_and_attention_decode_lse(fake):
@@ -231,7 +249,7 @@ def test_sdpa_decode_one_split_and_attention_decode_lse(fake):
     (s,), = pairs(fake, len(fake.launches) - 1, 1)
     assert s["values"][3] == out.data_ptr()
     first, second = pairs(fake, n0, 1)[:2]
-    same_launch(first[0], second[0], skip=(3, 4))
+    same_launch(first[0], second[0], skip=(3, 4, 5, 6, 7))   # O, L passed twice, L again
 
 
 def test_forward_direct_launches(fake):
@@ -248,6 +266,52 @@ def test_forward_direct_launches(fake):
     (f2,), = pairs(fake, len(fake.launches) - 1, 1)
     same_launch(f1, f2, skip=(3, 4))
     assert f2["values"][3] == out.data_ptr()
+
+
+@pytest.mark.parametrize("D,causal", [(128, False), (64, True), (256, True)],
+                         ids=["D128", "D64-causal", "D256-causal"])
+def test_backward_direct_launches(fake, D, causal):
+    """The FA3 backward's three kernels (preprocess, which also zeroes the dQ sums; the main
+    kernel; the dQ conversion), launched directly from the second call on: the values and
+    descriptors of the checked first launch, the workspace's buffers in place of torch's,
+    the new gradients' addresses."""
+    from kitjit.nn.attention_backward import attention_backward
+
+    B, H, Hkv, S, SK = 1, 4, 2, 100, 130
+    q, k, v = randn(B, H, S, D), randn(B, Hkv, SK, D, seed=1), randn(B, Hkv, SK, D, seed=2)
+    do, o, lse = randn(B, H, S, D, seed=3), randn(B, H, S, D, seed=4), torch.randn(B, H, S)
+    n0 = len(fake.launches)
+    grads = [attention_backward(do, q, k, v, o, lse, causal) for _ in range(3)]
+    (p0, m0, c0), (p1, m1, c1), (p2, m2, c2) = pairs(fake, n0, 3)
+    same_launch(p0, p1, skip=(3, 4, 5))          # Δ, LSE, dQ sums: torch's, then workspace
+    # dK, dV (new), dQ sums, LSE, Δ; the maps of the last three: the same but the address
+    ins = {q.data_ptr(), k.data_ptr(), v.data_ptr(), do.data_ptr()}
+
+    def maps(m, inputs):
+        return [t if inputs else t[:1] + t[2:] for t in m["tma"] if (t[1] in ins) == inputs]
+    assert len(maps(m1, True)) == 4 and len(maps(m1, False)) == 3
+    same_launch(dict(m0, tma=maps(m0, True)), dict(m1, tma=maps(m1, True)),
+                skip=(4, 5, 6, 7, 8))
+    assert maps(m0, False) == maps(m1, False)
+    same_launch(c0, c1, skip=(0, 1))             # dQ sums, dQ
+    same_launch(p1, p2)                          # the same workspace from call to call
+    same_launch(m1, m2, skip=(4, 5))
+    same_launch(c1, c2, skip=(1,))
+    assert p1["values"][:3] == (o.data_ptr(), do.data_ptr(), lse.data_ptr())
+    assert m1["values"][:4] == (q.data_ptr(), k.data_ptr(), v.data_ptr(), do.data_ptr())
+    for (dq, dk, dv), m, c, p in ((grads[1], m1, c1, p1), (grads[2], m2, c2, p2)):
+        assert m["values"][4:6] == (dk.data_ptr(), dv.data_ptr())
+        assert c["values"][:2] == (m["values"][6], dq.data_ptr())
+        assert p["values"][3:6] == (m["values"][8], m["values"][7], m["values"][6])
+        assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
+    # the workspace's maps: its dQ sums, LSE and Δ
+    assert {t[1] for t in m1["tma"]} - ins == {m1["values"][i] for i in (6, 7, 8)}
+    # a strided dO: copied (the checked path), never passed by its own address
+    dow = randn(B, H, S, 2 * D, seed=5)[..., :D]
+    n1 = len(fake.launches)
+    attention_backward(dow, q, k, v, o, lse, causal)
+    (p3, m3, _), = pairs(fake, n1, 3)
+    assert p3["values"][1] != dow.data_ptr() and m3["values"][3] != dow.data_ptr()
 
 
 def test_sdpa_decode_under_torch_compile_is_one_graph(monkeypatch):

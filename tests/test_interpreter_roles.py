@@ -362,3 +362,36 @@ def test_roles_within_a_role():
     Y = torch.zeros(48, dtype=torch.int32)
     chain[(2,)](Y, num_warps=16)
     assert Y.tolist() == [3] * 16 + [2] * 16 + [1] * 16
+
+
+# ------------------------------------------------------------------ named barriers
+@kit.jit
+def turns_kernel(X, Y, ID: kit.constexpr, THREADS: kit.constexpr):
+    """Two consumer warpgroups take turns (kit.named_barrier_*): an execution order only,
+    so the interpreter, which runs a role as one program, computes the plain result."""
+    if kit.warpgroup_id() == 0:
+        kit.setmaxnreg(24)
+    else:
+        wg = kit.warpgroup_id() - 1
+        if wg == 0:
+            kit.named_barrier_arrive(ID, THREADS)
+        kit.named_barrier_wait(wg, THREADS)
+        offs = kit.arange(0, 128)
+        kit.store(Y + offs, kit.load(X + offs) * 2.0)
+        kit.named_barrier_arrive((wg + 1) % 2, THREADS)
+
+
+def test_named_barriers_order_only():
+    x = randn(128, dtype=torch.float32)
+    y = torch.full((128,), float("nan"))
+    turns_kernel[(1,)](x, y, ID=0, THREADS=256, num_warps=12)
+    assert torch.equal(y, x * 2)
+
+
+@pytest.mark.parametrize("ID,THREADS,msg", [(8, 256, "0-7"), (0, 100, "multiple of 32")])
+def test_named_barrier_arguments_are_checked(ID, THREADS, msg):
+    from kitjit.frontend.errors import CompileError
+
+    with pytest.raises(CompileError, match=msg):
+        turns_kernel[(1,)](randn(128, dtype=torch.float32), torch.empty(128), ID=ID,
+                           THREADS=THREADS, num_warps=12)

@@ -4,9 +4,9 @@ What a user of torch's SDPA does, on the CPU interpreter at small sizes and (`-m
 ones: the (B, S, H, D).transpose(1, 2) layout of LLMs, a query length other than the key
 length (decode against a KV cache, cross-attention) with and without causal (top-left, as
 torch), GQA with and without enable_gqa (torch's error), torch's full call, and the calls the
-kernel does not cover (mask, dropout, fp32, other head dims, grad at head dim 256) running
-torch's own with one warning per reason. Outputs are poisoned (torch.empty hands out NaN)
-and inputs are fresh random numbers, so an unwritten element or a stale result fails.
+kernel does not cover (mask, dropout, fp32, other head dims) running torch's own with one
+warning per reason. Outputs are poisoned (torch.empty hands out NaN) and inputs are fresh
+random numbers, so an unwritten element or a stale result fails.
 """
 
 from __future__ import annotations
@@ -138,6 +138,11 @@ KERNEL_CFGS = {  # both kernels, and both consumers of the warp-specialized one
     "plain": dict(BM=64, BN=64, STAGES=2, num_warps=4),
     "ws": dict(BM=64, BN=64, STAGES=2, ws=True),
     "ws-overlap": dict(BM=64, BN=64, STAGES=3, ws=True, OVERLAP=True),
+    # two consumer warpgroups taking turns on the tensor cores (named barriers)
+    "ws-turns": dict(BM=128, BN=64, STAGES=3, ws=True, TURNS=True),
+    # overlapped, K and V stages on barriers of their own (with and without turns)
+    "ws-split": dict(BM=64, BN=64, STAGES=2, ws=True, SPLIT=True),
+    "ws-split-turns": dict(BM=128, BN=64, STAGES=2, ws=True, TURNS=True, SPLIT=True),
 }
 
 
@@ -262,15 +267,22 @@ def test_no_keys_gives_zeros(dtype, monkeypatch):
     assert out.shape == q.shape and out.dtype == dtype and not out.any()
 
 
-def test_fallback_requires_grad(fresh_warnings):
-    """Head dim 256 has no backward kernel yet: with grad wanted, torch's runs (one warning);
-    without, the kernel (64 and 128 train on kitjit's backward: tests/test_sdpa_backward.py)."""
+def test_requires_grad_head_dim_256(fresh_warnings):
+    """Head dim 256 has its backward kernel (kitjit/nn/attention_backward_d256.py): with grad
+    wanted, no fallback warning and torch's gradient; without, the forward kernel (the
+    gradients at every head dim: tests/test_sdpa_backward.py)."""
     q, k, v = (t.requires_grad_() for t in bhsd(1, 2, 24, 256, dtype=torch.float16))
     out = KF.sdpa(q, k, v, is_causal=True)
     assert out.requires_grad
-    out.float().sum().backward()
-    assert q.grad is not None and q.grad.shape == q.shape
-    assert [str(w.message) for w in fresh_warnings if "grad" in str(w.message)]
+    w = randn(1, 2, 24, 256, seed=9)
+    (out.float() * w).sum().backward()
+    qq, kk, vv = (t.detach().double().requires_grad_() for t in (q, k, v))
+    torch.nn.functional.scaled_dot_product_attention(qq, kk, vv, is_causal=True).backward(
+        w.double())
+    for got, want in ((q.grad, qq.grad), (k.grad, kk.grad), (v.grad, vv.grad)):
+        assert_close(got, want, "grad")
+    assert not [str(w.message) for w in fresh_warnings
+                if issubclass(w.category, KF.KitjitFallbackWarning)]
     with torch.no_grad():                          # no grad wanted: the kernel runs
         with warnings.catch_warnings():
             warnings.simplefilter("error", KF.KitjitFallbackWarning)

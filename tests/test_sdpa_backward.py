@@ -3,10 +3,10 @@ kitjit/nn/attention_backward.py and the autograd path of kitjit.nn.functional.sd
 
 Gradients against float64 torch autograd on fresh random inputs, with every allocation
 poisoned (NaN) so an unwritten element fails: ragged lengths, causal or not (top-left), GQA,
-Sq != Skv, D 64 and 128; torch.compile(fullgraph=True) with no graph break; a tiny transformer
-block trained with kitjit attention against the same block with torch's; compile-to-SASS for
-sm_90a (WGMMA, TMA loads and reduce-adds, no spills); the same on a GPU (`-m gpu`) at real
-sizes.
+Sq != Skv, D 64, 128 and 256; torch.compile(fullgraph=True) with no graph break; a tiny
+transformer block trained with kitjit attention against the same block with torch's;
+compile-to-SASS for sm_90a (WGMMA, TMA loads and reduce-adds, no spills); the same on a GPU
+(`-m gpu`) at real sizes.
 """
 
 from __future__ import annotations
@@ -54,13 +54,15 @@ def assert_grads(got, want, what):
         assert err < TOL, f"{what} {n}: relative error {err:.3g}"
 
 
-CASES = [  # (B, H, Hkv, Sq, Skv, D): ragged, GQA, Sq != Skv both ways, decode, D 64 / 128
+CASES = [  # (B, H, Hkv, Sq, Skv, D): ragged, GQA, Sq != Skv both ways, decode, D 64-256
     (1, 2, 2, 70, 70, 64),
     (2, 4, 2, 40, 96, 64),
     (1, 4, 1, 96, 40, 64),
     (1, 2, 2, 1, 70, 64),
     (1, 2, 1, 65, 130, 128),
     (3, 6, 3, 40, 130, 64),    # 9 K/V heads: causal programs go in groups of 8 heads
+    (1, 2, 1, 70, 130, 256),   # D=256: its own kernel (attention_backward_d256.py)
+    (1, 4, 2, 130, 40, 256),
 ]
 CAUSAL = pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 
@@ -132,14 +134,34 @@ def test_torch_compile_fullgraph_autograd(no_fallback):
         assert torch.equal(a, t.grad)
 
 
-def test_head_dim_256_with_grad_falls_back(monkeypatch):
+def test_head_dim_256_with_grad_runs_kitjit(no_fallback):
+    """D=256 with autograd: kitjit's forward and backward (no fallback warning), GQA."""
+    q, k, v = (t.requires_grad_() for t in llm_qkv(1, 24, 4, 256, Hkv=2, Skv=50, seed=45))
+    w = randn(1, 4, 24, 256, seed=48)
+    (KF.sdpa(q, k, v, is_causal=True, enable_gqa=True).float() * w).sum().backward()
+    assert_grads((q.grad, k.grad, v.grad), ref_grads(q, k, v, w, True), "sdpa D=256")
+
+
+def test_head_dim_of_no_kernel_with_grad_falls_back(monkeypatch):
     monkeypatch.setattr(KF, "_warned", set())
-    q, k, v = (randn(1, 2, 24, 256, seed=s).requires_grad_() for s in (45, 46, 47))
+    q, k, v = (randn(1, 2, 24, 96, seed=s).requires_grad_() for s in (45, 46, 47))
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         KF.sdpa(q, k, v, is_causal=True).float().sum().backward()
     assert q.grad is not None
-    assert any("require grad" in str(x.message) and "256" in str(x.message) for x in w)
+    assert any("head dim 96" in str(x.message) for x in w)
+
+
+@pytest.mark.parametrize("qst,dost", [(2, 1), (1, 2)], ids=["q2", "do2"])
+def test_backward_d256_two_stages_fp16_scale(qst, dost, poison):
+    """The D=256 kernel with two Q or two dO stages, fp16, a scale, causal, Sq < Skv, 3 query
+    heads a K/V head, no longest-first order."""
+    q, k, v = llm_qkv(1, 50, 3, 256, Hkv=1, Skv=150, dtype=torch.float16, seed=52)
+    do = randn(1, 50, 3, 256, dtype=torch.float16, seed=53).transpose(1, 2)
+    o, lse = attention(q, k, v, True, 0.2)
+    got = AB.attention_backward(do, q, k, v, o, lse, True, 0.2,
+                                config=dict(QSTAGES=qst, DOSTAGES=dost, LPT=False))
+    assert_grads(got, ref_grads(q, k, v, do, True, 0.2), "D=256 fp16 scale=0.2")
 
 
 # ------------------------------------------------------------------- training (interpreter)
@@ -233,6 +255,34 @@ def test_sass_bwd_kernel(D, causal):
         assert "p, 1, 1, 1, 1; }" in ck.asm["ptx"], "dQᵀ = Kᵀ dSᵀ reads Kᵀ transposed"
 
 
+@needs_sass
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_sass_bwd_kernel_d256(causal):
+    """D=256: 64-row HGMMAs only (one warpgroup's: Sᵀ, dPᵀ 64x64 from shared memory; dV
+    64x256 and dK 64x128 halves from registers; dQ 64x128 halves with A transposed), TMA
+    loads and reduce-adds, no spills, shared memory within the 227 KB of an H100 SM."""
+    from kitjit.nn import attention_backward_d256 as AB256
+
+    cfg = dict(AB256.bwd_config_d256(causal), D=256, CAUSAL=causal)
+    sig = ["*bf16:16"] * 6 + ["*fp32:16"] * 3 + ["i32:16", "i32:16", "i32", "i32", "i32:16",
+                                                 "i32", "fp32", "fp32"]
+    ck = kit.compile_aot(AB256.__file__, "bwd_kernel_d256", sig, cfg, 12, arch="sm_90a")
+    try:
+        text = disassemble(ck.asm["cubin"])
+    except ToolError as e:
+        pytest.skip(str(e))
+    insns = re.findall(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([^;]*);", text, re.M)
+    shapes = {m.group(1) for i in insns for m in [re.match(r"HGMMA\.64x(\d+)x16", i)] if m}
+    assert shapes == {"64", "128", "256"}, shapes
+    assert any(re.match(r"HGMMA\.64x256x16\S* R\d+, R\d+, gdesc\[", i) for i in insns), \
+        "dV += Pᵀ dO with Pᵀ from registers"
+    assert any(i.startswith("UTMALDG") for i in insns)
+    assert any(i.startswith("UTMAREDG") for i in insns), "no TMA reduce-add of dQ"
+    assert not any(i.startswith(("HMMA", "LDL", "STL")) for i in insns)
+    assert ck.metadata["spills"] == 0 and ck.n_spills == 0, ck.metadata
+    assert ck.metadata["shared"] <= 227 * 1024, ck.metadata["shared"]
+
+
 def test_backward_causal_head_groups(poison):
     """Causal programs go longest first in groups of K/V heads: 3 groups of 2, 2 and 1."""
     q, k, v = llm_qkv(1, 70, 10, 64, Hkv=5, Skv=200, seed=39)
@@ -249,6 +299,9 @@ GPU_CASES = [  # (B, H, Hkv, Sq, Skv, D)
     (2, 8, 2, 300, 777, 128),
     (2, 8, 8, 777, 300, 64),
     (4, 8, 2, 1, 300, 128),
+    (2, 8, 2, 1000, 1000, 256),
+    (2, 4, 4, 300, 777, 256),
+    (1, 8, 1, 777, 300, 256),
 ]
 
 
@@ -280,3 +333,19 @@ def test_gpu_torch_compile_autograd(no_fallback):
     torch.compile(f, fullgraph=True)(q, k, v).backward()
     do = 2 * KF.sdpa(q.detach(), k.detach(), v.detach(), is_causal=True).float()
     assert_grads((q.grad, k.grad, v.grad), ref_grads(q, k, v, do, True), "compiled")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("D,causal", [(64, True), (128, True), (64, False)],
+                         ids=["D64-causal", "D128-causal", "D64"])
+def test_gpu_backward_direct_path(D, causal, poison, no_fallback):
+    """The backward's route called again on new values (its direct launches, the dQ sums,
+    Δ and LSE in the workspace, the sums zeroed by the preprocess): against float64 each
+    time, with the workspace poisoned before the first call."""
+    for step in range(3):
+        q, k, v = (t.requires_grad_() for t in
+                   llm_qkv(2, 333, 8, D, Hkv=2, Skv=401, device="cuda", seed=70 + step))
+        do = randn(2, 8, 333, D, seed=75 + step, device="cuda")
+        KF.sdpa(q, k, v, is_causal=causal, enable_gqa=True).backward(do)
+        torch.cuda.synchronize()
+        assert_grads((q.grad, k.grad, v.grad), ref_grads(q, k, v, do, causal), f"step {step}")

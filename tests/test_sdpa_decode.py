@@ -68,11 +68,53 @@ CASES = {  # name: (B, H, Hkv, Sq, Skv, splits)
 }
 
 
+@pytest.mark.parametrize("fused", [None, False], ids=["auto", "combine-kernel"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_decode_kernels(name, poison):
+def test_decode_kernels(name, fused, poison):
+    """`fused`: None merges in the split kernel (the last program of a group) where its
+    tile fits, False through the combine kernel."""
     B, H, Hkv, Sq, Skv, splits = CASES[name]
     q, k, v = llm_qkv(B, Sq, H, 64, Hkv=Hkv, Skv=Skv, seed=30)
-    check_decode(q, k, v, False, poison, name, splits=splits)
+    check_decode(q, k, v, False, poison, name, splits=splits, fused=fused)
+
+
+def test_plan_fuses_when_the_tile_fits():
+    """One launch where the last program can hold all (split, row) partials of its tile
+    (FUSE_MAX): B8 (4 splits x 4 rows); not B1 (32 splits), where the combine kernel, one
+    program per row, merged faster on an H100."""
+    meta = AD._plan(8, 32, 8, 1, 4096, 128, False, None, None, None, 132)[3]
+    assert meta["SPLIT"] and meta["FUSED"] and (meta["NS"], meta["RB"]) == (4, 4)
+    meta = AD._plan(8, 32, 8, 1, 4096, 128, False, None, None, None, 132, False)[3]
+    assert meta["SPLIT"] and not meta["FUSED"]
+    meta = AD._plan(1, 32, 8, 1, 4096, 128, False, None, None, None, 132)[3]
+    assert meta["SPLIT"] and not meta["FUSED"]
+    meta = AD._plan(1, 32, 8, 1, 4096, 128, False, None, None, None, 132, True)[3]
+    assert meta["FUSED"] and (meta["NS"], meta["RB"]) == (32, 4)     # asked for: fused
+    # 16 query rows per head x G=4: 64 live rows, too many splits for one tile: the kernel
+    meta = AD._plan(1, 32, 8, 16, 4096, 128, False, None, None, None, 132)[3]
+    assert meta["SPLIT"] and not meta["FUSED"]
+    # one split: nothing to merge
+    meta = AD._plan(64, 32, 8, 1, 4096, 128, False, None, None, None, 132)[3]
+    assert not meta["SPLIT"] and not meta["FUSED"]
+
+
+def test_fused_counters_are_left_zero(monkeypatch, poison):
+    """The last program of each group sets its counter back to 0, so that the next call on
+    a workspace (the direct path reuses them) counts from 0; two calls on one counter
+    buffer, the second with new values, both right."""
+    made = []
+    zeros = torch.zeros
+
+    def record(*a, **kw):
+        t = zeros(*a, **kw)
+        if t.dtype == torch.int32:
+            made.append(t)
+        return t
+    monkeypatch.setattr(torch, "zeros", record)
+    for seed in (37, 38):
+        q, k, v = bhsd(2, 8, 3, 64, Hkv=2, Skv=333, seed=seed)
+        check_decode(q, k, v, False, poison, f"seed {seed}", splits=5)
+    assert len(made) == 2 and all(t.numel() == 2 * 2 and not t.any() for t in made)
 
 
 @pytest.mark.parametrize("Sq,Skv", [(1, 90), (4, 90), (16, 70), (12, 5)],
@@ -106,6 +148,38 @@ def test_sdpa_chooses_decode_by_query_length(Sq, decode, monkeypatch, poison, no
     assert bool(calls) == decode
     assert from_kernel(out, poison)
     assert_close(out, base.ref(q, k, v, enable_gqa=True), f"sdpa Sq={Sq}")
+
+
+def kv_cache_views(B, Hkv, Skv, D, layout, device="cpu", seed=0):
+    """k, v of Skv positions as a decode loop holds them: "sliced": a (B, Hkv, Smax, D)
+    cache cut to the filled length; "llm": a (B, Smax, Hkv, D) cache cut and transposed;
+    "expanded": one K/V head broadcast over Hkv heads (stride 0). The rest of each cache is
+    NaN (never-written slots must not reach the result)."""
+    Smax = Skv + 37
+    if layout == "expanded":
+        k, v = (base.randn(B, 1, Skv, D, seed=seed + i, device=device).expand(B, Hkv, Skv, D)
+                for i in (1, 2))
+        return k, v
+    shape = (B, Hkv, Smax, D) if layout == "sliced" else (B, Smax, Hkv, D)
+    out = []
+    for i in (1, 2):
+        cache = torch.full(shape, float("nan"), dtype=torch.bfloat16, device=device)
+        t = cache[:, :, :Skv] if layout == "sliced" else cache[:, :Skv].transpose(1, 2)
+        t.copy_(base.randn(B, Hkv, Skv, D, seed=seed + i, device=device))
+        out.append(t)
+    return tuple(out)
+
+
+@pytest.mark.parametrize("layout", ["sliced", "llm", "expanded"])
+def test_sdpa_decode_kv_cache_layouts(layout, poison, no_fallback):
+    """Caches that are not contiguous (copied first, never read past their views)."""
+    k, v = kv_cache_views(2, 2, 150, 64, layout, seed=39)
+    assert not k.is_contiguous()
+    for Sq in (1, 5):
+        q = base.randn(2, 8, Sq, 64, seed=40 + Sq)
+        out = KF.sdpa(q, k, v, enable_gqa=True)
+        assert from_kernel(out, poison)
+        assert_close(out, base.ref(q, k, v, enable_gqa=True), f"{layout} Sq={Sq}")
 
 
 def test_sdpa_decode_backward(no_fallback):
@@ -152,13 +226,21 @@ needs_sass = pytest.mark.skipif(
 SRC = str(ROOT / "kitjit" / "nn" / "attention_decode.py")
 
 
+SASS_MODES = {  # mode: (O, L, Out, Lse, Cnt) as the route passes them, SPLIT, FUSED, NS, RB
+    "partials": ("fp32", "fp32", "fp32", "fp32", "fp32", True, False, 1, 1),
+    "fused": ("fp32", "fp32", "bf16", "fp32", "i32", True, True, 32, 4),
+    "direct": ("bf16", "fp32", "bf16", "fp32", "fp32", False, False, 1, 1),
+}
+
+
 @needs_sass
-@pytest.mark.parametrize("split", [True, False], ids=["partials", "direct"])
-def test_sass_decode(split):
-    out = "fp32" if split else "bf16"
-    sig = ["*bf16:16"] * 3 + [f"*{out}:16", "*fp32:16"] + ["i32"] * 7 + ["fp32"]
+@pytest.mark.parametrize("mode", list(SASS_MODES))
+def test_sass_decode(mode):
+    *ptrs, split, fused, ns, rb = SASS_MODES[mode]
+    sig = ["*bf16:16"] * 3 + [f"*{t}:16" for t in ptrs] + ["i32"] * 7 + ["fp32"]
     ck = kit.compile_aot(SRC, "decode_kernel", sig, dict(BM=64, BN=64, D=128, CAUSAL=False,
-                                                         STAGES=2, SPLIT=split), 4, "sm_90a")
+                                                         STAGES=2, SPLIT=split, FUSED=fused,
+                                                         NS=ns, RB=rb), 4, "sm_90a")
     try:
         ops = sass_opcodes(disassemble(ck.asm["cubin"]))
     except ToolError as e:
@@ -197,17 +279,48 @@ GPU_CASES = [  # (B, H, Hkv, Sq, Skv, D): the issue's decode shapes (smaller B) 
 ]
 
 
+GPU_VARIANTS = [  # (causal, splits, fused): the heuristic's, one split, 7 merged in-kernel
+    (False, None, None), (False, 1, None), (False, 7, None), (False, 7, False),  # or not
+    (True, None, None)]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("B,H,Hkv,Sq,Skv,D", GPU_CASES,
                          ids=[f"B{b}H{h}kv{hk}q{sq}k{sk}D{d}" for b, h, hk, sq, sk, d in GPU_CASES])
 def test_gpu_decode(B, H, Hkv, Sq, Skv, D, poison):
     q, k, v = base.bhsd(B, H, Sq, D, Hkv=Hkv, Skv=Skv, device="cuda", seed=40)
-    for causal in (False, True):
-        refs = (base.ref(q, k, v, is_causal=causal, enable_gqa=True), ref_lse(q, k, causal))
-        for splits in (None, 1, 7):
-            check_decode(q, k, v, causal, poison, f"causal={causal} splits={splits}", refs,
-                         splits=splits)
-            torch.cuda.synchronize()
+    refs = {}
+    for causal, splits, fused in GPU_VARIANTS:
+        if causal not in refs:
+            refs[causal] = (base.ref(q, k, v, is_causal=causal, enable_gqa=True),
+                            ref_lse(q, k, causal))
+        check_decode(q, k, v, causal, poison, f"causal={causal} splits={splits} "
+                     f"fused={fused}", refs[causal], splits=splits, fused=fused)
+        torch.cuda.synchronize()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("Sq", [1, 2, 3, 8, 16])
+def test_gpu_decode_query_lengths(Sq, poison):
+    """1 to 16 query rows per head (speculative decoding), GQA 4, a ragged cache: the rows
+    of a group packed in one tile, merged in-kernel where the (split, row) tile fits."""
+    q, k, v = base.bhsd(2, 32, Sq, 128, Hkv=8, Skv=5003, device="cuda", seed=45 + Sq)
+    check_decode(q, k, v, False, poison, f"Sq={Sq}")
+    torch.cuda.synchronize()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["sliced", "llm", "expanded"])
+def test_gpu_sdpa_decode_kv_cache_layouts(layout, poison, no_fallback):
+    """A KV cache as decode loops hold it (a preallocated cache cut to its filled length,
+    the (B, S, H_kv, D) layout transposed, one head broadcast), the rest NaN."""
+    k, v = kv_cache_views(2, 8, 4099, 128, layout, device="cuda", seed=46)
+    q = base.randn(2, 32, 1, 128, device="cuda", seed=47)
+    for _ in range(2):        # the checked call, then the direct path's (which copies too)
+        out = KF.sdpa(q, k, v, enable_gqa=True)
+        torch.cuda.synchronize()
+        assert from_kernel(out, poison)
+        assert_close(out, base.ref(q, k, v, enable_gqa=True), f"{layout}")
 
 
 @pytest.mark.gpu
@@ -226,6 +339,9 @@ def test_gpu_sdpa_decode_cuda_graph():
     each replay matches the float64 reference of the values it saw."""
     q, k, v = base.bhsd(2, 32, 1, 128, Hkv=8, Skv=3000, device="cuda", seed=42)
     assert AD.num_splits(16, 47, torch.cuda.get_device_properties(0).multi_processor_count) > 1
+    # merged in-kernel when called eagerly; captured, the split and combine kernels
+    assert AD.route(2, 32, 8, 1, 3000, 128, False, 128 ** -0.5, None, None, None, True,
+                    torch.bfloat16, torch.cuda.current_device()).fused
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -265,15 +381,21 @@ def test_gpu_direct_path_repeated_calls(poison, no_fallback):
         torch.cuda.synchronize()
         assert from_kernel(out, poison), step
         assert_close(out, base.ref(q, kk, v, enable_gqa=True), f"step {step}")
+    from kitjit.nn import _host
+    assert AD.route(B, H, Hkv, 1, SK, D, False, D ** -0.5, None, None, None, True,
+                    torch.bfloat16, torch.cuda.current_device()).fused
+    # the in-kernel merge leaves every counter of the workspace at 0 for the next call
+    assert _host._WS and all(not ws[3].any() for ws in _host._WS.values())
 
 
 @pytest.mark.gpu
 def test_gpu_direct_path_streams_and_threads(no_fallback):
     """Calls queued on two streams at once, and from two threads on one stream, each with
-    its own q: every output is its own call's (the workspace is per stream and thread)."""
+    its own q: every output is its own call's (the workspace and its counters are per
+    stream and thread)."""
     import threading
 
-    B, H, Hkv, D, SK = 1, 32, 8, 128, 4096
+    B, H, Hkv, D, SK = 2, 32, 8, 128, 3000        # 16 splits: merged in-kernel
     _, k, v = base.bhsd(B, H, 1, D, Hkv=Hkv, Skv=SK, device="cuda", seed=80)
     qs = [base.randn(B, H, 1, D, device="cuda", seed=81 + i) for i in range(8)]
     KF.sdpa(qs[0], k, v, enable_gqa=True)               # the checked first call

@@ -101,8 +101,8 @@ class ControlLowering(LoweringBase):
                 first, count = roles[i]
                 self.role = (first, count)
                 self.next_bar += 1  # a named barrier of its own (ids 1..15)
-                if self.next_bar > 15:
-                    raise LoweringError("more than 15 roles need named barriers")
+                if self.next_bar > 7:  # 8-15: kit.named_barrier_wait / _arrive
+                    raise LoweringError("more than 7 roles need named barriers")
                 self.role_bar = self.next_bar
                 self.tid = b.sub(self.tid_abs, self.c32(128 * first)) if first else self.tid_abs
                 self.warp = b.lshr(self.tid, self.c32(5))

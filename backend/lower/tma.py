@@ -48,12 +48,22 @@ class TmaLowering(LoweringBase):
     def op_barrier(self, op: Op) -> None:
         self.sync()
 
+    @lowering("named_bar")
+    def op_named_bar(self, op: Op) -> None:
+        """bar.sync / bar.arrive on hardware barrier 8 + id (roles take 1-7)."""
+        (i,) = self.get(op.operands[0])
+        bid = self.b.add(i, self.c32(8))
+        kind = "arrive" if op.attrs["arrive"] else "sync"
+        asm(self.b, VOID, f"bar.{kind} $0, {op.attrs['threads']};", "r,~{memory}", [bid])
+
     @lowering("warpgroup_id")
     def op_warpgroup_id(self, op: Op) -> None:
         self.set(op.result, [self.b.lshr(self.tid_abs, self.c32(7))])
 
     @lowering("setmaxnreg")
     def op_setmaxnreg(self, op: Op) -> None:
+        if self.ampere:  # no register reallocation below sm_90: every warp keeps the
+            return       # kernel's one allocation (documented at kit.setmaxnreg)
         n = op.attrs["count"]
         threads = 32 * self.total_warps
         cap = min(255, 65536 // (threads * self.ctas_per_sm)) // 8 * 8
@@ -293,3 +303,73 @@ class TmaLowering(LoweringBase):
             "mbarrier.try_wait.parity.shared::cta.b64 P1, [$0], $1; \n"
             "@!P1 bra.uni KITWAIT${:uid}; }",
             "r,r,~{memory}", [baddr, ph])
+
+    @lowering("tma_desc_create")
+    def op_tma_desc_create(self, op: Op) -> None:
+        """`kit.make_tensor_descriptor` on sm_90a: thread 0 writes a CUtensorMap into this
+        program's 128-byte slot of the global scratch (zeros, then every field with
+        `tensormap.replace`), releases it to the tensormap proxy; after a barrier every
+        thread acquires it, so whichever thread issues the copies sees it. A base address
+        or row stride that is not a multiple of 16 bytes (TMA's rule, and Triton's for
+        make_tensor_descriptor) traps instead of copying wrong data."""
+        scratch, base, rows, cols, stride = op.operands
+        b = self.b
+        (sp,) = self.get(scratch)
+        (bp,) = self.get(base)
+        (r,) = self.get(rows)
+        (c,) = self.get(cols)
+        (st,) = self.get(stride)
+        elem = base.dtype.element_ty.itemsize
+        box_rows, box_cols = op.attrs["box"]
+        # this program's slot: scratch + (linear program id * slots + slot) * 128
+        sreg = self.intr.sreg
+        x, y, z = (b.zext(sreg(b, f"ctaid.{a}"), I64) for a in "xyz")
+        nx, ny = (b.zext(sreg(b, f"nctaid.{a}"), I64) for a in "xy")
+        pid = b.add(x, b.mul(nx, b.add(y, b.mul(ny, z))))
+        slots = self.fn.attrs["_scratch_slots"]
+        idx = b.add(b.mul(pid, ir.Constant(I64, slots)), ir.Constant(I64, op.attrs["slot"]))
+        addr = b.add(b.ptrtoint(sp, I64), b.mul(idx, ir.Constant(I64, 128)))
+        gaddr = b.ptrtoint(bp, I64)
+        sbytes = b.mul(st, ir.Constant(I64, elem))
+        p = self.thread0()
+        bad = b.icmp_unsigned("!=", b.and_(b.or_(gaddr, sbytes), ir.Constant(I64, 15)),
+                              ir.Constant(I64, 0))
+        asm(b, VOID, "@$0 trap;", "b", [b.and_(p, bad)])
+        # a TMA store of an earlier map in this slot must have finished with it
+        asm(b, VOID, "@$0 cp.async.bulk.wait_group 0;", "b,~{memory}", [p])
+        for k in range(8):
+            asm(b, VOID, f"@$0 st.global.v4.b32 [$1+{16 * k}], {{0, 0, 0, 0}};",
+                "b,l,~{memory}", [p, addr])
+        rep = "tensormap.replace.tile"
+        sizes = {1: 0, 2: 1, 4: 2, 8: 4}  # UINT8/16/32/64: a copy is a copy (zeros fill)
+        fields = [
+            (f"@$0 {rep}.global_address.global.b1024.b64 [$1], $2;", "b,l,l,~{memory}",
+             [gaddr]),
+            (f"@$0 {rep}.rank.global.b1024.b32 [$1], 1;", "b,l,~{memory}", []),
+            (f"@$0 {rep}.box_dim.global.b1024.b32 [$1], 0, {box_cols};", "b,l,~{memory}", []),
+            (f"@$0 {rep}.box_dim.global.b1024.b32 [$1], 1, {box_rows};", "b,l,~{memory}", []),
+            (f"@$0 {rep}.global_dim.global.b1024.b32 [$1], 0, $2;", "b,l,r,~{memory}",
+             [b.trunc(c, I32)]),
+            (f"@$0 {rep}.global_dim.global.b1024.b32 [$1], 1, $2;", "b,l,r,~{memory}",
+             [b.trunc(r, I32)]),
+            (f"@$0 {rep}.global_stride.global.b1024.b64 [$1], 0, $2;", "b,l,l,~{memory}",
+             [sbytes]),
+            (f"@$0 {rep}.element_stride.global.b1024.b32 [$1], 0, 1;", "b,l,~{memory}", []),
+            (f"@$0 {rep}.element_stride.global.b1024.b32 [$1], 1, 1;", "b,l,~{memory}", []),
+            (f"@$0 {rep}.elemtype.global.b1024.b32 [$1], {sizes[elem]};", "b,l,~{memory}",
+             []),
+            (f"@$0 {rep}.interleave_layout.global.b1024.b32 [$1], 0;", "b,l,~{memory}", []),
+            (f"@$0 {rep}.swizzle_mode.global.b1024.b32 [$1], "
+             f"{_SWIZZLE_MODE[op.attrs['swizzle']]};", "b,l,~{memory}", []),
+            (f"@$0 {rep}.fill_mode.global.b1024.b32 [$1], 0;", "b,l,~{memory}", []),
+        ]
+        for text, cons, extra in fields:
+            asm(b, VOID, text, cons, [p, addr, *extra])
+        asm(b, VOID, "@$0 fence.proxy.tensormap::generic.release.gpu;", "b,~{memory}", [p])
+        self.sync()
+        asm(b, VOID, "fence.proxy.tensormap::generic.acquire.gpu [$0], 128;", "l,~{memory}",
+            [addr])
+        self.set(op.result, [b.inttoptr(addr, ir.PointerType())])
+
+
+_SWIZZLE_MODE = {0: 0, 32: 1, 64: 2, 128: 3}  # bytes of the swizzle span -> the map's field

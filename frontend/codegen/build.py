@@ -68,6 +68,7 @@ class FunctionCodegen(StatementsMixin, ExpressionsMixin, CallsMixin):
         self.return_value: Any = None
         self.assign_locs: dict[str, Loc] = {}
         self.loop_depth = 0  # run-time and unrolled loops around the current statement
+        self._unchanged: dict[int, dict[str, Any]] = {}  # loop node -> names it must keep
 
     # ------------------------------------------------------------------ helpers
     def err(self, node: ast.AST, msg: str, hint: str | None = None) -> CompileError:
@@ -126,6 +127,8 @@ def build_kernel_ir(jf, arg_specs: dict[str, Any], num_warps: int,
     fn = Function(parsed.fn.__name__, args, {"num_warps": num_warps})
     if target is not None:
         fn.attrs["target"] = target
+    if tma:  # kit.make_tensor_descriptor builds its CUtensorMap in the kernel
+        fn.attrs["_tma_target"] = True
     builder = Builder(fn)
     for p, (spec, leaves) in descs.items():
         r, block = spec[2], tuple(spec[3])
@@ -136,6 +139,10 @@ def build_kernel_ir(jf, arg_specs: dict[str, Any], num_warps: int,
                                     p if tma else None)
     cg = FunctionCodegen(parsed, builder, scope)
     cg.run()
+    scratch = fn.attrs.get("_scratch_arg")
+    if scratch is not None:  # the global scratch pointer is the kernel's last parameter
+        fn.body.args.remove(scratch)
+        fn.body.args.append(scratch)
     return fn
 
 

@@ -457,11 +457,12 @@ class StatementsMixin:
         carried = [n for n in assigned if n in self.scope and n != exclude
                    and (isinstance(self.scope[n], Value) or _is_aggregate(self.scope[n])
                         or isinstance(self.scope[n], (int, float)))]
-        for n in assigned:
-            if n in self.scope and n not in carried and n != exclude:
-                raise self.err(node, f"'{n}' holds {describe(self.scope[n])} and is reassigned "
-                               "inside a runtime loop", "only tiles and numbers can change "
-                               "from one iteration to the next")
+        # Names holding other things (None, a constexpr, a dtype) may be assigned in the
+        # body's text and yet keep their value, e.g. `x = ... if FLAG else None` before the
+        # loop and `if FLAG: x += ...` in it with FLAG false (Triton accepts that): checked
+        # after the body is built (_check_unchanged), an error only where the value changed
+        self._unchanged[id(node)] = {n: self.scope[n] for n in assigned if n in self.scope
+                                     and n not in carried and n != exclude}
         inits: list[Value] = []
         aggs: dict[str, tuple[Any, int]] = {}  # name -> (the aggregate entering, its leaves)
         leaf_names: list[str] = []
@@ -480,6 +481,17 @@ class StatementsMixin:
             leaf_names.append(n)
         return carried, inits, aggs, leaf_names
 
+    def _check_unchanged(self, node) -> None:
+        """The loop's non-carried names still hold what they entered with."""
+        for n, old in self._unchanged.pop(id(node), {}).items():
+            v = self.scope.get(n, _MISSING)
+            same = v is old or (type(v) is type(old) and isinstance(old, (str, bool, type(None)))
+                                and v == old)
+            if not same:
+                raise self.err(node, f"'{n}' holds {describe(old)} and is reassigned inside a "
+                               "runtime loop", "only tiles and numbers can change from one "
+                               "iteration to the next")
+
     def _loop_body(self, node, body: Block, carried: list[str], args_: list[Value],
                    aggs: dict) -> None:
         """The body of a run-time loop (for, while) into `body`, its carried variables bound
@@ -490,6 +502,7 @@ class StatementsMixin:
         self.loop_depth += 1
         try:
             self.block(node.body)
+            self._check_unchanged(node)
             self.b.emit("yield", self._carried_yields(carried, args_, node, aggs), [])
         finally:
             self.b.blocks.pop()

@@ -16,6 +16,7 @@ from kitjit.ir.types import (
     DType,
     PointerDType,
     TileType,
+    bfloat16,
     float16,
     float32,
     float64,
@@ -128,10 +129,23 @@ def int_range(dt: DType) -> tuple[int, int]:
 
 
 def promote(a: DType, b: DType) -> DType | None:
-    if a.is_fp8() or b.is_fp8():  # fp8 computes in fp16, or in the other side's float type
+    """The dtype two operands meet at, as Triton 3.6's computation_type_impl for two tiles:
+    fp64 > fp32 > fp16 > bf16 (bf16 only with bf16: with fp16, an int or an fp8 it is fp32),
+    one fp8 type with itself stays that type, two different fp8 types give fp16, fp8 with
+    a wider float that float (with an int: fp16, which Triton rejects). Division and `%`
+    of fp16/bf16 then compute in fp32, and an integer tile with a bf16 tile meets at fp32
+    (elementwise.py, which sees shapes). Python literals take the tile's dtype first
+    (weak_dtype). Not Triton's yet: its rule for a scalar next to a tile (a scalar of the
+    same or a lower kind takes the tile's dtype: fp16 tile * fp32 scalar is fp16 there,
+    fp32 here)."""
+    if a.is_fp8() or b.is_fp8():
         if a.is_ptr() or b.is_ptr():
             return None
+        if a is b:
+            return a
         other = b if a.is_fp8() else a
+        if other is bfloat16:
+            return float32
         return other if other.is_floating() and not other.is_fp8() else float16
     if a is b:
         return a

@@ -71,11 +71,16 @@ class TensorDescriptor(BlockPointer):
 
     def __init__(self, base: Value, shape: list, strides: list, offsets: list,
                  block_shape: tuple, order: tuple, padding: str = "zero",
-                 tma_param: str | None = None):
+                 tma_param: str | None = None, dev_map: Value | None = None):
         super().__init__(base, shape, strides, offsets, block_shape, order)
         self.padding, self.tma_param = padding, tma_param
+        # `kit.make_tensor_descriptor` on sm_90a: the CUtensorMap the kernel built
+        # (frontend/semantic/tma_desc.py); None on the masked path
+        self.dev_map = dev_map
 
     def kit_rebuild(self, leaves: list) -> TensorDescriptor:
+        # (a device map describes the fields it was built from: a descriptor merged at an
+        # `if` or carried by a loop keeps the masked path)
         bp = super().kit_rebuild(leaves)
         return TensorDescriptor(bp.base, bp.shape, bp.strides, bp.offsets, self.block_shape,
                                 self.order, self.padding, self.tma_param)
@@ -100,7 +105,8 @@ class TensorDescriptor(BlockPointer):
     def _load(self, cg, args, kwargs, node):
         offsets = _one_arg(cg, args, kwargs, "offsets", node, "desc.load(offsets)")
         bp = self._at(cg, offsets, node)
-        if self.tma_param is not None and self.padding == "zero":
+        if (self.tma_param is not None or self.dev_map is not None) and \
+                self.padding == "zero":
             from .tma_desc import tma_desc_load
 
             v = tma_desc_load(cg.b, self, bp.offsets)
@@ -113,7 +119,7 @@ class TensorDescriptor(BlockPointer):
             raise cg.err(node, "desc.store(offsets, value) takes two arguments")
         bp = self._at(cg, args[0], node)
         value = args[1]
-        if self.tma_param is not None:
+        if self.tma_param is not None or self.dev_map is not None:
             from .tma_desc import tma_desc_store
 
             if tma_desc_store(cg.b, self, bp.offsets, value):
@@ -268,5 +274,10 @@ def _make_tensor_descriptor(c: Call) -> Any:
     st = _ints(c, strides, r, "strides", None, int64)
     block = _block_shape(c, c.const("block_shape"), r, "kit.make_tensor_descriptor")
     zeros = [c.b.constant(0, int32) for _ in range(r)]
-    return TensorDescriptor(base, shp, st, zeros, block, tuple(range(r - 1, -1, -1)))
+    desc = TensorDescriptor(base, shp, st, zeros, block, tuple(range(r - 1, -1, -1)))
+    if c.b.fn.attrs.get("_tma_target") and isinstance(strides[-1], int):
+        from .tma_desc import device_map
+
+        desc.dev_map = device_map(c.b, desc)
+    return desc
 

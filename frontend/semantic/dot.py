@@ -9,8 +9,9 @@ from typing import Any
 
 from kitjit.ir.core import Op, Value
 from kitjit.ir.registry import typing_rule
-from kitjit.ir.types import bfloat16, float8e4nv, float8e5, float16, float32
+from kitjit.ir.types import bfloat16, float8e4nv, float8e5, float16, float32, int8
 
+from . import dot_f32, dot_int8
 from .base import _describe, _shape
 from .call_rules import Call, call_rule
 
@@ -29,7 +30,8 @@ class DotOps:
     """Typing rules of the dot family."""
 
     @typing_rule("dot")
-    def dot(self, a: Any, b: Any, acc: Any = None) -> Value:
+    def dot(self, a: Any, b: Any, acc: Any = None, precision: str | None = None,
+            out_dtype: Any = float32) -> Value:
         for name, v in (("a", a), ("b", b)):
             if not isinstance(v, Value) or len(v.shape) != 2:
                 raise self.error(f"kit.dot: '{name}' must be a 2-d tile, got {_describe(v)}")
@@ -43,10 +45,21 @@ class DotOps:
             # Hopper's mma.sync has no fp8 shape: upcast in registers (exact: fp8 values are
             # fp16 values), then the f16 mma; the fp32 sums are those of an fp8 mma
             a, b = self.cast(a, float16), self.cast(b, float16)
-        if a.dtype not in (float16, bfloat16) or b.dtype not in (float16, bfloat16):
-            raise self.error(f"kit.dot takes fp16 or bf16 inputs for now, got {a.dtype} and "
-                             f"{b.dtype} (fp8 works when both sides are fp8)",
-                             "convert the inputs with .to(kit.bfloat16)")
+        if a.dtype is int8 and b.dtype is int8:
+            return dot_int8.int8_dot(self, a, b, acc)
+        if out_dtype is bfloat16:
+            raise self.error("kit.dot: out_dtype=bfloat16 is not supported (nor in Triton)",
+                             "use out_dtype=kit.float32 and convert with .to(kit.bfloat16)")
+        if out_dtype is float16 and a.dtype is float16 and b.dtype is float16:
+            return dot_int8.f16_out_dot(self, a, b, acc)
+        f32 = a.dtype is float32 and b.dtype is float32
+        if f32 and precision is not None and precision not in dot_f32.PRECISIONS:
+            raise self.error(f"kit.dot: input_precision must be one of "
+                             f"{', '.join(dot_f32.PRECISIONS)}, got {precision!r}")
+        if not f32 and (a.dtype not in (float16, bfloat16) or b.dtype not in (float16, bfloat16)):
+            raise self.error(f"kit.dot takes fp16, bf16, fp32 or int8 inputs of one dtype for "
+                             f"now, got {a.dtype} and {b.dtype} (fp8 works when both sides are "
+                             f"fp8)", "convert the inputs with .to(kit.bfloat16)")
         if a.dtype is not b.dtype:
             raise self.error(f"kit.dot: a is {a.dtype} but b is {b.dtype}",
                              "convert one side so both match")
@@ -60,6 +73,8 @@ class DotOps:
             raise self.error(f"kit.dot: acc must be an fp32 tile of shape [{M}, {N}], got "
                              f"{_describe(acc)}",
                              f"start it as kit.zeros(({M}, {N}), kit.float32)")
+        if f32:
+            return dot_f32.split_dot(self, a, b, acc, precision or "tf32")
         return self.emit1("dot", [a, b, acc], acc.type)
 
     @typing_rule("wgmma")
@@ -118,9 +133,16 @@ class DotOps:
 
 # -------------------------------------------------------------------- kit.<name> calls
 @call_rule("dot", lambda a, b, acc=None, input_precision=None, allow_tf32=None,
-           out_dtype=float32: None)
+           max_num_imprecise_acc=None, out_dtype=float32: None)
 def _dot(c: Call) -> Any:
-    return c.b.dot(c["a"], c["b"], c["acc"])
+    # max_num_imprecise_acc: Triton's cap on fp8 wgmma sums kept in lower precision; kitjit
+    # accumulates every fp8 product in fp32, so any cap is met (accepted, nothing to do)
+    c.const("max_num_imprecise_acc", "a constexpr int")
+    precision = c.const("input_precision", "a constexpr string")
+    tf32 = c.const("allow_tf32", "a constexpr bool")
+    if precision is None and tf32 is not None:
+        precision = "tf32" if tf32 else "ieee"
+    return c.b.dot(c["a"], c["b"], c["acc"], precision, c.const("out_dtype"))
 
 
 @call_rule("mma", lambda a, b, acc, pending=0: None)

@@ -45,6 +45,8 @@ class ElementwiseOps:
         src = v.dtype
         if not isinstance(dtype, DType):
             raise self.error(f"expected a dtype such as kit.float32, got {describe(dtype)}")
+        if src is dtype and not bitcast:
+            return v  # as Triton: a conversion to the same type is the value (any rounding)
         if rounding is not None:
             if rounding not in ("rtne", "rtz"):
                 raise self.error(f"fp_downcast_rounding must be 'rtne' or 'rtz', got "
@@ -96,6 +98,10 @@ class ElementwiseOps:
         if not isinstance(b, Value):
             b = self.to_value(b, a)
         dt = promote(a.dtype, b.dtype)
+        if dt is not None and (a.dtype is bfloat16) != (b.dtype is bfloat16) and \
+                (a.type.is_scalar == b.type.is_scalar) and \
+                any(v.dtype.is_int() or v.dtype.is_bool() for v in (a, b)):
+            dt = float32  # Triton: an integer and bf16 meet at fp32 (two tiles or scalars)
         if dt is None:
             raise self.error(f"'{opname}' cannot combine {a.dtype} and {b.dtype}",
                              "convert one side with .to(kit.<dtype>)")
@@ -115,6 +121,13 @@ class ElementwiseOps:
             a, b = self._float_operands(a, b)
         a, b = self.binary_operands(a, b, opname)
         dt = a.dtype
+        if opname in ("div", "mod") and dt in (float16, bfloat16):  # Triton: in fp32
+            a, b = self.cast(a, float32), self.cast(b, float32)
+            dt = float32
+        if dt.is_fp8() and opname in _FP8_ARITH:  # computed in fp32, rounded once to dt
+            r = self.emit1(opname, [self.cast(a, float32), self.cast(b, float32)],
+                           TileType(float32, a.shape))
+            return self.cast(r, dt)
         if opname in ("and", "or", "xor", "shl", "shr") and dt.is_floating():
             raise self.error(f"bitwise '{_SYMBOL[opname]}' needs integer or bool operands, "
                              f"got {dt}", "convert with .to(kit.int32) first")
@@ -161,6 +174,8 @@ class ElementwiseOps:
         if isinstance(a, Value) and a.dtype.is_ptr() or isinstance(b, Value) and b.dtype.is_ptr():
             raise self.error("pointers cannot be compared")
         a, b = self.binary_operands(a, b, _CMP_SYMBOL[pred])
+        if a.dtype.is_fp8():  # (exact in fp32)
+            a, b = self.cast(a, float32), self.cast(b, float32)
         return self.emit1("cmp", [a, b], TileType(int1, a.shape), {"pred": pred})
 
     @typing_rule(*sorted(O.UNARY))
@@ -258,6 +273,9 @@ class ElementwiseOps:
         cond, x, y = (self.broadcast_to(v, shape) for v in (cond, x, y))
         return self.emit1("select", [cond, x, y], x.type)
 
+
+# Triton's fp8 results (an fp8 type with itself); kitjit computes them in fp32
+_FP8_ARITH = frozenset({"add", "sub", "mul", "div", "mod", "floordiv", "minimum", "maximum"})
 
 _PTR_HINT = ("a pointer moves by a whole number of elements: add an integer tile such as "
              "kit.arange(0, BLOCK) (convert floats with .to(kit.int32))")

@@ -13,7 +13,7 @@ from typing import Any
 
 from kitjit.ir.core import Block, Value
 from kitjit.ir.registry import family_of, typing_rule
-from kitjit.ir.types import DType, TileType, bfloat16, float16, float32, int32
+from kitjit.ir.types import DType, TileType, bfloat16, float16, float32, int32, uint32
 
 from .base import _describe, _shape
 from .call_rules import Call, call_rule
@@ -26,36 +26,36 @@ class ReductionOps:
     """Typing rules of the reduction family."""
 
     @typing_rule("reduce")
-    def reduce(self, kind: str, x: Any, axis: Any, keep_dims: bool = False) -> Value:
+    def reduce(self, kind: str, x: Any, axis: Any, keep_dims: bool = False,
+               dtype: DType | None = None, indices: bool = False) -> Value:
+        """`kit.sum/max/min/argmax/argmin` with Triton 3.6's dtypes (`reduce_dtypes`);
+        `indices`: the values of max/min(..., return_indices=True)."""
         if not isinstance(x, Value) or x.type.is_scalar:
             raise self.error(f"kit.{kind} needs a tile, got {_describe(x)}")
         if x.dtype.is_ptr():
             raise self.error(f"kit.{kind} does not apply to pointers")
+        if axis is None and kind in ("argmax", "argmin"):
+            raise self.error(f"kit.{kind} needs an axis")
+        compute, back = reduce_dtypes(kind, x.dtype, dtype, indices)
+        if compute is not x.dtype:
+            x = self.cast(x, compute)
         if axis is None:
-            if kind in ("argmax", "argmin"):
-                raise self.error(f"kit.{kind} needs an axis")
-            v = x
-            while not v.type.is_scalar:
-                v = self.reduce(kind, v, len(v.shape) - 1)
-            return v
-        axis = self.reduction_axis(x, axis)
-        fp8 = x.dtype if x.dtype.is_fp8() else None
-        if fp8 is not None:  # fp8 upcasts (as Triton's max/min); a sum rounds back once
-            x = self.cast(x, float32)
-        if kind == "sum":
-            dt = x.dtype
-            if dt.is_bool() or dt.is_int() and dt.bits < 32:
-                x = self.cast(x, int32)
-            elif dt in (float16, bfloat16):
-                x = self.cast(x, float32)
-        out_dt = int32 if kind in ("argmax", "argmin") else x.dtype
-        shape = x.shape[:axis] + x.shape[axis + 1:]
-        r = self.emit1("reduce", [x], TileType(out_dt, shape), {"kind": kind, "axis": axis})
-        if fp8 is not None and kind == "sum":  # Triton's result dtype: the input's
-            r = self.cast(r, fp8)
-        if keep_dims:
+            r = x
+            while not r.type.is_scalar:
+                r = self._reduce1(kind, r, len(r.shape) - 1)
+        else:
+            axis = self.reduction_axis(x, axis)
+            r = self._reduce1(kind, x, axis)
+        if back is not None:  # rounded once, after a wider accumulation
+            r = self.cast(r, back)
+        if keep_dims and axis is not None:
             r = self.expand_dims(r, axis)
         return r
+
+    def _reduce1(self, kind: str, x: Value, axis: int) -> Value:
+        out_dt = int32 if kind in ("argmax", "argmin") else x.dtype
+        shape = x.shape[:axis] + x.shape[axis + 1:]
+        return self.emit1("reduce", [x], TileType(out_dt, shape), {"kind": kind, "axis": axis})
 
     def reduction_axis(self, x: Value, axis: Any) -> int:
         """`axis` checked against `x`'s rank, made non-negative."""
@@ -163,11 +163,52 @@ def _binary_region(c: Call, what: str, name: str, dt: DType) -> Callable[[], Blo
     return lambda: c.b.combine_region(what, [dt], lambda a: c.b.binary(name, a[0], a[1]))
 
 
+def reduce_dtypes(kind: str, dt: DType, dtype: DType | None = None,
+                  indices: bool = False) -> tuple[DType, DType | None]:
+    """(the dtype a reduction computes in, the dtype its result is rounded to or None).
+
+    Result dtypes are Triton 3.6's (python/triton/language/standard.py):
+      - sum: `dtype` if given; else signed ints narrower than 32 bits give int32, unsigned
+        ones and bool uint32, floats keep their dtype. Triton adds fp16/bf16/fp8 in that
+        dtype; kitjit accumulates them in fp32 and rounds the sum once (closer to the exact
+        sum; interpreter and GPU agree up to that one rounding).
+      - max/min: floats narrower than 32 bits (fp16, bf16, fp8) give fp32, ints narrower
+        than 32 bits (bool and unsigned too) int32. With return_indices=True (`indices`)
+        the values keep their dtype but bf16 (fp32), as Triton's.
+      - argmax/argmin: int32 indices (fp8 values are compared in fp32, exactly)."""
+    if kind == "sum":
+        out = dtype
+        if out is None:
+            if dt.is_bool() or dt.is_int_unsigned() and dt.bits < 32:
+                out = uint32
+            elif dt.is_int() and dt.bits < 32:
+                out = int32
+            else:
+                out = dt
+        if out.is_floating() and out.bits < 32:
+            return float32, out
+        return out, None
+    if kind in ("max", "min"):
+        if dt is bfloat16:
+            return float32, None
+        if indices:
+            return (float32, dt) if dt.is_fp8() or dt is float16 else (dt, None)
+        if dt.is_floating() and dt.bits < 32:
+            return float32, None
+        if (dt.is_int() or dt.is_bool()) and dt.bits < 32:
+            return int32, None
+        return dt, None
+    return (float32 if dt.is_fp8() else dt), None  # argmax / argmin
+
+
 # -------------------------------------------------------------------- kit.<name> calls
-@call_rule("sum", lambda x, axis=None, keep_dims=False: None)
+@call_rule("sum", lambda x, axis=None, keep_dims=False, dtype=None: None)
 def _reduce(c: Call) -> Any:
     axis = c.const("axis")
-    return c.b.reduce(c.name, c["x"], axis, bool(c.const("keep_dims")))
+    dt = c.const("dtype")
+    if dt is not None and not isinstance(dt, DType):
+        raise c.err(f"kit.sum: dtype must be a kit dtype, got {_describe(dt)}")
+    return c.b.reduce(c.name, c["x"], axis, bool(c.const("keep_dims")), dt)
 
 
 @call_rule(("max", "min"), lambda x, axis=None, return_indices=False,
@@ -182,7 +223,8 @@ def _max_min(c: Call) -> Any:
     x = c["x"]
     if isinstance(x, Value) and x.dtype is bfloat16:  # as Triton
         x = c.b.cast(x, float32)
-    return (c.b.reduce(c.name, x, axis, keep), c.b.reduce("arg" + c.name, x, axis, keep))
+    return (c.b.reduce(c.name, x, axis, keep, indices=True),
+            c.b.reduce("arg" + c.name, x, axis, keep))
 
 
 @call_rule(("argmax", "argmin"), lambda x, axis, tie_break_left=True, keep_dims=False: None)

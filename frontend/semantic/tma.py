@@ -117,6 +117,28 @@ class TmaOps:
             attrs["nosync"] = True
         self.emit("tma_load", [dst, desc, *cs, bar], [], attrs)
 
+    @typing_rule("tma_desc_create")
+    def tma_desc_create(self, base: Value, rows: Value, cols: Value, row_stride: Value,
+                        block: tuple, swizzle: int, chunk: int) -> Value:
+        """A CUtensorMap built by the kernel (`kit.make_tensor_descriptor` on sm_90a) in its
+        program's slot of the global scratch (`set_allocator`): box `block[0]` rows by
+        `chunk` columns, as the shared tile's layout wants. Sizes and the row stride are
+        int64 elements; the map's fields are 32-bit sizes and a byte stride."""
+        fn = self.fn
+        scratch = fn.attrs.get("_scratch_arg")
+        if scratch is None:
+            from kitjit.ir.types import dtype_from_name
+
+            scratch = Value(TileType(dtype_from_name("*u8")), "kit.global_scratch")
+            fn.body.args.append(scratch)
+            scratch.owner = fn.body
+            fn.attrs["_scratch_arg"] = scratch
+        slot = fn.attrs.get("_scratch_slots", 0)
+        fn.attrs["_scratch_slots"] = slot + 1
+        attrs = {"slot": slot, "box": [block[0], chunk], "swizzle": swizzle}
+        return self.emit1("tma_desc_create", [scratch, base, rows, cols, row_stride],
+                          TileType(tma_desc), attrs)
+
     @typing_rule("smem_trans")
     def smem_trans(self, x: Value) -> Value:
         if len(x.shape) != 2:
@@ -205,6 +227,22 @@ class TmaOps:
     def barrier(self) -> None:
         self.emit("barrier", [], [])
 
+    @typing_rule("named_bar")
+    def named_barrier(self, id: Any, threads: int, arrive: bool) -> None:
+        what = f"kit.named_barrier_{'arrive' if arrive else 'wait'}"
+        if isinstance(id, Value):
+            if not id.type.is_scalar or not id.dtype.is_int():
+                raise self.error(f"{what}: the id must be an integer scalar, got {_describe(id)}")
+            bid = self.cast(id, int32)
+        elif isinstance(id, int) and not isinstance(id, bool) and 0 <= id < 8:
+            bid = self.constant(id, int32)
+        else:
+            raise self.error(f"{what}: the id must be 0-7 or an integer scalar, got {id!r}")
+        if not isinstance(threads, int) or threads <= 0 or threads % 32 or threads > 1024:
+            raise self.error(f"{what}: threads must be a constant multiple of 32 up to 1024 "
+                             f"(whole warps), got {threads!r}")
+        self.emit("named_bar", [bid], [], {"threads": threads, "arrive": arrive})
+
 
 # -------------------------------------------------------------------- kit.<name> calls
 @call_rule("shared", lambda shape, dtype: None)
@@ -255,4 +293,16 @@ def _tma_store(c: Call) -> Any:
 @call_rule("barrier", lambda: None)
 def _barrier(c: Call) -> Any:
     c.b.barrier()
+    return None
+
+
+@call_rule("named_barrier_wait", lambda id, threads: None)
+def _named_barrier_wait(c: Call) -> Any:
+    c.b.named_barrier(c["id"], c.const("threads"), False)
+    return None
+
+
+@call_rule("named_barrier_arrive", lambda id, threads: None)
+def _named_barrier_arrive(c: Call) -> Any:
+    c.b.named_barrier(c["id"], c.const("threads"), True)
     return None

@@ -1,6 +1,12 @@
-"""Host tensor descriptors on TMA (sm_90a): `desc.load` / `desc.store` of a 2-d host
-`TensorDescriptor` kernel argument, expanded into the tma family's ops. A helper of
-block_ptr.py, with no op of its own but `smem_load`.
+"""Tensor descriptors on TMA (sm_90a): `desc.load` / `desc.store` of a 2-d host
+`TensorDescriptor` kernel argument or of a `kit.make_tensor_descriptor` made in the kernel,
+expanded into the tma family's ops. A helper of block_ptr.py.
+
+A descriptor made in the kernel gets its CUtensorMap from `tma_desc_create` where the call
+is: thread 0 writes the map's fields into the program's 128-byte slot of the kernel's global
+scratch (Triton's `set_allocator` memory; kitjit.launcher allocates it per launch) and
+fences it for the TMA unit (backend/lower/tma.py). Its loads and stores are then the same
+ops as a host descriptor's.
 
 The launcher encodes one CUtensorMap per descriptor argument at launch (from the
 descriptor's base, shape and strides; the box is one swizzle chunk of the block, as for
@@ -27,13 +33,20 @@ from kitjit.ir.types import TileType, mbarrier, tma_desc
 _SMEM_BUDGET = 160 * 1024  # bytes of TMA tiles per kernel; scratch and the rest need room
 
 
-def _fits(b, desc) -> bool:
+def _shape_fits(desc) -> bool:
+    """TMA can copy the descriptor's blocks (whatever shared memory is left)."""
     block = desc.block_shape
     elem = desc.dtype.element_ty
     if len(block) != 2 or elem.itemsize not in (1, 2, 4, 8) or elem.is_bool():
         return False
-    if max(block) > 256 or block[1] * elem.itemsize < 16:
+    return max(block) <= 256 and block[1] * elem.itemsize >= 16
+
+
+def _fits(b, desc) -> bool:
+    if not _shape_fits(desc):
         return False
+    block = desc.block_shape
+    elem = desc.dtype.element_ty
     nbytes = block[0] * block[1] * elem.itemsize
     used = b.fn.attrs.get("tma_desc_smem", 0)
     if used + nbytes > _SMEM_BUDGET:
@@ -42,8 +55,25 @@ def _fits(b, desc) -> bool:
     return True
 
 
+def device_map(b, desc) -> Value | None:
+    """`kit.make_tensor_descriptor` on sm_90a: the kernel builds the descriptor's
+    CUtensorMap where the call is (its box as the shared tile's layout splits it: one
+    swizzle span of columns), or None where its blocks keep the masked path."""
+    if desc.padding != "zero" or not _shape_fits(desc):
+        return None
+    from kitjit.ir.layouts import shared_layout
+
+    elem = desc.dtype.element_ty
+    lay = shared_layout(tuple(desc.block_shape), elem)
+    return b.tma_desc_create(desc.base, desc.shape[0], desc.shape[1], desc.strides[0],
+                             tuple(desc.block_shape), lay.swizzle, lay.chunk)
+
+
 def _map(b, desc) -> Value:
-    """The CUtensorMap parameter of the descriptor argument (added on first use)."""
+    """The CUtensorMap of the descriptor: the one the kernel built, or the parameter of a
+    host descriptor argument (added on first use)."""
+    if desc.dev_map is not None:
+        return desc.dev_map
     fn = b.fn
     tma = fn.attrs.setdefault("tma", {})
     entry = tma.get(desc.tma_param)

@@ -179,16 +179,35 @@ def matmul_kernel(group, name: str) -> tuple[list[str], list[str]]:
         _epilogue(e, group)
         return kernel_header(name, args) + e.lines, [
             f"{name}[{grid}]({', '.join(args)}, num_warps={nw})"]
-    # split-K: fp32 partials ws[sp, i, b, m, n] (and the norm's sums wss[sp, b, m])
     assert not lr, "split-K with a low-rank chain is not generated"
+    return split_tail(group, name, e, grid, nw, norm)
+
+
+def split_tail(group, name: str, e: TileEmitter, grid: str, nw: int, norm: str | None,
+               batched: bool = True) -> tuple[list[str], list[str]]:
+    """Split-K's end of kernel `name` (its [BM, BN] accumulators acc<i> stored as fp32
+    partials ws[sp, i, b, m, n], the norm's sums as wss[sp, b, m]) and the combine kernel
+    that adds the partials and runs the norm scale and the epilogue; (source, launch).
+    `batched`: the kernel has a batch index b (else the single matrix's partials)."""
+    S, rm, rn, b = e.S, e.rm, e.rn, e.b
+    M, N = S[-2], S[-1]
+    NB = math.prod(S[:-2])
+    P = group.params
+    BM, BN, SPLIT = P["BM"], P["BN"], P["SPLIT"]
+    gn = -(-N // BN)
+    K = group.mms[0].inputs[0].shape[-1]
+    pro = group.prologue
+    nmm = len(group.mms)
+    args = group.args()
     part = Access("ws_i", (M, N), (N, 1))
     prm, prn = Index("rm", (0,), rm.mask), Index("rn", (1,), rn.mask)
     for i in range(nmm):
-        e.line(f"ws_i = ws + {lin('sp', nmm, i)} * {NB * M * N} + b * {M * N}")
+        e.line(f"ws_i = ws + {lin('sp', nmm, i)} * {NB * M * N}"
+               + (f" + b * {M * N}" if batched else ""))
         e.line(store_tile(part, (M, N), None, prm, prn, f"acc{i}"))
     extra = []
     if norm == "epi":
-        e.line(f"kit.store(wss + {lin('sp', NB, 'b')} * {M} + rm, ss"
+        e.line(f"kit.store(wss + {lin('sp', NB, 'b' if batched else 0)} * {M} + rm, ss"
                + (f", mask={rm.mask})" if rm.mask else ")"))
         extra = ["wss"]
     # the combine kernel: sum the partials, then the norm scale and the epilogue

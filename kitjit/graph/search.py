@@ -256,7 +256,7 @@ def superoptimize(g: KernelGraph, budget: float = 120.0, trials: int = 3, cache:
             f"({mode}); budget {budget:g}s")
     work = pathlib.Path(tempfile.mkdtemp(prefix="kitjit-graph-"))
     stats = {"candidates": len(cands), "classes": len(classes), "tried": 0, "verified": 0,
-             "failed": 0, "spilled": 0, "timed": 0, "failures": []}
+             "failed": 0, "spilled": 0, "timed": 0, "failures": [], "timings": []}
     ok: list = []        # (score, est, src, name, groups, mod)
     spilled: list = []   # verified, but their kernels spill registers
     try:
@@ -299,6 +299,8 @@ def superoptimize(g: KernelGraph, budget: float = 120.0, trials: int = 3, cache:
                     bar.step(f"#{i + 1} dropped: timing failed ({type(e).__name__})")
                     continue
                 stats["timed"] += 1
+                stats["timings"].append((round(score * 1e6, 2), round(est * 1e6, 2), name,
+                                         [gr.params for gr in groups]))
             ok.append((score, est, src, name, groups, mod))
             best = min(ok, key=lambda c: c[0])
             bar.step(f"#{i + 1} {'%.1f us' % (score * 1e6)}"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import math
 
+from . import codegen_wgmma
 from .codegen import p2
 from .codegen_attn import layout, packable
 from .plan import Group
@@ -32,6 +33,12 @@ REGS_SM, MAX_REGS, WARPS_SM, CTAS_SM = 65536, 255, 64, 32
 REG_LIMIT = 280            # estimates over this are dropped (the estimate is ~20% off)
 SMEM_BYTES = 227 * 1024
 KEEP = 3.0                 # candidates modelled within KEEP x the best survive pruning
+# level 2 with x * w as a register A operand (rms_norm prologue) ran 2.4-4.5x its roofline
+# on the H100 (48-76 us against 17-20, 2026-11-24: x's tile is re-laid out for WGMMA at every
+# k-step); the swapped TMA form ran within 8% of it
+NORM_A_SLOWDOWN = 3.5
+# (level 1 ran 2-6x its modelled time too, unevenly: a flat factor on it pushed the measured
+# winners of GQA B1 and LoRA out of the timed set, so none is applied; NOTES.md, session 5)
 
 
 def _nbytes(t) -> int:
@@ -84,7 +91,7 @@ def _mm_choices(grp: Group) -> list[dict]:
             p["NORM"] = norm
         if registers(grp, p) <= REG_LIMIT and (BM * BK + n * BK * BN) * 2 <= SMEM_BYTES:
             out.append(p)
-    return out
+    return out + codegen_wgmma.choices(grp)
 
 
 def _attn_choices(grp: Group) -> list[dict]:
@@ -137,6 +144,8 @@ def cost(grp: Group, p: dict) -> float:
         BM, BN, BK, split = p["BM"], p["BN"], p["BK"], p.get("SPLIT", 1)
         n = len(grp.mms)
         gm, gn = -(-M // BM), -(-N // BN)
+        if p.get("FORM") == "wgmma":     # TMA ring: STAGES-1 stages in flight, full WGMMA
+            rate, stages = TENSOR_FLOPS, stages - 1
         NB = math.prod(batch)
         progs = gm * gn * NB * split
         a = grp.mms[0].inputs[0] if grp.prologue is None else grp.prologue.inputs[0]
@@ -182,6 +191,8 @@ def cost(grp: Group, p: dict) -> float:
     bw = min(HBM_BPS, min(progs, SMS) * SM_BPS, resident * step * stages / LATENCY_S)
     t = max((loads + stores) / bw, flops / rate / busy)
     t += waves * LATENCY_S + (kernels - 1) * LAUNCH_S
+    if p.get("FORM") == "wgmma" and grp.prologue is not None:
+        t *= NORM_A_SLOWDOWN
     return t * (1 + 0.05 * regs / MAX_REGS)   # ties: the lighter kernel (spills, residency)
 
 
@@ -197,6 +208,8 @@ def registers(grp: Group, p: dict) -> float:
     if grp.kind == "matmul":
         BM, BN, BK = p["BM"], p["BN"], p["BK"]
         n = len(grp.mms)
+        if p.get("FORM") == "wgmma":     # operands in shared memory: accumulators only
+            return 40 + (n + 1) * BM * BN / th
         RP = p2(grp.lowrank[0].shape[-1], 16) if grp.lowrank else 0
         loaded = BM * BK + n * BK * BN + BK * RP                  # halves per stage
         wm = max(1, min(nw, BM // 16))

@@ -29,8 +29,8 @@ Handler = Callable[[Env], None]
 # Shared memory is per program, so its allocation and everything touching it stay put too.
 _NOT_HOISTABLE = frozenset({"load", "store", "program_id", "for", "while", "if", "yield",
                             "smem_alloc", "smem_index", "smem_trans", "tma_load", "tma_store",
-                            "mbar_wait", "mbar_arrive", "setmaxnreg", "barrier", "wgmma",
-                            "print", "assert", "assume", "gdc_wait",
+                            "mbar_wait", "mbar_arrive", "setmaxnreg", "barrier", "named_bar",
+                            "wgmma", "print", "assert", "assume", "gdc_wait",
                             "gdc_launch_dependents", "atomic_rmw", "atomic_cas"})
 
 

@@ -206,6 +206,23 @@ class _Memory:
                                                (a.stride(0) * e, a.stride(1) * e))
         return _TmaTensor(name, dt, view, buf)
 
+    def region_2d(self, name: str, dt: DType, base: int, rows: int, cols: int,
+                  stride: int) -> _TmaTensor:
+        """The rows x cols region at byte address `base` (rows `stride` elements apart) as a
+        TMA tensor: what a descriptor the kernel built describes."""
+        mdt = _mem_np(dt)
+        e = mdt.itemsize
+        if rows <= 0 or cols <= 0:
+            return _TmaTensor(name, dt, np.zeros((max(rows, 0), max(cols, 0)), mdt), None)
+        span = ((rows - 1) * stride + cols) * e
+        for b in self.bufs:
+            if b.base <= base and base + span <= b.end:
+                flat = b.u8[base - b.base:base - b.base + span].view(mdt)
+                view = np.lib.stride_tricks.as_strided(flat, (rows, cols), (stride * e, e))
+                return _TmaTensor(name, dt, view, b)
+        raise ValueError(f"tensor descriptor over '{name}': its {rows} x {cols} region "
+                         f"(rows {stride} elements apart) leaves every tensor argument")
+
     def _buffer(self, t: Any, st: Any) -> _Buffer:
         import torch
 

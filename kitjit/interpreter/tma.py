@@ -193,6 +193,11 @@ def barrier(comp: _Compiler, op: Op) -> Handler:
     return _nothing  # one thread per program
 
 
+@semantics("named_bar")
+def named_bar(comp: _Compiler, op: Op) -> Handler:
+    return _nothing  # a role's warpgroups run as one program: nothing to order
+
+
 @semantics("warpgroup_id")
 def warpgroup_id(comp: _Compiler, op: Op) -> Handler:
     """Fixed per role: hoistable like a constant."""
@@ -224,3 +229,25 @@ def _check_box(op: Op, ctx: _Ctx, t: _TmaTensor, r0: int, c0: int, what: str) ->
             f"\n  the box starts at ({r0}, {c0}) of '{t.name}': a TMA store may run past the "
             "end of a tensor (that part is dropped) but not start before it, or the GPU stops "
             "the kernel with an illegal instruction")
+
+
+@semantics("tma_desc_create")
+def tma_desc_create(comp: _Compiler, op: Op) -> Handler:
+    """A CUtensorMap the kernel builds (sm_90a's `kit.make_tensor_descriptor`): the 2-d
+    region it describes, as a view of the buffer that holds it, for tma_load / tma_store.
+    The GPU traps on a base or row stride that is not a multiple of 16 bytes: an error here."""
+    _, b_id, r_id, c_id, s_id = (v.id for v in op.operands)
+    elem = op.operands[1].dtype.element_ty
+    mem, ctx = comp.mem, comp.ctx
+    name = op.operands[1].name or "base"
+
+    def tma_desc_create(env: Env) -> None:
+        base, rows, cols = int(env[b_id]), int(env[r_id]), int(env[c_id])
+        stride = int(env[s_id])
+        e = elem.itemsize
+        if base % 16 or (stride * e) % 16:
+            raise ValueError(_where(op, ctx, "tensor descriptor not aligned for TMA") +
+                             f"\n  base {base:#x} and row stride {stride * e} bytes must be "
+                             "multiples of 16 (Triton's rule for make_tensor_descriptor)")
+        env[op.result.id] = mem.region_2d(name, elem, base, rows, cols, stride)
+    return tma_desc_create

@@ -57,7 +57,8 @@ from .elementwise import PropagateNan  # noqa: F401
 
 globals().update(BUILTINS)  # every marker is kit.<name>
 
-from . import random  # noqa: E402  (@kit.jit functions over the markers above)
+# @kit.jit functions over the markers above: Triton's random numbers and small helpers
+from . import random, standard  # noqa: E402
 from .random import (  # noqa: E402,F401
     pair_uniform_to_normal,
     philox,
@@ -70,6 +71,7 @@ from .random import (  # noqa: E402,F401
     randn4x,
     uint_to_uniform_float,
 )
+from .standard import softmax, swizzle2d, zeros_like  # noqa: E402,F401
 
 __all__ = [
     "constexpr", "static_range", "range", "next_power_of_2", "builtin", "BUILTINS", "dtype",
@@ -77,7 +79,7 @@ __all__ = [
     "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
     "uint8", "uint16", "uint32", "uint64", "int1", "bool_", "float8e4nv", "float8e5",
     "float8e4b15",
-    *BUILTINS, *random.RANDOM,
+    *BUILTINS, *random.RANDOM, *standard.STANDARD,
 ]
 
 

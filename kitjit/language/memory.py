@@ -52,10 +52,14 @@ def advance(base, offsets):
 def make_tensor_descriptor(base, shape, strides, block_shape, padding_option="zero"):
     """A descriptor of the row-major tensor at `base` (last stride 1): `desc.load(offsets)`
     reads the `block_shape` block at `offsets` (outside the tensor: 0), `desc.store(offsets,
-    value)` writes it (outside: dropped). Lowered onto masked pointer loads and stores, not
-    TMA: a device-side descriptor would need a CUtensorMap built in global scratch
-    (`set_allocator`), which kitjit does not do yet. A host `TensorDescriptor` argument
-    (kitjit.tools.tensor_descriptor) gets TMA on sm_90a."""
+    value)` writes it (outside: dropped). On sm_90a, 2-d descriptors whose blocks TMA can
+    copy (rows of 16 bytes or more, at most 256 per dim, last stride the literal 1) go
+    through TMA: the kernel builds the CUtensorMap in its program's 128-byte slot of a
+    global scratch that each launch allocates (`kit.set_allocator`'s function, as Triton's;
+    without one, a torch tensor on the device). As in Triton, `base` and the row stride
+    must then be multiples of 16 bytes: the GPU traps otherwise (the interpreter raises).
+    Other descriptors, other targets and the interpreter use masked pointer loads and
+    stores, with the same results."""
 
 
 # ----------------------------------------------------------------------------- atomics

@@ -6,18 +6,20 @@ from .base import builtin
 
 
 @builtin
-def sum(x, axis=None, keep_dims=False):
-    """Sum along `axis` (all axes if None). Integers narrower than 32 bits and fp16/bf16
-    accumulate in int32/fp32. fp8 tiles accumulate in fp32 and the sum is rounded once to
-    their fp8 type (Triton's result dtype; Triton adds in fp8)."""
+def sum(x, axis=None, keep_dims=False, dtype=None):
+    """Sum along `axis` (all axes if None), with Triton 3.6's result dtype: `dtype` if given
+    (the tile is converted to it first); else signed ints narrower than 32 bits give int32,
+    unsigned ones and bool uint32, and floats keep their dtype. fp16/bf16/fp8 sums accumulate
+    in fp32 and are rounded once to that dtype (Triton adds in the narrow dtype itself)."""
 
 
 @builtin
 def max(x, axis=None, return_indices=False, return_indices_tie_break_left=True,
         keep_dims=False):
-    """Maximum along `axis`. With `return_indices=True` (an axis is then needed): the pair
-    (maximum, index of the first maximum); bf16 values come back as fp32, as in Triton,
-    and so do fp8 values (Triton upcasts floats narrower than 32 bits; kitjit does for fp8).
+    """Maximum along `axis`, as Triton 3.6 types it: floats narrower than 32 bits (fp16,
+    bf16, fp8) give fp32, ints narrower than 32 bits (bool and unsigned too) int32. With
+    `return_indices=True` (an axis is then needed): the pair (maximum, index of the first
+    maximum), the values in the input's dtype but bf16's in fp32, as in Triton.
     `return_indices_tie_break_left=False` lets Triton return any index of a tie: kitjit
     returns the first one either way."""
 

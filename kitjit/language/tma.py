@@ -34,7 +34,31 @@ def warpgroup_id():
 @builtin
 def setmaxnreg(count):
     """Set this warpgroup's register budget (setmaxnreg): a producer gives registers up
-    (e.g. 40), consumers take them (e.g. 232)."""
+    (e.g. 40), consumers take them (e.g. 232).
+
+    On Ampere / Ada (sm_80 / 86 / 89) there is no such instruction and this is a no-op, so a
+    warp-specialized kernel text still compiles there: every warp keeps the one register
+    allocation ptxas gives the kernel (at most 65536 / threads per thread, e.g. 168 for
+    three warpgroups), and consumers that counted on 232 may spill."""
+
+
+@builtin
+def named_barrier_wait(id, threads):
+    """Wait at named barrier `id` (0-7; an int32 scalar may differ per warpgroup) until
+    `threads` threads (a multiple of 32) have arrived, this warpgroup's included (bar.sync).
+    With `named_barrier_arrive` it orders warpgroups of one role: warpgroup w waits at
+    barrier w, the one before it arrives there when w may go (FA3's scheduler barrier, see
+    kitjit/nn/attention.py's TURNS). It orders execution only; data still goes through
+    mbarriers. The interpreter runs a role's warpgroups as one program, so it has nothing
+    to wait for: waits and arrivals that do not pair up hang on the GPU alone. Ids 0-7 are
+    hardware barriers 8-15 (kit.barrier() uses 0, roles 1-7)."""
+
+
+@builtin
+def named_barrier_arrive(id, threads):
+    """Count this warpgroup's threads at named barrier `id` towards `threads` and go on
+    without waiting (bar.arrive): lets a warpgroup waiting there in
+    `named_barrier_wait(id, threads)` proceed."""
 
 
 @builtin

@@ -25,8 +25,21 @@ uint_to_uniform_float umulhi unsqueeze view void where xor_sum zeros zeros_like
 """.split())
 
 
-def missing_name_message(name: str, module: str = "kit") -> str:
-    """The one-line message for `kit.<name>` when kitjit has no such name."""
+# Triton's top-level `triton` names (3.x) that are not language names: reached as
+# `triton.<name>` after the import swap, i.e. `kitjit.<name>`
+TRITON_TOP_NAMES = frozenset("""
+AsyncCompileMode CompilationError Config FutureKernel InterpreterError JITFunction
+KernelInterface MockTensor OutOfResources TensorWrapper autotune cdiv compile
+constexpr_function heuristics jit knobs language must_use_result next_power_of_2
+reinterpret runtime set_allocator testing tools
+""".split())
+
+
+def missing_name_message(name: str, module: str = "kit", top: bool = False) -> str:
+    """The one-line message for `kit.<name>` when kitjit has no such name (`top`: asked of
+    the top-level package, where Triton's own top-level names are known too)."""
+    if top and name in TRITON_TOP_NAMES:
+        return f"kitjit.{name} is not supported yet (Triton's triton.{name})"
     if name in TRITON_LANGUAGE_NAMES:
         return f"{module}.{name} is not supported yet (Triton's tl.{name})"
     return f"{module}.{name} does not exist (Triton's triton.language has no '{name}' either)"

@@ -28,7 +28,10 @@ avoid both with three pieces, each kept safe by construction:
   stream is being captured into a CUDA graph: a graph may replay on any stream, at the
   same time as other work, so captured calls allocate through torch (the graph's pool).
   A dropped workspace goes back to torch's caching allocator, which reuses it on the same
-  stream only, after the kernels queued there.
+  stream only, after the kernels queued there. It also holds int32 counters, zero between
+  calls: a kernel whose programs count themselves (the last one merges the others'
+  partials) returns its counters to 0 before it ends, so the next call on the stream finds
+  them zeroed without a memset (new counters are zeroed by torch, in stream order).
 """
 
 from __future__ import annotations
@@ -111,8 +114,8 @@ class Site:
             self.fn = _LAUNCHERS.setdefault(self.key, fn)
 
 
-_WS: dict = {}            # (device, stream, thread) -> (fp32 tensor, address, numel)
-_WS_MAX = 64
+_WS: dict = {}            # (device, stream, thread) -> [fp32 tensor, address, numel,
+_WS_MAX = 64              #                              int32 counters, address, count]
 
 
 def _stream(device: int) -> int:
@@ -130,10 +133,12 @@ def _torch_device(device: int) -> torch.device:
     return torch.device("cuda", device) if device >= 0 else torch.device("cpu")
 
 
-def workspace(device: int, numel: int) -> tuple[torch.Tensor, int] | None:
-    """(an fp32 tensor of at least `numel` elements, its address) private to this thread
-    and the current stream of `device` (-1: the CPU), or None while that stream is being
-    captured (the caller allocates then). See the module docstring for why reuse is safe."""
+def workspace(device: int, numel: int, counters: int = 0) -> tuple[torch.Tensor, int, int] | None:
+    """(an fp32 tensor of at least `numel` elements, its address, the address of at least
+    `counters` int32 counters that are 0) private to this thread and the current stream of
+    `device` (-1: the CPU), or None while that stream is being captured (the caller
+    allocates then). See the module docstring for why reuse is safe; a kernel given the
+    counters must leave them 0."""
     if device >= 0:
         stream = _stream(device)
         if _capturing(stream):
@@ -142,13 +147,24 @@ def workspace(device: int, numel: int) -> tuple[torch.Tensor, int] | None:
         stream = 0
     key = (device, stream, threading.get_ident())
     ws = _WS.get(key)
-    if ws is None or ws[2] < numel:
+    if ws is None or ws[2] < numel or ws[5] < counters:
         if len(_WS) >= _WS_MAX:   # (dropped ones go back to the caching allocator, which
             _WS.clear()           # reuses them on their stream, after the queued kernels)
-        n = max(numel, 2 * ws[2] if ws is not None else 0)
-        t = torch.empty(n, dtype=torch.float32, device=_torch_device(device))
-        ws = _WS[key] = (t, t.data_ptr(), n)
-    return ws[0], ws[1]
+        dev = _torch_device(device)
+        if ws is None or ws[2] < numel:
+            n = max(numel, 2 * ws[2] if ws is not None else 0)
+            t = torch.empty(n, dtype=torch.float32, device=dev)
+            t_ws = (t, t.data_ptr(), n)
+        else:
+            t_ws = ws[:3]
+        if ws is None or ws[5] < counters:
+            c = torch.zeros(max(counters, 2 * ws[5] if ws is not None else 0, 64),
+                            dtype=torch.int32, device=dev)
+            c_ws = (c, c.data_ptr(), c.numel())
+        else:
+            c_ws = ws[3:]
+        ws = _WS[key] = (*t_ws, *c_ws)
+    return ws[0], ws[1], ws[4]
 
 
 _RESET_HOOKS: list = []

@@ -53,42 +53,92 @@ def attend(q, k, v, ready, empty, K, V, acc, m_i, l_i, rows, j, n_kv, kvh, SK, q
 
 
 @kit.jit
-def overlapped(q, k, v, ready, empty, acc, p, m_i, l_i, rows, j, SK, qk_scale,
+def overlapped(q, k, v, ready, empty, acc, p, m_i, l_i, rows, j, SK, qk_scale, wg,
                BM: kit.constexpr, BN: kit.constexpr, STAGES: kit.constexpr,
-               MASK: kit.constexpr, CAUSAL: kit.constexpr):
+               MASK: kit.constexpr, CAUSAL: kit.constexpr, TURNS: kit.constexpr,
+               CONSUMERS: kit.constexpr, SPLIT: kit.constexpr):
     """Block j, FA3-style: S_j = Q K_jᵀ and O += P_{j-1} V_{j-1} issued together; the
-    softmax of S_j runs under the second MMA."""
-    s = j % STAGES
+    softmax of S_j runs under the second MMA. TURNS: consumer warpgroup wg issues both only
+    in its turn and passes the turn on before waiting for them. SPLIT: K and V stages have
+    barriers of their own (V's at STAGES + s): K_j's stage is freed once S_j is done."""
+    s, vs = j % STAGES, (j - 1) % STAGES
     kit.mbarrier_wait(ready[s], j // STAGES % 2)
-    sc = kit.mma(q, k[s].T, kit.zeros((BM, BN), kit.float32), pending=1)
-    acc = kit.mma(p, v[(j - 1) % STAGES], acc, pending=1)      # S_j is done on return
+    if SPLIT:
+        kit.mbarrier_wait(ready[STAGES + vs], (j - 1) // STAGES % 2)
+    if TURNS:
+        kit.named_barrier_wait(wg, 256)
+        sc = kit.mma(q, k[s].T, kit.zeros((BM, BN), kit.float32), pending=1)
+        acc = kit.mma(p, v[vs], acc, pending=2)   # both in flight
+        kit.named_barrier_arrive((wg + 1) % CONSUMERS, 256)
+    else:
+        sc = kit.mma(q, k[s].T, kit.zeros((BM, BN), kit.float32), pending=1)
+        acc = kit.mma(p, v[vs], acc, pending=1)   # S_j is done on return
     p, alpha, m_i, l_i = softmax(sc, m_i, l_i, rows, j, SK, qk_scale, BN, MASK, CAUSAL)
-    acc = acc * alpha[:, None]                     # waits for P_{j-1} V_{j-1}
-    kit.mbarrier_arrive(empty[(j - 1) % STAGES])
+    if SPLIT:
+        kit.mbarrier_arrive(empty[s])              # K_j: S_j is done
+        acc = acc * alpha[:, None]                 # waits for P_{j-1} V_{j-1}
+        kit.mbarrier_arrive(empty[STAGES + vs])
+    else:
+        acc = acc * alpha[:, None]                 # waits for P_{j-1} V_{j-1}
+        kit.mbarrier_arrive(empty[vs])
     return acc, p.to(v.dtype), m_i, l_i
 
 
 @kit.jit
 def consume_overlapped(q, k, v, ready, empty, O, L, m0, bh, S, SK, n_full, n_kv, qk_scale,
                        BM: kit.constexpr, BN: kit.constexpr, D: kit.constexpr,
-                       CAUSAL: kit.constexpr, STAGES: kit.constexpr):
-    """consume(), overlapped: 3 stages keep the loads ahead (stage j-1 is freed late)."""
+                       CAUSAL: kit.constexpr, STAGES: kit.constexpr,
+                       TURNS: kit.constexpr = False, CONSUMERS: kit.constexpr = 2,
+                       SPLIT: kit.constexpr = False):
+    """consume(), overlapped: 3 stages keep the loads ahead (stage j-1 is freed late).
+
+    TURNS (FA3's scheduler barrier): the consumer warpgroups issue their MMAs in turn, so
+    one's softmax (FMA and MUFU units) runs while the tensor cores work through the
+    others' MMAs. Warpgroup wg waits at named barrier wg (256 threads: itself and the one
+    before it, which arrives there after issuing); warpgroup 0 opens with its own arrival.
+    The code is the same for all of them (one role: a role per warpgroup would put two
+    copies of the loop in the instruction cache)."""
+    wg = kit.warpgroup_id() - 1                    # consumer 0 .. CONSUMERS-1
     rows = m0 + kit.arange(0, BM)
     kit.mbarrier_wait(ready[0], 0)
-    sc = kit.mma(q, k[0].T, kit.zeros((BM, BN), kit.float32))
+    if TURNS:
+        if wg == 0:
+            kit.named_barrier_arrive(0, 256)
+        kit.named_barrier_wait(wg, 256)
+        sc = kit.mma(q, k[0].T, kit.zeros((BM, BN), kit.float32), pending=1)
+        kit.named_barrier_arrive((wg + 1) % CONSUMERS, 256)
+    else:
+        sc = kit.mma(q, k[0].T, kit.zeros((BM, BN), kit.float32))
     p, _, m_i, l_i = softmax(sc, kit.full((BM,), -float("inf"), kit.float32),
                              kit.zeros((BM,), kit.float32), rows, 0, SK, qk_scale, BN, True,
                              CAUSAL)
+    if SPLIT:
+        kit.mbarrier_arrive(empty[0])
     p, acc = p.to(v.dtype), kit.zeros((BM, D), kit.float32)
     for j in range(1, n_full):
         acc, p, m_i, l_i = overlapped(q, k, v, ready, empty, acc, p, m_i, l_i, rows, j, SK,
-                                      qk_scale, BM, BN, STAGES, False, CAUSAL)
+                                      qk_scale, wg, BM, BN, STAGES, False, CAUSAL, TURNS,
+                                      CONSUMERS, SPLIT)
     for j in range(kit.maximum(n_full, 1), n_kv):
         acc, p, m_i, l_i = overlapped(q, k, v, ready, empty, acc, p, m_i, l_i, rows, j, SK,
-                                      qk_scale, BM, BN, STAGES, True, CAUSAL)
-    acc = kit.mma(p, v[(n_kv - 1) % STAGES], acc)
-    kit.mbarrier_arrive(empty[(n_kv - 1) % STAGES])
-    store_out(O, L, acc, m_i, l_i, rows, bh, S, D)
+                                      qk_scale, wg, BM, BN, STAGES, True, CAUSAL, TURNS,
+                                      CONSUMERS, SPLIT)
+    vs = (n_kv - 1) % STAGES
+    if SPLIT:
+        kit.mbarrier_wait(ready[STAGES + vs], (n_kv - 1) // STAGES % 2)
+    if TURNS:
+        kit.named_barrier_wait(wg, 256)
+        acc = kit.mma(p, v[vs], acc, pending=1)
+        kit.named_barrier_arrive((wg + 1) % CONSUMERS, 256)
+        if wg == 0:                                # the last warpgroup's final pass
+            kit.named_barrier_wait(0, 256)
+    else:
+        acc = kit.mma(p, v[vs], acc)
+    store_out(O, L, acc, m_i, l_i, rows, bh, S, D)   # waits for the last P V
+    if SPLIT:
+        kit.mbarrier_arrive(empty[STAGES + vs])
+    else:
+        kit.mbarrier_arrive(empty[vs])
 
 
 @kit.jit
@@ -152,7 +202,11 @@ def attention_kernel(Q, K, V, O, L, S, SK, H, G, qk_scale, BM: kit.constexpr,
 def attention_ws_kernel(Q, K, V, O, L, S, SK, H, G, qk_scale, BM: kit.constexpr,
                         BN: kit.constexpr, D: kit.constexpr, CAUSAL: kit.constexpr,
                         STAGES: kit.constexpr, CONSUMERS: kit.constexpr,
-                        OVERLAP: kit.constexpr = False):
+                        OVERLAP: kit.constexpr = False, TURNS: kit.constexpr = False,
+                        SPLIT: kit.constexpr = False):
+    """A producer warpgroup (TMA) and CONSUMERS warpgroups of 64 query rows each; OVERLAP:
+    FA3's intra-warpgroup overlap, TURNS: that and its scheduler barrier, SPLIT: with K and
+    V on barriers of their own (consume_overlapped)."""
     m0 = (kit.num_programs(0) - 1 - kit.program_id(0) if CAUSAL else kit.program_id(0)) * BM
     bh = kit.program_id(1)
     kvh = bh // H * (H // G) + bh % H // G
@@ -160,25 +214,39 @@ def attention_ws_kernel(Q, K, V, O, L, S, SK, H, G, qk_scale, BM: kit.constexpr,
     k = kit.shared((STAGES, BN, D), K.dtype.element_ty)
     v = kit.shared((STAGES, BN, D), V.dtype.element_ty)
     q_ready = kit.mbarriers(1)
-    ready = kit.mbarriers(STAGES)
-    empty = kit.mbarriers(STAGES, arrivals=CONSUMERS)
+    if SPLIT:                                      # K stage s: [s], V stage s: [STAGES + s]
+        ready = kit.mbarriers(2 * STAGES)
+        empty = kit.mbarriers(2 * STAGES, arrivals=CONSUMERS)
+    else:
+        ready = kit.mbarriers(STAGES)
+        empty = kit.mbarriers(STAGES, arrivals=CONSUMERS)
     end = kit.minimum(SK, m0 + BM) if CAUSAL else SK   # causal: top-left, key j <= row
     n_kv = kit.cdiv(end, BN)
     n_full = kit.minimum(m0 // BN if CAUSAL else n_kv, SK // BN)
     if kit.warpgroup_id() == 0:                    # producer: Q once, then the K/V ring
         kit.setmaxnreg(24)
         kit.tma_load(q, Q, (bh * S + m0, 0), q_ready[0])
+        if SPLIT:    # FA3's order: K_{j+1} before V_j, which the consumers use a block later
+            kit.tma_load(k[0], K, (kvh * SK, 0), ready[0])
         for j in range(n_kv):
             s = j % STAGES
-            kit.mbarrier_wait(empty[s], j // STAGES % 2 ^ 1)
-            kit.tma_load(k[s], K, (kvh * SK + j * BN, 0), ready[s])
-            kit.tma_load(v[s], V, (kvh * SK + j * BN, 0), ready[s])
+            if SPLIT:
+                if j + 1 < n_kv:
+                    s1 = (j + 1) % STAGES
+                    kit.mbarrier_wait(empty[s1], (j + 1) // STAGES % 2 ^ 1)
+                    kit.tma_load(k[s1], K, (kvh * SK + (j + 1) * BN, 0), ready[s1])
+                kit.mbarrier_wait(empty[STAGES + s], j // STAGES % 2 ^ 1)
+                kit.tma_load(v[s], V, (kvh * SK + j * BN, 0), ready[STAGES + s])
+            else:
+                kit.mbarrier_wait(empty[s], j // STAGES % 2 ^ 1)
+                kit.tma_load(k[s], K, (kvh * SK + j * BN, 0), ready[s])
+                kit.tma_load(v[s], V, (kvh * SK + j * BN, 0), ready[s])
     else:                                          # consumers: 64 query rows each
         kit.setmaxnreg(240)
         kit.mbarrier_wait(q_ready[0], 0)
-        if OVERLAP:
+        if OVERLAP or TURNS or SPLIT:
             consume_overlapped(q, k, v, ready, empty, O, L, m0, bh, S, SK, n_full, n_kv,
-                               qk_scale, BM, BN, D, CAUSAL, STAGES)
+                               qk_scale, BM, BN, D, CAUSAL, STAGES, TURNS, CONSUMERS, SPLIT)
         else:
             consume(q, k, v, ready, empty, K, V, O, L, m0, bh, kvh, S, SK, n_full, n_kv,
                     qk_scale, BM, BN, D, CAUSAL, STAGES, True)
@@ -227,19 +295,26 @@ class Route:
 
     def __init__(self, B, H, Hkv, S, SK, D, causal, scale, config, dtype, device):
         config = dict(config)
-        # measured on an H100 (benchmarks/NOTES.md): for D=128 a producer warpgroup and two
-        # consumer warpgroups on 128 query rows, each overlapping P V with the next softmax;
-        # for D=64 one warpgroup on 64 rows, so several CTAs share an SM and one's softmax
-        # overlaps another's MMAs; for D=256 the producer and two plain consumers (registers)
-        cfg = dict(BM=128, BN=64, STAGES=2, num_warps=8, ws=True) if D > 128 else \
-            dict(BM=128, BN=128, STAGES=3, num_warps=8, ws=True, OVERLAP=True) if D > 64 else \
+        # measured on an H100 (benchmarks/NOTES.md, session 5): for D=128 a producer
+        # warpgroup and two consumer warpgroups on 128 query rows, each overlapping P V with
+        # the next softmax and taking turns on the tensor cores (TURNS); for D=256 the same
+        # on 128x64 tiles, 2 stages, with K and V stages freed separately (SPLIT: +7-12%
+        # over plain consumers); for D=64 one warpgroup on 64 rows, so several CTAs share an
+        # SM and one's softmax overlaps another's MMAs (ahead of 2 consumers by ~10%)
+        cfg = dict(BM=128, BN=64, STAGES=2, num_warps=8, ws=True, TURNS=True, SPLIT=True) \
+            if D > 128 else \
+            dict(BM=128, BN=128, STAGES=3, num_warps=8, ws=True, TURNS=True) if D > 64 else \
             dict(BM=64, BN=128, STAGES=2, num_warps=4)
         if "BM" in config:   # a whole config: nothing inherited from the default
             cfg = dict(STAGES=2, num_warps=4 if config["BM"] == 64 else 8)
         cfg.update(config)
         ws = cfg.pop("ws", False)  # producer warpgroup + consumers (kit.warpgroup_id roles)
-        if not ws and cfg.pop("OVERLAP", False):
-            raise ValueError("attention: OVERLAP needs the warp-specialized kernel (ws=True)")
+        if not ws and any(cfg.pop(n, False) for n in ("OVERLAP", "TURNS", "SPLIT")):
+            raise ValueError("attention: OVERLAP, TURNS and SPLIT need the warp-specialized "
+                             "kernel (ws=True)")
+        if cfg.get("TURNS") and not (cfg["BM"] == 128 and cfg["num_warps"] == 8):
+            raise ValueError("attention: TURNS takes two consumer warpgroups of 64 rows "
+                             f"(BM=128, num_warps=8), got {cfg}")
         self.grid = (kit.cdiv(S, cfg["BM"]), B * H, 1)
         self.ints = (S, SK, H, H // Hkv)
         if ws:

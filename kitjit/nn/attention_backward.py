@@ -24,28 +24,40 @@ padded rows have P = 0, keys past SK have their K rows zeroed in shared memory (
 nothing to dQ), and neither is stored.
 """
 
+import functools
 import math
 
 import torch
 
 import kitjit as kit
+from kitjit import launcher as _launcher
+from kitjit.nn._host import Rows, Site, int_facts, on_reset, workspace
+from kitjit.nn.attention_backward_d256 import bwd_config_d256, bwd_kernel_d256
 
 LOG2E = 1.4426950408889634
 
 
 @kit.jit
-def bwd_preprocess(O, DO, L, Delta2, LSE2, S, SP, BM: kit.constexpr, D: kit.constexpr):
+def bwd_preprocess(O, DO, L, Delta2, LSE2, DQA, S, SP, BM: kit.constexpr, D: kit.constexpr,
+                   TRANS: kit.constexpr):
     """Per query row, in (B*H, SP) rows padded past S: Δ = sum(O * dO) (0 in the padding) and
-    the LSE in log2 (+inf in the padding, so that P = exp2(S - LSE) is 0 there, unmasked)."""
+    the LSE in log2 (+inf in the padding, so that P = exp2(S - LSE) is 0 there, unmasked).
+    Also zeroes the block's part of the fp32 dQ sums DQA (dQᵀ rows (B*H*D, SP) if TRANS, else
+    dQ rows (B*H*S, D)) that bwd_kernel adds into: no memset launch of its own."""
     m = kit.program_id(0) * BM + kit.arange(0, BM)
     bh = kit.program_id(1)
     live = m < S
-    offs = (bh * S + m)[:, None] * D + kit.arange(0, D)[None, :]
+    d = kit.arange(0, D)
+    offs = (bh * S + m)[:, None] * D + d[None, :]
     o = kit.load(O + offs, mask=live[:, None], other=0.0).to(kit.float32)
     do = kit.load(DO + offs, mask=live[:, None], other=0.0).to(kit.float32)
     lse = kit.load(L + bh * S + m, mask=live, other=float("inf"))
     kit.store(Delta2 + bh * SP + m, kit.sum(o * do, axis=1), mask=m < SP)
     kit.store(LSE2 + bh * SP + m, kit.where(live, lse * LOG2E, float("inf")), mask=m < SP)
+    if TRANS:   # (the grid covers the SP columns exactly: no mask, 16-byte stores)
+        kit.store(DQA + (bh * D + d)[:, None] * SP + m[None, :], kit.zeros((D, BM), kit.float32))
+    else:
+        kit.store(DQA + offs, kit.zeros((BM, D), kit.float32), mask=live[:, None])
 
 
 @kit.jit
@@ -226,7 +238,7 @@ def dq_convert(DQA, DQ, S, SP, scale, BM: kit.constexpr, D: kit.constexpr,
               mask=live)
 
 
-BWD_HEAD_DIMS = (64, 128)
+BWD_HEAD_DIMS = (64, 128, 256)
 
 
 def bwd_config(D: int, causal: bool = False) -> dict:
@@ -257,34 +269,138 @@ def attention_backward(do, q, k, v, o, lse, causal: bool = False, sm_scale: floa
     if do.shape != q.shape or o.shape != q.shape or lse.shape != (B, H, S):
         raise ValueError("attention_backward: do and o must be q's shape, lse (B, H, S)")
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)
-    dq = torch.empty((B, H, S, D), device=q.device, dtype=q.dtype)
-    dk = torch.empty((B, Hkv, SK, D), device=q.device, dtype=k.dtype)
-    dv = torch.empty((B, Hkv, SK, D), device=q.device, dtype=v.dtype)
-    if dk.numel() == 0 or dq.numel() == 0:
-        return dq.zero_(), dk.zero_(), dv.zero_()
-    from .attention import _rows
+    dev = q.device
+    r = route(B, H, Hkv, S, SK, D, bool(causal), scale,
+              tuple(sorted(config.items())) if config else (), q.dtype,
+              -1 if dev.type != "cuda" else dev.index if dev.index is not None
+              else torch.cuda.current_device())
+    return r(do, q, k, v, o, lse)
 
-    q2, k2, v2, o2, do2 = (_rows(t, D) for t in (q, k, v, o, do.to(q.dtype)))
-    lse = lse.contiguous()
-    G = H // Hkv
-    cfg = dict(bwd_config(D, causal), **(config or {}))
-    BM = cfg["BM"]
-    SP = kit.cdiv(S, BM) * BM   # rows of LSE, Δ (and dQᵀ) padded to whole blocks for TMA
-    lse2 = torch.empty((B * H, SP), device=q.device, dtype=torch.float32)
-    delta2 = torch.empty((B * H, SP), device=q.device, dtype=torch.float32)
-    bwd_preprocess[(SP // BM, B * H)](o2, do2, lse, delta2, lse2, S, SP, BM=BM, D=D)
-    if cfg["KEYS_AS_ROWS"]:
-        dqa = torch.zeros((B * H * D, SP), device=q.device, dtype=torch.float32)
-    else:
-        dqa = torch.zeros((B * H * S, D), device=q.device, dtype=torch.float32)
-    nkv = kit.cdiv(SK, cfg["BN"])
-    lpt = causal and cfg.get("LPT", True)
-    # causal, longest first in groups of HG K/V heads whose Q and dO (G*S*D*4 bytes) share
-    # ~24 MB of the 50 MB L2
-    hg = cfg.pop("HG", None) or max(1, min(B * Hkv, (24 << 20) // (G * S * D * 4)))
-    bwd_kernel[(nkv * B * Hkv,) if lpt else (nkv, B * Hkv)](
-        q2, k2, v2, do2, dk, dv, dqa, lse2, delta2, S, SK, H, G, SP, hg, scale, scale * LOG2E,
-        D=D, CAUSAL=causal, num_warps=12, **cfg)
-    dq_convert[(kit.cdiv(S, 64), B * H)](dqa, dq, S, SP, scale, BM=64, D=D,
-                                         TRANS=cfg["KEYS_AS_ROWS"])
-    return dq, dk, dv
+
+class Route:
+    """One backward shape, configuration, dtype and device: the three launch sites
+    (preprocess, bwd_kernel, dq_convert) and every number of a call, made once
+    (kitjit/nn/_host.py: the first call launches through `kernel[grid](...)`, the next ones
+    through the kernels' own launchers, TMA operands by pointer, Δ, the log2 LSE and the dQ
+    sums in the workspace). A training step calls the same shapes every step, and at small
+    shapes the host cost of three generic launches and five allocations is what it waits on.
+    Calling it with (do, q, k, v, o, lse) returns (dq, dk, dv)."""
+
+    def __init__(self, B, H, Hkv, S, SK, D, causal, scale, config, dtype, device):
+        d256 = D > 128   # kitjit/nn/attention_backward_d256.py: 64 keys a program, two roles
+        cfg = dict(bwd_config_d256(causal) if d256 else bwd_config(D, causal), **dict(config))
+        BM = cfg["BM"]
+        G = H // Hkv
+        SP = kit.cdiv(S, BM) * BM   # rows of LSE, Δ (and dQᵀ) padded to whole blocks for TMA
+        trans = cfg.get("KEYS_AS_ROWS", False)
+        nkv = kit.cdiv(SK, cfg["BN"])
+        lpt = causal and cfg.get("LPT", True)
+        # causal, longest first in groups of HG K/V heads whose Q and dO (G*S*D*4 bytes) share
+        # ~24 MB of the 50 MB L2
+        hg = cfg.pop("HG", None) or max(1, min(B * Hkv, (24 << 20) // max(1, G * S * D * 4)))
+        self.dtype, self.device, self.D = dtype, device, D
+        self.tdev = torch.device("cuda", device) if device >= 0 else torch.device("cpu")
+        self.qshape, self.kshape, self.lshape = (B, H, S, D), (B, Hkv, SK, D), (B, H, S)
+        self.empty = B * H * S * D == 0 or B * Hkv * SK * D == 0
+        self.qrows, self.kvrows, self.bh, self.SP = B * H * S, B * Hkv * SK, B * H, SP
+        self.esize = torch.empty((), dtype=dtype).element_size()
+        self.dqa_shape = (B * H * D, SP) if trans else (B * H * S, D)
+        self.pre_grid = (SP // BM, B * H)
+        self.pre_ints = (S, SP)
+        self.pre = Site(bwd_preprocess, dict(BM=BM, D=D, TRANS=trans),
+                        (dtype, device, *int_facts(S, SP)), device)
+        self.grid = (nkv * B * Hkv,) if lpt else (nkv, B * Hkv)
+        self.ints = (S, SK, H, G, SP, hg)
+        self.tail = (*self.ints, scale, scale * LOG2E)
+        self.main = Site(bwd_kernel_d256 if d256 else bwd_kernel,
+                         dict(D=D, CAUSAL=causal, num_warps=12, **cfg),
+                         (dtype, device, *int_facts(*self.ints)), device)
+        self.conv_grid = (kit.cdiv(S, 64), B * H)
+        self.conv_tail = (S, SP, scale)
+        self.conv = Site(dq_convert, dict(BM=64, D=D, TRANS=trans),
+                         (dtype, device, *int_facts(S, SP)), device)
+        # workspace (fp32 elements): dQ sums, then Δ, then the log2 LSE
+        n = B * H * S * D if not trans else B * H * D * SP
+        self.delta_off = 4 * _up(n)
+        self.lse_off = self.delta_off + 4 * _up(B * H * SP)
+        self.ws_numel = self.lse_off // 4 + _up(B * H * SP)
+        self.pre_pad = (None,) * 8
+        self.main_pad = (None,) * 8
+        self.conv_pad = (None,) * 5
+        self.rows = (Rows(-1, 0, 0, 0),) * 4       # the last call's Q, K, V, dO
+        self.wrows = (-1, None, None, None)        # the workspace's dQ sums, Δ, LSE
+
+    def __call__(self, do, q, k, v, o, lse):
+        pre, main, conv = self.pre, self.main, self.conv
+        if pre.fn is None or main.fn is None or conv.fn is None or self.empty \
+                or _launcher._is_compiling():
+            return self.slow(do, q, k, v, o, lse)
+        dop, qp, kp, vp, op, lp = (do.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                   o.data_ptr(), lse.data_ptr())
+        dt = self.dtype
+        if (dop | qp | kp | vp | op | lp) & 15 or do.dtype != dt or o.dtype != dt \
+                or q.dtype != dt or k.dtype != dt or v.dtype != dt or lse.dtype != torch.float32 \
+                or not (do.is_contiguous() and q.is_contiguous() and k.is_contiguous()
+                        and v.is_contiguous() and o.is_contiguous() and lse.is_contiguous()):
+            return self.slow(do, q, k, v, o, lse)
+        ws = workspace(self.device, self.ws_numel)
+        if ws is None:                       # the stream is being captured
+            return self.slow(do, q, k, v, o, lse)
+        wp = ws[1]
+        dq = q.new_empty(self.qshape)
+        dk = q.new_empty(self.kshape)
+        dv = q.new_empty(self.kshape)
+        qr, kr, vr, dor = self.rows
+        if qr.ptr != qp or kr.ptr != kp or vr.ptr != vp or dor.ptr != dop:
+            D, e = self.D, self.esize
+            qr = qr if qr.ptr == qp else Rows(qp, self.qrows, D, e)
+            kr = kr if kr.ptr == kp else Rows(kp, self.kvrows, D, e)
+            vr = vr if vr.ptr == vp else Rows(vp, self.kvrows, D, e)
+            dor = dor if dor.ptr == dop else Rows(dop, self.qrows, D, e)
+            self.rows = qr, kr, vr, dor
+        w = self.wrows
+        if w[0] != wp:
+            w = self.wrows = (wp, Rows(wp, *self.dqa_shape, 4),
+                              Rows(wp + self.delta_off, self.bh, self.SP, 4),
+                              Rows(wp + self.lse_off, self.bh, self.SP, 4))
+        _, dqar, dltr, lser = w
+        dlt, l2 = wp + self.delta_off, wp + self.lse_off
+        pre.fn(self.pre_grid, *self.pre_pad, op, dop, lp, dlt, l2, wp, *self.pre_ints)
+        main.fn(self.grid, qr, kr, vr, dor, None, None, dqar, lser, dltr, *self.main_pad,
+                qp, kp, vp, dop, dk.data_ptr(), dv.data_ptr(), wp, l2, dlt, *self.tail)
+        conv.fn(self.conv_grid, *self.conv_pad, wp, dq.data_ptr(), *self.conv_tail)
+        return dq, dk, dv
+
+    def slow(self, do, q, k, v, o, lse):
+        """Through `kernel[grid](...)`: a route's first call, inputs that are not contiguous,
+        aligned or of the route's dtypes (copied), the interpreter, torch.compile's tracing,
+        graph capture (every buffer from torch)."""
+        from .attention import _rows
+
+        D, dev = self.D, self.tdev
+        dq = torch.empty(self.qshape, device=dev, dtype=self.dtype)
+        dk = torch.empty(self.kshape, device=dev, dtype=self.dtype)
+        dv = torch.empty(self.kshape, device=dev, dtype=self.dtype)
+        if self.empty:
+            return dq.zero_(), dk.zero_(), dv.zero_()
+        # (in the route's dtype: the sites' direct launchers are made by this launch)
+        q2, k2, v2, o2, do2 = (_rows(t.to(self.dtype), D) for t in (q, k, v, o, do))
+        lse = lse.to(torch.float32).contiguous()
+        lse2 = torch.empty((self.bh, self.SP), device=dev, dtype=torch.float32)
+        delta2 = torch.empty((self.bh, self.SP), device=dev, dtype=torch.float32)
+        dqa = torch.empty(self.dqa_shape, device=dev, dtype=torch.float32)  # zeroed by pre
+        self.pre.slow(self.pre_grid, o2, do2, lse, delta2, lse2, dqa, *self.pre_ints)
+        self.main.slow(self.grid, q2, k2, v2, do2, dk, dv, dqa, lse2, delta2, *self.tail)
+        self.conv.slow(self.conv_grid, dqa, dq, *self.conv_tail)
+        return dq, dk, dv
+
+
+_WS_ALIGN = 64   # workspace regions start on 256-byte boundaries
+
+
+def _up(n: int) -> int:
+    return -(-n // _WS_ALIGN) * _WS_ALIGN
+
+
+route = functools.lru_cache(maxsize=1024)(Route)
+on_reset(route.cache_clear)

@@ -2,10 +2,14 @@
 
 With 1 to 16 query rows per head, the forward's grid (query blocks x heads) has one program per
 head and each streams the whole cache alone: a B=1 step fills 32 of an H100's 132 SMs. Here
-the keys of each K/V head are cut into `splits` chunks, one program per chunk, and a combine
-kernel merges the partial results by their log-sum-exps:
+the keys of each K/V head are cut into `splits` chunks, one program per chunk, and the partial
+results are merged by their log-sum-exps:
 
     O = sum_s exp(lse_s - lse) O_s,   lse = log sum_s exp(lse_s).
+
+With few splits the last program of a group to finish (an atomic counter per group) merges
+them itself: one launch (FUSED). With many, a combine kernel launched with PDL, one program
+per row, merges faster than one program reading all the partials alone (FUSE_MAX).
 
 GQA: the query rows of all G heads that share a K/V head are contiguous in (B, H, Sq, D), so
 one program takes the G*Sq rows of a group as the rows of its tile (Sq=1, G=4: 4 live rows of
@@ -34,6 +38,12 @@ from kitjit.nn.attention import _rows, softmax, store_out
 
 LOG2E = 1.4426950408889634
 MAX_SPLITS = 128          # the combine kernel holds all splits of a row in registers
+# The last program merges in-kernel when its (NS, RB, D) tile has at most this many elements.
+# H100, bench.py decode (benchmarks/NOTES.md): with 4 splits x 4 rows (D 128) one launch beat
+# the PDL combine kernel by 1-5 us a call; with 29-32 splits x 4 rows it lost ~1 us (one
+# program then reads 64 KB of partials alone, where the combine kernel spreads them over a
+# program per row). The bound sits between the two (16 splits x 4 rows, not measured).
+FUSE_MAX = 8192
 
 
 @kit.jit
@@ -55,14 +65,19 @@ def decode_block(q, k, v, ready, K, V, acc, m_i, l_i, qpos, j, start, end, kv0, 
 
 
 @kit.jit
-def decode_kernel(Q, K, V, O, L, n_rows, R, SK, Sq, H, G, chunk, qk_scale, BM: kit.constexpr,
-                  BN: kit.constexpr, D: kit.constexpr, CAUSAL: kit.constexpr,
-                  STAGES: kit.constexpr, SPLIT: kit.constexpr):
+def decode_kernel(Q, K, V, O, L, Out, Lse, Cnt, n_rows, R, SK, Sq, H, G, chunk, qk_scale,
+                  BM: kit.constexpr, BN: kit.constexpr, D: kit.constexpr,
+                  CAUSAL: kit.constexpr, STAGES: kit.constexpr, SPLIT: kit.constexpr,
+                  FUSED: kit.constexpr, NS: kit.constexpr, RB: kit.constexpr):
     """Q: (B*H*Sq, D) rows, K and V: (B*H_kv*SK, D) rows. One program per (key chunk, tile of
     the R = G*Sq query rows of a group, batch * K/V head). SPLIT: O and L are fp32 partials
-    (splits, B*H*Sq, D) and (splits, B*H*Sq), else the output and its LSE."""
-    if SPLIT:     # the combine kernel (launched with PDL) may take its SMs' spare room now:
-        kit.gdc_launch_dependents()   # it waits in kit.gdc_wait for this grid to finish
+    (splits, B*H*Sq, D) and (splits, B*H*Sq), else the output and its LSE. FUSED (with
+    SPLIT): the last program of a (row tile, K/V head) to finish, counted in Cnt (int32, one
+    per tile, 0 before the launch and left 0), merges the partials into Out and Lse
+    (`combine_rows`: NS >= splits, RB >= the tile's live rows): one launch, no combine
+    kernel. Out, Lse and Cnt are not read otherwise."""
+    if SPLIT and not FUSED:   # the combine kernel (launched with PDL) may take its SMs' spare
+        kit.gdc_launch_dependents()   # room now: it waits in kit.gdc_wait for this grid
     split = kit.program_id(0)
     bkv = kit.program_id(2)                        # batch * H_kv + K/V head
     hkv = H // G
@@ -100,8 +115,44 @@ def decode_kernel(Q, K, V, O, L, n_rows, R, SK, Sq, H, G, chunk, qk_scale, BM: k
     if SPLIT:
         store_out(O + (split * n_rows + g0) * D, L + split * n_rows + g0, acc, m_i, l_i, rows,
                   0, R, D)
+        if FUSED:
+            # every thread's partial stores come before the count (bar.sync, then one
+            # thread's acq_rel atomic: a release of them at GPU scope, the acquire of the
+            # others' for the last program, whose threads read after the broadcast's bar.sync)
+            kit.debug_barrier()
+            tile = bkv * kit.num_programs(1) + kit.program_id(1)
+            done = kit.atomic_add(Cnt + tile, 1, sem="acq_rel", scope="gpu")
+            if done == kit.num_programs(0) - 1:
+                kit.store(Cnt + tile, 0)           # ready for the next launch
+                combine_rows(O, L, Out, Lse, n_rows, g0 + r0, kit.minimum(R - r0, BM),
+                             kit.num_programs(0), NS, RB, D)
     else:
         store_out(O + g0 * D, L + g0, acc, m_i, l_i, rows, 0, R, D)
+
+
+@kit.jit
+def combine_rows(Op, Lp, O, L, n_rows, row0, live, n_splits, NS: kit.constexpr,
+                 RB: kit.constexpr, D: kit.constexpr):
+    """Rows row0 .. row0+live-1 (live <= RB) merged over their n_splits (<= NS) partials:
+    O = sum_s w_s O_s / sum_s w_s with w_s = exp(lse_s - max), as combine_kernel, all
+    (split, row) partials loaded as one (NS, RB, D) tile (one memory latency)."""
+    s = kit.arange(0, NS)
+    r = kit.arange(0, RB)
+    ok = (s[:, None] < n_splits) & (r[None, :] < live)
+    idx = s[:, None] * n_rows + (row0 + r)[None, :]
+    lse = kit.load(Lp + idx, mask=ok, other=-float("inf"))
+    m = kit.max(lse, axis=0)
+    w = kit.exp(lse - m[None, :])                  # 0 for padding splits; NaN on dead rows
+    w = kit.where(ok, w, 0.0)
+    total = kit.sum(w, axis=0)
+    d = kit.arange(0, D)
+    o = kit.load(Op + idx[:, :, None] * D + d[None, None, :], mask=ok[:, :, None], other=0.0)
+    o = kit.where(w[:, :, None] > 0, o * w[:, :, None], 0.0)   # an empty split's 0/0 never leaks
+    live_r = r < live
+    kit.store(O + (row0 + r)[:, None] * D + d[None, :],
+              (kit.sum(o, axis=0) / total[:, None]).to(O.dtype.element_ty),
+              mask=live_r[:, None])
+    kit.store(L + row0 + r, m + kit.log(total), mask=live_r)
 
 
 @kit.jit
@@ -162,14 +213,16 @@ def _sm_count(device: int) -> int:
 
 def attention_decode(q, k, v, causal: bool = False, sm_scale: float | None = None,
                      splits: int | None = None, BN: int | None = None,
-                     STAGES: int | None = None, pdl: bool = True):
+                     STAGES: int | None = None, pdl: bool = True, fused: bool | None = None):
     """Attention of q (B, H, Sq, D) against k, v (B, H_kv, SK, D), H a multiple of H_kv,
     fp16/bf16, head dim 64, 128 or 256: as `kitjit.nn.attention.attention` (same (o, lse),
     same top-left causal, same copy of inputs that are not contiguous), by split-KV; made for
     Sq <= 16. `splits`: key chunks per K/V head (default: `num_splits` for this GPU; causal
     calls take one); 1 writes the output directly, with no combine kernel. `pdl`: launch the
     combine kernel as a programmatic dependent of the split kernel (it starts early and waits
-    on the GPU; a CUDA-graph capture keeps that edge)."""
+    on the GPU; a CUDA-graph capture keeps that edge). `fused`: the last program of each
+    group merges the partials itself (one launch; default: when its tile fits, FUSE_MAX),
+    False: the combine kernel."""
     if q.dim() != 4 or k.dim() != 4 or v.shape != k.shape or k.shape[0] != q.shape[0] \
             or k.shape[3] != q.shape[3] or k.shape[1] == 0 or q.shape[1] % k.shape[1]:
         raise ValueError(f"attention_decode: q must be (B, H, S, D) and k, v (B, H_kv, SK, D) "
@@ -189,12 +242,12 @@ def attention_decode(q, k, v, causal: bool = False, sm_scale: float | None = Non
     if k.device != q.device or v.device != q.device:
         raise ValueError(f"attention_decode: q, k, v must be on one device, got {q.device}, "
                          f"{k.device}, {v.device}")
-    return decode(q, k, v, causal, scale, splits, BN, STAGES, pdl)
+    return decode(q, k, v, causal, scale, splits, BN, STAGES, pdl, fused)
 
 
 @functools.lru_cache(maxsize=1024)
 def _plan(B: int, H: int, Hkv: int, S: int, SK: int, D: int, causal: bool, splits, BN, STAGES,
-          sms: int) -> tuple:
+          sms: int, fused=None) -> tuple:
     """Launch parameters of one shape (cached: decoding calls the same shapes over and over,
     and the host cost of a call is what small batches wait on)."""
     G = H // Hkv
@@ -216,14 +269,20 @@ def _plan(B: int, H: int, Hkv: int, S: int, SK: int, D: int, causal: bool, split
     n_rows = B * H * S
     grid = (splits, row_tiles, B * Hkv)
     ns = kit.next_power_of_2(splits)
+    rb = kit.next_power_of_2(min(R, BM))           # live rows of a tile, padded
+    if fused is None:
+        fused = ns * rb * D <= FUSE_MAX
+    fused = bool(fused) and splits > 1
     meta = dict(BM=BM, BN=BN, D=D, CAUSAL=causal, STAGES=STAGES, SPLIT=splits > 1,
-                num_warps=4)
+                FUSED=fused, NS=ns if fused else 1, RB=rb if fused else 1, num_warps=4)
+    # (a fused route captured into a CUDA graph launches the split kernel with this meta and
+    # the combine kernel: no counters, so no memset node in the graph)
     return grid, splits, (n_rows, R, SK, S, H, G, chunk), meta, \
         dict(NS=ns, D=D, num_warps=8 if ns * D >= 8192 else 4)
 
 
 def decode(q, k, v, causal: bool, scale: float, splits=None, BN=None, STAGES=None,
-           pdl: bool = True):
+           pdl: bool = True, fused: bool | None = None):
     """attention_decode without its argument checks: for callers that made them; scale is
     the softmax scale."""
     B, H, S, D = q.shape
@@ -231,7 +290,7 @@ def decode(q, k, v, causal: bool, scale: float, splits=None, BN=None, STAGES=Non
     dev = q.device
     return route(B, H, Hkv, S, SK, D, causal, scale, splits, BN, STAGES, pdl, q.dtype,
                  -1 if dev.type != "cuda" else dev.index if dev.index is not None
-                 else torch.cuda.current_device())(q, k, v, True)
+                 else torch.cuda.current_device(), fused)(q, k, v, True)
 
 
 _WS_ALIGN = 64   # workspace regions start on 256-byte boundaries
@@ -242,17 +301,20 @@ def _up(n: int) -> int:
 
 
 class Route:
-    """One decode shape, dtype and device: the plan, the two launch sites and every number
-    of a call, made once (a decode loop calls the same shapes over and over, and the host
-    cost of a call is what small batches wait on: kitjit/nn/_host.py). Calling it with
-    (q, k, v, want_lse) runs the kernels and returns (o, lse); lse is None when not wanted
-    (sdpa without autograd), then written to scratch memory nobody reads."""
+    """One decode shape, dtype and device: the plan, the launch sites and every number of a
+    call, made once (a decode loop calls the same shapes over and over, and the host cost of
+    a call is what small batches wait on: kitjit/nn/_host.py). Calling it with (q, k, v,
+    want_lse) runs the kernels and returns (o, lse); lse is None when not wanted (sdpa
+    without autograd), then written to scratch memory nobody reads. One launch when the
+    split kernel merges its partials itself (FUSED), else the split kernel and the combine
+    kernel."""
 
     def __init__(self, B, H, Hkv, S, SK, D, causal, scale, splits, BN, STAGES, pdl, dtype,
-                 device):
+                 device, fused=None):
         grid, splits, args, meta, cmeta = _plan(B, H, Hkv, S, SK, D, causal, splits, BN,
-                                                STAGES, _sm_count(device))
+                                                STAGES, _sm_count(device), fused)
         self.grid, self.splits, self.D = grid, splits, D
+        self.fused = meta["FUSED"]
         self.dtype, self.device = dtype, device
         self.tdev = torch.device("cuda", device) if device >= 0 else torch.device("cpu")
         self.oshape, self.lshape = (B, H, S, D), (B, H, S)
@@ -264,19 +326,25 @@ class Route:
         self.tail = (*args, scale * LOG2E)          # decode_kernel's ints and its scale
         facts = (dtype, device, *int_facts(*args))
         self.split = Site(decode_kernel, meta, facts, device)
-        self.pad = (None,) * (len(self.tail) + 2)   # no tensor behind O, L and the numbers
+        self.pad = (None,) * (len(self.tail) + 5)   # no tensor behind O .. Cnt and numbers
         self.combine = None
+        self.n_tiles = grid[1] * grid[2]            # FUSED: one counter per (row tile, head)
         if splits > 1:
-            self.combine = Site(combine_kernel,
-                                dict(cmeta, launch_pdl=pdl and device >= 0),
-                                (dtype, device, *int_facts(n_rows, splits)), device)
+            combine = Site(combine_kernel, dict(cmeta, launch_pdl=pdl and device >= 0),
+                           (dtype, device, *int_facts(n_rows, splits)), device)
             self.cgrid = (n_rows,)
             self.cpad = (None,) * 6
             self.cn = (n_rows, splits)
+            if self.fused:   # graph capture: the split kernel's partials and the combine
+                self.captured = (Site(decode_kernel, dict(meta, FUSED=False, NS=1, RB=1),
+                                      facts, device), combine)
+            else:
+                self.combine = combine
+        if splits > 1:
             self.lp_off = 4 * _up(splits * n_rows * D)      # bytes into the workspace
             self.sink_off = self.lp_off + 4 * _up(splits * n_rows)
         else:
-            self.sink_off = 0
+            self.lp_off = self.sink_off = 0
         self.ws_numel = self.sink_off // 4 + _up(n_rows)
         self.rows = (Rows(-1, 0, 0, 0),) * 3     # the last call's TMA operands
 
@@ -289,8 +357,8 @@ class Route:
         if (qp | kp | vp) & 15 or not (q.is_contiguous() and k.is_contiguous()
                                        and v.is_contiguous()):
             return self.slow(q, k, v, want_lse)
-        ws = workspace(self.device, self.ws_numel) if combine is not None or not want_lse \
-            else (None, 0)
+        ws = workspace(self.device, self.ws_numel, self.n_tiles if self.fused else 0) \
+            if self.splits > 1 or not want_lse else (None, 0, 0)
         if ws is None:                       # the stream is being captured
             return self.slow(q, k, v, want_lse)
         wp = ws[1]
@@ -310,11 +378,16 @@ class Route:
             kr = kr if kr.ptr == kp else Rows(kp, self.kvrows, D, e)
             vr = vr if vr.ptr == vp else Rows(vp, self.kvrows, D, e)
             self.rows = qr, kr, vr
-        if combine is None:
-            split.fn(self.grid, qr, kr, vr, *self.pad, qp, kp, vp, op, lp, *self.tail)
+        if self.splits == 1:
+            split.fn(self.grid, qr, kr, vr, *self.pad, qp, kp, vp, op, lp, op, lp, lp,
+                     *self.tail)
             return o, lse
-        split.fn(self.grid, qr, kr, vr, *self.pad, qp, kp, vp, wp, wp + self.lp_off,
-                 *self.tail)
+        if self.fused:
+            split.fn(self.grid, qr, kr, vr, *self.pad, qp, kp, vp, wp, wp + self.lp_off, op,
+                     lp, ws[2], *self.tail)
+            return o, lse
+        split.fn(self.grid, qr, kr, vr, *self.pad, qp, kp, vp, wp, wp + self.lp_off, wp,
+                 wp, wp, *self.tail)
         combine.fn(self.cgrid, *self.cpad, wp, wp + self.lp_off, op, lp, *self.cn)
         return o, lse
 
@@ -325,21 +398,30 @@ class Route:
     def slow(self, q, k, v, want_lse: bool):
         """The call through `kernel[grid](...)`: the first of a route (it makes the sites'
         launchers), inputs that are not contiguous or aligned (copied), the interpreter,
-        torch.compile's tracing, CUDA graph capture (every buffer from torch)."""
+        torch.compile's tracing, CUDA graph capture (every buffer from torch; a fused route
+        launches the split and combine kernels there, as zeroed counters would need a memset
+        node in the graph)."""
         D = self.D
         q2, k2, v2 = (_rows(t, D) for t in (q, k, v))
         o = torch.empty(self.oshape, device=self.tdev, dtype=self.dtype)
         lse = torch.empty(self.lshape, device=self.tdev, dtype=torch.float32)
         if self.empty:
             return o, lse
-        if self.combine is None:
-            self.split.slow(self.grid, q2, k2, v2, o, lse, *self.tail)
+        if self.splits == 1:
+            self.split.slow(self.grid, q2, k2, v2, o, lse, o, lse, lse, *self.tail)
             return o, lse
         n_rows = self.n_rows
         op = torch.empty((self.splits, n_rows, D), device=self.tdev, dtype=torch.float32)
         lp = torch.empty((self.splits, n_rows), device=self.tdev, dtype=torch.float32)
-        self.split.slow(self.grid, q2, k2, v2, op, lp, *self.tail)
-        self.combine.slow(self.cgrid, op, lp, o, lse, *self.cn)
+        split, combine = self.split, self.combine
+        if self.fused:
+            if self.device < 0 or not torch.cuda.is_current_stream_capturing():
+                cnt = torch.zeros(self.n_tiles, device=self.tdev, dtype=torch.int32)
+                split.slow(self.grid, q2, k2, v2, op, lp, o, lse, cnt, *self.tail)
+                return o, lse
+            split, combine = self.captured   # zeroed counters would need a memset node
+        split.slow(self.grid, q2, k2, v2, op, lp, op, lp, lp, *self.tail)
+        combine.slow(self.cgrid, op, lp, o, lse, *self.cn)
         return o, lse
 
 

@@ -171,8 +171,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     values, in a new contiguous tensor.
 
     The kitjit kernel runs for fp16/bf16 inputs with head dim 64, 128 or 256, no attn_mask,
-    dropout_p == 0 (head dim 64 or 128 when an input requires grad: `loss.backward()` then
-    runs kitjit's backward kernels, kitjit/nn/attention_backward.py), on a Hopper GPU (or
+    dropout_p == 0 (with inputs that require grad, `loss.backward()` runs kitjit's backward
+    kernels, kitjit/nn/attention_backward.py and, for head dim 256, its own kernel in
+    attention_backward_d256.py), on a Hopper GPU (or
     on CPU tensors under KITJIT_INTERPRET=1). Inputs that are not contiguous, such as the
     (B, L, H, E) layout of LLMs transposed to (B, H, L, E), are copied to contiguous first
     (the kernels read rows through 2-D TMA descriptors): one extra read and write of each

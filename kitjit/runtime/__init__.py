@@ -11,9 +11,11 @@ _allocator: Callable[[int, int, Any], Any] | None = None
 
 def set_allocator(allocator: Callable[[int, int, Any], Any] | None) -> None:
     """Triton 3.x's `triton.set_allocator(fn)`: `fn(size, alignment, stream)` returns the
-    global scratch memory (a tensor) that kernels needing it get at launch (in Triton: those
-    that build tensor descriptors on the device). Stored here; no kitjit kernel needs global
-    scratch yet, so kitjit never calls it. None removes it."""
+    global scratch memory (a tensor) that kernels needing it get at launch: those that build
+    tensor descriptors on the device (`kit.make_tensor_descriptor` on sm_90a, 128 bytes per
+    descriptor per program; `alignment` is 128, `stream` the CUstream handle). Without one,
+    kitjit allocates a torch uint8 tensor per launch (Triton raises instead). None removes
+    it."""
     global _allocator
     if allocator is not None and not callable(allocator):
         raise TypeError(f"set_allocator takes a function (size, alignment, stream) -> tensor, "
@@ -26,10 +28,12 @@ def get_allocator() -> Callable[[int, int, Any], Any] | None:
     return _allocator
 
 
-from . import driver  # noqa: E402,F401  (kitjit.runtime.driver.active, as Triton's)
+# kitjit.runtime.driver.active and kitjit.runtime.errors.OutOfResources, as Triton's
+from . import driver, errors  # noqa: E402,F401
 
 _LAZY = {"Autotuner": "autotune", "Config": "autotune", "autotune": "autotune",
-         "Heuristics": "autotune", "heuristics": "autotune", "JITFunction": "jit"}
+         "Heuristics": "autotune", "heuristics": "autotune", "JITFunction": "jit",
+         "OutOfResources": "runtime.errors"}
 
 
 def __getattr__(name: str):

@@ -237,19 +237,23 @@ class ParamBlock:
     `a<i>` holds parameter i, so a launch fills every block the same way whatever the
     specialization; a const's field (it takes None or 1) is not in the void* array."""
 
-    def __init__(self, kinds: list[str], n_desc: int = 0):
+    def __init__(self, kinds: list[str], n_desc: int = 0, scratch: bool = False):
         self.kinds = [k for k in kinds if k != "const"]
         fields = [(f"a{i}", ctypes.c_void_p if k == "const" else _CTYPES[k])
                   for i, k in enumerate(kinds)]
+        if scratch:  # the global scratch pointer: a field, the last parameter
+            fields.append(("scratch", ctypes.c_void_p))
         self.struct_t = type("Params", (ctypes.Structure,), {"_fields_": fields})
         self.struct = self.struct_t()
         self.names = [f for (f, _), k in zip(fields, kinds) if k != "const"]
         self.desc_base = len(self.names)
-        n = max(1, len(self.names) + n_desc)
+        n = max(1, len(self.names) + n_desc + scratch)
         self.ptrs = (ctypes.c_void_p * n)()
         base = ctypes.addressof(self.struct)
         for i, fname in enumerate(self.names):
             self.ptrs[i] = base + getattr(self.struct_t, fname).offset
+        if scratch:
+            self.ptrs[n - 1] = base + self.struct_t.scratch.offset
         self.address = ctypes.addressof(self.ptrs)
 
 

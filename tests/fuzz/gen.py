@@ -27,6 +27,7 @@ from .model import (
     is_unsigned,
     lit,
     max_abs,
+    max_dtype,
     meet,
     promote,
     round_to,
@@ -163,7 +164,9 @@ class Gen:
         b = self.clamp(b, LIMIT)  # abs(int8 -128) wraps to -128: keep |b| within the range
         den = b.dtype if is_float(b.dtype) else "fp32"
         num = den if a.is_lit else (a.dtype if is_float(a.dtype) else "fp32")
-        return Node("div", promote(num, den), bshape(a.shape, b.shape), [a, b],
+        dt = promote(num, den)
+        dt = "fp32" if dt in ("fp16", "bf16") else dt  # Triton divides those in fp32
+        return Node("div", dt, bshape(a.shape, b.shape), [a, b],
                     {"num": num, "den": den}, a.mag)
 
     def g_minmax(self, depth):
@@ -252,8 +255,8 @@ class Gen:
             shape = a.shape[:axis] + a.shape[axis + 1:]
         else:
             shape = a.shape[:axis] + (1,) + a.shape[axis + 1:]
-        dtype = {"sum": sum_dtype(a.dtype), "max": a.dtype,
-                 "min": a.dtype, "argmax": "i32", "argmin": "i32"}[fn]
+        dtype = {"sum": sum_dtype(a.dtype), "max": max_dtype(a.dtype),
+                 "min": max_dtype(a.dtype), "argmax": "i32", "argmin": "i32"}[fn]
         mag = {"sum": a.mag * n, "max": a.mag, "min": a.mag, "argmax": n, "argmin": n}[fn]
         return Node("reduce", dtype, shape, [a], {"fn": fn, "axis": axis, "style": style,
                                                   "neg": neg}, mag)

@@ -163,14 +163,23 @@ def meet(a: Node, b: Node) -> str:
         return promote(weak(a.a["value"], b.dtype), b.dtype)
     if b.is_lit:
         return promote(weak(b.a["value"], a.dtype), a.dtype)
+    if "bf16" in (a.dtype, b.dtype) and not (is_float(a.dtype) and is_float(b.dtype)) and \
+            (a.shape == ()) == (b.shape == ()):
+        return "fp32"  # an integer and bf16 (two tiles or two scalars): Triton's rule 4
     return promote(a.dtype, b.dtype)
 
 
 def sum_dtype(dt: str) -> str:
-    """kit.sum's accumulator: fp16/bf16 -> fp32, ints narrower than 32 bits -> int32."""
-    if dt in ("fp16", "bf16"):
-        return "fp32"
-    return "i32" if dt in ("i8", "i16", "u8") else dt
+    """kit.sum's result (Triton 3.6's): floats keep their dtype (kitjit accumulates
+    fp16/bf16 in fp32 and rounds once), signed ints narrower than 32 bits give int32,
+    unsigned ones uint32."""
+    return {"i8": "i32", "i16": "i32", "u8": "u32"}.get(dt, dt)
+
+
+def max_dtype(dt: str) -> str:
+    """kit.max / kit.min's result (Triton 3.6's): floats narrower than 32 bits give fp32,
+    ints narrower than 32 bits int32."""
+    return {"fp16": "fp32", "bf16": "fp32", "i8": "i32", "i16": "i32", "u8": "i32"}.get(dt, dt)
 
 
 def cumsum_dtype(dt: str) -> str:

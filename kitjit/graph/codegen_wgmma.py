@@ -1,0 +1,235 @@
+"""kitjit source for a skinny matmul group on Hopper's level 2 (FORM "wgmma"): TMA copies
+K tiles of x and of each weight into a ring of shared-memory stages, each stage landing on
+its own mbarrier, and WGMMA runs on the stage that arrived while the copies for the next
+STAGES-1 fly.
+
+The rows of x are few (decode: 1-64 tokens), and WGMMA's M side is 64 rows per warpgroup,
+so the product is computed transposed ("swap AB"): out^T = W^T x^T. BN columns of the
+weights are the MMA's rows (the weights' [BK, BN] tile read through a `.T` view, no copy)
+and the M rows of x, padded to MP, are its N (TMA reads rows past M as zeros). The
+accumulators come back to the [MP, BN] orientation with one kit.trans, so the epilogue and
+split-K's combine kernel are the level-1 matmul's (codegen_mm.py).
+
+With an rms_norm prologue (rms_norm(x, w) @ W = rstd * ((x * w) @ W)) the product is not
+swapped: x * w is made in registers (loaded one k-step ahead) and is WGMMA's A operand,
+64 rows of which M are live, the weights' tiles its B through the TMA ring; each row's sum
+of squares rides along and rstd scales the accumulators at the end (or in the combine).
+
+It applies where TMA can read the operands as they are: one 2-d matmul (no batch), x and
+the weights whole contiguous buffers [M, K] and [K, N] with 16-byte rows, fp16 or bf16, no
+low-rank chain."""
+
+from __future__ import annotations
+
+from .codegen import KIT_DTYPE, Access, Index, bound, kernel_header, p2
+from .codegen_mm import TileEmitter, _epilogue, split_tail
+
+BK = 64            # 128-byte rows of fp16/bf16: the 128-byte swizzle
+MAX_M = 64         # x's rows: WGMMA's N (and the accumulators) stay small
+
+
+def mp(M: int) -> int:
+    """x's rows padded to WGMMA's N (a multiple of 16 here)."""
+    return p2(M, 16)
+
+
+def eligible(group) -> bool:
+    """Whether the group's operands can be read by TMA as they are (module docstring)."""
+    if group.kind != "matmul" or group.lowrank:
+        return False
+    pro = group.prologue
+    if pro is not None and (pro.op != "rms_norm" or len(group.mms) != 1):
+        return False
+    mm0 = group.mms[0]
+    if len(mm0.shape) != 2:
+        return False
+    M, N = mm0.shape
+    a = mm0.inputs[0]
+    K = a.shape[-1]
+    if M > MAX_M or (K * 2) % 16 or (N * 2) % 16:
+        return False
+    ops = [a, *(mm.inputs[1] for mm in group.mms)]
+    if any(t.dtype != a.dtype or KIT_DTYPE.get(t.dtype) in (None, "kit.float32")
+           for t in ops):
+        return False
+    if any(mm.inputs[0] is not a for mm in group.mms):
+        return False
+    if pro is not None:
+        ops[0] = pro.inputs[0]
+        if len(pro.inputs) > 1 and Access.of(pro.inputs[1]).strides != (1,):
+            return False
+    return all(t.base() is t and Access.of(t).strides == (t.shape[1], 1) for t in ops)
+
+
+def wgmma_kernel(group, name: str) -> tuple[list[str], list[str]]:
+    """(source lines, launch lines) of the group's level-2 kernel (and combine kernel)."""
+    mm0 = group.mms[0]
+    M, N = mm0.shape
+    x = mm0.inputs[0]
+    K = x.shape[-1]
+    P = group.params
+    if group.prologue is not None:
+        return _norm_kernel(group, name)
+    BN, STAGES, SPLIT, nw = P["BN"], P["STAGES"], P.get("SPLIT", 1), P["num_warps"]
+    MP = mp(M)
+    dt = KIT_DTYPE[mm0.dtype]
+    nbk = -(-K // BK)
+    n_k = -(-nbk // SPLIT)                   # k-steps per program (past K: TMA's zeros)
+    gn = -(-N // BN)
+    xb = f"t{x.id}"
+    ws = [f"t{mm.inputs[1].id}" for mm in group.mms]
+    rm = Index("rm", (0,), bound("rm", M, MP))
+    rn = Index("rn", (1,), bound("rn", N, BN))
+    e = TileEmitter(group, mm0.shape, rm, rn, Index("b", ()))
+    e.line(f"# out^T = W^T x^T: {BN} weight columns are WGMMA's rows, x's {M} rows its N")
+    e.line(f"xs = kit.shared(({STAGES}, {MP}, {BK}), {dt})")
+    for i, _ in enumerate(ws):
+        e.line(f"w{i}s = kit.shared(({STAGES}, {BK}, {BN}), {dt})")
+    e.line(f"ready = kit.mbarriers({STAGES})   # stage s has landed")
+    e.line(f"n0 = kit.program_id(0) * {BN}")
+    if SPLIT > 1:
+        e.line("sp = kit.program_id(1)")
+        e.line(f"k0 = sp * {n_k * BK}   # this program's part of K")
+    else:
+        e.line("k0 = 0")
+
+    def loads(stage: str, k: str) -> list[str]:
+        return [f"kit.tma_load(xs[{stage}], {xb}, (0, {k}), ready[{stage}])"] + [
+            f"kit.tma_load(w{i}s[{stage}], {w}, ({k}, n0), ready[{stage}])"
+            for i, w in enumerate(ws)]
+
+    first = min(STAGES - 1, n_k)
+    e.line(f"for s in kit.static_range({first}):   # fill the ring")
+    for ln in loads("s", f"k0 + s * {BK}"):
+        e.line("    " + ln)
+    for i, _ in enumerate(ws):
+        e.line(f"acc{i} = kit.zeros(({BN}, {MP}), kit.float32)")
+    e.line(f"for i in range({n_k}):")
+    e.line(f"    s = i % {STAGES}")
+    e.line(f"    kit.mbarrier_wait(ready[s], i // {STAGES} % 2)")
+    for i, _ in enumerate(ws):
+        e.line(f"    acc{i} = kit.mma(w{i}s[s].T, xs[s].T, acc{i}, pending=1)")
+    if n_k > STAGES - 1:
+        e.line(f"    if i + {STAGES - 1} < {n_k}:   # refill the stage the last MMAs freed")
+        e.line(f"        s1 = (i + {STAGES - 1}) % {STAGES}")
+        e.line(f"        k = k0 + (i + {STAGES - 1}) * {BK}")
+        for ln in loads("s1", "k"):
+            e.line("        " + ln)
+    e.line(f"rm = kit.arange(0, {MP})")
+    e.line(f"rn = n0 + kit.arange(0, {BN})")
+    nmm = len(group.mms)
+    for i in range(nmm):
+        e.line(f"acc{i} = kit.trans(acc{i})   # back to [rows of x, columns]")
+    args = group.args()
+    grid = f"({gn}{', ' + str(SPLIT) if SPLIT > 1 else ''})"
+    if SPLIT > 1:
+        return split_tail(group, name, e, grid, nw, None, batched=False)
+    for i, mm in enumerate(group.mms):
+        e.line(f"v{mm.id} = acc{i}")
+    _epilogue(e, group)
+    return kernel_header(name, args) + e.lines, [
+        f"{name}[{grid}]({', '.join(args)}, num_warps={nw})"]
+
+
+def _norm_kernel(group, name: str) -> tuple[list[str], list[str]]:
+    """rms_norm(x, w) @ W with x * w as WGMMA's register A operand (module docstring)."""
+    mm0, pro = group.mms[0], group.prologue
+    M, N = mm0.shape
+    x = pro.inputs[0]
+    K = x.shape[-1]
+    P = group.params
+    BM, BN, STAGES, SPLIT, nw = P["BM"], P["BN"], P["STAGES"], P.get("SPLIT", 1), \
+        P["num_warps"]
+    dt = KIT_DTYPE[mm0.dtype]
+    nbk = -(-K // BK)
+    n_k = -(-nbk // SPLIT)
+    gn = -(-N // BN)
+    wb = f"t{mm0.inputs[1].id}"
+    rm = Index("rm", (0,), bound("rm", M, BM))
+    rn = Index("rn", (1,), bound("rn", N, BN))
+    e = TileEmitter(group, mm0.shape, rm, rn, Index("b", ()))
+    e.line(f"# rms_norm(x) @ W = rstd * ((x * w) @ W): x * w in registers is WGMMA's A "
+           f"({M} of {BM} rows live)")
+    e.line(f"ws0 = kit.shared(({STAGES}, {BK}, {BN}), {dt})")
+    e.line(f"ready = kit.mbarriers({STAGES})   # stage s has landed")
+    e.line(f"n0 = kit.program_id(0) * {BN}")
+    if SPLIT > 1:
+        e.line("sp = kit.program_id(1)")
+        e.line(f"k0 = sp * {n_k * BK}   # this program's part of K")
+    else:
+        e.line("k0 = 0")
+    e.line(f"rm = kit.arange(0, {BM})")
+    e.line(f"rk = kit.arange(0, {BK})")
+    first = min(STAGES - 1, n_k)
+    e.line(f"for s in kit.static_range({first}):   # fill the ring")
+    e.line(f"    kit.tma_load(ws0[s], {wb}, (k0 + s * {BK}, n0), ready[s])")
+    xm = [f"(rm < {M})[:, None]"] if M % BM else []
+
+    def xload(k: str) -> str:
+        m = " & ".join(xm + [f"({k} < {K})[None, :]"])
+        return (f"kit.load(t{x.id} + (rm * {K})[:, None] + {k}[None, :], mask={m}, "
+                "other=0.0)")
+
+    e.line("k = k0 + rk")
+    e.line(f"x = {xload('k')}")
+    e.line(f"acc0 = kit.zeros(({BM}, {BN}), kit.float32)")
+    e.line(f"ss = kit.zeros(({BM},), kit.float32)")
+    e.line(f"for i in range({n_k}):")
+    e.line(f"    s = i % {STAGES}")
+    e.line(f"    kn = k + {BK}")
+    e.line(f"    x_next = {xload('kn')}   # one k-step ahead")
+    e.line("    xf = x.to(kit.float32)")
+    e.line("    ss += kit.sum(xf * xf, axis=1)")
+    if len(pro.inputs) > 1:
+        wv = f"kit.load(t{pro.inputs[1].id} + k, mask=k < {K}, other=0.0)"
+        e.line(f"    a = (xf * {wv}.to(kit.float32)[None, :]).to({dt})")
+    else:
+        e.line(f"    a = x.to({dt})")
+    e.line(f"    kit.mbarrier_wait(ready[s], i // {STAGES} % 2)")
+    e.line("    acc0 = kit.mma(a, ws0[s], acc0, pending=1)")
+    if n_k > STAGES - 1:
+        e.line(f"    if i + {STAGES - 1} < {n_k}:   # refill the stage the last MMA freed")
+        e.line(f"        s1 = (i + {STAGES - 1}) % {STAGES}")
+        e.line(f"        kit.tma_load(ws0[s1], {wb}, (k0 + (i + {STAGES - 1}) * {BK}, n0), "
+               "ready[s1])")
+    e.line("    k, x = kn, x_next")
+    e.line(f"rn = n0 + kit.arange(0, {BN})")
+    args = group.args()
+    grid = f"({gn}{', ' + str(SPLIT) if SPLIT > 1 else ''})"
+    if SPLIT > 1:
+        return split_tail(group, name, e, grid, nw, "epi", batched=False)
+    e.line(f"rstd = kit.rsqrt(ss / {K} + {pro.attrs['eps']!r})")
+    e.line(f"v{mm0.id} = acc0 * rstd[:, None]")
+    _epilogue(e, group)
+    return kernel_header(name, args) + e.lines, [
+        f"{name}[{grid}]({', '.join(args)}, num_warps={nw})"]
+
+
+def choices(group) -> list[dict]:
+    """The level-2 parameter sets of an eligible group: BN 64 (one warpgroup) or 128 (two),
+    3-6 stages within shared memory, split-K while every split keeps two k-steps."""
+    if not eligible(group):
+        return []
+    M, N = group.mms[0].shape
+    K = group.mms[0].inputs[0].shape[-1]
+    n = len(group.mms)
+    nbk = -(-K // BK)
+    out = []
+    pro = group.prologue is not None
+    for BN in (64, 128):
+        if BN > p2(N, 64):
+            continue
+        stage = (BK * BN if pro else mp(M) * BK + n * BK * BN) * 2
+        for stages in (3, 4, 6):
+            if stages * stage > 200 * 1024:
+                continue
+            for split in (1, 2, 4, 8, 16):
+                ch = -(-nbk // split)
+                if split > 1 and (ch < 2 or (split - 1) * ch >= nbk):
+                    continue
+                p = dict(FORM="wgmma", BM=64 if pro else mp(M), BN=BN, BK=BK, SPLIT=split,
+                         STAGES=stages, num_warps=4 if pro else 4 * BN // 64)
+                if pro:
+                    p["NORM"] = "epi"
+                out.append(p)
+    return out

@@ -1,0 +1,46 @@
+"""Triton's small standard-library helpers written in the language itself (`@kit.jit`
+functions over the markers, inlined where they are called): `zeros_like`, `swizzle2d`,
+`softmax`."""
+
+from __future__ import annotations
+
+from ..jit import jit
+from . import core, elementwise, reduction  # noqa: F401  (the markers are registered)
+from .base import BUILTINS as _B
+
+_full, _minimum, _exp, _fdiv = _B["full"], _B["minimum"], _B["exp"], _B["fdiv"]
+_max, _sum = _B["max"], _B["sum"]
+
+
+@jit
+def zeros_like(input):
+    """A tile of zeros with `input`'s shape and dtype."""
+    return _full(input.shape, 0, input.dtype)
+
+
+@jit
+def swizzle2d(i, j, size_i, size_j, size_g):
+    """Maps the row-major index (i, j) of a size_i x size_j grid to the order that walks
+    groups of `size_g` rows column by column (tile orders that reuse operands in L2); the
+    last group may have fewer rows. Returns (new_i, new_j)."""
+    linear = i * size_j + j
+    per_group = size_g * size_j
+    first_row = (linear // per_group) * size_g
+    rows = _minimum(size_i - first_row, size_g)
+    within = linear % per_group
+    return first_row + within % rows, within // rows
+
+
+@jit
+def softmax(x, dim=None, keep_dims=False, ieee_rounding=False):
+    """exp(x - max) / sum along `dim` (0 when None), as Triton's `tl.softmax` computes it;
+    `keep_dims` is passed to the max and the sum, `ieee_rounding` to the division."""
+    if dim is None:
+        d = 0
+    else:
+        d = dim
+    e = _exp(x - _max(x, d, keep_dims=keep_dims))
+    return _fdiv(e, _sum(e, d, keep_dims=keep_dims), ieee_rounding)
+
+
+STANDARD = ["zeros_like", "swizzle2d", "softmax"]

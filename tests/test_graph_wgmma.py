@@ -1,0 +1,134 @@
+"""kit.graph's level-2 matmul form (FORM "wgmma": TMA ring + WGMMA, out^T = W^T x^T):
+which groups get it, that its kernels match the float64 reference in the interpreter
+(outputs and split-K workspaces poisoned; ragged M, N and K; split-K with the combine
+kernel; more stages than k-steps), and on a GPU the searched module with it."""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import pathlib
+import sys
+
+import pytest
+import torch
+
+from kitjit.graph import codegen_wgmma, plan, search, space
+from kitjit.graph.module import module_source
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
+if str(EXAMPLES) not in sys.path:
+    sys.path.insert(0, str(EXAMPLES))
+
+
+def ex(name: str):
+    return importlib.import_module(name)
+
+
+def _with(g, plan_index: int, group_index: int, params: dict):
+    """The plan's groups, the chosen one with `params`, the others at their best."""
+    _, groups = plan.partitions(g)[plan_index]
+    out = []
+    for i, grp in enumerate(groups):
+        c = copy.copy(grp)
+        c.params = params if i == group_index else space.ranked(grp)[0][1]
+        out.append(c)
+    return out
+
+
+def _verify(g, groups) -> str | None:
+    path = pathlib.Path(__import__("tempfile").mkdtemp()) / "wgmma_generated.py"
+    path.write_text(module_source(g, groups, "test"))
+    return search.verify(g, search._import(path), search.Trials(g, "cpu", 2))
+
+
+def _wg(BN=64, STAGES=3, SPLIT=1, M=16):
+    return dict(FORM="wgmma", BM=codegen_wgmma.mp(M), BN=BN, BK=64, SPLIT=SPLIT,
+                STAGES=STAGES, num_warps=4 * BN // 64)
+
+
+@pytest.mark.parametrize("params", [
+    _wg(),                          # 4 k-steps through 3 stages: the ring refills
+    _wg(STAGES=6),                  # more stages than k-steps
+    _wg(BN=128, SPLIT=2),           # two warpgroups, split-K + combine (silu * mul there)
+])
+def test_gated_mlp_fused(params):
+    g = ex("graph_gated_mlp").build(13, 200, 72)     # ragged M, K (TMA zeros), N
+    assert codegen_wgmma.eligible(plan.partitions(g)[0][1][0])
+    assert _verify(g, _with(g, 0, 0, params)) is None
+
+
+@pytest.mark.parametrize("params", [
+    dict(BN=64, SPLIT=1, STAGES=3),      # 7 k-steps (ragged K: 448 = 7 x 64) through 3 stages
+    dict(BN=128, SPLIT=3, STAGES=4),     # split-K: the norm's sums through the combine
+])
+def test_rmsnorm_linear_fused(params):
+    """rms_norm(x) @ W in one level-2 kernel: x * w in registers as WGMMA's A operand."""
+    g = ex("graph_rmsnorm_linear").build(5, 440, 72)
+    p = dict(FORM="wgmma", BM=64, BK=64, num_warps=4, NORM="epi", **params)
+    assert _verify(g, _with(g, 0, 0, p)) is None
+
+
+@pytest.mark.parametrize("split", [1, 3])
+def test_rmsnorm_then_linear(split):
+    """The norm in a row kernel, then the level-2 matmul on its output buffer."""
+    g = ex("graph_rmsnorm_linear").build(5, 448, 40)
+    names = [name for name, _ in plan.partitions(g)]
+    i = names.index("row(rms_norm) | matmul(matmul)")
+    assert _verify(g, _with(g, i, 1, _wg(SPLIT=split, M=5))) is None
+
+
+def test_which_groups_get_it():
+    def fused(name, *args):
+        return plan.partitions(ex(name).build(*args))[0][1][0]
+
+    assert codegen_wgmma.eligible(fused("graph_gated_mlp", 8, 64, 48))
+    assert not codegen_wgmma.eligible(fused("graph_gated_mlp", 80, 64, 48))    # M > 64
+    assert not codegen_wgmma.eligible(fused("graph_gated_mlp", 8, 60, 44))     # 8-byte rows
+    assert codegen_wgmma.eligible(fused("graph_rmsnorm_linear", 8, 64, 48))   # x * w as A
+    assert not codegen_wgmma.eligible(fused("graph_lora", 8, 64, 48, 8))        # low rank
+    dec = ex("graph_attention_decode").build(2, 32, 64)
+    for _, groups in plan.partitions(dec):    # batched matmuls: no 2-d TMA view
+        assert not any(codegen_wgmma.eligible(grp) for grp in groups)
+    choices = codegen_wgmma.choices(fused("graph_gated_mlp", 8, 4096, 4096))
+    assert choices and all(c["STAGES"] * (16 * 64 + 2 * 64 * c["BN"]) * 2 <= 200 * 1024
+                           for c in choices)
+    assert {c["SPLIT"] for c in choices} >= {1, 2, 4}
+
+
+def test_generated_source_reads_as_kitjit():
+    g = ex("graph_gated_mlp").build(8, 256, 128)
+    src = module_source(g, _with(g, 0, 0, _wg(SPLIT=2)), "read")
+    for s in ("kit.tma_load(xs[s], t0, (0, k0 + s * 64), ready[s])",
+              "kit.mma(w0s[s].T, xs[s].T, acc0, pending=1)",
+              "kit.mbarrier_wait(ready[s], i // 3 % 2)", "k0_matmul_combine"):
+        assert s in src, s
+
+
+@pytest.mark.gpu
+def test_gpu_search_with_level2():
+    g = ex("graph_gated_mlp").build(8, 1024, 512)
+    opt = g.superoptimize(budget=30, cache=False, progress=False)
+    timed = [t for t in opt.info["search"]["timings"] if any(
+        p.get("FORM") == "wgmma" for p in t[3])]
+    assert timed, "no level-2 candidate was timed"
+    x = torch.randn(8, 1024, device="cuda", dtype=torch.float16)
+    w1 = torch.randn(1024, 512, device="cuda", dtype=torch.float16) / 32
+    w3 = torch.randn(1024, 512, device="cuda", dtype=torch.float16) / 32
+    ref = g.reference([x, w1, w3])[0]
+    out = opt(x, w1, w3)[0].double()
+    assert float((out - ref).norm() / ref.norm()) < 1e-2
+
+
+def test_the_gpu_times_level2_candidates():
+    """At the bench's 16 candidates, the level-2 forms that won on the H100 are timed (the
+    gated MLP fused with split 2; rms_norm's row kernel then level 2 with split 2), and the
+    norm-in-registers form, measured slow, does not crowd them out."""
+    def timed(g, limit=16):
+        return [[gr.params for gr in c[2]] for c in search.pick(search.candidates(g), limit)]
+
+    mlp = timed(ex("graph_gated_mlp").build(8, 4096, 4096))
+    assert [_wg(SPLIT=2, STAGES=4, M=8)] in mlp
+    rms = timed(ex("graph_rmsnorm_linear").build(16, 4096, 6144))
+    assert [{"ROWS": 1, "num_warps": 16}, _wg(BN=128, SPLIT=2, STAGES=4)] in rms
+    assert sum(p[0].get("NORM") == "epi" and p[0].get("FORM") == "wgmma" for p in rms) <= 2
