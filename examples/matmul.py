@@ -228,6 +228,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False, arch: str | 
             splitk_sum[(kit.cdiv(M * N, 1024),)](w, c, M * N, SPLIT_K=split, BLOCK=1024)
             return c
         tiles = kit.cdiv(M, cfg["BM"]) * kit.cdiv(N, cfg["BN"])   # in the kernel
+        if tiles * split * cfg["BM"] * cfg["BN"] >= 2 ** 31:       # (int32 offsets)
+            raise ValueError("split-K in the kernel: the workspace would pass 2^31 values; "
+                             "use SLABS=True")
         w = torch.empty(tiles * split * cfg["BM"] * cfg["BN"], device=a.device,
                         dtype=torch.float32)
         matmul_kernel[grid](a, b, c, w, tile_counters(a.device, tiles), M, N, K, GROUP=8,
