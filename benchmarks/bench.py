@@ -305,9 +305,9 @@ def bench_gemm(tri, quick: bool) -> None:
                 best = (ms, cfg)
         # the example's own path: kit.autotune over its CONFIGS, tuned once for this shape
         ex_mm.matmul(a, b)
-        split, bn = ex_mm.splitk_plan(M, N, K, ex_mm.num_sms(a.device))
-        tuned_cfg = f"split-K x{split} BN {bn}" if split > 1 else \
-            str(ex_mm.matmul_tuned.chosen()[-1]["config"])
+        split = ex_mm.splitk_for(M, N, K, ex_mm.num_sms(a.device))
+        tuned_cfg = f"split-K x{split}" if split > 1 else \
+            str(ex_mm.tuned_kernel(N, a.dtype).chosen()[-1]["config"])
         runs = {"tuned": lambda: ex_mm.matmul(a, b), "cublas": lambda: a @ b}
         if best:
             runs["best"] = lambda cfg=best[1]: ex_mm.matmul(a, b, **cfg)

@@ -369,9 +369,9 @@ def bench_llm(deadline: float) -> None:
                     row["kitjit_tflops"] = round(flop / ms["kitjit"], 2)
                     row["cublas_tflops"] = round(flop / ms["cublas"], 2)
                     row["vs_cublas"] = round(ms["cublas"] / ms["kitjit"], 3)
-                    split, bn = mm.splitk_plan(M, N, K, mm.num_sms(a.device))
-                    row["config"] = f"split-K x{split} BN {bn}" if split > 1 else \
-                        str(mm.matmul_tuned.chosen()[-1]["config"])
+                    split = mm.splitk_for(M, N, K, mm.num_sms(a.device))
+                    row["config"] = f"split-K x{split}" if split > 1 else \
+                        str(mm.tuned_kernel(N, a.dtype).chosen()[-1]["config"])
                 except Exception as e:
                     row["failed"] = f"{type(e).__name__}: {str(e)[:200]}"
                 rows.append(row)
@@ -381,13 +381,13 @@ def bench_llm(deadline: float) -> None:
 
 # ----------------------------------------------------------------------------- bf16 epilogues
 LARGE = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 1024), (16384, 1024, 4096)]
-BF16_EPILOGUES = {  # the example's epilogues at 128x256 tiles (B given [K, N], as bench.py)
-    "direct s4": dict(BM=128, BN=256, BK=64, STAGES=4, num_warps=8),
-    "tma s3": dict(BM=128, BN=256, BK=64, STAGES=3, TMA_STORE=1, num_warps=8),
+BF16_EPILOGUES = {  # the example's epilogues at 128x256 tiles (B [K, N], as bench.py gives
+    "direct s4": dict(BM=128, BN=256, BK=64, STAGES=4, num_warps=8),      # it; "bt": [N, K])
     "tma-halves s4": dict(BM=128, BN=256, BK=64, STAGES=4, TMA_STORE=2, num_warps=8),
-    "direct s4 stream-K": dict(BM=128, BN=256, BK=64, STAGES=4, STREAM_K=True, num_warps=8),
-    "tma-halves s4 stream-K": dict(BM=128, BN=256, BK=64, STAGES=4, TMA_STORE=2,
-                                   STREAM_K=True, num_warps=8),
+    "bt direct s4": dict(BM=128, BN=256, BK=64, STAGES=4, num_warps=8),
+    "bt tma-halves s4": dict(BM=128, BN=256, BK=64, STAGES=4, TMA_STORE=2, num_warps=8),
+    "default": {},                 # matmul(a, b) as users call it: the autotuned choice
+    "bt default": {},
 }
 
 
@@ -397,21 +397,26 @@ def bench_large() -> None:
     for M, N, K in LARGE:
         a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+        bt = b.t().contiguous()
         ref = a @ b
-        runs = {"cublas": lambda: a @ b}
+        runs = {"cublas": lambda: a @ b, "bt cublas": lambda: a @ bt.t()}
         row = {"shape": f"{M}x{N}x{K}"}
         for name, cfg in BF16_EPILOGUES.items():
             try:
+                args = (bt, True) if name.startswith("bt") else (b, False)
+                if not cfg:
+                    mm.matmul(a, *args)         # tune first: only the checked call is poisoned
                 with poisoned():
-                    out = mm.matmul(a, b, **cfg)
+                    out = mm.matmul(a, *args, **cfg)
                 row[f"{name}_err"] = checked(out.double(), ref.double(), 1e-2, name)
-                runs[name] = lambda cfg=cfg: mm.matmul(a, b, **cfg)
+                runs[name] = lambda cfg=cfg, args=args: mm.matmul(a, *args, **cfg)
             except Exception as e:
                 row[name] = f"failed: {type(e).__name__}: {str(e)[:160]}"
         ms = interleaved(runs)
         flop = 2 * M * N * K / 1e9
         row["tflops"] = {n: round(flop / v, 1) for n, v in ms.items()}
-        row["x_cublas"] = {n: round(ms["cublas"] / v, 3) for n, v in ms.items() if n != "cublas"}
+        row["x_cublas"] = {n: round(ms["bt cublas" if n.startswith("bt") else "cublas"] / v, 3)
+                           for n, v in ms.items() if "cublas" not in n}
         rows.append(row)
         print(row, flush=True)
     for name in BF16_EPILOGUES:
@@ -429,6 +434,9 @@ def _main_example():
         return None
 
 
+SKINNY_M = [1, 16, 128]
+
+
 def bench_skinny() -> None:
     """The Llama-3 layers at M = 1, 16, 128: the example (in-kernel split-K by its plan)
     against cuBLAS and, when staged, main's example (split-K through fp32 slabs and a
@@ -438,31 +446,39 @@ def bench_skinny() -> None:
     for model, layers in LLAMA.items():
         for layer, (N, K) in layers.items():
             w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) * K ** -0.5
-            for M in (1, 16, 128):
+            for M in SKINNY_M:
                 a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
                 ref = F.linear(a, w)
                 row = {"model": model, "layer": layer, "shape": f"{M}x{N}x{K}"}
                 runs = {"cublas": lambda: F.linear(a, w)}
-                for name, mod in (("kitjit", mm), ("main", old)):
+                variants = [("kitjit", mm, {}), ("main", old, {})]
+                split = old.splitk_for(M, N, K, mm.num_sms(a.device)) \
+                    if old and hasattr(old, "splitk_for") else 1
+                if split > 1:   # main's split and tiles, summed in the kernel
+                    variants.append(("kitjit main-plan", mm, dict(
+                        BM=64 if M <= 64 else 128, BN=128, BK=64, STAGES=4, SPLIT_K=split,
+                        num_warps=4 if M <= 64 else 8)))
+                for name, mod, cfg in variants:
                     if mod is None:
                         continue
                     try:
                         with poisoned():
-                            got = mod.matmul(a, w, trans_b=True)
+                            got = mod.matmul(a, w, trans_b=True, **cfg)
                         row[f"{name}_err"] = checked(got.double(), ref.double(), 1e-2, name)
-                        runs[name] = lambda mod=mod: mod.matmul(a, w, trans_b=True)
+                        runs[name] = lambda mod=mod, cfg=cfg: mod.matmul(a, w, trans_b=True,
+                                                                         **cfg)
                     except Exception as e:
                         row[name] = f"failed: {type(e).__name__}: {str(e)[:160]}"
                 ms = interleaved(runs)
                 row["us"] = {n: round(v * 1e3, 2) for n, v in ms.items()}
                 row["x_cublas"] = {n: round(ms["cublas"] / v, 3) for n, v in ms.items()
                                    if n != "cublas"}
-                split, bn = mm.splitk_plan(M, N, K, mm.num_sms(a.device))
-                row["plan"] = f"split {split} BN {bn}" if split > 1 else "autotuned"
+                split = mm.splitk_for(M, N, K, mm.num_sms(a.device))
+                row["plan"] = f"split {split}" if split > 1 else "autotuned"
                 rows.append(row)
                 print(row, flush=True)
             torch.cuda.empty_cache()
-    for name in ("kitjit", "main"):
+    for name in ("kitjit", "main", "kitjit main-plan"):
         for M in (1, 16, 128):
             results[f"skinny_geomean_{name}_M{M}"] = geomean(
                 r["x_cublas"].get(name) for r in rows if r["shape"].startswith(f"{M}x"))
@@ -507,7 +523,7 @@ def bench_probe() -> None:
         flop = 2 * M * N * K / 1e9
         row = {"case": f"bf16 {M}x{N}x{K}", "err": err,
                "tflops": {n: round(flop / v, 1) for n, v in ms.items()},
-               "tuned": str(mm.matmul_tuned.chosen()[-1]["config"])}
+               "tuned": str(mm.tuned_kernel(N, a.dtype).chosen()[-1]["config"])}
         rows.append(row)
         print(row, flush=True)
 
@@ -567,6 +583,9 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     ap.add_argument("--fp8-configs", default=None,
                     help="comma-separated names of FP8_CONFIGS to time (default: all)")
+    ap.add_argument("--skinny-m", default=None, help="M values of the skinny section")
+    ap.add_argument("--large-variants", default=None,
+                    help="comma-separated names of BF16_EPILOGUES to time (default: all)")
     ap.add_argument("--no-fp8-scales", action="store_true",
                     help="skip the row-wise and block-scale rows of the fp8 section")
     ap.add_argument("--llm-deadline", type=float, default=240.0,
@@ -578,6 +597,13 @@ def main() -> None:
         for name in list(FP8_CONFIGS):
             if name not in keep:
                 del FP8_CONFIGS[name]
+    if args.skinny_m:
+        SKINNY_M[:] = [int(m) for m in args.skinny_m.split(",")]
+    if args.large_variants:
+        keep = args.large_variants.split(",")
+        for name in list(BF16_EPILOGUES):
+            if name not in keep:
+                del BF16_EPILOGUES[name]
     if args.no_fp8_scales:
         globals()["bench_fp8_scaled"] = lambda: None
     results["device"] = torch.cuda.get_device_name()

@@ -251,6 +251,23 @@ def test_sass_matmul_epilogue_16_byte_stores(dt):
     assert len(c.find(r"STG\.E\.128")) == 16, c.summary()
 
 
+@needs_sass
+@pytest.mark.parametrize("extra", [dict(STAGES=4), dict(STAGES=4, TMA_STORE=2),
+                                   dict(STAGES=4, TRANS_B=True, TMA_STORE=2)],
+                         ids=["direct", "tma-halves", "tma-halves-bt"])
+def test_sass_matmul_wgmma_not_serialized(extra):
+    """The four HGMMAs of a k-step issue back to back (one WARPGROUP.ARRIVE per k-step):
+    ptxas serializes them (an ARRIVE and a DEPBAR around each, C7515) when some path writes
+    the accumulator's registers while MMAs may be in flight; found on the H100, where the
+    TMA-store epilogue with B [K, N] ran 20% slower until the kernel told the compiler that
+    every tile has k-steps (kit.assume(n_k > 0))."""
+    c = sass(EXAMPLES / "matmul.py", "matmul_kernel", mm_sig("bf16"),
+             dict(BM=128, BN=256, BK=64, GROUP=8, **extra), 8)
+    assert len(c.hgmma()) == 4 * len(c.find(r"WARPGROUP\.ARRIVE")), c.summary()
+    assert c.md["shared"] <= SMEM_MAX
+    c.assert_no_spills()
+
+
 # ----------------------------------------------------------------------------- attention
 ATTN_SASS = [  # (D, BM, BN, num_warps): the unspecialized kernel's configs per head dim
     (128, 128, 128, 8),
@@ -527,6 +544,7 @@ MM_CPU = [  # (M, N, K, config): N and K multiples of 8 (TMA rows of 16 bytes)
     (100, 72, 200, dict(BM=64, BN=64, BK=32, STAGES=3, num_warps=4, SPLIT_K=3)),
     (16, 136, 264, dict(BM=64, BN=64, BK=32, STAGES=4, num_warps=4, SPLIT_K=4)),
     (130, 64, 512, dict(BM=128, BN=64, BK=64, STAGES=3, num_warps=8, SPLIT_K=2)),
+    (130, 72, 512, dict(BM=128, BN=64, BK=64, STAGES=3, num_warps=8, SPLIT_K=2, SLABS=True)),
     # 40 split tiles on 4 programs: each program counts in on several tiles' counters
     (100, 200, 600, dict(BM=64, BN=64, BK=32, STAGES=3, num_warps=4, SPLIT_K=5)),
     # the TMA-store epilogues: the whole tile, or two column halves through one staging
@@ -534,21 +552,14 @@ MM_CPU = [  # (M, N, K, config): N and K multiples of 8 (TMA rows of 16 bytes)
     (130, 200, 136, dict(BM=128, BN=64, BK=64, STAGES=3, num_warps=8, TMA_STORE=1)),
     (200, 136, 264, dict(BM=64, BN=128, BK=64, STAGES=3, num_warps=4, TMA_STORE=2)),
     (70, 200, 72, dict(BM=64, BN=256, BK=32, STAGES=4, num_warps=4, TMA_STORE=2)),
-    # stream-K (4 CPU "SMs"): 25 tiles, the last one in 4 parts of 2 k-steps; 6 tiles, the
-    # last two in parts of 5 k-steps that cross from one tile into the next; one tile,
-    # fewer tiles than programs (all of it stream-K, in one part)
-    (300, 264, 200, dict(BM=64, BN=64, BK=32, STAGES=4, num_warps=4, STREAM_K=True,
-                         TMA_STORE=1)),
-    (130, 72, 520, dict(BM=64, BN=64, BK=64, STAGES=3, num_warps=4, STREAM_K=True)),
-    (64, 64, 64, dict(BM=64, BN=64, BK=64, STAGES=2, num_warps=4, STREAM_K=True)),
 ]
 
 
 @DTYPES
 @pytest.mark.parametrize("M,N,K,cfg", MM_CPU, ids=[
     f"{m}x{n}x{k}" + (f"-split{c['SPLIT_K']}" if "SPLIT_K" in c else "") +
-    (f"-tma{c['TMA_STORE']}" if "TMA_STORE" in c else "") + ("-sk" if "STREAM_K" in c else "")
-    for m, n, k, c in MM_CPU])
+    ("-slabs" if c.get("SLABS") else "") +
+    (f"-tma{c['TMA_STORE']}" if "TMA_STORE" in c else "") for m, n, k, c in MM_CPU])
 def test_interp_matmul(M, N, K, cfg, dtype, poison):
     a, b = randn(M, K, dtype=dtype, seed=1), randn(K, N, dtype=dtype, seed=2)
     c = mm_ex.matmul(a, b, **cfg)
@@ -556,11 +567,17 @@ def test_interp_matmul(M, N, K, cfg, dtype, poison):
     assert_rows_close(c, a.double() @ b.double(), 1e-2, f"matmul {M}x{N}x{K}")
 
 
+def test_interp_matmul_empty_k(poison):
+    """K = 0: zeros (the kernel itself assumes every tile has k-steps)."""
+    c = mm_ex.matmul(randn(70, 0, seed=1), randn(0, 72, seed=2))
+    assert c.shape == (70, 72) and not c.any()
+
+
 def test_interp_matmul_splitk_counters_reset(poison):
-    """The heuristic's split-K (4 CPU "SMs": 2 tiles, split 2): the last split of a tile
-    resets its counter, so a second launch on the same counters adds up right too."""
-    assert mm_ex.splitk_plan(16, 256, 1024, 4) == (2, 128)
-    a, b = randn(16, 1024, seed=1), randn(1024, 256, seed=2)
+    """The heuristic's split-K (4 CPU "SMs": 2 tiles, split 2, summed in the kernel): the
+    last split of a tile resets its counter, so a second launch adds up right too."""
+    assert mm_ex.splitk_for(16, 256, 2048, 4) == 2
+    a, b = randn(16, 2048, seed=1), randn(2048, 256, seed=2)
     for _ in range(2):
         c = mm_ex.matmul(a, b)
         assert is_poisoned(c, poison)
@@ -739,17 +756,12 @@ def test_gpu_matmul_ragged_wide_stores(cfg, M, N, K, poison):
     assert_rows_close(ct, a.double() @ b.double(), 1e-2, f"matmul B^T {M}x{N}x{K} {cfg}")
 
 
-def test_splitk_plan():
-    plan = mm_ex.splitk_plan
-    assert plan(16, 4096, 4096, 132) == (4, 128)      # 32 tiles -> 128 programs
-    assert plan(128, 4096, 4096, 132) == (4, 128)
-    assert plan(16, 6144, 4096, 132) == (5, 256)      # 24 tiles -> 120 programs
-    assert plan(1, 10240, 8192, 132) == (3, 256)      # 40 tiles -> 120 programs
-    assert plan(128, 4096, 1024, 132) == (2, 128)     # parts keep >= 8 k-steps
-    assert plan(128, 4096, 512, 132) == (1, 0)
-    assert plan(16, 28672, 4096, 132) == (1, 0)       # a wave of tiles already
-    assert plan(4096, 4096, 512, 132) == (1, 0)
-    assert plan(512, 14336, 4096, 132) == (1, 0)
+def test_splitk_heuristic():
+    assert mm_ex.splitk_for(16, 4096, 4096, 132) == 4       # 32 tiles -> 128 programs
+    assert mm_ex.splitk_for(128, 4096, 4096, 132) == 4
+    assert mm_ex.splitk_for(128, 4096, 1024, 132) == 1      # parts keep >= 16 k-steps
+    assert mm_ex.splitk_for(4096, 4096, 512, 132) == 1
+    assert mm_ex.splitk_for(512, 14336, 4096, 132) == 1
 
 
 @pytest.mark.gpu
@@ -763,10 +775,11 @@ def test_gpu_matmul_splitk(M, N, K, cfg, poison):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("M,N,K", [(16, 6144, 4096), (128, 10240, 8192), (3, 1000, 1032)])
-def test_gpu_matmul_splitk_plan_trans_b(M, N, K, poison):
-    """The plan's splits (5 x BN 256, 3 x BN 256, 2 x BN 128) on weights given [N, K], five
-    launches in a row on the same tile counters: each must find them reset."""
+@pytest.mark.parametrize("M,N,K", [(16, 6144, 4096), (128, 4096, 8192), (3, 1000, 4096)])
+def test_gpu_matmul_splitk_trans_b(M, N, K, poison):
+    """The heuristic's splits (summed in the kernel for M <= 64, through slabs above) on
+    weights given [N, K], five launches in a row on the same tile counters: each must find
+    them reset."""
     a = randn(M, K, seed=M, device="cuda")
     w = randn(N, K, seed=N, device="cuda")
     ref = a.double() @ w.double().T
@@ -781,19 +794,14 @@ def test_gpu_matmul_splitk_plan_trans_b(M, N, K, poison):
 @pytest.mark.gpu
 @pytest.mark.parametrize("cfg", [dict(BM=128, BN=256, BK=64, STAGES=3, TMA_STORE=1),
                                  dict(BM=128, BN=256, BK=64, STAGES=4, TMA_STORE=2),
-                                 dict(BM=64, BN=256, BK=64, STAGES=4, TMA_STORE=2),
-                                 dict(BM=128, BN=256, BK=64, STAGES=4, TMA_STORE=2,
-                                      STREAM_K=True),
-                                 dict(BM=128, BN=256, BK=64, STAGES=4, STREAM_K=True)],
-                         ids=["whole-s3", "halves-s4", "halves-64x256", "halves-stream-k",
-                              "direct-stream-k"])
+                                 dict(BM=64, BN=256, BK=64, STAGES=4, TMA_STORE=2)],
+                         ids=["whole-s3", "halves-s4", "halves-64x256"])
 @pytest.mark.parametrize("M,N,K", [(1000, 1040, 1032), (72, 4112, 520), (520, 136, 264),
                                    (2000, 4104, 1000)])
 def test_gpu_matmul_tma_store(cfg, M, N, K, poison):
     """The TMA-store epilogues on ragged shapes (the TMA clips rows and columns; with
-    N = 136 the second half of the last tile lies wholly past N), B and B^T; stream-K with
-    fewer tiles than SMs (all of it shared out) and with 272 tiles (the last 8 in 16 parts
-    of one k-step each)."""
+    N = 136 the second half of the last tile lies wholly past N), B and B^T; more tiles
+    than SMs."""
     cfg = dict(cfg, num_warps=8 if cfg["BM"] == 128 else 4)
     a, b = check_gpu_matmul(M, N, K, cfg, poison, "TMA store")
     ct = mm_ex.matmul(a, b.t().contiguous(), trans_b=True, **cfg)
