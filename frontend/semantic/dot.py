@@ -11,7 +11,7 @@ from kitjit.ir.core import Op, Value
 from kitjit.ir.registry import typing_rule
 from kitjit.ir.types import bfloat16, float8e4nv, float8e5, float16, float32, int8
 
-from . import dot_f32, dot_int8
+from . import dot_batched, dot_f32, dot_int8
 from .base import _describe, _shape
 from .call_rules import Call, call_rule
 
@@ -32,6 +32,8 @@ class DotOps:
     @typing_rule("dot")
     def dot(self, a: Any, b: Any, acc: Any = None, precision: str | None = None,
             out_dtype: Any = float32) -> Value:
+        if any(isinstance(v, Value) and len(v.shape) == 3 for v in (a, b)):
+            return dot_batched.batched_dot(self, a, b, acc, precision, out_dtype)
         for name, v in (("a", a), ("b", b)):
             if not isinstance(v, Value) or len(v.shape) != 2:
                 raise self.error(f"kit.dot: '{name}' must be a 2-d tile, got {_describe(v)}")
