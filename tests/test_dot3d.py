@@ -178,3 +178,91 @@ def test_sass_dot3d(arch, dt, prec, BB, BM, BN, BK, warps):
     assert hmma >= BB * per_slice * (BM * BN * BK) // (16 * 8 * 16) // warps, ops
     assert ck.metadata["spills"] == 0, ck.metadata
     assert not any(o.startswith(("STL", "LDL")) for o in ops), ops
+
+
+# ------------------------------------------------------------------ batched attention
+@kit.jit
+def _heads_attention(Q, K, V, O, H, S, sm_scale, sh, ss, soh, sos,
+                     HB: kit.constexpr, BM: kit.constexpr, BN: kit.constexpr,
+                     D: kit.constexpr, CAUSAL: kit.constexpr):
+    """HB heads of one query block per program, every product a 3-d kit.dot (heads as the
+    batch dim): online softmax over key blocks, masked ragged S, optional causal mask.
+    Q, K, V are [H, S, D] with strides (sh, ss, 1), O with (soh, sos, 1)."""
+    rh = kit.program_id(1) * HB + kit.arange(0, HB)
+    rm = kit.program_id(0) * BM + kit.arange(0, BM)
+    rd = kit.arange(0, D)
+    h3, m3, d3 = rh[:, None, None], rm[None, :, None], rd[None, None, :]
+    qmask = (h3 < H) & (m3 < S)
+    q = kit.load(Q + h3 * sh + m3 * ss + d3, mask=qmask, other=0.0)
+    m_i = kit.full((HB, BM), float("-inf"), kit.float32)
+    l_i = kit.zeros((HB, BM), kit.float32)
+    acc = kit.zeros((HB, BM, D), kit.float32)
+    qk_scale = sm_scale * 1.4426950408889634
+    hi = S
+    if CAUSAL:
+        hi = kit.minimum(S, (kit.program_id(0) + 1) * BM)
+    for n0 in range(0, hi, BN):
+        rn = n0 + kit.arange(0, BN)
+        kt = kit.load(K + h3 * sh + rn[None, None, :] * ss + rd[None, :, None],
+                      mask=(h3 < H) & (rn[None, None, :] < S), other=0.0)   # [HB, D, BN]
+        s = kit.dot(q, kt) * qk_scale                                       # [HB, BM, BN]
+        keep = rn[None, None, :] < S
+        if CAUSAL:
+            keep = keep & (rn[None, None, :] <= m3)
+        s = kit.where(keep, s, float("-inf"))
+        m_new = kit.maximum(m_i, kit.max(s, 2))
+        m_safe = kit.where(m_new == float("-inf"), 0.0, m_new)
+        p = kit.exp2(s - m_safe[:, :, None])
+        alpha = kit.exp2(m_i - m_safe)
+        l_i = l_i * alpha + kit.sum(p, 2)
+        v = kit.load(V + h3 * sh + rn[None, :, None] * ss + d3,
+                     mask=(h3 < H) & (rn[None, :, None] < S), other=0.0)    # [HB, BN, D]
+        acc = kit.dot(p.to(v.dtype), v, acc * alpha[:, :, None])
+        m_i = m_new
+    out = acc / l_i[:, :, None]
+    kit.store(O + h3 * soh + m3 * sos + d3, out.to(O.dtype.element_ty), mask=qmask)
+
+
+def _attention(q, k, v, causal, HB=2, BM=32, BN=32):
+    H, S, D = q.shape
+    o = torch.full((H, S, D), float("nan"), dtype=q.dtype, device=q.device)
+    grid = (-(-S // BM), -(-H // HB))
+    _heads_attention[grid](q, k, v, o, H, S, D ** -0.5, q.stride(0), q.stride(1),
+                           o.stride(0), o.stride(1),
+                           HB=HB, BM=BM, BN=BN, D=D, CAUSAL=causal)
+    return o
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_dot3d_batched_attention(device, causal, dtype):
+    """End to end: a small Triton-style attention kernel whose products are 3-d dots,
+    against float64 softmax attention; 5 heads (ragged for HB=2), S=77 (ragged for the
+    32-row blocks); Q, K, V slices of one packed [H, S, 3, D] tensor (non-contiguous)."""
+    g = torch.Generator().manual_seed(7)
+    H, S, D = 5, 77, 32
+    qkv = torch.randn(H, S, 3, D, generator=g, dtype=torch.float64).to(dtype).to(device)
+    q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    got = _attention(q, k, v, causal).double().cpu()
+    q64, k64, v64 = (t.double().cpu() for t in (q, k, v))
+    s = q64 @ k64.transpose(1, 2) * D ** -0.5
+    if causal:
+        s = s.masked_fill(torch.ones(S, S, dtype=torch.bool).triu(1), float("-inf"))
+    want = torch.softmax(s, -1) @ v64
+    assert not got.isnan().any()
+    eps = 2 ** -8 if dtype is torch.bfloat16 else 2 ** -11
+    assert (got - want).abs().max().item() < 4 * eps   # P rounded to the input dtype
+
+
+@_SASS
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_sass_batched_attention(arch):
+    """The attention kernel's four per-head products (two heads, QK^T and PV) are HMMA on
+    both architectures, without spills."""
+    specs = [("*fp16", 16)] * 4 + [("i32", 1), ("i32", 16), ("fp32", 1)] + [("i32", 16)] * 4
+    ck = _heads_attention.compile(specs, (2, 32, 32, 32, True), 4, arch)
+    ops = _sass_ops(ck)
+    hmma = sum(n for o, n in ops.items() if o.startswith("HMMA"))
+    assert hmma >= 2 * 2 * (32 * 32 * 32) // (16 * 8 * 16) // 4, ops
+    assert ck.metadata["spills"] == 0, ck.metadata
