@@ -266,3 +266,30 @@ def test_sass_batched_attention(arch):
     hmma = sum(n for o, n in ops.items() if o.startswith("HMMA"))
     assert hmma >= 2 * 2 * (32 * 32 * 32) // (16 * 8 * 16) // 4, ops
     assert ck.metadata["spills"] == 0, ck.metadata
+
+
+@kit.jit
+def _bmm_int8(A, Bm, C, BB: kit.constexpr, M: kit.constexpr, N: kit.constexpr,
+              K: kit.constexpr):
+    """C = A @ B (+ C's old values) on whole int8 [BB, M, K] x [BB, K, N] tiles, with `@`
+    for the first product and kit.dot(acc=) for the second."""
+    b3 = kit.arange(0, BB)[:, None, None]
+    m3, n3 = kit.arange(0, M)[None, :, None], kit.arange(0, N)[None, None, :]
+    k3 = kit.arange(0, K)
+    a = kit.load(A + b3 * M * K + m3 * K + k3[None, None, :])
+    b = kit.load(Bm + b3 * K * N + k3[None, :, None] * N + n3)
+    c = kit.load(C + b3 * M * N + m3 * N + n3)
+    kit.store(C + b3 * M * N + m3 * N + n3, kit.dot(a, b, a @ b + c))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_dot3d_int8(device):
+    """int8 x int8 -> int32 per batch slice (exact), acc= an int32 tile, and `a @ b`."""
+    g = torch.Generator().manual_seed(9)
+    a = torch.randint(-128, 128, (2, 16, 64), generator=g, dtype=torch.int8)
+    b = torch.randint(-128, 128, (2, 64, 32), generator=g, dtype=torch.int8)
+    c = torch.randint(-1000, 1000, (2, 16, 32), generator=g, dtype=torch.int32)
+    want = 2 * torch.bmm(a.long(), b.long()) + c.long()
+    got = c.to(device)
+    _bmm_int8[(1,)](a.to(device), b.to(device), got, BB=2, M=16, N=32, K=64)
+    assert torch.equal(got.long().cpu(), want)

@@ -12,4 +12,5 @@ def dot(input, other, acc=None, input_precision=None, allow_tf32=None,
     inputs with fp32 accumulation (fp16 results with out_dtype=kit.float16), fp32 inputs as
     bf16 splits (input_precision "tf32"/"bf16x3": 3 products, "ieee"/"tf32x3"/"bf16x6": 6),
     int8 inputs into int32; max_num_imprecise_acc accepted (every fp8 product is summed in
-    fp32)."""
+    fp32). 3-d tiles [B, M, K] x [B, K, N] (acc [B, M, N]) give Triton's batched dot: one
+    2-d dot per batch index (M, N, K >= 16), each by the rules above."""
