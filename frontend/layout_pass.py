@@ -4,6 +4,8 @@ Values that must share a layout (operands and results of elementwise ops, loads 
 loop-carried values) are grouped into classes with union-find. Each class then gets one
 layout, highest rank first:
   - a class holding a `dot` accumulator gets the mma accumulator layout (an anchor);
+  - the result of `expand_dims` of an accumulator, if nothing else lays its class out, keeps
+    the accumulator's registers (Expanded): a 3-d dot's [B, M, N] result stays B mma tiles;
   - a class that is the result of a reduction, or the operand of `expand_dims`, is a slice
     of its parent's layout (so `x - kit.max(x, 1)[:, None]` needs no data movement);
   - the result of a shape op that relabels coordinates (permute, reshape, join, split, cat)
@@ -25,6 +27,7 @@ from kitjit.ir import ops as O
 from kitjit.ir.core import Block, Function, Op, Value
 from kitjit.ir.layouts import (
     DotOperand,
+    Expanded,
     Halved,
     Joined,
     Layout,
@@ -207,6 +210,15 @@ def infer_layouts(fn: Function) -> Function:
     for w in wants.values():
         w.sort(key=lambda t: t[2] != "reduce")
 
+    # expand_dims of a dot accumulator (a 3-d dot's slices put back): the result's class,
+    # when nothing else lays it out, keeps the accumulator's registers (Expanded), so a
+    # [B, M, N] accumulator carried through a loop stays B mma tiles and needs no conversion
+    anchors = set(layout)
+    lifts: dict[int, tuple[int, int]] = {}
+    for kind, op in slice_edges:
+        if kind == "expand" and cls(op.operands[0]) in anchors and cls(op.result) not in anchors:
+            lifts.setdefault(cls(op.result), (cls(op.operands[0]), op.attrs["axis"]))
+
     # results of relabeling shape ops, by class: [(operand class, layout maker)]
     derives: dict[int, list[tuple[int, object]]] = {}
     for op in relabels:
@@ -221,6 +233,9 @@ def infer_layouts(fn: Function) -> Function:
         for parent, axis, _kind in wants.get(c, []):
             if parent in layout:
                 return Slice(layout[parent], axis)
+        if c in lifts and not derives.get(c) and not wants.get(c):
+            child, axis = lifts[c]
+            return Expanded(layout[child], axis)
         return None
 
     def waits(c: int) -> bool:

@@ -293,3 +293,27 @@ def test_dot3d_int8(device):
     got = c.to(device)
     _bmm_int8[(1,)](a.to(device), b.to(device), got, BB=2, M=16, N=32, K=64)
     assert torch.equal(got.long().cpu(), want)
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("BB", [1, 2, 4])
+def test_dot3d_acc_stays_in_registers(arch, BB):
+    """The loop-carried [B, M, N] accumulator is laid out as B mma tiles (the layout pass
+    lifts the dots' layout through the expand_dims that stack the slices back), so taking
+    the slices and stacking the products moves no fp32 element between threads: every fp32
+    conversion and shape op of the kernel is a register rename."""
+    specs = [("*bf16", 16)] * 2 + [("*fp32", 16)] * 2 + [("i32", 16)] * 6 + \
+        [("i32", 1), ("i32", 16), ("i32", 16), ("i32", 1)]
+    fn = _bmm.build_ir(specs, (BB, 64, 64, 32, "default", False, False), 4,
+                       tma=arch == "sm_90a", arch=arch)
+    moved = []
+    for op in fn.walk():
+        if op.name in ("convert_layout", "permute", "reshape", "split", "cat") and \
+                op.operands[0].dtype.name == "fp32":
+            src = op.operands[0].type
+            for r in op.results:
+                ls, ld = src.layout.to_linear(src.shape), r.type.layout.to_linear(r.shape)
+                if (sorted(ls.lane), sorted(ls.warp)) != (sorted(ld.lane), sorted(ld.warp)) \
+                        and op.name == "convert_layout":
+                    moved.append(str(r.type))
+    assert not moved, moved

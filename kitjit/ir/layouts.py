@@ -473,3 +473,26 @@ class Stacked(Layout):
 
     def __str__(self):
         return f"#stacked<{self.parent}>"
+
+
+@dataclass(frozen=True)
+class Expanded(Layout):
+    """`x[None]`-style `expand_dims(x, dim)` of a `parent`-laid-out x, laid out from x: the
+    new size-1 dim has no bases, so each thread keeps x's elements (the inverse of Slice).
+    Given to the result of an expand_dims of a dot accumulator (a 3-d dot's slices stacked
+    back), so a [B, M, N] accumulator is B mma tiles side by side in registers."""
+
+    parent: Layout
+    dim: int
+
+    @property
+    def num_warps(self) -> int:
+        return self.parent.num_warps
+
+    def _linear(self, shape):
+        nat = shape[: self.dim] + (1,) + shape[self.dim + 1:]
+        p = self.parent.to_linear(nat[: self.dim] + nat[self.dim + 1:])
+        return fit(_mapped(nat, p, lambda b: b[: self.dim] + (0,) + b[self.dim:]), shape)
+
+    def __str__(self):
+        return f"#expanded<dim={self.dim}, {self.parent}>"
