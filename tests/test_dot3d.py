@@ -162,6 +162,7 @@ def _sass_ops(ck) -> dict:
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 @pytest.mark.parametrize("dt,prec,BB,BM,BN,BK,warps", [
     ("fp16", "default", 2, 32, 16, 16, 4), ("bf16", "default", 4, 32, 32, 32, 4),
+    ("bf16", "default", 2, 64, 64, 32, 4),
     ("bf16", "default", 4, 64, 64, 32, 8),
     ("fp32", "default", 2, 32, 32, 16, 4), ("fp32", "ieee", 2, 32, 32, 16, 4)])
 def test_sass_dot3d(arch, dt, prec, BB, BM, BN, BK, warps):
