@@ -318,3 +318,25 @@ def test_dot3d_acc_stays_in_registers(arch, BB):
                         and op.name == "convert_layout":
                     moved.append(str(r.type))
     assert not moved, moved
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("kernel", ["bmm", "bmm_acc", "attention"])
+def test_dot3d_layouts_check(arch, kernel):
+    """The layouts the pass gives the 3-d dot kernels (Expanded / stacked mma tiles for the
+    results, the loaded acc and the epilogue's pointers) hold every element once and agree
+    wherever the backend assumes they do (kitjit/ir/layout_check.py, thread by thread)."""
+    from kitjit.ir.layout_check import problems
+
+    if kernel == "attention":
+        specs = [("*fp16", 16)] * 4 + [("i32", 1), ("i32", 16), ("fp32", 1)] + \
+            [("i32", 16)] * 4
+        fn = _heads_attention.build_ir(specs, (4, 32, 32, 32, True), 4,
+                                       tma=arch == "sm_90a", arch=arch)
+    else:
+        dt = "fp32" if kernel == "bmm_acc" else "fp16"   # fp32: six split products a slice
+        specs = [(f"*{dt}", 16)] * 2 + [("*fp32", 16)] * 2 + [("i32", 16)] * 6 + \
+            [("i32", 1), ("i32", 16), ("i32", 16), ("i32", 1)]
+        fn = _bmm.build_ir(specs, (4, 32, 32, 16, "ieee", kernel == "bmm_acc", False), 4,
+                           tma=arch == "sm_90a", arch=arch)
+    assert problems(fn) == []
