@@ -189,8 +189,11 @@ def infer_layouts(fn: Function) -> Function:
         if ampere else set()
     for op in dots:
         c = cls(op.result)
-        # wgmma: each warp owns 16 rows of its warpgroup's 64 (the m64nNk16 accumulator)
-        nw = _pow2_warps(class_warps(c), classes[c])
+        # wgmma: each warp owns 16 rows of its warpgroup's 64 (the m64nNk16 accumulator);
+        # a role of 3 warpgroups holds a 192-row result, one m64 block per warpgroup
+        nw = class_warps(c)
+        if not (op.name == "wgmma" and not ampere and _three_groups(nw, max_shape(c))):
+            nw = _pow2_warps(nw, classes[c])
         if op.name == "wgmma" and ampere:  # kit.mma below sm_90: mma.sync fragments
             layout[c] = acc_layout(op, max_shape(c), nw, c in row_classes)
         else:
@@ -228,6 +231,13 @@ def infer_layouts(fn: Function) -> Function:
             any(parent not in layout for parent, _, _ in wants.get(c, []))
 
     def blocked(c: int) -> Layout:
+        if any(not _is_pow2(d) for d in max_shape(c)):
+            v = classes[c][0]
+            raise CompileError(f"a tile of shape {list(v.shape)}: dims that are not powers of "
+                               f"two are for kit.mma results of a role of 3 warpgroups "
+                               f"(64 rows each) and the tiles derived from them (elementwise, "
+                               f"row vectors); this one has no such layout", _loc_of(classes[c]),
+                               "round the block up to a power of two and mask the tail")
         vec = 16 // elem_bytes.get(c, 4)
         return default_blocked(max_shape(c), _pow2_warps(class_warps(c), classes[c]), vec)
 
@@ -280,6 +290,17 @@ def _relabeled(op: Op):
     if n == "split":
         return Halved
     return Stacked  # cat
+
+
+def _is_pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def _three_groups(nw: int, shape) -> bool:
+    """A wgmma result over a role of a whole number of warpgroups that is not a power of
+    two (3: FA4's 192-row tile): one m64 row block per warpgroup, so every warp owns 16
+    rows and the layout's fourth warp bit numbers warpgroup 2 (`layouts._bits`)."""
+    return nw % 4 == 0 and not _is_pow2(nw) and shape[0] == 16 * nw
 
 
 def _pow2_warps(nw: int, vals) -> int:

@@ -122,7 +122,7 @@ class DotOps:
                                  "memory and pass the .T view",
                                  "b = kit.shared((STAGES, BN, BK), ...); kit.mma(a[s], b[s].T, "
                                  "acc)")
-        if not (is_pow2(M) and is_pow2(N)):
+        if not ((is_pow2(M) or M == 16 * nw) and is_pow2(N)):
             raise self.error(f"kit.mma: the result is a register tile, whose dims are powers "
                              f"of two, got M={M}, N={N} (a is {_shape(a.shape)}, b is "
                              f"{_shape(b.shape)})",

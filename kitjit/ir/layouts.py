@@ -24,6 +24,12 @@ def _log2(n: int) -> int:
     return n.bit_length() - 1
 
 
+def _bits(n: int) -> int:
+    """Warp-id bits that number n warps: log2(n), rounded up for a role of 3 warpgroups
+    (12 warps: ids 0-11 of a 16-warp layout, whose warps 12-15 do not exist)."""
+    return (n - 1).bit_length()
+
+
 def axis_vec(rank: int, dim: int, val: int) -> Coord:
     """The coordinate `val` along `dim`, zero elsewhere (a layout basis vector)."""
     return tuple(val if d == dim else 0 for d in range(rank))
@@ -180,7 +186,7 @@ class Mma(Layout):
 
         reg = [v(0, 1), v(8, 0)]
         lane = [v(0, 2), v(0, 4), v(1, 0), v(2, 0), v(4, 0)]
-        warp = [v(16 << i, 0) for i in range(_log2(self.wm))]
+        warp = [v(16 << i, 0) for i in range(_bits(self.wm))]
         warp += [v(0, 8 << i) for i in range(_log2(self.wn))]
         n = 8 * self.wn
         while n < N:
@@ -220,7 +226,7 @@ class DotOperand(Layout):
         if self.idx == 0:  # [M, K]
             reg = [v(0, 1), v(8, 0), v(0, 8)]
             lane = [v(0, 2), v(0, 4), v(1, 0), v(2, 0), v(4, 0)]
-            warp = [v(16 << i, 0) for i in range(_log2(wm))] + [(0, 0)] * _log2(wn)
+            warp = [v(16 << i, 0) for i in range(_bits(wm))] + [(0, 0)] * _log2(wn)
             k = 16
             while k < C:
                 reg.append((0, k))
@@ -232,7 +238,7 @@ class DotOperand(Layout):
         else:  # [K, N]
             reg = [v(1, 0), v(8, 0)]
             lane = [v(2, 0), v(4, 0), v(0, 1), v(0, 2), v(0, 4)]
-            warp = [(0, 0)] * _log2(wm) + [v(0, 8 << i) for i in range(_log2(wn))]
+            warp = [(0, 0)] * _bits(wm) + [v(0, 8 << i) for i in range(_log2(wn))]
             k = 16
             while k < R:
                 reg.append((k, 0))
