@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from . import codegen
 from .codegen_attn import attention_kernel
+from .codegen_attn_wgmma import attention_wgmma_kernel
 from .codegen_mm import matmul_kernel
 from .codegen_wgmma import wgmma_kernel
 from .graph import KernelGraph
@@ -40,6 +41,8 @@ def group_source(grp: Group, name: str) -> tuple[list[str], list[str]]:
         if grp.params.get("FORM") == "wgmma":
             return wgmma_kernel(grp, name)
         return matmul_kernel(grp, name)
+    if grp.params.get("FORM") == "wgmma":
+        return attention_wgmma_kernel(grp, name)
     return attention_kernel(grp, name)
 
 
