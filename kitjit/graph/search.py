@@ -27,7 +27,7 @@ from .graph import VIEWS, KernelGraph
 from .module import module_source
 from .progress import Progress
 
-GENERATOR_VERSION = "2"
+GENERATOR_VERSION = "3"
 TOL = {torch.float16: 1e-2, torch.bfloat16: 1e-2, torch.float32: 1e-4}
 MAX_CANDIDATES = 24
 _loaded = 0
@@ -190,7 +190,7 @@ def candidates(g: KernelGraph, per_class: int = 8) -> list:
 def _param_family(p: dict) -> str:
     """What makes parameter sets different in kind (not just in tile size)."""
     return ",".join(f"{k}={p[k]}" for k in ("FORM", "PACK", "STAGES", "NORM") if k in p) + (
-        ",split" if p.get("SPLIT", 1) > 1 else "")
+        ",split" if p.get("SPLIT", 1) > 1 else "") + (",fused" if p.get("FUSE") else "")
 
 
 def pick(cands: list, limit: int) -> list:

@@ -138,6 +138,7 @@ def cost(grp: Group, p: dict) -> float:
     stores = sum(_nbytes(t) for t in grp.nodes if t.id in grp.store_ids)
     nw, stages = p["num_warps"], p.get("STAGES", 1)
     kernels, flops, rate, peak = 1, 0.0, TENSOR_FLOPS * LEVEL1_MMA, HBM_BPS
+    tail = 0.0
     if grp.kind == "row":
         C = grp.space[grp.axis]
         rows = math.prod(grp.space) // C
@@ -163,6 +164,8 @@ def cost(grp: Group, p: dict) -> float:
         if split > 1:
             kernels = 2
             stores += 2 * 4 * split * n * NB * M * N       # partials out and back in
+            if p.get("FUSE"):   # no combine launch; the last program reads after the others
+                kernels, tail = 1, LATENCY_S
         step = (BM * BK + n * BK * BN) * 2
     else:
         L = layout(_with(grp, p))
@@ -201,7 +204,7 @@ def cost(grp: Group, p: dict) -> float:
     busy = min(1.0, progs / SMS)
     bw = min(peak, min(progs, SMS) * SM_BPS, resident * step * stages / LATENCY_S)
     t = max((loads + stores) / bw, flops / rate / busy)
-    t += waves * LATENCY_S + (kernels - 1) * LAUNCH_S
+    t += waves * LATENCY_S + (kernels - 1) * LAUNCH_S + tail
     if p.get("FORM") == "wgmma" and grp.prologue is not None:
         t *= NORM_A_SLOWDOWN
     return t * (1 + 0.05 * regs / MAX_REGS)   # ties: the lighter kernel (spills, residency)
