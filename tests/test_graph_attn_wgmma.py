@@ -71,8 +71,14 @@ def _verify(g, params) -> str | None:
     (lambda: gqa(1, 4, 2, 64, 32, dtype=kit.bfloat16), _l2(SPLIT=2)),
     (lambda: seed(3, 32, 104), _l2(PACK=False, SPLIT=2)),     # K given as [D, keys]
     (lambda: seed(3, 32, 104), _l2(PACK=False, BN=64, STAGES=3)),
+    # FUSE: the last split program merges the partials (no combine kernel)
+    (lambda: gqa(2, 4, 2, 48, 32), _l2(SPLIT=2, FUSE=True)),
+    (lambda: gqa(2, 12, 2, 80, 32), _l2(BN=16, SPLIT=3, STAGES=3, FUSE=True)),  # 6 of 8 rows
+    (lambda: gqa(1, 160, 2, 40, 16), _l2(BN=16, SPLIT=2, FUSE=True)),   # two row blocks
+    (lambda: seed(3, 32, 104), _l2(PACK=False, SPLIT=4, FUSE=True)),
 ], ids=["split2", "split1", "stages4", "unpacked", "split3", "rowblocks", "bf16",
-        "kcols-split2", "kcols-split1"])
+        "kcols-split2", "kcols-split1", "fused", "fused-ragged-rows", "fused-rowblocks",
+        "fused-kcols"])
 def test_level2_attention_matches_reference(build, params):
     g = build()
     assert cw.eligible(plan.partitions(g)[0][1][0])
@@ -86,6 +92,8 @@ def test_which_groups_get_it():
     assert {c["PACK"] for c in ch} == {True, False}
     assert {c["SPLIT"] for c in ch} >= {1, 8, 32}
     assert all(cw.smem_bytes(first, c) <= cw.SMEM_MAX for c in ch)
+    fused = [c["SPLIT"] for c in ch if c.get("FUSE") and c["PACK"]]
+    assert max(fused) == 16          # 4 live rows x D 128 x 16 splits: FUSE_MAX
     assert cw.eligible(plan.partitions(seed(64, 128, 4096))[0][1][0])
     assert not cw.eligible(plan.partitions(seed(4, 48, 64))[0][1][0])     # D not a power of 2
     # QK-norm: the fused rms_norm prologues stay on level 1; with the norms in row kernels
@@ -108,6 +116,16 @@ def test_generated_source_reads_as_kitjit():
     compile(src, "generated", "exec")
 
 
+def test_fused_combine_source_and_counters():
+    g = gqa(2, 4, 2, 48, 32)
+    src, path = _source(g, _l2(SPLIT=2, FUSE=True))
+    assert "_combine" not in src and "cnt = _counters(4, t10.device)" in src
+    assert "if kit.atomic_add(cnt + b, 1, sem='acq_rel', scope='gpu') == 1:" in src
+    mod = search._import(path)
+    assert search.verify(g, mod, search.Trials(g, "cpu", 2)) is None
+    assert all(int(t.count_nonzero()) == 0 for t in mod._COUNTERS.values())
+
+
 def test_the_model_ranks_level2_for_gqa_and_times_it():
     """GQA decode: the best modelled candidate is level 2 (its ceiling the hand kernel's
     3.0 TB/s, level 1's its measured 1.4); the seed decode's level-2 candidates are timed."""
@@ -128,11 +146,14 @@ needs_sass = pytest.mark.skipif(
     (lambda: gqa(1, 32, 8, 4096, 128), _l2(BN=64, SPLIT=8, STAGES=3), 7),
     (lambda: seed(64, 128, 4096), _l2(PACK=False, BN=64, SPLIT=2, STAGES=2), 7),
     (lambda: gqa(8, 32, 8, 32768, 128), _l2(BN=64, STAGES=2), 4),
-], ids=["gqa-split", "seed-kcols", "gqa-nosplit"])
+    (lambda: gqa(1, 32, 8, 4096, 128), _l2(BN=64, SPLIT=16, STAGES=2, FUSE=True), 8),
+], ids=["gqa-split", "seed-kcols", "gqa-nosplit", "gqa-fused"])
 def test_sass_sm90a(build, params, nargs):
-    """TMA loads of Q, K and V, both products on WGMMA (no mma.sync), no spills."""
+    """TMA loads of Q, K and V, both products on WGMMA (no mma.sync), no spills; FUSE: a
+    GPU-scope atomic on the counter."""
     _, path = _source(build(), params)
-    sig = ["*fp16:16"] * 4 + ["*fp32:16"] * (nargs - 4)
+    sig = ["*fp16:16"] * 4 + ["*fp32:16"] * 3 + ["*i32:16"] * (nargs - 7)
+    sig = sig[:nargs]
     ck = kit.compile_aot(str(path), "k0_attention", sig, {}, 4, arch="sm_90a")
     try:
         text = disassemble(ck.asm["cubin"])
@@ -146,6 +167,8 @@ def test_sass_sm90a(build, params, nargs):
     assert not re.search(r"\bHMMA\b", text), "fell back to mma.sync"
     assert md["spills"] == 0 and not re.search(r"\b(LDL|STL)\b", text)
     assert md["shared"] <= 2 * cw.smem_bytes(plan.partitions(build())[0][1][0], params)
+    if params.get("FUSE"):
+        assert re.search(r"\b(ATOMG|RED)\.E\.ADD\S*STRONG\.GPU", text), "no GPU atomic"
 
 
 @pytest.mark.gpu
@@ -153,7 +176,8 @@ def test_sass_sm90a(build, params, nargs):
 @pytest.mark.parametrize("build,shapes", [
     (lambda: gqa(1, 32, 8, 4096, 128), [(1, 32, 1, 128), (1, 8, 4096, 128)]),
     (lambda: seed(64, 128, 4096), None),
-], ids=["gqa-b1", "seed"])
+    (lambda: gqa(8, 32, 8, 32768, 128), None),
+], ids=["gqa-b1", "seed", "gqa-b8-32k"])
 def test_gpu_search_with_level2_attention(build, shapes):
     g = build()
     opt = g.superoptimize(budget=60, cache=False, progress=False)

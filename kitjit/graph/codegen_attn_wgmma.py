@@ -22,11 +22,26 @@ from __future__ import annotations
 
 import math
 
-from .codegen import KIT_DTYPE, LOG2E, Access, Emitter, Index, bound, elementwise, flat_offset, p2
+from .codegen import (
+    KIT_DTYPE,
+    LOG2E,
+    Access,
+    Emitter,
+    Index,
+    bound,
+    buf,
+    elementwise,
+    flat_offset,
+    p2,
+)
 from .codegen_attn import layout, output_tail, packable
 from .graph import contiguous_strides
 
 BM = 64            # one warpgroup's rows
+# the last split program merges the partials itself (FUSE) while its splits x live rows x Dv
+# stay within this: the bound of kitjit/nn/attention_decode.py (H100: one launch won by
+# 1-5 us at 4 splits x 4 rows, D 128; lost ~1 us at 32 splits x 4 rows)
+FUSE_MAX = 8192
 SMEM_MAX = 200 * 1024
 DIMS = (16, 32, 64, 128, 256)
 
@@ -128,7 +143,8 @@ def registers(group, p: dict) -> float:
 
 def choices(group) -> list[dict]:
     """BN 32-128 keys a step, 2-4 stages within shared memory, splits while every split keeps
-    a key tile; with and without packing where both lay Q's rows out for TMA."""
+    a key tile (merged by the combine kernel, or where small enough by the last split
+    program: FUSE); with and without packing where both lay Q's rows out for TMA."""
     if not eligible(group):
         return []
     N = group.mm1.shape[-1]
@@ -147,8 +163,12 @@ def choices(group) -> list[dict]:
                         continue
                     p = dict(FORM="wgmma", PACK=pack, BM=BM, BN=BN, SPLIT=split,
                              STAGES=stages, num_warps=4)
-                    if smem_bytes(group, p) <= SMEM_MAX:
-                        out.append(p)
+                    if smem_bytes(group, p) > SMEM_MAX:
+                        continue
+                    out.append(p)
+                    if split > 1 and split * live_rows(group, p) * group.mm2.shape[-1] \
+                            <= FUSE_MAX:
+                        out.append(dict(p, FUSE=True))
     return out
 
 
@@ -244,4 +264,74 @@ def attention_wgmma_kernel(group, name: str) -> tuple[list[str], list[str]]:
     e.line(f"rv = kit.arange(0, {Dv})")
     views = {f"t{i}": f"t{i}.view(-1, {w})" for i, w in ops["widths"].items()}
     launch_args = [views.get(a, a) for a in group.args()]
-    return output_tail(group, name, e, rm, rv, launch_args)
+    src, launch = output_tail(group, name, e, rm, rv, launch_args)
+    if SPLIT > 1 and P.get("FUSE"):
+        return _fused_combine(group, name, src, launch)
+    return src, launch
+
+
+def live_rows(group, params: dict) -> int:
+    """A program's rows that can be live, padded to a power of two (the in-kernel combine's
+    tile: GQA decode 4 of the 64)."""
+    return p2(min(layout(_with(group, params))["R"], BM))
+
+
+def _fused_combine(group, name: str, src: list[str], launch: list[str]
+                   ) -> tuple[list[str], list[str]]:
+    """The split kernel with its combine moved in: after storing its partials each program
+    counts itself in on its (batch, row block) counter, and the last to arrive merges the
+    SPLIT partials of its live rows by their log-sum-exps, stores the output and puts the
+    counter back to 0 (kitjit/nn/attention_decode.py's FUSED): one launch."""
+    from .codegen import store_tile
+
+    P = group.params
+    L = layout(group)
+    S = group.mm2.shape
+    R, NB, nb = L["R"], L["NB"], L["nb"]
+    Dv, SPLIT = S[-1], P["SPLIT"]
+    RB = live_rows(group, P)
+    gm = -(-R // BM)
+    rows = L["packed"] + (nb,)
+    cut = src.index("")                      # the split kernel ends where the combine starts
+    body = src[:cut]
+    body[1] = body[1].replace("wl):", "wl, cnt):")
+    ws = f"(j * {NB} + b) * {R} + rr"
+    mask = f"rr < {R}" if R % RB else None
+
+    def ld(ptr: str, other: str) -> str:
+        return f"kit.load({ptr}, mask={mask}, other={other})" if mask else f"kit.load({ptr})"
+
+    tile = "b" if gm == 1 else f"b * {gm} + pm"
+    out = Access.of(group.mm2)
+    lines = [
+        "kit.debug_barrier()   # every thread's partials are stored before the count",
+        f"if kit.atomic_add(cnt + {tile}, 1, sem='acq_rel', scope='gpu') == {SPLIT - 1}:",
+        "    # the last split of these rows: merge the partials by their log-sum-exps",
+        f"    rr = pm * {BM} + kit.arange(0, {RB})",
+        f"    m = kit.full(({RB},), -float('inf'), kit.float32)",
+        f"    for j in kit.static_range({SPLIT}):",
+        f"        m = kit.maximum(m, {ld(f'wm + {ws}', NEG)})",
+        f"    num = kit.zeros(({RB}, {Dv}), kit.float32)",
+        f"    den = kit.zeros(({RB},), kit.float32)",
+        f"    for j in kit.static_range({SPLIT}):",
+        f"        w = kit.exp2(({ld(f'wm + {ws}', NEG)} - m) * {LOG2E})",
+        f"        den += {ld(f'wl + {ws}', '0.0')} * w",
+        f"        num += {ld_acc(ws, Dv, mask)} * w[:, None]",
+        "    " + store_tile(out, S, Index("b", L["unpacked"]), Index("rr", rows, mask), Index(
+            "rv", (nb + 1,), None), "num / den[:, None]"),
+        f"    kit.store(cnt + {tile}, 0)   # zero for the next launch",
+    ]
+    body += ["    " + ln for ln in lines]
+    dev = f"{buf(group.mm2)}.device"
+    new_launch = [ln for ln in launch if "_combine[" not in ln]
+    new_launch.insert(-1, f"cnt = _counters({NB * gm}, {dev})")
+    new_launch[-1] = new_launch[-1].replace("wl, num_warps", "wl, cnt, num_warps")
+    return body, new_launch
+
+
+NEG = "-float('inf')"
+
+
+def ld_acc(ws: str, Dv: int, mask: str | None) -> str:
+    ptr = f"wacc + ({ws})[:, None] * {Dv} + kit.arange(0, {Dv})[None, :]"
+    return f"kit.load({ptr}, mask=({mask})[:, None], other=0.0)" if mask else f"kit.load({ptr})"

@@ -195,8 +195,8 @@ def _param_family(p: dict) -> str:
 
 def pick(cands: list, limit: int) -> list:
     """What the GPU times, `limit` in all: the best of each fusion plan, the best of each
-    family of the two best plans (the model may misjudge a whole family), then the rest
-    by modelled time."""
+    form and then of each family of the two best plans (the model may misjudge a whole
+    family), then the rest by modelled time."""
     plans = list(dict.fromkeys(c[1] for c in cands))
     chosen: list = []
 
@@ -206,6 +206,12 @@ def pick(cands: list, limit: int) -> list:
 
     for name in plans:
         add(next(c for c in cands if c[1] == name))
+    forms: set = set()   # each form (level 2, mma, FMA) of the two best plans: a hedge
+    for c in cands:      # against a model that misjudges a whole level
+        f = (c[1], tuple(gr.params.get("FORM") for gr in c[2]))
+        if c[1] in plans[:2] and f not in forms:
+            forms.add(f)
+            add(c)
     fams: set = set()
     for c in cands:
         if c[1] in plans[:2] and c[3] not in fams:

@@ -193,6 +193,8 @@ def cost(grp: Group, p: dict) -> float:
         if split > 1:
             kernels = 2
             stores += 2 * 4 * split * NB * R * (Dv + 2)
+            if p.get("FUSE"):   # no combine launch; the last program reads after the others
+                kernels, tail = 1, LATENCY_S
         step = BN * (D + Dv) * 2
         peak = ATTN_L2_BPS if l2 else ATTN_L1_BPS
     regs = min(MAX_REGS, registers(grp, p))
