@@ -191,3 +191,23 @@ def test_gpu_search_with_level2_attention(build, shapes):
     # every timed level-2 candidate ran correctly: the winner once more on fresh inputs
     assert search.verify(g, opt.module, search.Trials(g, "cuda", 2)) is None
     torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("fuse", [False, True])
+def test_qk_norm_then_level2_attention(fuse):
+    """QK-normalization: the norms in row kernels, then the level-2 attention on their
+    buffers (80 query rows: two row blocks; ragged keys)."""
+    from kitjit.graph import space
+
+    g = ex("graph_qk_norm").build(2, 80, 72, 32)
+    name, groups = next((n, gs) for n, gs in plan.partitions(g)
+                        if any(gr.kind == "attention" and not gr.norms for gr in gs))
+    gs = []
+    for gr in groups:
+        c = copy.copy(gr)
+        c.params = _l2(PACK=False, SPLIT=2, FUSE=fuse) if gr.kind == "attention" else \
+            space.ranked(gr)[0][1]
+        gs.append(c)
+    path = pathlib.Path(tempfile.mkdtemp()) / "qk_generated.py"
+    path.write_text(module_source(g, gs, "test"))
+    assert search.verify(g, search._import(path), search.Trials(g, "cpu", 2)) is None, name
