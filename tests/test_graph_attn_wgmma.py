@@ -211,3 +211,23 @@ def test_qk_norm_then_level2_attention(fuse):
     path = pathlib.Path(tempfile.mkdtemp()) / "qk_generated.py"
     path.write_text(module_source(g, gs, "test"))
     assert search.verify(g, search._import(path), search.Trials(g, "cpu", 2)) is None, name
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not has_gpu(), reason="needs a GPU")
+@pytest.mark.parametrize("build,params", [
+    (lambda: gqa(1, 32, 8, 4096, 128), _l2(BN=64, SPLIT=16, STAGES=2, FUSE=True)),
+    (lambda: gqa(2, 32, 8, 4000, 128), _l2(BN=64, SPLIT=8, STAGES=3)),          # ragged keys
+    (lambda: seed(64, 128, 4096), _l2(PACK=False, BN=64, SPLIT=4, STAGES=2, FUSE=True)),
+    (lambda: gqa(1, 32, 8, 1024, 64, dtype=kit.bfloat16), _l2(BN=128, SPLIT=4, FUSE=True)),
+], ids=["gqa-fused", "gqa-ragged-combine", "seed-fused", "gqa-bf16-d64"])
+def test_gpu_level2_attention(build, params):
+    """The level-2 kernels on the GPU, called again and again (the FUSE counters go back to
+    0; the split programs race there, not in the interpreter)."""
+    g = build()
+    _, path = _source(g, params)
+    mod = search._import(path)
+    trials = search.Trials(g, "cuda", 2)
+    for _ in range(3):
+        assert search.verify(g, mod, trials) is None
+    assert all(int(t.count_nonzero()) == 0 for t in getattr(mod, "_COUNTERS", {}).values())
