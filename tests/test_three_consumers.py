@@ -20,6 +20,7 @@ from kitjit.ir.layout_check import lin_problems, problems
 from kitjit.ir.layouts import DotOperand, Mma, Slice
 from kitjit.nn import attention as attention_module
 from kitjit.nn.attention import attention_ws_kernel
+from kitjit.testing import rel_error
 from kitjit.tools import ToolError, disassemble, find_tool
 
 ATTN_SPECS = [("*bf16", 16)] * 4 + [("*fp32", 16), ("i32", 16), ("i32", 16), ("i32", 1),
@@ -88,6 +89,73 @@ def test_other_dims_keep_their_error():
         arange_100[(1,)](torch.empty(128))
 
 
+# ----------------------------------------------------------------------------- a GEMM
+@kit.jit
+def rows192_kernel(A, B, C, R, M, N, K, scale, BK: kit.constexpr):
+    """C = scale * A @ B and R = its row sums for 192 rows of A per program: a producer
+    warpgroup streams (192, BK) tiles of A and (BK, 64) tiles of B through two stages, three
+    consumer warpgroups multiply (64 rows each) and store through pointers."""
+    m0 = kit.program_id(0) * 192
+    a = kit.shared((2, 192, BK), A.dtype.element_ty)
+    b = kit.shared((2, BK, 64), B.dtype.element_ty)
+    ready = kit.mbarriers(2)
+    empty = kit.mbarriers(2, arrivals=3)
+    n_k = kit.cdiv(K, BK)
+    if kit.warpgroup_id() == 0:
+        for i in range(n_k):
+            s = i % 2
+            kit.mbarrier_wait(empty[s], i // 2 % 2 ^ 1)
+            kit.tma_load(a[s], A, (m0, i * BK), ready[s])
+            kit.tma_load(b[s], B, (i * BK, 0), ready[s])
+    else:
+        acc = kit.zeros((192, 64), kit.float32)
+        for i in range(n_k):
+            s = i % 2
+            kit.mbarrier_wait(ready[s], i // 2 % 2)
+            acc = kit.mma(a[s], b[s], acc)
+            kit.mbarrier_arrive(empty[s])
+        acc = acc * scale
+        rows = m0 + kit.arange(0, 192)
+        cols = kit.arange(0, 64)
+        live = rows < M
+        kit.store(C + rows[:, None] * N + cols[None, :], acc.to(C.dtype.element_ty),
+                  mask=live[:, None] & (cols[None, :] < N))
+        kit.store(R + rows, kit.sum(kit.where(cols[None, :] < N, acc, 0.0), axis=1), mask=live)
+
+
+def run_rows192(M, N, K, BK, device="cpu"):
+    g = torch.Generator().manual_seed(5)
+    a = torch.randn(M, K + 8, generator=g).to(torch.bfloat16)[:, :K]    # rows 16 B apart
+    b = torch.randn(K, N, generator=g).to(torch.bfloat16)
+    c = torch.full((M, N), float("nan"), dtype=torch.bfloat16)
+    r = torch.full((M,), float("nan"))
+    a, b, c, r = (t.to(device) for t in (a, b, c, r))
+    rows192_kernel[(kit.cdiv(M, 192),)](a, b, c, r, M, N, K, 0.5, BK=BK, num_warps=16)
+    ref = 0.5 * (a.double() @ b.double())
+    assert not torch.isnan(c).any() and not torch.isnan(r).any()
+    return c.cpu(), r.cpu(), ref.cpu()
+
+
+@pytest.mark.parametrize("M,N,K,BK", [(400, 64, 296, 96), (200, 48, 136, 64)],
+                         ids=["400x64x296-bk96", "200x48x136-bk64"])
+def test_rows192_gemm_interpreter(M, N, K, BK):
+    c, r, ref = run_rows192(M, N, K, BK)
+    assert rel_error(c, ref) < 1e-2
+    assert rel_error(r, ref.sum(1)) < 1e-3
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or
+                    torch.cuda.get_device_capability() < (9, 0),
+                    reason="needs a Hopper GPU (TMA, WGMMA)")
+@pytest.mark.parametrize("M,N,K,BK", [(400, 64, 296, 96), (200, 48, 136, 64),
+                                      (1000, 64, 1000, 96)])
+def test_rows192_gemm_gpu(M, N, K, BK):
+    c, r, ref = run_rows192(M, N, K, BK, device="cuda")
+    assert rel_error(c, ref) < 1e-2
+    assert rel_error(r, ref.sum(1)) < 1e-3
+
+
 # ----------------------------------------------------------------------------- SASS
 needs_sass = pytest.mark.skipif(
     find_tool("cuobjdump") is None or find_tool("nvdisasm") is None,
@@ -135,3 +203,21 @@ def test_attention_192_sass(causal, stages, turns, BN, spill_cap):
     assert md["spills"] <= spill_cap, md
     if not spill_cap:
         assert not any(k.startswith(("LDL", "STL")) for k in ops), ops
+
+
+@needs_sass
+@pytest.mark.parametrize("BK", [64, 96])
+def test_rows192_gemm_sass(BK):
+    ck = kit.compile_aot(__file__, "rows192_kernel", ["*bf16:16"] * 3 + ["*fp32:16"] +
+                         ["i32:16"] * 3 + ["fp32"], dict(BK=BK), 16, arch="sm_90a")
+    try:
+        text = disassemble(ck.asm["cubin"])
+    except ToolError as e:
+        pytest.skip(str(e))
+    ops = collections.Counter(m.group(1).split()[0] for m in _INSN.finditer(text))
+    assert ops["HGMMA.64x64x16.F32.BF16"] == BK // 16, ops   # one m64 block per warpgroup
+    assert ops["UTMALDG.2D"] >= 2, ops
+    assert not any(k.startswith(("LDL", "STL", "STS", "LDS")) for k in ops), ops
+    sw = 128 if BK == 64 else 64
+    assert {t["param"]: (t["box"], t["swizzle"]) for t in ck.metadata["tma"]} == \
+        {0: ([192, sw // 2], sw), 1: ([BK, 64], 128)}
