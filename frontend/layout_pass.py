@@ -270,7 +270,41 @@ def infer_layouts(fn: Function) -> Function:
             op.result.type = op.result.type.with_layout(
                 dataclasses.replace(lay, transposed=not lay.transposed) if lay else None)
     _insert_conversions(fn.body, fn)
+    _check_row_blocks(fn)
     return fn
+
+
+# ops that move data between warps (or relabel coordinates), which the layouts of a tile
+# over a role of 3 warpgroups (warps 12-15 absent) cannot take part in
+_CROSS_WARP = frozenset({"reduce", "reduce_combine", "scan", "sort", "histogram",
+                         "convert_layout", "permute", "reshape", "join", "split", "cat",
+                         "flip", "gather"})
+
+
+def _check_row_blocks(fn: Function) -> None:
+    """A tile of 192 rows over 12 warps holds its rows in warps 0-11 of a 16-warp layout:
+    elementwise ops, pointer loads and stores, kit.mma and row reductions (no warp bit moves
+    along the reduced dim) stay inside each warp; what exchanges data across warps would
+    wait for, or read, warps that do not exist, so it is refused here."""
+    for op in fn.walk():
+        if op.name not in _CROSS_WARP:
+            continue
+        for v in op.operands:
+            if v.type.is_scalar or v.type.is_shared or v.type.layout is None or \
+                    all(_is_pow2(d) for d in v.shape):
+                continue
+            if op.name == "convert_layout" and isinstance(op.result.type.layout, DotOperand):
+                continue   # the accumulator to the A fragment: within each thread
+            if op.name in ("reduce", "reduce_combine"):
+                lin = v.type.layout.to_linear(tuple(v.shape))
+                if not any(b[op.attrs["axis"]] for b in lin.warp):
+                    continue
+            raise CompileError(f"{op.name} of a tile of shape {list(v.shape)} (a kit.mma "
+                               f"result over 3 warpgroups) is not supported: only "
+                               f"elementwise ops, loads and stores through pointers, kit.mma "
+                               f"and reductions along the rows' other dim (axis=1) are",
+                               op.loc, "reduce along axis=1, or work on 128- or 256-row "
+                               "tiles")
 
 
 # Shape ops whose result takes its operand's layout relabeled (kitjit/ir/layouts.py), so

@@ -89,6 +89,36 @@ def test_other_dims_keep_their_error():
         arange_100[(1,)](torch.empty(128))
 
 
+@kit.jit
+def col_sum_192(A, B, Y, AXIS: kit.constexpr):
+    a = kit.shared((192, 64), A.dtype.element_ty)
+    b = kit.shared((64, 64), B.dtype.element_ty)
+    bar = kit.mbarriers(1)
+    if kit.warpgroup_id() == 0:
+        kit.tma_load(a, A, (0, 0), bar[0])
+        kit.tma_load(b, B, (0, 0), bar[0])
+    else:
+        kit.mbarrier_wait(bar[0], 0)
+        acc = kit.mma(a, b, kit.zeros((192, 64), kit.float32))
+        if AXIS == 0:
+            kit.store(Y + kit.arange(0, 64), kit.sum(acc, axis=0))
+        else:
+            kit.store(Y + kit.arange(0, 192), kit.sum(acc, axis=1))
+
+
+def test_cross_warp_ops_on_192_rows_are_refused():
+    """A column sum would combine the partials of 16 warps, 4 of which do not exist."""
+    a = torch.randn(192, 64).to(torch.bfloat16)
+    b = torch.randn(64, 64).to(torch.bfloat16)
+    y = torch.full((192,), float("nan"))
+    with pytest.raises(CompileError, match=r"reduce of a tile of shape \[192, 64\] \(a "
+                                           r"kit.mma result over 3 warpgroups\) is not "
+                                           r"supported"):
+        col_sum_192[(1,)](a, b, y, AXIS=0, num_warps=16)
+    col_sum_192[(1,)](a, b, y, AXIS=1, num_warps=16)       # row sums stay in each warp
+    assert rel_error(y, (a.double() @ b.double()).sum(1)) < 1e-3
+
+
 # ----------------------------------------------------------------------------- a GEMM
 @kit.jit
 def rows192_kernel(A, B, C, R, M, N, K, scale, BK: kit.constexpr):
