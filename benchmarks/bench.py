@@ -354,7 +354,11 @@ ATTN_CONFIGS = {  # per head dim: plain, warp-specialized with FA3's overlap (OV
          dict(BM=128, BN=128, STAGES=3, ws=True, OVERLAP=True),
          dict(BM=128, BN=128, STAGES=3, ws=True, TURNS=True),
          dict(BM=128, BN=128, STAGES=3, ws=True, TURNS=True, SPLIT=True),
-         dict(BM=128, BN=128, STAGES=2, ws=True, TURNS=True, SPLIT=True)],
+         dict(BM=128, BN=128, STAGES=2, ws=True, TURNS=True, SPLIT=True),
+         # FA4's D=64 tile: three consumer warpgroups of 64 rows on a 192-row Q tile
+         dict(BM=192, BN=128, STAGES=2, ws=True, TURNS=True),
+         dict(BM=192, BN=128, STAGES=3, ws=True, TURNS=True),
+         dict(BM=192, BN=64, STAGES=3, ws=True, TURNS=True)],     # causal: no spills
     128: [dict(BM=128, BN=128, STAGES=3, ws=True, OVERLAP=True),
           dict(BM=128, BN=128, STAGES=3, ws=True, TURNS=True),
           dict(BM=128, BN=128, STAGES=3, ws=True, OVERLAP=True, SPLIT=True),

@@ -12,7 +12,8 @@ from kitjit.nn.attention import attention  # noqa: E402
 CFGS = [dict(BM=128, BN=128, STAGES=3, ws=True, OVERLAP=True),
         dict(BM=128, BN=128, STAGES=3, ws=True, TURNS=True),
         dict(BM=128, BN=128, STAGES=2, ws=True, TURNS=True, SPLIT=True),
-        dict(BM=128, BN=64, STAGES=2, ws=True, OVERLAP=True, SPLIT=True)]
+        dict(BM=128, BN=64, STAGES=2, ws=True, OVERLAP=True, SPLIT=True),
+        dict(BM=192, BN=128, STAGES=2, ws=True, TURNS=True)]
 torch.manual_seed(0)
 for cfg in CFGS:
     for causal in (False, True):

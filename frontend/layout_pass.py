@@ -192,8 +192,11 @@ def infer_layouts(fn: Function) -> Function:
         if ampere else set()
     for op in dots:
         c = cls(op.result)
-        # wgmma: each warp owns 16 rows of its warpgroup's 64 (the m64nNk16 accumulator)
-        nw = _pow2_warps(class_warps(c), classes[c])
+        # wgmma: each warp owns 16 rows of its warpgroup's 64 (the m64nNk16 accumulator);
+        # a role of 3 warpgroups holds a 192-row result, one m64 block per warpgroup
+        nw = class_warps(c)
+        if not (op.name == "wgmma" and not ampere and _three_groups(nw, max_shape(c))):
+            nw = _pow2_warps(nw, classes[c])
         if op.name == "wgmma" and ampere:  # kit.mma below sm_90: mma.sync fragments
             layout[c] = acc_layout(op, max_shape(c), nw, c in row_classes)
         else:
@@ -243,6 +246,13 @@ def infer_layouts(fn: Function) -> Function:
             any(parent not in layout for parent, _, _ in wants.get(c, []))
 
     def blocked(c: int) -> Layout:
+        if any(not _is_pow2(d) for d in max_shape(c)):
+            v = classes[c][0]
+            raise CompileError(f"a tile of shape {list(v.shape)}: dims that are not powers of "
+                               f"two are for kit.mma results of a role of 3 warpgroups "
+                               f"(64 rows each) and the tiles derived from them (elementwise, "
+                               f"row vectors); this one has no such layout", _loc_of(classes[c]),
+                               "round the block up to a power of two and mask the tail")
         vec = 16 // elem_bytes.get(c, 4)
         return default_blocked(max_shape(c), _pow2_warps(class_warps(c), classes[c]), vec)
 
@@ -275,7 +285,41 @@ def infer_layouts(fn: Function) -> Function:
             op.result.type = op.result.type.with_layout(
                 dataclasses.replace(lay, transposed=not lay.transposed) if lay else None)
     _insert_conversions(fn.body, fn)
+    _check_row_blocks(fn)
     return fn
+
+
+# ops that move data between warps (or relabel coordinates), which the layouts of a tile
+# over a role of 3 warpgroups (warps 12-15 absent) cannot take part in
+_CROSS_WARP = frozenset({"reduce", "reduce_combine", "scan", "sort", "histogram",
+                         "convert_layout", "permute", "reshape", "join", "split", "cat",
+                         "flip", "gather"})
+
+
+def _check_row_blocks(fn: Function) -> None:
+    """A tile of 192 rows over 12 warps holds its rows in warps 0-11 of a 16-warp layout:
+    elementwise ops, pointer loads and stores, kit.mma and row reductions (no warp bit moves
+    along the reduced dim) stay inside each warp; what exchanges data across warps would
+    wait for, or read, warps that do not exist, so it is refused here."""
+    for op in fn.walk():
+        if op.name not in _CROSS_WARP:
+            continue
+        for v in op.operands:
+            if v.type.is_scalar or v.type.is_shared or v.type.layout is None or \
+                    all(_is_pow2(d) for d in v.shape):
+                continue
+            if op.name == "convert_layout" and isinstance(op.result.type.layout, DotOperand):
+                continue   # the accumulator to the A fragment: within each thread
+            if op.name in ("reduce", "reduce_combine"):
+                lin = v.type.layout.to_linear(tuple(v.shape))
+                if not any(b[op.attrs["axis"]] for b in lin.warp):
+                    continue
+            raise CompileError(f"{op.name} of a tile of shape {list(v.shape)} (a kit.mma "
+                               f"result over 3 warpgroups) is not supported: only "
+                               f"elementwise ops, loads and stores through pointers, kit.mma "
+                               f"and reductions along the rows' other dim (axis=1) are",
+                               op.loc, "reduce along axis=1, or work on 128- or 256-row "
+                               "tiles")
 
 
 # Shape ops whose result takes its operand's layout relabeled (kitjit/ir/layouts.py), so
@@ -295,6 +339,17 @@ def _relabeled(op: Op):
     if n == "split":
         return Halved
     return Stacked  # cat
+
+
+def _is_pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def _three_groups(nw: int, shape) -> bool:
+    """A wgmma result over a role of a whole number of warpgroups that is not a power of
+    two (3: FA4's 192-row tile): one m64 row block per warpgroup, so every warp owns 16
+    rows and the layout's fourth warp bit numbers warpgroup 2 (`layouts._bits`)."""
+    return nw % 4 == 0 and not _is_pow2(nw) and shape[0] == 16 * nw
 
 
 def _pow2_warps(nw: int, vals) -> int:

@@ -143,6 +143,9 @@ KERNEL_CFGS = {  # both kernels, and both consumers of the warp-specialized one
     # overlapped, K and V stages on barriers of their own (with and without turns)
     "ws-split": dict(BM=64, BN=64, STAGES=2, ws=True, SPLIT=True),
     "ws-split-turns": dict(BM=128, BN=64, STAGES=2, ws=True, TURNS=True, SPLIT=True),
+    # three consumer warpgroups on a 192-row Q tile (FA4's D=64 tile), taking turns
+    "ws-turns-3": dict(BM=192, BN=64, STAGES=2, ws=True, TURNS=True),
+    "ws-overlap-3": dict(BM=192, BN=128, STAGES=3, ws=True, OVERLAP=True),
 }
 
 

@@ -62,6 +62,10 @@ class DotLowering(LoweringBase):
     @staticmethod
     def _desc_const(lbo: int, sbo: int, swizzle: int) -> int:
         mode = {128: 1, 64: 2, 32: 3, 0: 0}[swizzle]
+        if lbo >> 4 > 0x3FFF or sbo >> 4 > 0x3FFF:  # 14-bit fields of 16-byte units
+            raise LoweringError(f"kit.mma: a shared operand's stride ({max(lbo, sbo)} bytes "
+                                f"between column chunks) is past the WGMMA descriptor's "
+                                f"256 KB; use fewer rows")
         return ((lbo >> 4) & 0x3FFF) << 16 | ((sbo >> 4) & 0x3FFF) << 32 | mode << 62
 
     def _desc(self, addr, const: int):

@@ -31,6 +31,13 @@ Number = (int, float, bool)
 MAX_TILE_NUMEL = 1 << 20  # as Triton: every element is unrolled into registers
 
 
+def is_row_blocks(n: int) -> bool:
+    """A dim of 64-row blocks that is not a power of two (192: three warpgroups' rows of a
+    kit.mma result). The layout pass accepts it only where each warpgroup holds one block
+    (frontend/layout_pass.py `_three_groups`), and says so elsewhere."""
+    return n > 0 and n % 64 == 0 and not is_pow2(n)
+
+
 def is_pow2(n: int) -> bool:
     return isinstance(n, int) and n > 0 and n & (n - 1) == 0
 
@@ -83,7 +90,7 @@ class BuilderBase:
                              "shapes must be known at compile time: pass sizes as "
                              "kit.constexpr parameters")
         for s in shape:
-            if not is_pow2(s):
+            if not is_pow2(s) and not is_row_blocks(s):
                 raise self.error(f"{what}: every dim of a tile must be a power of two, "
                                  f"got shape {_shape(tuple(shape))}",
                                  "round the block size up to a power of two and mask the tail")

@@ -12,7 +12,7 @@ from kitjit.ir.core import Value
 from kitjit.ir.registry import typing_rule
 from kitjit.ir.types import DType, TileType, float32, int32
 
-from .base import Number, _describe, int_range, is_pow2, literal_dtype, weak_dtype
+from .base import Number, _describe, int_range, is_pow2, is_row_blocks, literal_dtype, weak_dtype
 from .call_rules import Call, call_rule
 
 
@@ -77,7 +77,7 @@ class CoreOps:
             raise self.error("kit.arange needs constexpr bounds",
                              "pass the block size as a kit.constexpr parameter")
         n = end - start
-        if not is_pow2(n):
+        if not is_pow2(n) and not is_row_blocks(n):
             raise self.error(f"kit.arange({start}, {end}) has {n} elements; tiles need a power "
                              "of two", "round the block up and mask the tail: "
                              "offs < n")

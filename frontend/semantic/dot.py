@@ -12,7 +12,7 @@ from kitjit.ir.registry import typing_rule
 from kitjit.ir.types import bfloat16, float8e4nv, float8e5, float16, float32, int8
 
 from . import dot_batched, dot_f32, dot_int8
-from .base import _describe, _shape
+from .base import _describe, _shape, is_pow2
 from .call_rules import Call, call_rule
 
 _FP8_MMA = (float8e4nv, float8e5)   # wgmma's e4m3 and e5m2
@@ -124,6 +124,12 @@ class DotOps:
                                  "memory and pass the .T view",
                                  "b = kit.shared((STAGES, BN, BK), ...); kit.mma(a[s], b[s].T, "
                                  "acc)")
+        if not ((is_pow2(M) or M == 16 * nw) and is_pow2(N)):
+            raise self.error(f"kit.mma: the result is a register tile, whose dims are powers "
+                             f"of two, got M={M}, N={N} (a is {_shape(a.shape)}, b is "
+                             f"{_shape(b.shape)})",
+                             "shared tiles of other dims (a multiple of 8 rows) fit on the "
+                             "K side: a's cols, b's rows")
         if not isinstance(acc, Value) or acc.shape != (M, N) or acc.dtype is not float32:
             raise self.error(f"kit.mma: acc must be an fp32 register tile of shape [{M}, {N}], "
                              f"got {_describe(acc)}",

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from kitjit.ir.core import Op, Value
+from kitjit.ir.layouts import shared_shape_error
 from kitjit.ir.registry import typing_rule
 from kitjit.ir.types import DType, TileType, int32, mbarrier, tma_desc
 
@@ -29,12 +30,22 @@ class TmaOps:
             raise self.error(f"kit.shared needs a shape of constexpr ints, got {_describe(shape)}")
         shape = tuple(shape)
         tile = shape[1:] if len(shape) == 3 else shape
-        if len(tile) != 2 or not all(is_pow2(s) for s in tile) or (len(shape) == 3 and
-                                                                  shape[0] < 1):
-            raise self.error(f"kit.shared takes (rows, cols) or (stages, rows, cols) with "
-                             f"power-of-two rows and cols, got {_shape(shape)}")
+        if len(tile) != 2 or (len(shape) == 3 and shape[0] < 1):
+            raise self.error(f"kit.shared takes (rows, cols) or (stages, rows, cols), got "
+                             f"{_shape(shape)}")
         if not isinstance(dtype, DType) or dtype.is_ptr():
             raise self.error(f"kit.shared needs an element dtype, got {_describe(dtype)}")
+        why = shared_shape_error(tile[0], tile[1], dtype.itemsize)
+        if why:
+            raise self.error(f"kit.shared of shape {_shape(shape)} ({dtype}): {why}",
+                             "rows: a power of two or a multiple of 8 (64 per warpgroup for "
+                             "kit.mma's A); cols: a power of two or whole 32/64/128-byte "
+                             "swizzle chunks")
+        target = self.fn.attrs.get("target")
+        if target and not all(is_pow2(s) for s in tile):
+            raise self.error(f"kit.shared of shape {_shape(shape)}: on {target} shared tiles keep "
+                             f"power-of-two rows and cols (the cp.async / ldmatrix path); "
+                             f"other dims are for Hopper (sm_90a)")
         return self.emit1("smem_alloc", [], TileType(dtype, shape, space="smem"))
 
     def mbarriers(self, count: Any, arrivals: Any = 1) -> Value:
@@ -111,6 +122,10 @@ class TmaOps:
         if not isinstance(sync, bool):
             raise self.error(f"kit.tma_load: sync must be a constexpr True or False, got "
                              f"{_describe(sync)}")
+        if dst.shape[0] > 256:
+            raise self.error(f"kit.tma_load: a TMA box has at most 256 rows, and the shared "
+                             f"tile has {dst.shape[0]}",
+                             "load it as several tiles (stages), each of 256 rows or fewer")
         desc = self.tma_desc_arg(tensor, dst.shape, "kit.tma_load")
         attrs = {"bytes": dst.type.numel * dst.dtype.itemsize}
         if not sync:  # the caller knows no thread still reads dst (no barrier before it)
@@ -152,6 +167,7 @@ class TmaOps:
         if len(dst.shape) != 2:
             raise self.error(f"kit.store into shared memory needs a 2-d tile (a stage a[s]), "
                              f"got shape {_shape(dst.shape)}")
+        self._pow2_smem(dst, "kit.store into")
         if not isinstance(value, Value):
             value = self.full(dst.shape, value, dst.dtype)
         if value.type.is_shared:
@@ -166,6 +182,17 @@ class TmaOps:
             value = self.cast(value, dst.dtype)
         self.emit("smem_store", [dst, value], [])
 
+    def _pow2_smem(self, t: Value, what: str) -> None:
+        """Register tiles have power-of-two dims (their layouts are linear over the bits of
+        the coordinates), so a shared tile of other dims moves by TMA and feeds kit.mma
+        (as its K side) only."""
+        if not all(is_pow2(s) for s in t.shape):
+            raise self.error(f"{what} a shared tile of shape {_shape(t.shape)}: register "
+                             f"tiles have power-of-two dims, so a shared tile of other dims "
+                             f"is only copied by TMA and read by kit.mma",
+                             "use power-of-two dims for a tile that kit.load / kit.store "
+                             "move")
+
     @typing_rule("smem_load")
     def smem_load(self, src: Value) -> Value:
         """kit.load(a[s]): shared tile a[s] (or its .T view) into registers (also what a host
@@ -173,6 +200,7 @@ class TmaOps:
         if len(src.shape) != 2:
             raise self.error(f"kit.load from shared memory needs a 2-d tile (a stage a[s]), "
                              f"got shape {_shape(src.shape)}")
+        self._pow2_smem(src, "kit.load from")
         return self.emit1("smem_load", [src], TileType(src.dtype, src.shape))
 
     @typing_rule("tma_store")

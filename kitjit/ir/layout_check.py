@@ -36,14 +36,16 @@ def _thread_coord(lin: LinearLayout, warp: int, lane: int):
     return c
 
 
-def stores(lin: LinearLayout) -> dict[tuple, list[tuple[int, int, int]]]:
+def stores(lin: LinearLayout, warps: int | None = None) -> dict[tuple, list[tuple[int, int, int]]]:
     """Element coordinate -> the (warp, lane, register) that store it: every register of the
-    threads `duplicate_pred` lets through (no lane/warp bit with a zero basis set)."""
+    threads `duplicate_pred` lets through (no lane/warp bit with a zero basis set). `warps`:
+    how many warps exist, where that is not a power of two (a role of 3 warpgroups: the
+    layout's warp bits number 16, warps 12-15 do not exist)."""
     zl = sum(1 << k for k, b in enumerate(lin.lane) if not any(b))
     zw = sum(1 << k for k, b in enumerate(lin.warp) if not any(b))
     regs = lin.reg_coords()
     out: dict[tuple, list] = {}
-    for w in range(1 << len(lin.warp)):
+    for w in range(min(1 << len(lin.warp), warps or 1 << len(lin.warp))):
         if w & zw:
             continue
         for lane in range(1 << len(lin.lane)):
@@ -55,10 +57,10 @@ def stores(lin: LinearLayout) -> dict[tuple, list[tuple[int, int, int]]]:
     return out
 
 
-def lin_problems(lin: LinearLayout) -> list[str]:
+def lin_problems(lin: LinearLayout, warps: int | None = None) -> list[str]:
     """What is wrong with one concrete layout: elements out of the shape, held by no thread,
     or stored more than once."""
-    got = stores(lin)
+    got = stores(lin, warps)
     bad = [c for c in got if any(x < 0 or x >= n for x, n in zip(c, lin.shape))]
     numel = 1
     for n in lin.shape:
@@ -80,6 +82,7 @@ def problems(fn: Function) -> list[str]:
     """Every broken layout fact of a laid-out function, as 'op (line): what'."""
     out: list[str] = []
     lins: dict[int, LinearLayout] = {}
+    nwarps: dict[int, int] = {}
 
     def lin(v):
         t = v.type
@@ -87,6 +90,7 @@ def problems(fn: Function) -> list[str]:
             return None
         if v.id not in lins:
             lins[v.id] = t.layout.to_linear(tuple(t.shape))
+            nwarps[v.id] = getattr(t.layout, "num_warps", None)
         return lins[v.id]
 
     seen: set[int] = set()
@@ -96,7 +100,7 @@ def problems(fn: Function) -> list[str]:
             ll = lin(v)
             if ll is not None and v.id not in seen:
                 seen.add(v.id)
-                out += [f"{where}: {v.type}: {p}" for p in lin_problems(ll)]
+                out += [f"{where}: {v.type}: {p}" for p in lin_problems(ll, nwarps[v.id])]
         if op.name in O.ELEMENTWISE or op.name in ("load", "store"):
             ls = [x for x in map(lin, list(op.operands) + list(op.results)) if x is not None]
             if any(x != ls[0] for x in ls[1:]):

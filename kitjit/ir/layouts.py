@@ -24,6 +24,12 @@ def _log2(n: int) -> int:
     return n.bit_length() - 1
 
 
+def _bits(n: int) -> int:
+    """Warp-id bits that number n warps: log2(n), rounded up for a role of 3 warpgroups
+    (12 warps: ids 0-11 of a 16-warp layout, whose warps 12-15 do not exist)."""
+    return (n - 1).bit_length()
+
+
 def axis_vec(rank: int, dim: int, val: int) -> Coord:
     """The coordinate `val` along `dim`, zero elsewhere (a layout basis vector)."""
     return tuple(val if d == dim else 0 for d in range(rank))
@@ -180,7 +186,7 @@ class Mma(Layout):
 
         reg = [v(0, 1), v(8, 0)]
         lane = [v(0, 2), v(0, 4), v(1, 0), v(2, 0), v(4, 0)]
-        warp = [v(16 << i, 0) for i in range(_log2(self.wm))]
+        warp = [v(16 << i, 0) for i in range(_bits(self.wm))]
         warp += [v(0, 8 << i) for i in range(_log2(self.wn))]
         n = 8 * self.wn
         while n < N:
@@ -220,7 +226,7 @@ class DotOperand(Layout):
         if self.idx == 0:  # [M, K]
             reg = [v(0, 1), v(8, 0), v(0, 8)]
             lane = [v(0, 2), v(0, 4), v(1, 0), v(2, 0), v(4, 0)]
-            warp = [v(16 << i, 0) for i in range(_log2(wm))] + [(0, 0)] * _log2(wn)
+            warp = [v(16 << i, 0) for i in range(_bits(wm))] + [(0, 0)] * _log2(wn)
             k = 16
             while k < C:
                 reg.append((0, k))
@@ -232,7 +238,7 @@ class DotOperand(Layout):
         else:  # [K, N]
             reg = [v(1, 0), v(8, 0)]
             lane = [v(2, 0), v(4, 0), v(0, 1), v(0, 2), v(0, 4)]
-            warp = [(0, 0)] * _log2(wm) + [v(0, 8 << i) for i in range(_log2(wn))]
+            warp = [(0, 0)] * _bits(wm) + [v(0, 8 << i) for i in range(_log2(wn))]
             k = 16
             while k < R:
                 reg.append((k, 0))
@@ -302,18 +308,45 @@ class SharedLayout:
 
 
 def shared_layout(shape: tuple[int, ...], dtype) -> SharedLayout | None:
-    """The widest swizzle a row fills. Tiles of fewer than 8 rows are not swizzled: the
-    pattern is a function of address bits 7.. and repeats every 8 rows, so only tiles of 8 rows
-    or more keep their column chunks and stages at whole repeats (a (stages, 1, 64) fp32 tile's
-    stage 1 would start 256 bytes into one, where TMA XORs differently)."""
+    """The widest swizzle whose span a row fills in whole chunks (for power-of-two rows that
+    is the widest the row fills; a 160-byte row takes 32-byte chunks, five of them). Tiles
+    of fewer than 8 rows are not swizzled: the pattern is a function of address bits 7.. and
+    repeats every 8 rows, so only tiles of 8 rows or more keep their column chunks and stages
+    at whole repeats (a (stages, 1, 64) fp32 tile's stage 1 would start 256 bytes into one,
+    where TMA XORs differently). Rows need not be a power of two: a multiple of 8 keeps every
+    chunk at a whole repeat (`shared_shape_error` says what kit.shared accepts)."""
     if len(shape) != 2:
         return None
     row_bytes = shape[1] * dtype.itemsize
     if shape[0] >= 8:
         for sw in (128, 64, 32):
-            if row_bytes >= sw:
+            if row_bytes >= sw and row_bytes % sw == 0:
                 return SharedLayout(sw, sw // dtype.itemsize)
     return SharedLayout(0, shape[1])
+
+
+def _pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def shared_shape_error(rows: int, cols: int, itemsize: int) -> str | None:
+    """Why a (rows, cols) shared tile cannot be laid out, or None. Power-of-two dims always
+    can. Other dims are whole swizzle pieces: rows a multiple of 8 (the swizzle atom, so
+    each column chunk starts at a whole repeat of the pattern: 1024 bytes for 128-byte
+    rows), cols a whole number of chunks of a 32/64/128-byte swizzle (FA4's 192-row Q tile
+    and 128x80 K/V tiles)."""
+    if rows < 1 or cols < 1:
+        return "dims must be positive"
+    if not _pow2(rows) and rows % 8:
+        return f"rows must be a power of two or a multiple of 8, got {rows}"
+    if not _pow2(cols):
+        if rows < 8:
+            return (f"cols that are not a power of two ({cols}) need a swizzled tile: at "
+                    f"least 8 rows, got {rows}")
+        if cols * itemsize % 32:
+            return (f"cols that are not a power of two must fill whole 32-byte swizzle "
+                    f"chunks: {cols} x {itemsize} bytes = {cols * itemsize} bytes a row")
+    return None
 
 
 # ------------------------------------------------------------------ layouts of shape ops

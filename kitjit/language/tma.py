@@ -9,7 +9,12 @@ from .base import builtin
 @builtin
 def shared(shape, dtype):
     """A tile in shared memory; a leading dim makes pipeline stages (`a[s]` is stage s). The
-    swizzle is chosen from the row width, the same for the TMA box and the WGMMA descriptor."""
+    swizzle is chosen from the row width, the same for the TMA box and the WGMMA descriptor.
+
+    Rows and cols are powers of two, or (Hopper) rows a multiple of 8 and cols whole 32-byte
+    swizzle chunks: FA4's 192-row Q tile, an 80-row K/V tile. A TMA box is at most 256
+    rows. Register tiles keep power-of-two dims, so such a tile is copied by TMA and read by
+    kit.mma (on its K side, or as a 192-row A split over three warpgroups), not kit.load."""
 
 
 @builtin
@@ -93,6 +98,11 @@ def mma(a, b, acc, pending=0):
     `s = kit.mma(..., pending=1); t = kit.mma(..., pending=1); f(s)` runs f under the second
     MMA, and `pending=1` overlaps an MMA with the next loads; a loop-carried result of the
     previous iteration, read after this iteration's MMA, waits for nothing more.
+
+    M is a multiple of 64 rows per warpgroup of the role (16 * its warps): a role of three
+    warpgroups (`num_warps=16` with a producer) takes a 192-row A, one m64 block each, and
+    its result, row vectors and elementwise tiles may be 192 rows (kitjit/nn/attention.py,
+    BM=192).
 
     fp16/bf16 tiles, or fp8 on Hopper (float8e4nv / float8e5, mixed allowed; QGMMA). fp8 has
     no transpose bits: A stored [M, K] and B stored [N, K], passed as `b[s].T`, K a multiple

@@ -224,7 +224,10 @@ def attention_ws_kernel(Q, K, V, O, L, S, SK, H, G, qk_scale, BM: kit.constexpr,
     n_kv = kit.cdiv(end, BN)
     n_full = kit.minimum(m0 // BN if CAUSAL else n_kv, SK // BN)
     if kit.warpgroup_id() == 0:                    # producer: Q once, then the K/V ring
-        kit.setmaxnreg(24)
+        if CONSUMERS == 3:                         # 32 + 3 x 160 registers a thread (FA4)
+            kit.setmaxnreg(32)
+        else:
+            kit.setmaxnreg(24)
         kit.tma_load(q, Q, (bh * S + m0, 0), q_ready[0])
         if SPLIT:    # FA3's order: K_{j+1} before V_j, which the consumers use a block later
             kit.tma_load(k[0], K, (kvh * SK, 0), ready[0])
@@ -242,7 +245,10 @@ def attention_ws_kernel(Q, K, V, O, L, S, SK, H, G, qk_scale, BM: kit.constexpr,
                 kit.tma_load(k[s], K, (kvh * SK + j * BN, 0), ready[s])
                 kit.tma_load(v[s], V, (kvh * SK + j * BN, 0), ready[s])
     else:                                          # consumers: 64 query rows each
-        kit.setmaxnreg(240)
+        if CONSUMERS == 3:
+            kit.setmaxnreg(160)
+        else:
+            kit.setmaxnreg(240)
         kit.mbarrier_wait(q_ready[0], 0)
         if OVERLAP or TURNS or SPLIT:
             consume_overlapped(q, k, v, ready, empty, O, L, m0, bh, S, SK, n_full, n_kv,
@@ -300,21 +306,26 @@ class Route:
         # the next softmax and taking turns on the tensor cores (TURNS); for D=256 the same
         # on 128x64 tiles, 2 stages, with K and V stages freed separately (SPLIT: +7-12%
         # over plain consumers); for D=64 one warpgroup on 64 rows, so several CTAs share an
-        # SM and one's softmax overlaps another's MMAs (ahead of 2 consumers by ~10%)
+        # SM and one's softmax overlaps another's MMAs (ahead of 2 consumers by ~10%).
+        # BM=192 (three consumer warpgroups, FA4's D=64 tile; ws=True, num_warps=12) is a
+        # config only: compiled and interpreter-checked, not yet timed on a GPU
         cfg = dict(BM=128, BN=64, STAGES=2, num_warps=8, ws=True, TURNS=True, SPLIT=True) \
             if D > 128 else \
             dict(BM=128, BN=128, STAGES=3, num_warps=8, ws=True, TURNS=True) if D > 64 else \
             dict(BM=64, BN=128, STAGES=2, num_warps=4)
         if "BM" in config:   # a whole config: nothing inherited from the default
-            cfg = dict(STAGES=2, num_warps=4 if config["BM"] == 64 else 8)
+            cfg = dict(STAGES=2, num_warps={64: 4, 192: 12}.get(config["BM"], 8))
         cfg.update(config)
         ws = cfg.pop("ws", False)  # producer warpgroup + consumers (kit.warpgroup_id roles)
         if not ws and any(cfg.pop(n, False) for n in ("OVERLAP", "TURNS", "SPLIT")):
             raise ValueError("attention: OVERLAP, TURNS and SPLIT need the warp-specialized "
                              "kernel (ws=True)")
-        if cfg.get("TURNS") and not (cfg["BM"] == 128 and cfg["num_warps"] == 8):
-            raise ValueError("attention: TURNS takes two consumer warpgroups of 64 rows "
-                             f"(BM=128, num_warps=8), got {cfg}")
+        if cfg.get("TURNS") and (cfg["BM"], cfg["num_warps"]) not in ((128, 8), (192, 12)):
+            raise ValueError("attention: TURNS takes two or three consumer warpgroups of 64 "
+                             f"rows (BM=128, num_warps=8 or BM=192, num_warps=12), got {cfg}")
+        if cfg["BM"] == 192 and not (ws and cfg["num_warps"] == 12):
+            raise ValueError("attention: BM=192 takes three consumer warpgroups (ws=True, "
+                             f"num_warps=12), got {cfg}")
         self.grid = (kit.cdiv(S, cfg["BM"]), B * H, 1)
         self.ints = (S, SK, H, H // Hkv)
         if ws:
