@@ -52,8 +52,7 @@ def llvm_to_ptx(llir: str, arch: str) -> str:
             tm = target.create_target_machine(cpu=arch, features=ptx_version_feature(arch),
                                               opt=3)
             _tm_cache[arch] = tm
-        mod = llvm.parse_assembly(llir)
-        mod.verify()
+        mod = _parse_and_verify(llvm, llir)
         if libdevice.needs_libdevice(llir):
             libdevice.link(mod, llvm)
         pto = llvm.create_pipeline_tuning_options(speed_level=3)
@@ -64,6 +63,28 @@ def llvm_to_ptx(llir: str, arch: str) -> str:
     if "tensormap.replace" in ptx:  # (kernels that build CUtensorMaps: PTX ISA 8.3's)
         ptx = ptx.replace(".version 8.0\n", ".version 8.3\n", 1)
     return ptx
+
+
+class InvalidLLVMIR(RuntimeError):
+    """kitjit's lowering wrote LLVM IR that llvmlite rejects (a kitjit bug): the message
+    keeps the first problems only (the verifier repeats one per register, hundreds of
+    lines); jit.py reports it as an InternalCompilerError naming the kernel."""
+
+
+def _parse_and_verify(llvm, llir: str):
+    """Parse and verify the module before any pass runs on it (LLVM's passes may abort the
+    process, uncatchably, on IR that does not verify)."""
+    try:
+        mod = llvm.parse_assembly(llir)
+        mod.verify()
+    except RuntimeError as e:
+        lines = [x for x in str(e).splitlines() if x.strip()]
+        heads = [x for x in lines if not x.startswith((" ", "\t"))]
+        first = "\n".join(lines[:6])
+        more = len(heads) - sum(1 for x in lines[:6] if not x.startswith((" ", "\t")))
+        raise InvalidLLVMIR("LLVM rejected the generated IR: " + first +
+                            (f"\n  ... and {more} more" if more > 0 else "")) from None
+    return mod
 
 
 @dataclass
