@@ -96,14 +96,33 @@ class Resources:
     shared_static: int = 0
     log: str = ""
     extra: dict = field(default_factory=dict)
+    warnings: list = field(default_factory=list)
 
     @property
     def spills(self) -> int:
         return self.spill_stores + self.spill_loads
 
 
+# ptxas's numbered diagnostics ("(C7515) Potential Performance Loss: wgmma.mma_async
+# instructions are serialized ...") and its warnings: nvJitLink reports them as "info"
+_DIAG = re.compile(r"\(C\d{4}\)|\bwarning\b", re.I)
+
+
+def assembler_warnings(log: str) -> list[str]:
+    """The assembler's warnings and numbered performance notes in `log`, one a line, without
+    the tool's "ptxas info    :" prefix (the resource lines are left out)."""
+    out = []
+    for line in log.splitlines():
+        if _DIAG.search(line):
+            text = re.sub(r"^\s*ptxas\s+\w+\s*:\s*", "", line).strip()
+            if text and text not in out:
+                out.append(text)
+    return out
+
+
 def parse_ptxas_log(log: str) -> Resources:
     r = Resources(log=log)
+    r.warnings = assembler_warnings(log)
     m = re.search(r"Used (\d+) registers", log)
     if m:
         r.registers = int(m.group(1))
