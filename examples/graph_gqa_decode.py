@@ -2,8 +2,9 @@
 heads share 8 KV heads). Written as a user would in PyTorch: the query heads of a group
 are a reshape, K and V broadcast over them, one scaled softmax between two matmuls. The
 search may pack each group's query heads into the rows of one program (K and V read once
-per KV head), split the keys over programs with a combine kernel (flash-decoding), or run
-one row per program on the CUDA cores."""
+per KV head), split the keys over programs with a combine kernel or the last split program
+merging (flash-decoding), feed K/V tiles by TMA to WGMMA (level 2, as
+kitjit/nn/attention_decode.py), or run one row per program on the CUDA cores."""
 
 import math
 

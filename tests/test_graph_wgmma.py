@@ -51,6 +51,8 @@ def _wg(BN=64, STAGES=3, SPLIT=1, M=16):
     _wg(),                          # 4 k-steps through 3 stages: the ring refills
     _wg(STAGES=6),                  # more stages than k-steps
     _wg(BN=128, SPLIT=2),           # two warpgroups, split-K + combine (silu * mul there)
+    dict(_wg(BN=128, SPLIT=2), FUSE=True),   # the last split program adds and runs silu * mul
+    dict(_wg(SPLIT=3, STAGES=4), FUSE=True),
 ])
 def test_gated_mlp_fused(params):
     g = ex("graph_gated_mlp").build(13, 200, 72)     # ragged M, K (TMA zeros), N
@@ -61,6 +63,7 @@ def test_gated_mlp_fused(params):
 @pytest.mark.parametrize("params", [
     dict(BN=64, SPLIT=1, STAGES=3),      # 7 k-steps (ragged K: 448 = 7 x 64) through 3 stages
     dict(BN=128, SPLIT=3, STAGES=4),     # split-K: the norm's sums through the combine
+    dict(BN=128, SPLIT=3, STAGES=4, FUSE=True),   # ... through the last split program
 ])
 def test_rmsnorm_linear_fused(params):
     """rms_norm(x) @ W in one level-2 kernel: x * w in registers as WGMMA's A operand."""
@@ -69,13 +72,30 @@ def test_rmsnorm_linear_fused(params):
     assert _verify(g, _with(g, 0, 0, p)) is None
 
 
-@pytest.mark.parametrize("split", [1, 3])
-def test_rmsnorm_then_linear(split):
+@pytest.mark.parametrize("split,fuse", [(1, False), (3, False), (3, True)])
+def test_rmsnorm_then_linear(split, fuse):
     """The norm in a row kernel, then the level-2 matmul on its output buffer."""
     g = ex("graph_rmsnorm_linear").build(5, 448, 40)
     names = [name for name, _ in plan.partitions(g)]
     i = names.index("row(rms_norm) | matmul(matmul)")
-    assert _verify(g, _with(g, i, 1, _wg(SPLIT=split, M=5))) is None
+    p = _wg(SPLIT=split, M=5)
+    if fuse:
+        p["FUSE"] = True
+    assert _verify(g, _with(g, i, 1, p)) is None
+
+
+def test_fused_split_source_and_counters():
+    """FUSE: one launch, no combine kernel; the counters are put back to zero by the run."""
+    g = ex("graph_gated_mlp").build(8, 256, 128)
+    src = module_source(g, _with(g, 0, 0, dict(_wg(SPLIT=2), FUSE=True)), "read")
+    assert "k0_matmul_combine" not in src and "cnt = _counters(2, t6.device)" in src
+    assert "if kit.atomic_add(cnt + kit.program_id(0), 1, sem='acq_rel', scope='gpu') == 1:" \
+        in src
+    path = pathlib.Path(__import__("tempfile").mkdtemp()) / "fused.py"
+    path.write_text(src)
+    mod = search._import(path)
+    assert search.verify(g, mod, search.Trials(g, "cpu", 2)) is None
+    assert all(int(t.count_nonzero()) == 0 for t in mod._COUNTERS.values())
 
 
 def test_which_groups_get_it():
@@ -122,13 +142,69 @@ def test_gpu_search_with_level2():
 
 def test_the_gpu_times_level2_candidates():
     """At the bench's 16 candidates, the level-2 forms that won on the H100 are timed (the
-    gated MLP fused with split 2; rms_norm's row kernel then level 2 with split 2), and the
+    gated MLP fused with split 2; rms_norm's row kernel then level 2 with split 2; both now
+    with the last split program running the epilogue), and the
     norm-in-registers form, measured slow, does not crowd them out."""
     def timed(g, limit=16):
         return [[gr.params for gr in c[2]] for c in search.pick(search.candidates(g), limit)]
 
+    # (their in-kernel-combine twins, FUSE: the model puts them a launch ahead)
     mlp = timed(ex("graph_gated_mlp").build(8, 4096, 4096))
-    assert [_wg(SPLIT=2, STAGES=4, M=8)] in mlp
+    assert [dict(_wg(SPLIT=2, STAGES=4, M=8), FUSE=True)] in mlp
     rms = timed(ex("graph_rmsnorm_linear").build(16, 4096, 6144))
-    assert [{"ROWS": 1, "num_warps": 16}, _wg(BN=128, SPLIT=2, STAGES=4)] in rms
+    assert [{"ROWS": 1, "num_warps": 16}, dict(_wg(BN=128, SPLIT=2, STAGES=4), FUSE=True)] in rms
     assert sum(p[0].get("NORM") == "epi" and p[0].get("FORM") == "wgmma" for p in rms) <= 2
+
+
+@pytest.mark.skipif(__import__("kitjit.tools", fromlist=["find_tool"]).find_tool("nvdisasm")
+                    is None, reason="cuobjdump/nvdisasm not found")
+def test_fused_split_sass_sm90a():
+    """The fused split-K kernel for sm_90a: TMA + WGMMA, one GPU-scope atomic on the
+    counter, no spills."""
+    import re
+
+    import kitjit as kit
+    from kitjit.tools import ToolError, disassemble
+
+    g = ex("graph_gated_mlp").build(8, 4096, 4096)
+    src = module_source(g, _with(g, 0, 0, dict(_wg(SPLIT=2, STAGES=4, M=8), FUSE=True)), "s")
+    path = pathlib.Path(__import__("tempfile").mkdtemp()) / "fused_sass.py"
+    path.write_text(src)
+    ck = kit.compile_aot(str(path), "k0_matmul", ["*fp16:16"] * 4 + ["*fp32:16", "*i32:16"],
+                         {}, 4, arch="sm_90a")
+    try:
+        text = disassemble(ck.asm["cubin"])
+    except ToolError as e:
+        pytest.skip(str(e))
+    assert "UTMALDG" in text and re.search(r"HGMMA\.64x16x16\.F32", text)
+    assert re.search(r"\b(ATOMG|RED)\.E\.ADD\S*STRONG\.GPU", text), "no GPU-scope atomic"
+    assert ck.metadata["spills"] == 0 and not re.search(r"\b(LDL|STL)\b", text)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("split", [2, 4])
+def test_gpu_fused_split_k(split):
+    """FUSE on the GPU, where the split programs race: correct on every call, in a row (the
+    counters are put back to 0), and in a CUDA graph."""
+    g = ex("graph_gated_mlp").build(13, 4096, 1000)
+    src = module_source(g, _with(g, 0, 0, dict(_wg(BN=64, SPLIT=split, STAGES=4, M=13),
+                                              FUSE=True)), "gpu")
+    path = pathlib.Path(__import__("tempfile").mkdtemp()) / "fused_gpu.py"
+    path.write_text(src)
+    mod = search._import(path)
+    trials = search.Trials(g, "cuda", 2)
+    for _ in range(3):
+        assert search.verify(g, mod, trials) is None
+    assert all(int(t.count_nonzero()) == 0 for t in mod._COUNTERS.values())
+    ins, refs = trials.sets[0]
+    mod.run(*ins)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = mod.run(*ins)[0]
+    for _ in range(3):
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert search.rel_error(out, refs[0]) < 1e-2

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import kitjit as kit
+import kitjit.language as tl
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
@@ -333,3 +334,121 @@ def test_sass_dot_int8_and_fp16_out():
         except tools.ToolError as e:
             pytest.skip(str(e))
         assert any(o.startswith("HMMA") for o in ops) and ck.metadata["spills"] == 0, ops
+
+
+# ------------------------------------------------------------------ Triton library internals
+@kit.jit
+def _flip_sign_bits(X, Y, BLOCK: kit.constexpr, NEG: kit.constexpr = tl.core.CONSTEXPR_0):
+    # the names a bitonic argsort copied from Triton's library uses (fla's NSA top-k):
+    # x.numel, tl.core.get_int_dtype, tl.standard._log2, tl.core.CONSTEXPR_0
+    x = kit.load(X + kit.arange(0, BLOCK))
+    n: kit.constexpr = x.numel
+    steps: kit.constexpr = tl.standard._log2(n)
+    idt = tl.core.get_int_dtype(bitwidth=x.dtype.primitive_bitwidth, signed=True)
+    bits = x.to(idt, bitcast=True)
+    if NEG:
+        bits = bits ^ -(1 << 31)  # the sign bit (a literal that fits int32)
+    kit.store(Y + kit.arange(0, BLOCK), bits.to(x.dtype, bitcast=True) * steps)
+
+
+def test_triton_library_internals():
+    x = torch.randn(64)
+    for neg, sign in ((False, 1.0), (True, -1.0)):
+        y = torch.full_like(x, float("nan"))
+        if neg:
+            _flip_sign_bits[(1,)](x, y, BLOCK=64, NEG=True)
+        else:
+            _flip_sign_bits[(1,)](x, y, BLOCK=64)
+        torch.testing.assert_close(y, sign * 6 * x)
+    assert tl.standard._is_power_of_two(64) and not tl.standard._is_power_of_two(48)
+
+
+# ------------------------------------------------------------------ hints keep their layout
+@kit.jit
+def _mm_hinted(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr):
+    # applied-ai's split-K GEMM: row/column offsets pass through multiple_of/max_contiguous
+    # and are then used along different dims of 2-d tiles; the hint's result must keep its
+    # operand's registers and layout (was an internal error on the GPU path)
+    rm = kit.program_id(0) * BM + kit.arange(0, BM)
+    rn = kit.program_id(1) * BN + kit.arange(0, BN)
+    rk = kit.arange(0, BK)
+    am = kit.max_contiguous(kit.multiple_of(rm, BM), BM)
+    bn = kit.max_contiguous(kit.multiple_of(rn, BN), BN)
+    acc = kit.zeros((BM, BN), dtype=kit.float32)
+    for k0 in range(0, K, BK):
+        a = kit.load(A + am[:, None] * K + (k0 + rk)[None, :], mask=(k0 + rk)[None, :] < K,
+                     other=0.0)
+        b = kit.load(B + (k0 + rk)[:, None] * N + bn[None, :], mask=(k0 + rk)[:, None] < K,
+                     other=0.0)
+        acc = kit.dot(a, b, acc)
+    kit.store(C + rm[:, None] * N + rn[None, :], acc.to(kit.float16),
+              mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_hinted_offsets_in_a_gemm(device):
+    g = torch.Generator().manual_seed(5)
+    a = torch.randn(64, 200, generator=g).half().to(device)
+    b = torch.randn(200, 128, generator=g).half().to(device)
+    c = torch.full((64, 128), float("nan"), dtype=torch.float16, device=device)
+    _mm_hinted[(1, 2)](a, b, c, 64, 128, 200, BM=64, BN=64, BK=128, num_warps=8)
+    torch.testing.assert_close(c.cpu().double(), a.cpu().double() @ b.cpu().double(),
+                               rtol=2e-3, atol=2e-2)
+
+
+def test_sass_hinted_offsets_in_a_gemm():
+    specs = [("*fp16", 16)] * 3 + [("i32", 16)] * 3
+    ck = _mm_hinted.compile(specs, (64, 64, 128), 8, "sm_90a")
+    assert ck.metadata["spills"] == 0
+
+
+# ------------------------------------------------------------------ Triton's keyword names
+@kit.jit
+def _keywords(X, Y, Z, W, BLOCK: kit.constexpr):
+    # kernl calls tl.sum(input=...), tl.load(pointer=...), tl.store(pointer=, value=)
+    offs = kit.arange(0, BLOCK)
+    x = kit.load(pointer=X + offs[:, None] * BLOCK + offs[None, :])
+    s = kit.sum(input=x, axis=1, dtype=kit.float32)
+    m = kit.max(input=x, axis=1)
+    r = kit.reshape(kit.trans(input=x), (BLOCK * BLOCK,))
+    kit.store(pointer=Y + offs, value=s + m)
+    kit.store(pointer=Z + kit.arange(0, BLOCK * BLOCK), value=r.to(kit.float32))
+    d = kit.dot(input=x, other=kit.permute(x, (1, 0)))
+    n = kit.maximum(x.to(kit.float32), kit.full((BLOCK, BLOCK), float("nan"), kit.float32),
+                    propagate_nan=kit.PropagateNan.ALL)
+    kit.store(W + offs[:, None] * BLOCK + offs[None, :], d + kit.expand_dims(input=s, axis=1)
+              + n)
+
+
+def test_tritons_keyword_names():
+    x = torch.randn(16, 16).half()
+    y, z = torch.full((16,), float("nan")), torch.full((256,), float("nan"))
+    w = torch.zeros(16, 16)
+    _keywords[(1,)](x, y, z, w, BLOCK=16)
+    xd = x.double()
+    torch.testing.assert_close(y.double(), xd.sum(1) + xd.amax(1), rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(z.double(), xd.T.reshape(-1))
+    assert w.isnan().all()  # propagate_nan=ALL: the NaN side wins everywhere
+
+
+# ------------------------------------------------------------------ int literals, signed tiles
+@kit.jit
+def _hash_bits(X, Y, Z, BLOCK: kit.constexpr):
+    offs = kit.arange(0, BLOCK)
+    x = kit.load(X + offs)
+    # hashing with a golden-ratio constant (>= 2^31): Triton keeps int32 and wraps
+    kit.store(Y + offs, (x * 2654435761) % 1000)
+    flipped = x ^ 0x80000000  # the sign bit: still int32, so it bitcasts to fp32
+    kit.static_assert(flipped.dtype == kit.int32, "an int literal widened an int32 tile")
+    kit.store(Z + offs, flipped.to(kit.float32, bitcast=True))
+
+
+def test_int_literals_next_to_signed_tiles_wrap_as_tritons():
+    x = torch.arange(1, 65, dtype=torch.int32) * 12345 - 300000
+    y = torch.full((64,), -7, dtype=torch.int32)
+    z = torch.full((64,), float("nan"))
+    _hash_bits[(1,)](x, y, z, BLOCK=64)
+    w = (x.long() * 2654435761) & 0xFFFFFFFF
+    w = torch.where(w >= 2 ** 31, w - 2 ** 32, w)
+    assert torch.equal(y.long(), torch.fmod(w, 1000))  # C's remainder, as Triton's %
+    assert torch.equal(z.view(torch.int32), x ^ torch.tensor(-2 ** 31, dtype=torch.int32))

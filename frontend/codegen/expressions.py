@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import math
 import types
 from typing import Any
 
@@ -205,6 +206,8 @@ class ExpressionsMixin:
                 return base.dtype
             if attr == "shape":
                 return base.shape
+            if attr == "numel":  # Triton's tensor.numel: a compile-time int
+                return math.prod(base.shape)
             if attr in ("to", "cast"):
                 return _Method(self, base, "to")
             if attr in ("sum", "max", "min", "argmax", "argmin", "exp", "exp2", "log", "log2",

@@ -112,6 +112,14 @@ def weak_dtype(x: Any, other: DType | None) -> DType:
         if other.is_bool():
             return literal_dtype(x)
         if other.is_int():
+            # next to a signed int tile a Python int takes the tile's dtype whatever its
+            # value, wrapped to it (to_value): Triton 3.6's computation_type_impl, where an
+            # int scalar (of kind uint or int) never outranks an int tile, and whose
+            # constants truncate (x_i32 * 2654435761 wraps in 32 bits there, so here too).
+            # Not Triton's yet next to unsigned tiles: a literal in range keeps the tile's
+            # dtype (Triton: uint8 + 5 is int32), else it is int32/int64 and promotes
+            if other.is_int_signed():
+                return other
             lo, hi = int_range(other)
             return other if lo <= x <= hi else literal_dtype(x)
         return other

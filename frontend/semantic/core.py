@@ -48,7 +48,14 @@ class CoreOps:
             return x
         if not isinstance(x, Number):
             raise self.error(f"expected a tile or a number, got {_describe(x)}")
-        return self.constant(x, weak_dtype(x, like.dtype if like is not None else None))
+        dt = weak_dtype(x, like.dtype if like is not None else None)
+        if isinstance(x, int) and not isinstance(x, bool) and dt.is_int() and \
+                dt.is_int_signed() and -(2 ** 63) <= x < 2 ** 64 and \
+                not int_range(dt)[0] <= x <= int_range(dt)[1]:
+            # a literal out of a signed tile's range: wrapped (two's complement), as
+            # Triton materialises it in the tile's dtype
+            x = (x + 2 ** (dt.bits - 1)) % 2 ** dt.bits - 2 ** (dt.bits - 1)
+        return self.constant(x, dt)
 
     @typing_rule("program_id", "num_programs")
     def program_id(self, name: str, axis: int) -> Value:

@@ -132,7 +132,7 @@ class DotOps:
 
 
 # -------------------------------------------------------------------- kit.<name> calls
-@call_rule("dot", lambda a, b, acc=None, input_precision=None, allow_tf32=None,
+@call_rule("dot", lambda input, other, acc=None, input_precision=None, allow_tf32=None,
            max_num_imprecise_acc=None, out_dtype=float32: None)
 def _dot(c: Call) -> Any:
     # max_num_imprecise_acc: Triton's cap on fp8 wgmma sums kept in lower precision; kitjit
@@ -142,7 +142,7 @@ def _dot(c: Call) -> Any:
     tf32 = c.const("allow_tf32", "a constexpr bool")
     if precision is None and tf32 is not None:
         precision = "tf32" if tf32 else "ieee"
-    return c.b.dot(c["a"], c["b"], c["acc"], precision, c.const("out_dtype"))
+    return c.b.dot(c["input"], c["other"], c["acc"], precision, c.const("out_dtype"))
 
 
 @call_rule("mma", lambda a, b, acc, pending=0: None)

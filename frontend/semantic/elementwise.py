@@ -290,11 +290,19 @@ def _where(c: Call) -> Any:
     return c.b.where(c["condition"], c["x"], c["y"])
 
 
-@call_rule(("minimum", "maximum"), lambda x, y: None)
+@call_rule(("minimum", "maximum"), lambda x, y, propagate_nan=0: None)
 def _min_max(c: Call) -> Any:
+    """NaN: by default the other operand (the GPU's min/max.f32, Triton's NONE); with
+    propagate_nan=kit.PropagateNan.ALL a NaN on either side gives NaN."""
+    nan = c.const("propagate_nan", "kit.PropagateNan.NONE or ALL")
+    nan = getattr(nan, "value", nan)
     if not isinstance(c["x"], Value) and not isinstance(c["y"], Value):
         return (min if c.name == "minimum" else max)(c["x"], c["y"])
-    return c.b.binary(c.name, c["x"], c["y"])
+    r = c.b.binary(c.name, c["x"], c["y"])
+    if nan and r.dtype.is_floating():
+        x, y = c.b.binary_operands(c["x"], c["y"], c.name)
+        r = c.b.where(c.b.compare("ne", x, x), x, c.b.where(c.b.compare("ne", y, y), y, r))
+    return r
 
 
 @call_rule(("exp", "exp2"), lambda x, ftz=False: None)

@@ -202,35 +202,36 @@ def reduce_dtypes(kind: str, dt: DType, dtype: DType | None = None,
 
 
 # -------------------------------------------------------------------- kit.<name> calls
-@call_rule("sum", lambda x, axis=None, keep_dims=False, dtype=None: None)
+@call_rule("sum", lambda input, axis=None, keep_dims=False, dtype=None: None)
 def _reduce(c: Call) -> Any:
     axis = c.const("axis")
     dt = c.const("dtype")
     if dt is not None and not isinstance(dt, DType):
         raise c.err(f"kit.sum: dtype must be a kit dtype, got {_describe(dt)}")
-    return c.b.reduce(c.name, c["x"], axis, bool(c.const("keep_dims")), dt)
+    return c.b.reduce(c.name, c["input"], axis, bool(c.const("keep_dims")), dt)
 
 
-@call_rule(("max", "min"), lambda x, axis=None, return_indices=False,
+@call_rule(("max", "min"), lambda input, axis=None, return_indices=False,
            return_indices_tie_break_left=True, keep_dims=False: None)
 def _max_min(c: Call) -> Any:
     axis, keep = c.const("axis"), bool(c.const("keep_dims"))
     c.const("return_indices_tie_break_left")
     if not c.const("return_indices"):
-        return c.b.reduce(c.name, c["x"], axis, keep)
+        return c.b.reduce(c.name, c["input"], axis, keep)
     if axis is None:
         raise c.err(f"kit.{c.name}(..., return_indices=True) needs an axis")
-    x = c["x"]
+    x = c["input"]
     if isinstance(x, Value) and x.dtype is bfloat16:  # as Triton
         x = c.b.cast(x, float32)
     return (c.b.reduce(c.name, x, axis, keep, indices=True),
             c.b.reduce("arg" + c.name, x, axis, keep))
 
 
-@call_rule(("argmax", "argmin"), lambda x, axis, tie_break_left=True, keep_dims=False: None)
+@call_rule(("argmax", "argmin"), lambda input, axis, tie_break_left=True, keep_dims=False:
+           None)
 def _argmax(c: Call) -> Any:
     c.const("tie_break_left")  # kitjit always breaks ties to the left (Triton: any index)
-    return c.b.reduce(c.name, c["x"], c.const("axis"), bool(c.const("keep_dims")))
+    return c.b.reduce(c.name, c["input"], c.const("axis"), bool(c.const("keep_dims")))
 
 
 @call_rule("reduce", lambda input, axis, combine_fn, keep_dims=False: None)

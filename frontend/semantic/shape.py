@@ -204,10 +204,10 @@ def _ints(c: Call, key: str) -> tuple:
     return tuple(v)
 
 
-@call_rule("expand_dims", lambda x, axis: None)
+@call_rule("expand_dims", lambda input, axis: None)
 def _expand_dims(c: Call) -> Any:
     axis = c.const("axis")
-    x = c.b.to_value(c["x"])
+    x = c.b.to_value(c["input"])
     if not isinstance(axis, (tuple, list)):
         return c.b.expand_dims(x, axis)
     rank = len(x.shape) + len(axis)  # indices into the result, as Triton
@@ -224,10 +224,10 @@ def _expand_dims(c: Call) -> Any:
     return x
 
 
-@call_rule("broadcast_to", lambda x, *shape: None)
+@call_rule("broadcast_to", lambda input, *shape: None)
 def _broadcast_to(c: Call) -> Any:
     shape = c.b.check_shape(_ints(c, "shape"), "kit.broadcast_to")
-    return c.b.broadcast_to(c.b.to_value(c["x"]), shape)
+    return c.b.broadcast_to(c.b.to_value(c["input"]), shape)
 
 
 @call_rule("broadcast", lambda input, other: None)
@@ -239,26 +239,26 @@ def _broadcast(c: Call) -> Any:
     return c.b.broadcast_to(a, shape), c.b.broadcast_to(b, shape)
 
 
-@call_rule("permute", lambda x, *dims: None)
+@call_rule("permute", lambda input, *dims: None)
 def _permute(c: Call) -> Any:
-    return c.b.permute(c["x"], _ints(c, "dims"))
+    return c.b.permute(c["input"], _ints(c, "dims"))
 
 
-@call_rule("trans", lambda x, *dims: None)
+@call_rule("trans", lambda input, *dims: None)
 def _trans(c: Call) -> Any:
     dims = _ints(c, "dims") or (1, 0)  # Triton: no dims is the (1, 0) permutation
-    return c.b.permute(c["x"], dims, "kit.trans")
+    return c.b.permute(c["input"], dims, "kit.trans")
 
 
-@call_rule("reshape", lambda x, *shape, can_reorder=False: None)
+@call_rule("reshape", lambda input, *shape, can_reorder=False: None)
 def _reshape(c: Call) -> Any:
     c.const("can_reorder")  # kitjit keeps row-major order either way
-    return c.b.reshape(c.b.to_value(c["x"]), _ints(c, "shape"))
+    return c.b.reshape(c.b.to_value(c["input"]), _ints(c, "shape"))
 
 
-@call_rule("view", lambda x, *shape: None)
+@call_rule("view", lambda input, *shape: None)
 def _view(c: Call) -> Any:
-    return c.b.reshape(c.b.to_value(c["x"]), _ints(c, "shape"), "kit.view")
+    return c.b.reshape(c.b.to_value(c["input"]), _ints(c, "shape"), "kit.view")
 
 
 @call_rule("ravel", lambda x, can_reorder=False: None)

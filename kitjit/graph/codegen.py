@@ -125,7 +125,8 @@ def store_tile(acc: Access, space, b: Index | None, r: Index, c: Index, value: s
     parts += [_col(ro, r.name, "[:, None]"), _col(co, c.name, "[None, :]")]
     masks = [f"({m})[:, None]" if " " in m else f"{m}[:, None]" for m in [r.mask] if m] + \
         [f"({m})[None, :]" if " " in m else f"{m}[None, :]" for m in [c.mask] if m]
-    v = f"{value}.to({acc.name}.dtype.element_ty)"
+    v = f"({value}).to({acc.name}.dtype.element_ty)" if " " in value else \
+        f"{value}.to({acc.name}.dtype.element_ty)"
     m = " & ".join(masks)
     return f"kit.store({' + '.join(parts)}, {v}, mask={m})" if m else \
         f"kit.store({' + '.join(parts)}, {v})"

@@ -92,7 +92,7 @@ def attention_kernel(group, name: str) -> tuple[list[str], list[str]]:
     P = group.params
     L = layout(group)
     S = mm2.shape
-    nb, R, NB = L["nb"], L["R"], L["NB"]
+    nb, R = L["nb"], L["R"]
     Dv = S[-1]
     D, N = mm1.inputs[0].shape[-1], mm1.shape[-1]
     BN, SPLIT, STAGES = P["BN"], P["SPLIT"], P.get("STAGES", 1)
@@ -203,6 +203,26 @@ def attention_kernel(group, name: str) -> tuple[list[str], list[str]]:
         e.line(f"    rn = n0 + kit.arange(0, {BN})")
         for ln in loads("rn", "", str(N) if masked else None) + body("rn"):
             e.line("    " + ln)
+    return output_tail(group, name, e, rm, rv, group.args())
+
+
+def output_tail(group, name: str, e: Emitter, rm: Index, rv: Index, launch_args: list[str]
+                ) -> tuple[list[str], list[str]]:
+    """The end of an attention kernel whose loop left acc, m_i and l_i (programs: row block
+    `pm`, batch `b`, split `sp`): the output stored, or with SPLIT > 1 the fp32 partials and
+    the combine kernel that merges them by their log-sum-exps. `launch_args`: what run()
+    passes for the kernel's arguments (group.args(), or views of them)."""
+    P = group.params
+    L = layout(group)
+    S = group.mm2.shape
+    nb, R, NB = L["nb"], L["R"], L["NB"]
+    Dv, DVP = S[-1], p2(S[-1], 16)
+    SPLIT = P["SPLIT"]
+    fma = P.get("FORM", "mma") == "fma"
+    BM = 1 if fma else P["BM"]
+    rows = L["packed"] + (nb,)
+    b = Index("b", L["unpacked"])
+    mm2 = group.mm2
     args = group.args()
     nw = P["num_warps"]
     grid = f"({R if fma else -(-R // BM)}, {NB}, {SPLIT})"
@@ -217,7 +237,7 @@ def attention_kernel(group, name: str) -> tuple[list[str], list[str]]:
             ro = Index("rm", rows, rm.mask)
             e.line(store_tile(O, S, b, ro, rv, "acc / l_i[:, None]"))
         return kernel_header(name, args) + e.lines, [
-            f"{name}[{grid}]({', '.join(args)}, num_warps={nw})"]
+            f"{name}[{grid}]({', '.join(launch_args)}, num_warps={nw})"]
     # partials: wacc[sp, b, r, dv], wm / wl[sp, b, r] (fp32, contiguous)
     if fma:
         ws = lin(lin("sp", NB, "b"), R, "pm")
@@ -262,7 +282,7 @@ def attention_kernel(group, name: str) -> tuple[list[str], list[str]]:
         f"wacc = _work(({SPLIT}, {NB}, {R}, {Dv}), {dev})",
         f"wm = _work(({SPLIT}, {NB}, {R}), {dev})",
         f"wl = _work(({SPLIT}, {NB}, {R}), {dev})",
-        f"{name}[{grid}]({', '.join(args)}, wacc, wm, wl, num_warps={nw})",
+        f"{name}[{grid}]({', '.join(launch_args)}, wacc, wm, wl, num_warps={nw})",
         f"{name}_combine[({NB * R},)]({', '.join(cargs)}, num_warps=4)",
     ]
     header = kernel_header(name, [*args, "wacc", "wm", "wl"])

@@ -184,11 +184,14 @@ def matmul_kernel(group, name: str) -> tuple[list[str], list[str]]:
 
 
 def split_tail(group, name: str, e: TileEmitter, grid: str, nw: int, norm: str | None,
-               batched: bool = True) -> tuple[list[str], list[str]]:
+               batched: bool = True, fused: bool = False) -> tuple[list[str], list[str]]:
     """Split-K's end of kernel `name` (its [BM, BN] accumulators acc<i> stored as fp32
-    partials ws[sp, i, b, m, n], the norm's sums as wss[sp, b, m]) and the combine kernel
-    that adds the partials and runs the norm scale and the epilogue; (source, launch).
-    `batched`: the kernel has a batch index b (else the single matrix's partials)."""
+    partials ws[sp, i, b, m, n], the norm's sums as wss[sp, b, m]) and what adds the
+    partials and runs the norm scale and the epilogue; (source, launch). That is a combine
+    kernel, or with `fused` (the level-2 forms: one row block, grid (column blocks, splits))
+    the last split program of each column block, counted on an int32 arrival counter that
+    it puts back to 0: one launch fewer (examples/matmul.py's add_parts). `batched`: the
+    kernel has a batch index b (else the single matrix's partials)."""
     S, rm, rn, b = e.S, e.rm, e.rn, e.b
     M, N = S[-2], S[-1]
     NB = math.prod(S[:-2])
@@ -199,6 +202,7 @@ def split_tail(group, name: str, e: TileEmitter, grid: str, nw: int, norm: str |
     pro = group.prologue
     nmm = len(group.mms)
     args = group.args()
+    assert not (fused and batched), "the in-kernel combine is for one matrix"
     part = Access("ws_i", (M, N), (N, 1))
     prm, prn = Index("rm", (0,), rm.mask), Index("rn", (1,), rn.mask)
     for i in range(nmm):
@@ -210,23 +214,26 @@ def split_tail(group, name: str, e: TileEmitter, grid: str, nw: int, norm: str |
         e.line(f"kit.store(wss + {lin('sp', NB, 'b' if batched else 0)} * {M} + rm, ss"
                + (f", mask={rm.mask})" if rm.mask else ")"))
         extra = ["wss"]
-    # the combine kernel: sum the partials, then the norm scale and the epilogue
+    # sum the partials, then the norm scale and the epilogue
     c = TileEmitter(group, S, rm, rn, b)
-    c.line("pid = kit.program_id(0)")
-    c.line("b = kit.program_id(1)")
-    c.line(f"rm = pid // {gn} * {BM} + kit.arange(0, {BM})")
-    c.line(f"rn = pid % {gn} * {BN} + kit.arange(0, {BN})")
+    if not fused:
+        c.line("pid = kit.program_id(0)")
+        c.line("b = kit.program_id(1)")
+        c.line(f"rm = pid // {gn} * {BM} + kit.arange(0, {BM})")
+        c.line(f"rn = pid % {gn} * {BN} + kit.arange(0, {BN})")
     for i in range(nmm):
         c.line(f"acc{i} = kit.zeros(({BM}, {BN}), kit.float32)")
     if norm == "epi":
         c.line(f"ss = kit.zeros(({BM},), kit.float32)")
-    c.line(f"for sp in kit.static_range({SPLIT}):")
+    s = "j" if fused else "sp"
+    c.line(f"for {s} in kit.static_range({SPLIT}):")
     for i in range(nmm):
         ld = load_tile(part, (M, N), None, prm, prn)
-        c.line(f"    ws_i = ws + {lin('sp', nmm, i)} * {NB * M * N} + b * {M * N}")
+        c.line(f"    ws_i = ws + {lin(s, nmm, i)} * {NB * M * N}"
+               + ("" if fused else f" + b * {M * N}"))
         c.line(f"    acc{i} += {ld}")
     if norm == "epi":
-        c.line(f"    ss += kit.load(wss + {lin('sp', NB, 'b')} * {M} + rm"
+        c.line(f"    ss += kit.load(wss + {lin(s, NB, 0 if fused else 'b')} * {M} + rm"
                + (f", mask={rm.mask}, other=0.0)" if rm.mask else ")"))
         c.line(f"rstd = kit.rsqrt(ss / {K} + {pro.attrs['eps']!r})")
         for i in range(nmm):
@@ -234,11 +241,23 @@ def split_tail(group, name: str, e: TileEmitter, grid: str, nw: int, norm: str |
     for i, mm in enumerate(group.mms):
         c.line(f"v{mm.id} = acc{i}")
     _epilogue(c, group)
-    cargs = ["ws", *extra, *[a for a in args if a in _used(c.lines)]]
     dev = f"{buf(group.nodes[-1])}.device"
+    work = [f"ws = _work(({SPLIT}, {nmm}, {NB}, {M}, {N}), {dev})",
+            *([f"wss = _work(({SPLIT}, {NB}, {M}), {dev})"] if extra else [])]
+    if fused:
+        e.line("kit.debug_barrier()   # every thread's partials are stored before the count")
+        e.line(f"if kit.atomic_add(cnt + kit.program_id(0), 1, sem='acq_rel', scope='gpu') "
+               f"== {SPLIT - 1}:")
+        e.line("    # the last split of these columns: the others' partials are visible")
+        e.lines += ["    " + ln for ln in c.lines]
+        e.line("    kit.store(cnt + kit.program_id(0), 0)   # zero for the next launch")
+        launch = [*work, f"cnt = _counters({gn}, {dev})",
+                  f"{name}[{grid}]({', '.join(args)}, ws{', wss' if extra else ''}, cnt, "
+                  f"num_warps={nw})"]
+        return kernel_header(name, [*args, "ws", *extra, "cnt"]) + e.lines, launch
+    cargs = ["ws", *extra, *[a for a in args if a in _used(c.lines)]]
     launch = [
-        f"ws = _work(({SPLIT}, {nmm}, {NB}, {M}, {N}), {dev})",
-        *([f"wss = _work(({SPLIT}, {NB}, {M}), {dev})"] if extra else []),
+        *work,
         f"{name}[{grid}]({', '.join(args)}, ws{', wss' if extra else ''}, num_warps={nw})",
         f"{name}_combine[({-(-M // BM) * gn}, {NB})]({', '.join(cargs)}, num_warps=4)",
     ]

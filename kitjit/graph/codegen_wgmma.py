@@ -123,7 +123,8 @@ def wgmma_kernel(group, name: str) -> tuple[list[str], list[str]]:
     args = group.args()
     grid = f"({gn}{', ' + str(SPLIT) if SPLIT > 1 else ''})"
     if SPLIT > 1:
-        return split_tail(group, name, e, grid, nw, None, batched=False)
+        return split_tail(group, name, e, grid, nw, None, batched=False,
+                          fused=P.get("FUSE", False))
     for i, mm in enumerate(group.mms):
         e.line(f"v{mm.id} = acc{i}")
     _epilogue(e, group)
@@ -197,7 +198,8 @@ def _norm_kernel(group, name: str) -> tuple[list[str], list[str]]:
     args = group.args()
     grid = f"({gn}{', ' + str(SPLIT) if SPLIT > 1 else ''})"
     if SPLIT > 1:
-        return split_tail(group, name, e, grid, nw, "epi", batched=False)
+        return split_tail(group, name, e, grid, nw, "epi", batched=False,
+                          fused=P.get("FUSE", False))
     e.line(f"rstd = kit.rsqrt(ss / {K} + {pro.attrs['eps']!r})")
     e.line(f"v{mm0.id} = acc0 * rstd[:, None]")
     _epilogue(e, group)
@@ -207,7 +209,9 @@ def _norm_kernel(group, name: str) -> tuple[list[str], list[str]]:
 
 def choices(group) -> list[dict]:
     """The level-2 parameter sets of an eligible group: BN 64 (one warpgroup) or 128 (two),
-    3-6 stages within shared memory, split-K while every split keeps two k-steps."""
+    3-6 stages within shared memory, split-K while every split keeps two k-steps, its
+    partials added by a combine kernel or (FUSE) by the last split program of each column
+    block."""
     if not eligible(group):
         return []
     M, N = group.mms[0].shape
@@ -232,4 +236,6 @@ def choices(group) -> list[dict]:
                 if pro:
                     p["NORM"] = "epi"
                 out.append(p)
+                if split > 1:   # the last split program runs the epilogue: one launch
+                    out.append(dict(p, FUSE=True))
     return out

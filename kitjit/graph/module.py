@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from . import codegen
 from .codegen_attn import attention_kernel
+from .codegen_attn_wgmma import attention_wgmma_kernel
 from .codegen_mm import matmul_kernel
 from .codegen_wgmma import wgmma_kernel
 from .graph import KernelGraph
@@ -19,6 +20,21 @@ HELPERS = [
     "def _work(shape, device):",
     '    """fp32 scratch for split partials (every element is written before it is read)."""',
     "    return torch.empty(shape, dtype=torch.float32, device=device)",
+    "",
+    "",
+    "_COUNTERS = {}",
+    "",
+    "",
+    "def _counters(n, device):",
+    '    """int32 arrival counters of split-K programs, zero at every launch (the last program',
+    "    of a tile puts its counter back): one buffer per device and stream, as launches on a",
+    '    stream run in order."""',
+    "    stream = torch.cuda.current_stream(device).cuda_stream if device.type == 'cuda' else 0",
+    "    t = _COUNTERS.get((device, stream))",
+    "    if t is None or t.numel() < n:",
+    "        t = _COUNTERS[device, stream] = torch.zeros(max(n, 1024), dtype=torch.int32,",
+    "                                                    device=device)",
+    "    return t",
     "",
     "",
     "def _input(x, shape, strides, dtype):",
@@ -40,6 +56,8 @@ def group_source(grp: Group, name: str) -> tuple[list[str], list[str]]:
         if grp.params.get("FORM") == "wgmma":
             return wgmma_kernel(grp, name)
         return matmul_kernel(grp, name)
+    if grp.params.get("FORM") == "wgmma":
+        return attention_wgmma_kernel(grp, name)
     return attention_kernel(grp, name)
 
 

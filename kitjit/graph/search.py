@@ -27,7 +27,7 @@ from .graph import VIEWS, KernelGraph
 from .module import module_source
 from .progress import Progress
 
-GENERATOR_VERSION = "2"
+GENERATOR_VERSION = "3"
 TOL = {torch.float16: 1e-2, torch.bfloat16: 1e-2, torch.float32: 1e-4}
 MAX_CANDIDATES = 24
 _loaded = 0
@@ -190,13 +190,13 @@ def candidates(g: KernelGraph, per_class: int = 8) -> list:
 def _param_family(p: dict) -> str:
     """What makes parameter sets different in kind (not just in tile size)."""
     return ",".join(f"{k}={p[k]}" for k in ("FORM", "PACK", "STAGES", "NORM") if k in p) + (
-        ",split" if p.get("SPLIT", 1) > 1 else "")
+        ",split" if p.get("SPLIT", 1) > 1 else "") + (",fused" if p.get("FUSE") else "")
 
 
 def pick(cands: list, limit: int) -> list:
     """What the GPU times, `limit` in all: the best of each fusion plan, the best of each
-    family of the two best plans (the model may misjudge a whole family), then the rest
-    by modelled time."""
+    form and then of each family of the two best plans (the model may misjudge a whole
+    family), then the rest by modelled time."""
     plans = list(dict.fromkeys(c[1] for c in cands))
     chosen: list = []
 
@@ -206,6 +206,12 @@ def pick(cands: list, limit: int) -> list:
 
     for name in plans:
         add(next(c for c in cands if c[1] == name))
+    forms: set = set()   # each form (level 2, mma, FMA) of the two best plans: a hedge
+    for c in cands:      # against a model that misjudges a whole level
+        f = (c[1], tuple(gr.params.get("FORM") for gr in c[2]))
+        if c[1] in plans[:2] and f not in forms:
+            forms.add(f)
+            add(c)
     fams: set = set()
     for c in cands:
         if c[1] in plans[:2] and c[3] not in fams:

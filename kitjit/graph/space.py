@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from . import codegen_wgmma
+from . import codegen_attn_wgmma, codegen_wgmma
 from .codegen import p2
 from .codegen_attn import layout, packable
 from .plan import Group
@@ -39,6 +39,11 @@ KEEP = 3.0                 # candidates modelled within KEEP x the best survive 
 NORM_A_SLOWDOWN = 3.5
 # (level 1 ran 2-6x its modelled time too, unevenly: a flat factor on it pushed the measured
 # winners of GQA B1 and LoRA out of the timed set, so none is applied; NOTES.md, session 5)
+# Attention: the hand-written level-2 decode (kitjit/nn/attention_decode.py, TMA ring + WGMMA)
+# streams K/V at ~3.0 TB/s on the H100; the generated level-1 forms reached 0.8-1.4 (the FMA
+# form 1.2-1.4, mma.sync 0.3-0.8; NOTES.md, session 5): their ceilings in the model
+ATTN_L2_BPS = 3.0e12
+ATTN_L1_BPS = 1.4e12
 
 
 def _nbytes(t) -> int:
@@ -124,7 +129,7 @@ def _attn_choices(grp: Group) -> list[dict]:
             if registers(grp, p) <= REG_LIMIT:
                 out.append(p)
     grp.params = {}
-    return out
+    return out + codegen_attn_wgmma.choices(grp)
 
 
 def cost(grp: Group, p: dict) -> float:
@@ -132,7 +137,8 @@ def cost(grp: Group, p: dict) -> float:
     loads = sum(_nbytes(x) for x in grp.loads())
     stores = sum(_nbytes(t) for t in grp.nodes if t.id in grp.store_ids)
     nw, stages = p["num_warps"], p.get("STAGES", 1)
-    kernels, flops, rate = 1, 0.0, TENSOR_FLOPS * LEVEL1_MMA
+    kernels, flops, rate, peak = 1, 0.0, TENSOR_FLOPS * LEVEL1_MMA, HBM_BPS
+    tail = 0.0
     if grp.kind == "row":
         C = grp.space[grp.axis]
         rows = math.prod(grp.space) // C
@@ -158,6 +164,8 @@ def cost(grp: Group, p: dict) -> float:
         if split > 1:
             kernels = 2
             stores += 2 * 4 * split * n * NB * M * N       # partials out and back in
+            if p.get("FUSE"):   # no combine launch; the last program reads after the others
+                kernels, tail = 1, LATENCY_S
         step = (BM * BK + n * BK * BN) * 2
     else:
         L = layout(_with(grp, p))
@@ -166,6 +174,7 @@ def cost(grp: Group, p: dict) -> float:
         D, Dv = grp.mm1.inputs[0].shape[-1], grp.mm2.shape[-1]
         BN, split = p["BN"], p["SPLIT"]
         fma = p["FORM"] == "fma"
+        l2 = p["FORM"] == "wgmma"
         BM = 1 if fma else p["BM"]
         gm = R if fma else -(-R // BM)
         progs = gm * NB * split
@@ -179,18 +188,25 @@ def cost(grp: Group, p: dict) -> float:
             flops, rate = 2.0 * R * NB * N * (D + Dv), CUDA_FLOPS
         else:
             flops = 2.0 * progs * BM * -(-N // split) * (p2(D, 16) + p2(Dv, 16))
+        if l2:   # WGMMA at full rate; the ring keeps all its stages in flight
+            rate = TENSOR_FLOPS
         if split > 1:
             kernels = 2
             stores += 2 * 4 * split * NB * R * (Dv + 2)
+            if p.get("FUSE"):   # no combine launch; the last program reads after the others
+                kernels, tail = 1, LATENCY_S
         step = BN * (D + Dv) * 2
+        peak = ATTN_L2_BPS if l2 else ATTN_L1_BPS
     regs = min(MAX_REGS, registers(grp, p))
     per_sm = max(1, min(REGS_SM // int(regs * 32 * nw), WARPS_SM // nw, CTAS_SM))
+    if grp.kind == "attention" and p["FORM"] == "wgmma":
+        per_sm = max(1, min(per_sm, SMEM_BYTES // codegen_attn_wgmma.smem_bytes(grp, p)))
     resident = min(progs, SMS * per_sm)
     waves = -(-progs // (SMS * per_sm))
     busy = min(1.0, progs / SMS)
-    bw = min(HBM_BPS, min(progs, SMS) * SM_BPS, resident * step * stages / LATENCY_S)
+    bw = min(peak, min(progs, SMS) * SM_BPS, resident * step * stages / LATENCY_S)
     t = max((loads + stores) / bw, flops / rate / busy)
-    t += waves * LATENCY_S + (kernels - 1) * LAUNCH_S
+    t += waves * LATENCY_S + (kernels - 1) * LAUNCH_S + tail
     if p.get("FORM") == "wgmma" and grp.prologue is not None:
         t *= NORM_A_SLOWDOWN
     return t * (1 + 0.05 * regs / MAX_REGS)   # ties: the lighter kernel (spills, residency)
@@ -215,6 +231,8 @@ def registers(grp: Group, p: dict) -> float:
         wm = max(1, min(nw, BM // 16))
         return (40 + loaded / (2 * th) * st + loaded / (4 * th) * st + BM / wm * BK / 64
                 + (n * BK * BN + BK * RP) / (2 * th) + (n * BN + RP) * BM / th)
+    if p.get("FORM") == "wgmma":     # Q, K and V in shared memory
+        return codegen_attn_wgmma.registers(grp, p)
     D, Dv = p2(grp.mm1.inputs[0].shape[-1], 16), p2(grp.mm2.shape[-1], 16)
     BN = p["BN"]
     loaded = BN * (D + Dv)

@@ -42,6 +42,24 @@ def _host_cdiv(x, div):
     raise RuntimeError("kit.cdiv takes ints on the host")
 
 
+# Triton's `triton.language.core` names that kernels copied from Triton's own library use
+# (fla's bitonic argsort): a compile-time 0 for parameter defaults, and the integer dtype of
+# a bit width, called at compile time
+CONSTEXPR_0 = 0
+
+
+def get_int_dtype(bitwidth: int, signed: bool):
+    """The int dtype of `bitwidth` bits (8, 16, 32, 64), signed or not."""
+    from ..ir import types as t
+
+    table = {(8, True): t.int8, (16, True): t.int16, (32, True): t.int32, (64, True): t.int64,
+             (8, False): t.uint8, (16, False): t.uint16, (32, False): t.uint32,
+             (64, False): t.uint64, (1, False): t.int1, (1, True): t.int1}
+    if (bitwidth, bool(signed)) not in table:
+        raise ValueError(f"no integer dtype of {bitwidth} bits")
+    return table[bitwidth, bool(signed)]
+
+
 def next_power_of_2(n: int) -> int:
     """Host helper: the smallest power of two >= n."""
     return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()

@@ -11,13 +11,15 @@ def where(condition, x, y):
 
 
 @builtin
-def minimum(x, y):
-    """Elementwise minimum."""
+def minimum(x, y, propagate_nan=0):
+    """Elementwise minimum; a NaN gives the other operand unless propagate_nan is
+    kit.PropagateNan.ALL (then NaN)."""
 
 
 @builtin
-def maximum(x, y):
-    """Elementwise maximum."""
+def maximum(x, y, propagate_nan=0):
+    """Elementwise maximum; a NaN gives the other operand unless propagate_nan is
+    kit.PropagateNan.ALL (then NaN)."""
 
 
 @builtin

@@ -6,7 +6,7 @@ from .base import builtin
 
 
 @builtin
-def sum(x, axis=None, keep_dims=False, dtype=None):
+def sum(input, axis=None, keep_dims=False, dtype=None):
     """Sum along `axis` (all axes if None), with Triton 3.6's result dtype: `dtype` if given
     (the tile is converted to it first); else signed ints narrower than 32 bits give int32,
     unsigned ones and bool uint32, and floats keep their dtype. fp16/bf16/fp8 sums accumulate
@@ -14,7 +14,7 @@ def sum(x, axis=None, keep_dims=False, dtype=None):
 
 
 @builtin
-def max(x, axis=None, return_indices=False, return_indices_tie_break_left=True,
+def max(input, axis=None, return_indices=False, return_indices_tie_break_left=True,
         keep_dims=False):
     """Maximum along `axis`, as Triton 3.6 types it: floats narrower than 32 bits (fp16,
     bf16, fp8) give fp32, ints narrower than 32 bits (bool and unsigned too) int32. With
@@ -25,19 +25,19 @@ def max(x, axis=None, return_indices=False, return_indices_tie_break_left=True,
 
 
 @builtin
-def min(x, axis=None, return_indices=False, return_indices_tie_break_left=True,
+def min(input, axis=None, return_indices=False, return_indices_tie_break_left=True,
         keep_dims=False):
     """Minimum along `axis`; `return_indices` as for `kit.max`."""
 
 
 @builtin
-def argmax(x, axis, tie_break_left=True, keep_dims=False):
+def argmax(input, axis, tie_break_left=True, keep_dims=False):
     """Index of the maximum along `axis` (the first one on ties; with
     `tie_break_left=False` Triton may return any, kitjit still returns the first)."""
 
 
 @builtin
-def argmin(x, axis, tie_break_left=True, keep_dims=False):
+def argmin(input, axis, tie_break_left=True, keep_dims=False):
     """Index of the minimum along `axis` (the first one on ties, as for `kit.argmax`)."""
 
 

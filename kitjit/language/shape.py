@@ -12,13 +12,13 @@ from .base import builtin
 
 
 @builtin
-def expand_dims(x, axis):
+def expand_dims(input, axis):
     """Insert dims of size 1 at `axis` (an int or a sequence of ints, indices into the
     result), like `x[None, :]` / `x[:, None]`. No data moves."""
 
 
 @builtin
-def broadcast_to(x, *shape):
+def broadcast_to(input, *shape):
     """Broadcast `x` to `shape` (a tuple or separate ints): dims of size 1 grow. No data
     moves."""
 
@@ -29,7 +29,7 @@ def broadcast(input, other):
 
 
 @builtin
-def permute(x, *dims):
+def permute(input, *dims):
     """Reorder the dims of `x`: result dim i is x's dim `dims[i]` (a tuple or separate
     ints, a permutation of 0..rank-1). In registers: the result takes x's layout with its
     coordinates permuted, so no data moves (a later op that needs another layout converts
@@ -37,20 +37,20 @@ def permute(x, *dims):
 
 
 @builtin
-def trans(x, *dims):
+def trans(input, *dims):
     """`permute(x, dims)`; with no dims, the (1, 0) permutation of a 2-d tile (as Triton:
     other ranks must give dims). `x.T` is the same as `x.trans()`."""
 
 
 @builtin
-def reshape(x, *shape, can_reorder=False):
+def reshape(input, *shape, can_reorder=False):
     """A tile with x's elements in a new shape of the same size, in row-major order. In
     registers (a relabeling: each thread keeps its elements). `can_reorder=True` lets Triton
     reorder the elements; kitjit keeps row-major order either way."""
 
 
 @builtin
-def view(x, *shape):
+def view(input, *shape):
     """Triton's deprecated reordering reshape (`reshape(x, shape, can_reorder=True)`);
     kitjit keeps row-major order, so this is `reshape`."""
 

@@ -1,6 +1,7 @@
 """Triton's small standard-library helpers written in the language itself (`@kit.jit`
 functions over the markers, inlined where they are called): `zeros_like`, `swizzle2d`,
-`softmax`."""
+`softmax`; and the compile-time helpers `_log2`, `_is_power_of_two` that kernels copied from
+Triton's own library import from `triton.language.standard`."""
 
 from __future__ import annotations
 
@@ -41,6 +42,19 @@ def softmax(x, dim=None, keep_dims=False, ieee_rounding=False):
         d = dim
     e = _exp(x - _max(x, d, keep_dims=keep_dims))
     return _fdiv(e, _sum(e, d, keep_dims=keep_dims), ieee_rounding)
+
+
+def _log2(i: int) -> int:
+    """floor(log2(i)) of a compile-time int (Triton's `tl.standard._log2`, which kernels copied
+    from Triton's bitonic sort call)."""
+    n = int(getattr(i, "value", i))
+    return max(n.bit_length() - 1, 0)
+
+
+def _is_power_of_two(i: int) -> bool:
+    """Whether a compile-time int is a power of two (Triton's `tl.standard._is_power_of_two`)."""
+    n = int(getattr(i, "value", i))
+    return n > 0 and n & (n - 1) == 0
 
 
 STANDARD = ["zeros_like", "swizzle2d", "softmax"]

@@ -99,6 +99,9 @@ def weak(lit, other: str) -> str:
         return other if is_float(other) else "fp32"
     if is_float(other):
         return other
+    # next to a signed int tile: the tile's dtype, the value wrapped (as Triton 3.6)
+    if not is_unsigned(other):
+        return other
     lo, hi = irange(other)
     return other if lo <= lit <= hi else literal_dtype(lit)
 
