@@ -52,8 +52,7 @@ def llvm_to_ptx(llir: str, arch: str) -> str:
             tm = target.create_target_machine(cpu=arch, features=ptx_version_feature(arch),
                                               opt=3)
             _tm_cache[arch] = tm
-        mod = llvm.parse_assembly(llir)
-        mod.verify()
+        mod = _parse_and_verify(llvm, llir)
         if libdevice.needs_libdevice(llir):
             libdevice.link(mod, llvm)
         pto = llvm.create_pipeline_tuning_options(speed_level=3)
@@ -66,6 +65,28 @@ def llvm_to_ptx(llir: str, arch: str) -> str:
     return ptx
 
 
+class InvalidLLVMIR(RuntimeError):
+    """kitjit's lowering wrote LLVM IR that llvmlite rejects (a kitjit bug): the message
+    keeps the first problems only (the verifier repeats one per register, hundreds of
+    lines); jit.py reports it as an InternalCompilerError naming the kernel."""
+
+
+def _parse_and_verify(llvm, llir: str):
+    """Parse and verify the module before any pass runs on it (LLVM's passes may abort the
+    process, uncatchably, on IR that does not verify)."""
+    try:
+        mod = llvm.parse_assembly(llir)
+        mod.verify()
+    except RuntimeError as e:
+        lines = [x for x in str(e).splitlines() if x.strip()]
+        heads = [x for x in lines if not x.startswith((" ", "\t"))]
+        first = "\n".join(lines[:6])
+        more = len(heads) - sum(1 for x in lines[:6] if not x.startswith((" ", "\t")))
+        raise InvalidLLVMIR("LLVM rejected the generated IR: " + first +
+                            (f"\n  ... and {more} more" if more > 0 else "")) from None
+    return mod
+
+
 @dataclass
 class Resources:
     registers: int = 0
@@ -75,14 +96,33 @@ class Resources:
     shared_static: int = 0
     log: str = ""
     extra: dict = field(default_factory=dict)
+    warnings: list = field(default_factory=list)
 
     @property
     def spills(self) -> int:
         return self.spill_stores + self.spill_loads
 
 
+# ptxas's numbered diagnostics ("(C7515) Potential Performance Loss: wgmma.mma_async
+# instructions are serialized ...") and its warnings: nvJitLink reports them as "info"
+_DIAG = re.compile(r"\(C\d{4}\)|\bwarning\b", re.I)
+
+
+def assembler_warnings(log: str) -> list[str]:
+    """The assembler's warnings and numbered performance notes in `log`, one a line, without
+    the tool's "ptxas info    :" prefix (the resource lines are left out)."""
+    out = []
+    for line in log.splitlines():
+        if _DIAG.search(line):
+            text = re.sub(r"^\s*ptxas\s+\w+\s*:\s*", "", line).strip()
+            if text and text not in out:
+                out.append(text)
+    return out
+
+
 def parse_ptxas_log(log: str) -> Resources:
     r = Resources(log=log)
+    r.warnings = assembler_warnings(log)
     m = re.search(r"Used (\d+) registers", log)
     if m:
         r.registers = int(m.group(1))

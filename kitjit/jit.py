@@ -564,6 +564,8 @@ class JITFunction:
             "compile_seconds": round(time.perf_counter() - t0, 4),
             "versions": {"kitjit": __version__},
             "assembler": res.extra.get("assembler", "unknown"),
+            # what ptxas warned about (e.g. C7515: WGMMAs serialized); kept in the cache
+            **({"ptxas_warnings": res.warnings} if res.warnings else {}),
         }
         if target.driver_jit:
             meta["ptx_target"] = target.ptx_arch
@@ -578,6 +580,9 @@ class JITFunction:
                 f"({res.registers} registers used); it will be slower. Use smaller blocks, "
                 "fewer live tiles, or more warps.", CompileWarning,
                 self.parsed.file, self.parsed.first_line)
+        for w in res.warnings:  # (once per compile, not on cache hits: see the metadata)
+            logger.warning("kernel '%s' for %s, %d warps: %s: %s", fn.name, arch, num_warps,
+                           meta["assembler"], w)
         logger.debug("compile %s [%s] for %s, %d warps: cache miss (key %s), compiled in "
                      "%.3f s: %d registers, %d bytes spilled, %d bytes shared, %s",
                      self.__name__, _spec_text(specs, consts, self), arch, num_warps, key[:12],

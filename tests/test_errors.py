@@ -532,6 +532,39 @@ def test_compile_error_is_not_an_internal_error():
     assert "bug in kitjit" not in str(ei.value)
 
 
+_NOT_DOMINATING = """define i32 @f(i1 %c) {
+entry:
+  br i1 %c, label %a, label %b
+a:
+  %x = add i32 1, 2
+  br label %b
+b:
+  ret i32 %x
+}
+"""
+
+
+def test_invalid_llvm_ir_is_an_internal_error_naming_the_kernel(monkeypatch, cache_dir):
+    """IR that LLVM's verifier rejects (a lowering bug, as the session-5 WGMMA dominance
+    bug was) is an InternalCompilerError naming the kernel and the stage, with the first
+    problems only, and caches nothing; never an LLVM abort or llvmlite's bare error."""
+    from kitjit.backend.compiler import InvalidLLVMIR, llvm_to_ptx
+    from kitjit.backend.lower import Lowering
+    from kitjit.frontend.errors import InternalCompilerError
+
+    with pytest.raises(InvalidLLVMIR, match="does not dominate all uses"):
+        llvm_to_ptx(_NOT_DOMINATING, "sm_90a")
+    monkeypatch.setattr(Lowering, "llvm_ir", lambda self: _NOT_DOMINATING)
+    with pytest.raises(InternalCompilerError) as ei:
+        kit.compile_aot(__file__, "copy_kernel", ["*fp32:16", "*fp32:16", "i32"],
+                        {"BLOCK": 64}, 4, arch="sm_90a")
+    msg = str(ei.value)
+    assert "generating PTX for kernel 'copy_kernel'" in msg
+    assert "LLVM rejected the generated IR: Instruction does not dominate" in msg
+    assert len(msg.splitlines()) < 12
+    assert _entries(cache_dir) == [], _entries(cache_dir)
+
+
 # ============================================================================ launch errors
 @kit.jit
 def copy_kernel(X, Out, n, BLOCK: kit.constexpr):

@@ -264,8 +264,18 @@ def test_sass_matmul_wgmma_not_serialized(extra):
     c = sass(EXAMPLES / "matmul.py", "matmul_kernel", mm_sig("bf16"),
              dict(BM=128, BN=256, BK=64, GROUP=8, **extra), 8)
     assert len(c.hgmma()) == 4 * len(c.find(r"WARPGROUP\.ARRIVE")), c.summary()
+    assert_not_serialized(c)
     assert c.md["shared"] <= SMEM_MAX
     c.assert_no_spills()
+
+
+def assert_not_serialized(c: Sass) -> None:
+    """ptxas issued each kit.mma's WGMMAs as one group: one WARPGROUP.ARRIVE per
+    wgmma.fence kitjit wrote (a serialized group gets one per HGMMA), and no C7515 in the
+    assembler's warnings (kept in the metadata: kitjit/jit.py, backend/compiler.py)."""
+    warned = [w for w in c.md.get("ptxas_warnings", []) if "C7515" in w]
+    assert not warned, warned
+    assert len(c.find(r"WARPGROUP\.ARRIVE")) == c.ptx.count("wgmma.fence"), c.summary()
 
 
 # ----------------------------------------------------------------------------- attention
@@ -274,6 +284,15 @@ ATTN_SASS = [  # (D, BM, BN, num_warps): the unspecialized kernel's configs per 
     (64, 64, 128, 4),
     (256, 64, 64, 4),
 ]
+
+
+@needs_sass
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("D,BM,BN,warps", ATTN_SASS, ids=["D128", "D64", "D256"])
+def test_sass_attention_wgmma_not_serialized(D, BM, BN, warps, causal):
+    c = sass(ATTN_SRC, "attention_kernel", attn_sig("bf16"),
+             dict(BM=BM, BN=BN, D=D, CAUSAL=causal, STAGES=2), warps)
+    assert_not_serialized(c)
 
 
 @needs_sass

@@ -432,10 +432,12 @@ class LoweringBase:
             # the next one runs. (Values from before other region boundaries still wait for
             # everything: the same rule would move existing kernels' waits, unmeasured.)
             newer = len(self.groups)
-            self.retired_here.add(v.id)
         else:
             newer = 0
         self.wgmma_wait(v, newer)
+        # complete only below this wait: the enclosing block() puts it back in flight (with
+        # its registers from before) for the code that this block does not dominate
+        self.retired_here.add(v.id)
         self.inflight.discard(v.id)
         if v.id in self.groups:
             self.groups.remove(v.id)
@@ -445,9 +447,11 @@ class LoweringBase:
         # a value read early (wait_group n > 0, wgmma_done) inside this block is complete
         # only where the block ran: an if branch or a loop of zero trips may not, so after
         # it the value is in flight again, with its registers from before it (a tie inside
-        # does not dominate what follows)
+        # dominates neither the if's other branch nor the code after the if or loop), and
+        # back in `groups`, so that a later read waits for as few groups as before
         entry, outer = set(self.inflight), self.retired_here
         saved = {i: self.vals[i] for i in entry if i in self.vals}
+        groups = list(self.groups)
         self.retired_here = set()
         try:
             return self._block_ops(block)
@@ -456,6 +460,9 @@ class LoweringBase:
             self.inflight |= back
             for i in back & saved.keys():
                 self.vals[i] = saved[i]
+            if back:
+                self.groups = [g for g in groups if g in self.inflight] + \
+                    [g for g in self.groups if g not in groups]
             self.retired_here |= outer
 
     def _block_ops(self, block: Block) -> list[list[ir.Value]] | None:
