@@ -44,8 +44,9 @@ def example(name: str):
 
 @contextlib.contextmanager
 def poisoned_outputs():
-    """Make `torch.empty_like` and `torch.empty` (what the wrappers allocate their outputs
-    with) return NaN-filled float tensors; yields the list of tensors handed out."""
+    """Make `torch.empty_like`, `torch.empty` and `Tensor.new_empty` (what the wrappers
+    allocate their outputs with) return NaN-filled float tensors; yields the list of tensors
+    handed out."""
     made: list[torch.Tensor] = []
     originals = {"empty_like": torch.empty_like, "empty": torch.empty}
 
@@ -58,13 +59,16 @@ def poisoned_outputs():
             return out
         return alloc
 
+    new_empty = torch.Tensor.new_empty   # (the host fast paths allocate with q.new_empty)
     for name, orig in originals.items():
         setattr(torch, name, poisoning(orig))
+    torch.Tensor.new_empty = poisoning(new_empty)
     try:
         yield made
     finally:
         for name, orig in originals.items():
             setattr(torch, name, orig)
+        torch.Tensor.new_empty = new_empty
 
 
 def run_poisoned(fn, *args, **kwargs):

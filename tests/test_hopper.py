@@ -90,7 +90,7 @@ def assert_lse_close(lse, ref, what="lse"):
 
 @pytest.fixture
 def poison(monkeypatch):
-    """torch.empty / torch.empty_like hand out NaN-filled floating tensors (what the wrappers
+    """torch.empty / torch.empty_like / Tensor.new_empty hand out NaN-filled floating tensors (what the wrappers
     allocate their outputs with); the list of tensors handed out is returned."""
     made: list[torch.Tensor] = []
 
@@ -105,6 +105,8 @@ def poison(monkeypatch):
 
     monkeypatch.setattr(torch, "empty", poisoning(torch.empty))
     monkeypatch.setattr(torch, "empty_like", poisoning(torch.empty_like))
+    # the host fast paths (kitjit/nn/_host.py sites) allocate with q.new_empty
+    monkeypatch.setattr(torch.Tensor, "new_empty", poisoning(torch.Tensor.new_empty))
     return made
 
 

@@ -74,10 +74,11 @@ def randn(*shape, dtype=torch.bfloat16, seed=0):
     return torch.randn(*shape, generator=g).to(dtype)
 
 
-def strided(t: torch.Tensor, pad: int = 8) -> torch.Tensor:
+def strided(t: torch.Tensor, pad: int = 8, device="cpu") -> torch.Tensor:
     """t as a view with rows `pad` elements longer than it (not contiguous; rows stay 16
-    bytes apart, as TMA needs)."""
-    big = torch.full((t.shape[0], t.shape[1] + pad), float("nan"), dtype=t.dtype)
+    bytes apart, as TMA needs), on `device` (made there: `.to` would copy it contiguous)."""
+    big = torch.full((t.shape[0], t.shape[1] + pad), float("nan"), dtype=t.dtype,
+                     device=device)
     big[:, : t.shape[1]] = t
     return big[:, : t.shape[1]]
 
@@ -85,9 +86,8 @@ def strided(t: torch.Tensor, pad: int = 8) -> torch.Tensor:
 def run_kside(M, N, K, BM, BN, BK, STAGES, trans_a, trans_b, device="cpu", seed=0):
     dt = torch.bfloat16
     a, b = randn(M, K, seed=seed + 1), randn(K, N, seed=seed + 2)
-    A = strided(a.t().contiguous()) if trans_a else strided(a)
-    B = strided(b.t().contiguous()) if trans_b else strided(b)
-    A, B = A.to(device), B.to(device)
+    A = strided(a.t().contiguous(), device=device) if trans_a else strided(a, device=device)
+    B = strided(b.t().contiguous(), device=device) if trans_b else strided(b, device=device)
     assert not A.is_contiguous() and not B.is_contiguous()
     c = torch.full((M, N), float("nan"), dtype=dt, device=device)   # poisoned
     grid = (kit.cdiv(M, BM), kit.cdiv(N, BN))
