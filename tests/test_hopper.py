@@ -90,8 +90,9 @@ def assert_lse_close(lse, ref, what="lse"):
 
 @pytest.fixture
 def poison(monkeypatch):
-    """torch.empty / torch.empty_like / Tensor.new_empty hand out NaN-filled floating tensors (what the wrappers
-    allocate their outputs with); the list of tensors handed out is returned."""
+    """torch.empty / torch.empty_like / Tensor.new_empty hand out NaN-filled floating
+    tensors (what the wrappers allocate their outputs with); the list of tensors handed out
+    is returned."""
     made: list[torch.Tensor] = []
 
     def poisoning(orig):
