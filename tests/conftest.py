@@ -140,6 +140,28 @@ if NO_TORCH:
             report.longrepr = (str(item.path), item.location[1] or 0, "Skipped: needs torch")
 
 
-def _imports_torch(path) -> bool:
+def _imports_torch(path, seen: set | None = None) -> bool:
+    """The module, or a helper module of tests/ it imports (`from fuzz.broken import ...`,
+    `import test_hopper`), imports torch."""
+    import ast
+    import pathlib
+
+    seen = set() if seen is None else seen
+    path = pathlib.Path(path)
+    if path in seen:
+        return False
+    seen.add(path)
     text = path.read_text(encoding="utf-8")
-    return "import torch" in text or "from torch" in text
+    if "import torch" in text or "from torch" in text:
+        return True
+    tests = pathlib.Path(__file__).parent
+    for node in ast.walk(ast.parse(text)):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                 [node.module] if isinstance(node, ast.ImportFrom) and node.module and
+                 not node.level else [])
+        for name in names:
+            base = tests.joinpath(*name.split("."))
+            for cand in (base.with_suffix(".py"), base / "__init__.py"):
+                if cand.is_file() and _imports_torch(cand, seen):
+                    return True
+    return False
