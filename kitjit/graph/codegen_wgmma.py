@@ -85,13 +85,7 @@ def wgmma_kernel(group, name: str) -> tuple[list[str], list[str]]:
     e.line(f"xs = kit.shared(({STAGES}, {MP}, {BK}), {dt})")
     for i, _ in enumerate(ws):
         e.line(f"w{i}s = kit.shared(({STAGES}, {BK}, {BN}), {dt})")
-    e.line(f"ready = kit.mbarriers({STAGES})   # stage s has landed")
-    e.line(f"n0 = kit.program_id(0) * {BN}")
-    if SPLIT > 1:
-        e.line("sp = kit.program_id(1)")
-        e.line(f"k0 = sp * {n_k * BK}   # this program's part of K")
-    else:
-        e.line("k0 = 0")
+    _ring_and_k_start(e, STAGES, BN, SPLIT, n_k * BK)
 
     def loads(stage: str, k: str) -> list[str]:
         return [f"kit.tma_load(xs[{stage}], {xb}, (0, {k}), ready[{stage}])"] + [
@@ -152,13 +146,7 @@ def _norm_kernel(group, name: str) -> tuple[list[str], list[str]]:
     e.line(f"# rms_norm(x) @ W = rstd * ((x * w) @ W): x * w in registers is WGMMA's A "
            f"({M} of {BM} rows live)")
     e.line(f"ws0 = kit.shared(({STAGES}, {BK}, {BN}), {dt})")
-    e.line(f"ready = kit.mbarriers({STAGES})   # stage s has landed")
-    e.line(f"n0 = kit.program_id(0) * {BN}")
-    if SPLIT > 1:
-        e.line("sp = kit.program_id(1)")
-        e.line(f"k0 = sp * {n_k * BK}   # this program's part of K")
-    else:
-        e.line("k0 = 0")
+    _ring_and_k_start(e, STAGES, BN, SPLIT, n_k * BK)
     e.line(f"rm = kit.arange(0, {BM})")
     e.line(f"rk = kit.arange(0, {BK})")
     first = min(STAGES - 1, n_k)
@@ -239,3 +227,15 @@ def choices(group) -> list[dict]:
                 if split > 1:   # the last split program runs the epilogue: one launch
                     out.append(dict(p, FUSE=True))
     return out
+
+
+def _ring_and_k_start(e, stages: int, bn: int, split: int, k_part: int) -> None:
+    """The lines both matmul forms open with: the ring's barriers, this program's columns
+    and where its part of K starts (split-K: program_id(1) takes the part)."""
+    e.line(f"ready = kit.mbarriers({stages})   # stage s has landed")
+    e.line(f"n0 = kit.program_id(0) * {bn}")
+    if split > 1:
+        e.line("sp = kit.program_id(1)")
+        e.line(f"k0 = sp * {k_part}   # this program's part of K")
+    else:
+        e.line("k0 = 0")
