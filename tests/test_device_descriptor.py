@@ -197,3 +197,17 @@ def test_gpu_device_descriptors():
     dev_in_loop[(kit.cdiv(M, 32), kit.cdiv(N, 32))](p, y, X, 3, M, N, BM=32, BN=32)
     for g in range(3):
         torch.testing.assert_close(y[g], xs[g] + g)
+
+
+def test_interpreter_refuses_what_the_gpu_traps_on():
+    """A row stride that is not a multiple of 16 bytes: on sm_90a the copy is TMA and the
+    GPU traps; the interpreter (default path) stops at the call with Triton's rule instead of
+    computing a result the GPU never gives. A 16-byte stride runs in both."""
+    M, N = 8, 16
+    x = torch.randn(M, 43)          # rows 172 bytes apart
+    y = torch.full((M, N), float("nan"))
+    with pytest.raises(Exception, match="multiples of 16"):
+        dev_copy[(1, 1, 1)](x, y, M, N, 43, N, BM=8, BN=16)
+    x = torch.randn(M, 44)          # 176 bytes: fine
+    dev_copy[(1, 1, 1)](x, y, M, N, 44, N, BM=8, BN=16)
+    torch.testing.assert_close(y, x[:, :N] * 2 + 1)

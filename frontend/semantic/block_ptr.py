@@ -275,9 +275,25 @@ def _make_tensor_descriptor(c: Call) -> Any:
     block = _block_shape(c, c.const("block_shape"), r, "kit.make_tensor_descriptor")
     zeros = [c.b.constant(0, int32) for _ in range(r)]
     desc = TensorDescriptor(base, shp, st, zeros, block, tuple(range(r - 1, -1, -1)))
-    if c.b.fn.attrs.get("_tma_target") and isinstance(strides[-1], int):
-        from .tma_desc import device_map
+    if isinstance(strides[-1], int):
+        from .tma_desc import device_map, tma_eligible
 
-        desc.dev_map = device_map(c.b, desc)
+        if c.b.fn.attrs.get("_tma_target"):
+            desc.dev_map = device_map(c.b, desc)
+        elif c.b.fn.attrs.get("target") is None and tma_eligible(desc):
+            _assert_tma_aligned(c.b, desc)
     return desc
+
+
+def _assert_tma_aligned(b, desc) -> None:
+    """In the interpreter, Triton's rule for a descriptor the GPU copies by TMA (sm_90a): base
+    and row stride multiples of 16 bytes. The GPU traps on them (a dead CUDA context); the
+    interpreter stops at the call with the rule instead of computing a result."""
+    e = desc.dtype.element_ty.itemsize
+    addr = b.cast(desc.base, int64)
+    row = b.binary("mul", desc.strides[0], e)
+    bad = b.binary("or", b.binary("and", addr, 15), b.binary("and", row, 15))
+    b.device_assert(b.compare("eq", bad, 0),
+                    "kit.make_tensor_descriptor: base and row stride must be multiples of 16 "
+                    "bytes (Triton's rule; on sm_90a the GPU copies by TMA and traps otherwise)")
 

@@ -55,11 +55,16 @@ def _fits(b, desc) -> bool:
     return True
 
 
+def tma_eligible(desc) -> bool:
+    """An in-kernel descriptor whose blocks sm_90a copies by TMA (else the masked path)."""
+    return desc.padding == "zero" and _shape_fits(desc)
+
+
 def device_map(b, desc) -> Value | None:
     """`kit.make_tensor_descriptor` on sm_90a: the kernel builds the descriptor's
     CUtensorMap where the call is (its box as the shared tile's layout splits it: one
     swizzle span of columns), or None where its blocks keep the masked path."""
-    if desc.padding != "zero" or not _shape_fits(desc):
+    if not tma_eligible(desc):
         return None
     from kitjit.ir.layouts import shared_layout
 

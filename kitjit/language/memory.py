@@ -57,8 +57,8 @@ def make_tensor_descriptor(base, shape, strides, block_shape, padding_option="ze
     through TMA: the kernel builds the CUtensorMap in its program's 128-byte slot of a
     global scratch that each launch allocates (`kit.set_allocator`'s function, as Triton's;
     without one, a torch tensor on the device). As in Triton, `base` and the row stride
-    must then be multiples of 16 bytes: the GPU traps otherwise (a dead CUDA context; the
-    interpreter's default masked path does not check this yet and computes the result).
+    must then be multiples of 16 bytes: the GPU traps otherwise (a dead CUDA context), and
+    the interpreter stops at the call with that rule for the same descriptors.
     Other descriptors, other targets and the interpreter use masked pointer loads and
     stores, with the same results."""
 
