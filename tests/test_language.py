@@ -195,8 +195,8 @@ def _run_binop(op, x, y, out, expect, block=128):
 
 PROMOTIONS = [
     # (x dtype, y dtype, result dtype): Triton's rules
-    (torch.bfloat16, torch.float16, kit.float32),
-    (torch.float16, torch.bfloat16, kit.float32),
+    (torch.bfloat16, torch.float16, kit.float16),   # Triton 3.6: fp16 wins (rule 3)
+    (torch.float16, torch.bfloat16, kit.float16),
     (torch.float16, torch.float32, kit.float32),
     (torch.bfloat16, torch.float32, kit.float32),
     (torch.float16, torch.float16, kit.float16),
@@ -240,8 +240,9 @@ def test_float_binops(dtype, op, n):
     if op == "div":
         y = torch.where(y.abs() < 0.1, torch.full_like(y, 0.5), y)
     # Triton 3.6 divides fp16/bf16 in fp32 (a fp32 result); the store rounds it back
-    rd = kit.float32 if op == "div" and dtype in (torch.float16, torch.bfloat16) else \
-        from_torch(dtype)
+    # and takes bf16 min/max in fp32 (no bf16 min/max in the hardware it targets)
+    rd = kit.float32 if op == "div" and dtype in (torch.float16, torch.bfloat16) or \
+        op in ("minimum", "maximum") and dtype == torch.bfloat16 else from_torch(dtype)
     out = _run_binop(op, x, y, poisoned(n, dtype), rd)
     a, b = x.double().cpu(), y.double().cpu()
     ref = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
@@ -1301,7 +1302,7 @@ def _f(n, dt=torch.float32):
 SM90_CASES = {
     # name: (kernel, args, constexprs)
     "binop-bf16+fp16": lambda: (binop_kernel, (_f(64, torch.bfloat16), _f(64, torch.float16),
-                                               _f(64), 64), dict(OP="add", EXPECT=kit.float32,
+                                               _f(64), 64), dict(OP="add", EXPECT=kit.float16,
                                                                  BLOCK=64)),
     "binop-i8-floordiv": lambda: (binop_kernel, (_f(64, torch.int8), _f(64, torch.int8),
                                                  _f(64, torch.int8), 60),

@@ -157,7 +157,8 @@ def promo_kernel(X, Y, I, Out, n, BLOCK: kit.constexpr):
     kit.static_assert((i + y).dtype == kit.float32, "an int tile with bf16 is fp32")
     kit.static_assert((y + y).dtype == kit.bfloat16)
     kit.static_assert((i + x).dtype == kit.float16)
-    kit.static_assert((y * n).dtype == kit.bfloat16, "a scalar int keeps the tile's bf16")
+    kit.static_assert((y * n).dtype == kit.float32, "bf16 with a run-time int scalar is fp32")
+    kit.static_assert((x + y).dtype == kit.float16, "fp16 with bf16 is fp16 (Triton's rule 3)")
     kit.store(Out + offs, x / (y + 3.0) + i * y, mask=m)
 
 

@@ -15,6 +15,7 @@ from kitjit.ir.types import int1
 
 from ..errors import CompileError
 from ..semantic import describe, shape_str
+from ..semantic.typed_fold import fold_typed, is_typed
 from .calls import _AggregateMethod, _Method
 from .helpers import _HINTS
 
@@ -26,6 +27,7 @@ _PY_BINOPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambd
               "mod": lambda a, b: a % b, "and": lambda a, b: a & b, "or": lambda a, b: a | b,
               "xor": lambda a, b: a ^ b, "shl": lambda a, b: a << b, "shr": lambda a, b: a >> b,
               "pow": lambda a, b: a ** b}
+_TYPED_OPS = frozenset(_PY_BINOPS) - {"pow"}
 _CMPOPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq",
            ast.NotEq: "ne"}
 _PY_CMP = {"lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
@@ -114,6 +116,8 @@ class ExpressionsMixin:
 
     def fold(self, node, op, a, b) -> Any:
         try:
+            if op in _TYPED_OPS and (is_typed(a) or is_typed(b)):
+                return fold_typed(op, a, b)   # an assigned number: Triton's tensor math
             return _PY_BINOPS[op](a, b)
         except Exception as e:
             raise self.err(node, f"cannot compute {describe(a)} {op} {describe(b)} at compile "

@@ -14,6 +14,7 @@ from kitjit.ir.types import TileType, int32, int64
 
 from ..errors import CompileError
 from ..semantic import describe, literal_dtype, promote, shape_str, weak_dtype
+from ..semantic.base import typed_number
 from .expressions import _BINOPS
 from .helpers import _HINTS, _MISSING, _dtype_attr_of, _Return
 
@@ -39,7 +40,7 @@ class StatementsMixin:
         pass
 
     def stmt_Assign(self, node: ast.Assign) -> None:
-        value = self.expr(node.value)
+        value = _as_assigned(self.expr(node.value))
         for target in node.targets:
             self.assign(target, value)
 
@@ -51,7 +52,7 @@ class StatementsMixin:
         if ann is kl.constexpr and isinstance(value, Value):
             raise self.err(node.value, f"'{ast.unparse(node.target)}' is annotated "
                            "kit.constexpr but its value is computed at run time")
-        self.assign(node.target, value)
+        self.assign(node.target, value if ann is kl.constexpr else _as_assigned(value))
 
     def stmt_AugAssign(self, node: ast.AugAssign) -> None:
         op = _BINOPS.get(type(node.op))
@@ -59,7 +60,7 @@ class StatementsMixin:
             raise self.err(node, f"'{type(node.op).__name__}' is not supported")
         cur = self.expr(_load_ctx(node.target))
         self.at(node)
-        self.assign(node.target, self.binop(op, cur, self.expr(node.value), node))
+        self.assign(node.target, _as_assigned(self.binop(op, cur, self.expr(node.value), node)))
 
     def assign(self, target: ast.expr, value: Any) -> None:
         if isinstance(target, ast.Name):
@@ -640,6 +641,15 @@ def _rdesc(v: Any) -> str:
     if isinstance(v, tuple):
         return f"a tuple of {len(v)}"
     return describe(v)
+
+
+def _as_assigned(value: Any) -> Any:
+    """A value as an assignment leaves it: Triton's code generator makes a Python number
+    a scalar tensor there (`to_tensor`), so `n = 3; x_i8 + n` is int32 and `eps = 1e-6;
+    x_fp16 + eps` fp32, while the literal forms take the tile's dtype; tuples element-wise."""
+    if isinstance(value, tuple) and type(value) is tuple:
+        return tuple(_as_assigned(v) for v in value)
+    return typed_number(value)
 
 
 def _assigned(stmts: list[ast.stmt]) -> list[str]:

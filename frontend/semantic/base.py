@@ -2,7 +2,7 @@
 
 `BuilderBase` appends ops to the current block (`emit` accepts only ops declared in
 `kitjit.ir.ops`) and raises `CompileError` at the current source location. Type promotion
-follows Triton: floats win over ints, the wider float wins, fp16 with bf16 meets at fp32; ints
+follows Triton: floats win over ints, the wider float wins, fp16 with bf16 is fp16; ints
 of one signedness take the wider; Python literals are weak and take the tile's type.
 """
 
@@ -23,6 +23,8 @@ from kitjit.ir.types import (
     int1,
     int32,
     int64,
+    uint32,
+    uint64,
 )
 
 from ..errors import CompileError
@@ -100,39 +102,107 @@ class BuilderBase:
 
 # -------------------------------------------------------------------- type rules
 def literal_dtype(x: Any) -> DType | None:
+    """The dtype Triton's `to_tensor` gives a Python number: bool int1; int int32, uint32
+    (2**31 <= x < 2**32), int64 or uint64 (2**63 <= x < 2**64); float fp32 where fp32 holds
+    it as a normal number (or 0, inf, NaN), else fp64."""
     if isinstance(x, bool):
         return int1
     if isinstance(x, int):
-        return int32 if -(2 ** 31) <= x < 2 ** 31 else int64
+        if -(2 ** 31) <= x < 2 ** 31:
+            return int32
+        if 2 ** 31 <= x < 2 ** 32:
+            return uint32
+        return int64 if -(2 ** 63) <= x < 2 ** 63 else uint64
     if isinstance(x, float):
-        return float32
+        ax = abs(x)
+        if ax == 0.0 or ax == float("inf") or x != x or 2.0 ** -126 <= ax <= _FP32_MAX:
+            return float32
+        return float64
     return None
 
 
+_FP32_MAX = (2 - 2 ** -23) * 2.0 ** 127
+
+
+class TypedInt(int):
+    """A Python int a kernel assigned to a name (`n = 3`, `acc = 0`). Triton's code
+    generator turns such a value into a scalar tensor (`to_tensor`: int32, uint32, int64 or
+    uint64), so next to a tile it promotes as a tensor, not as a literal (`x_i8 + n` is
+    int32 there, `x_i8 + 3` int8). kitjit keeps its value known at compile time, so it still
+    serves where a constant is wanted (kit.arange bounds, shapes), and types it as Triton
+    does next to tiles (`typed_dtype`)."""
+
+    kit_dtype: DType
+
+    def __new__(cls, value: int, dtype: DType):
+        obj = super().__new__(cls, value)
+        obj.kit_dtype = dtype
+        return obj
+
+
+class TypedFloat(float):
+    """A Python float a kernel assigned to a name: an fp32 (or fp64) scalar as in Triton
+    (`eps = 1e-6; x_fp16 + eps` computes in fp32 there); see TypedInt."""
+
+    kit_dtype: DType
+
+    def __new__(cls, value: float, dtype: DType):
+        obj = super().__new__(cls, value)
+        obj.kit_dtype = dtype
+        return obj
+
+
+def typed_number(x: Any) -> Any:
+    """`x` as Triton's assignment leaves it: an int or float becomes a TypedInt/TypedFloat
+    of its `to_tensor` dtype (bools need no mark: a bool literal already takes the other
+    side's dtype, as an int1 tensor would); anything else is returned as it is."""
+    if isinstance(x, (TypedInt, TypedFloat)) or isinstance(x, bool):
+        return x
+    if isinstance(x, int):
+        return TypedInt(x, literal_dtype(x))
+    if isinstance(x, float):
+        return TypedFloat(x, literal_dtype(x))
+    return x
+
+
+def typed_dtype(x: Any) -> DType | None:
+    """The dtype of an assigned number (TypedInt/TypedFloat), None for a plain literal."""
+    return getattr(x, "kit_dtype", None)
+
+
 def weak_dtype(x: Any, other: DType | None) -> DType:
-    """The dtype a Python literal takes next to a tile of dtype `other`."""
+    """The dtype a Python literal takes next to a tile of dtype `other`: Triton 3.6's
+    computation_type_impl for a scalar, where a number of the same or a lower kind (bool <
+    int < float) takes the tile's dtype, and one of a higher kind (a float next to an int
+    tile, an int next to a bool tile) is its `to_tensor` dtype and then promotes. An int out
+    of the resulting int dtype's range is an error there (`check_literal_range`)."""
     if other is None or other.is_ptr():
         return literal_dtype(x)
+    typed = typed_dtype(x)
+    if typed is not None:
+        return typed
     if isinstance(x, bool):
-        return other if not other.is_floating() else other
-    if isinstance(x, int):
-        if other.is_bool():
-            return literal_dtype(x)
-        if other.is_int():
-            # next to a signed int tile a Python int takes the tile's dtype whatever its
-            # value, wrapped to it (to_value): Triton 3.6's computation_type_impl, where an
-            # int scalar (of kind uint or int) never outranks an int tile, and whose
-            # constants truncate (x_i32 * 2654435761 wraps in 32 bits there, so here too).
-            # Not Triton's yet next to unsigned tiles: a literal in range keeps the tile's
-            # dtype (Triton: uint8 + 5 is int32), else it is int32/int64 and promotes
-            if other.is_int_signed():
-                return other
-            lo, hi = int_range(other)
-            return other if lo <= x <= hi else literal_dtype(x)
         return other
+    if isinstance(x, int):
+        return literal_dtype(x) if other.is_bool() else other
     if isinstance(x, float):
-        return other if other.is_floating() else float32
+        return other if other.is_floating() else literal_dtype(x)
     return literal_dtype(x)
+
+
+def literal_range_error(x: Any, dt: DType) -> str | None:
+    """Triton's message when the literal `x` does not fit the int dtype `dt` the operation
+    computes in, else None (it raises ValueError there; kitjit: a CompileError)."""
+    if not isinstance(x, int) or isinstance(x, bool) or typed_dtype(x) is not None or \
+            not dt.is_int():
+        return None
+    if x < 0 and dt.is_int_unsigned():
+        return ("Cannot perform a binary operation between an unsigned tensor and a negative "
+                "scalar. Perform a explicit cast on one of them.")
+    lo, hi = int_range(dt)
+    if not lo <= x <= hi:
+        return f"Scalar {x} is out of range for type {dt}"
+    return None
 
 
 def int_range(dt: DType) -> tuple[int, int]:
@@ -145,14 +215,13 @@ def int_range(dt: DType) -> tuple[int, int]:
 
 def promote(a: DType, b: DType) -> DType | None:
     """The dtype two operands meet at, as Triton 3.6's computation_type_impl for two tiles:
-    fp64 > fp32 > fp16 > bf16 (bf16 only with bf16: with fp16, an int or an fp8 it is fp32),
+    fp64 > fp32 > fp16 > bf16 (fp16 with bf16 is fp16; bf16 with an int or an fp8 is fp32),
     one fp8 type with itself stays that type, two different fp8 types give fp16, fp8 with
     a wider float that float (with an int: fp16, which Triton rejects). Division and `%`
     of fp16/bf16 then compute in fp32, and an integer tile with a bf16 tile meets at fp32
-    (elementwise.py, which sees shapes). Python literals take the tile's dtype first
-    (weak_dtype). Not Triton's yet: its rule for a scalar next to a tile (a scalar of the
-    same or a lower kind takes the tile's dtype: fp16 tile * fp32 scalar is fp16 there,
-    fp32 here)."""
+    (elementwise.py). Python literals take the tile's dtype first (weak_dtype); run-time
+    scalars and assigned numbers promote as tiles do (Triton's "scalar" rule is for Python
+    numbers only)."""
     if a.is_fp8() or b.is_fp8():
         if a.is_ptr() or b.is_ptr():
             return None
@@ -172,7 +241,7 @@ def promote(a: DType, b: DType) -> DType | None:
                 return float64
             if float32 in (a, b):
                 return float32
-            return float32  # fp16 with bf16
+            return float16  # fp16 with bf16: Triton's rule 3 (fp16 wins) comes first
         return a if a.is_floating() else b
     if a.is_bool():
         return b

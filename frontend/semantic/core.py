@@ -12,7 +12,16 @@ from kitjit.ir.core import Value
 from kitjit.ir.registry import typing_rule
 from kitjit.ir.types import DType, TileType, float32, int32
 
-from .base import Number, _describe, int_range, is_pow2, is_row_blocks, literal_dtype, weak_dtype
+from .base import (
+    Number,
+    _describe,
+    int_range,
+    is_pow2,
+    is_row_blocks,
+    literal_dtype,
+    typed_dtype,
+    weak_dtype,
+)
 from .call_rules import Call, call_rule
 
 
@@ -49,8 +58,8 @@ class CoreOps:
         if not isinstance(x, Number):
             raise self.error(f"expected a tile or a number, got {_describe(x)}")
         dt = weak_dtype(x, like.dtype if like is not None else None)
-        if isinstance(x, int) and not isinstance(x, bool) and dt.is_int() and \
-                dt.is_int_signed() and -(2 ** 63) <= x < 2 ** 64 and \
+        if typed_dtype(x) is None and isinstance(x, int) and not isinstance(x, bool) and \
+                dt.is_int() and dt.is_int_signed() and -(2 ** 63) <= x < 2 ** 64 and \
                 not int_range(dt)[0] <= x <= int_range(dt)[1]:
             # a literal out of a signed tile's range: wrapped (two's complement), as
             # Triton materialises it in the tile's dtype

@@ -23,12 +23,14 @@ from kitjit.ir.types import (
     float32,
     float64,
     int1,
+    int8,
+    int16,
     int32,
     int64,
 )
 from kitjit.language.extra.libdevice import SUPPORTED as LIBDEVICE
 
-from .base import describe, promote
+from .base import describe, literal_range_error, promote, typed_number, weak_dtype
 from .call_rules import Call, call_rule
 
 
@@ -93,15 +95,21 @@ class ElementwiseOps:
         """Both operands as Values of one dtype and shape, ready for an elementwise op."""
         if not isinstance(a, Value) and not isinstance(b, Value):
             raise self.error(f"internal: '{opname}' on two constants")
+        lit, tile = (b, a) if isinstance(a, Value) else (a, b)   # a Python number, if any
+        if not isinstance(lit, Value):
+            msg = literal_range_error(lit, weak_dtype(lit, tile.dtype))
+            if msg is not None:   # Triton raises too; wrapping would change the value
+                raise self.error(msg, f"write the constant as kit.full([], {lit}, kit.int64) "
+                                 "or convert the tile with .to(...) first")
         if not isinstance(a, Value):
             a = self.to_value(a, b)
         if not isinstance(b, Value):
             b = self.to_value(b, a)
         dt = promote(a.dtype, b.dtype)
         if dt is not None and (a.dtype is bfloat16) != (b.dtype is bfloat16) and \
-                (a.type.is_scalar == b.type.is_scalar) and \
                 any(v.dtype.is_int() or v.dtype.is_bool() for v in (a, b)):
-            dt = float32  # Triton: an integer and bf16 meet at fp32 (two tiles or scalars)
+            dt = float32  # Triton: an integer and bf16 meet at fp32 (tiles or scalars)
+
         if dt is None:
             raise self.error(f"'{opname}' cannot combine {a.dtype} and {b.dtype}",
                              "convert one side with .to(kit.<dtype>)")
@@ -119,8 +127,19 @@ class ElementwiseOps:
             return self.pointer_arith(opname, a, b)
         if opname == "div":
             a, b = self._float_operands(a, b)
+        if opname in ("div", "mod"):   # Triton: fp16/bf16 `/` and `%` compute in fp32, and a
+            a, b = (self.cast(v, float32) if isinstance(v, Value) and  # literal beside them
+                    v.dtype in (float16, bfloat16) else v for v in (a, b))  # is made in fp32
+        left_signed = isinstance(a, Value) and a.dtype.is_int_signed()
         a, b = self.binary_operands(a, b, opname)
         dt = a.dtype
+        if opname == "shr" and left_signed and dt.is_int_unsigned():
+            # Triton picks the shift by the left operand's own signedness (ashr for a signed
+            # one) and computes it in the promoted unsigned dtype: the same bits as a shift
+            # of the signed type of that width
+            st = {8: int8, 16: int16, 32: int32, 64: int64}[dt.bits]
+            r = self.emit1("shr", [self.cast(a, st), self.cast(b, st)], TileType(st, a.shape))
+            return self.cast(r, dt)
         if opname in ("div", "mod") and dt in (float16, bfloat16):  # Triton: in fp32
             a, b = self.cast(a, float32), self.cast(b, float32)
             dt = float32
@@ -173,6 +192,9 @@ class ElementwiseOps:
     def compare(self, pred: str, a: Any, b: Any) -> Value:
         if isinstance(a, Value) and a.dtype.is_ptr() or isinstance(b, Value) and b.dtype.is_ptr():
             raise self.error("pointers cannot be compared")
+        # Triton's comparison operators take a number as its `to_tensor` dtype (fp32, int32,
+        # ...), not the tile's: x_fp16 < 0.1 compares in fp32 there
+        a, b = (v if isinstance(v, Value) else typed_number(v) for v in (a, b))
         a, b = self.binary_operands(a, b, _CMP_SYMBOL[pred])
         if a.dtype.is_fp8():  # (exact in fp32)
             a, b = self.cast(a, float32), self.cast(b, float32)
@@ -298,9 +320,13 @@ def _min_max(c: Call) -> Any:
     nan = getattr(nan, "value", nan)
     if not isinstance(c["x"], Value) and not isinstance(c["y"], Value):
         return (min if c.name == "minimum" else max)(c["x"], c["y"])
-    r = c.b.binary(c.name, c["x"], c["y"])
+    # Triton's tl.minimum/maximum take a number as its `to_tensor` dtype (not the tile's:
+    # maximum(x_fp16, 0.0) is fp32 there) and compute bf16 in fp32 (no bf16 min/max)
+    x, y = (typed_number(v) if not isinstance(v, Value) else
+            c.b.cast(v, float32) if v.dtype is bfloat16 else v for v in (c["x"], c["y"]))
+    r = c.b.binary(c.name, x, y)
     if nan and r.dtype.is_floating():
-        x, y = c.b.binary_operands(c["x"], c["y"], c.name)
+        x, y = c.b.binary_operands(x, y, c.name)
         r = c.b.where(c.b.compare("ne", x, x), x, c.b.where(c.b.compare("ne", y, y), y, r))
     return r
 
@@ -361,7 +387,7 @@ def _libdevice(c: Call) -> Any:
     if fn == "pow":  # an integer exponent is powif/powi, as in Triton's dispatch
         e = args[1]
         if isinstance(e, Value) and e.dtype.is_int() and not e.dtype.is_bool() or \
-                type(e) is int and -(2 ** 31) <= e < 2 ** 31:
+                isinstance(e, int) and not isinstance(e, bool) and -(2 ** 31) <= e < 2 ** 31:
             fn = "powi"
     return c.b.math_fn(fn, args, what)
 
