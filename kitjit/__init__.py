@@ -5,7 +5,12 @@
 Triton's names; see README.md.
 """
 
-__version__ = "0.1.0"
+__kitjit_version__ = "0.1.0"   # this package's release: pip's version, the CLI, the cache key
+#: What `triton.__version__` reads after `import kitjit as triton`: the Triton language version
+#: kitjit follows, with kitjit's release as the PEP 440 local label. Kernels' host code that
+#: branches on Triton's version (unsloth takes a pre-3.0 path below "3.0") then takes the
+#: path written for the semantics kitjit implements.
+__version__ = f"3.6.0+kitjit.{__kitjit_version__}"
 
 
 def _mount_top_level_packages() -> None:
@@ -64,7 +69,7 @@ from .torch_ops import custom_op  # noqa: E402
 
 __all__ = ["jit", "JITFunction", "CompiledKernel", "compile_aot", "interpret_mode",
            "autotune", "Autotuner", "Config", "heuristics", "Heuristics", "set_allocator",
-           "runtime", "custom_op", "testing", "graph", "__version__",
+           "runtime", "custom_op", "testing", "graph", "__version__", "__kitjit_version__",
            *_lang_all]
 
 

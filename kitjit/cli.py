@@ -458,9 +458,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def _version() -> str:
     try:
-        from kitjit import __version__
+        from kitjit import __kitjit_version__
 
-        return str(__version__)
+        return str(__kitjit_version__)
     except ImportError:
         from importlib.metadata import PackageNotFoundError, version
 

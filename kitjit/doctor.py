@@ -12,9 +12,9 @@ from kitjit.cache import KernelCache
 
 
 def _kitjit_version() -> str:
-    from kitjit import __version__
+    from kitjit import __kitjit_version__
 
-    return str(__version__)
+    return str(__kitjit_version__)
 
 
 

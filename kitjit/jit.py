@@ -26,7 +26,7 @@ import time
 import warnings
 from typing import Any
 
-from . import __version__
+from . import __kitjit_version__
 from . import launcher as _launcher
 from .ir.types import TileType, dtype_from_name
 from .jit_meta import (  # noqa: F401  (_kind: kitjit.testing reads it here)
@@ -434,7 +434,7 @@ class JITFunction:
 
         from .toolchain import assembler_fingerprint, compiler_source_hash
 
-        text = repr((self.dep_hash, __version__, compiler_source_hash(), specs,
+        text = repr((self.dep_hash, __kitjit_version__, compiler_source_hash(), specs,
                      [_const_repr(c) for c in consts], num_warps, arch, llvmlite.__version__,
                      assembler_fingerprint()))
         return hashlib.sha256(text.encode()).hexdigest()[:48]
@@ -562,7 +562,7 @@ class JITFunction:
             **({"scratch": 128 * fn.attrs["_scratch_slots"]}
                if fn.attrs.get("_scratch_slots") else {}),
             "compile_seconds": round(time.perf_counter() - t0, 4),
-            "versions": {"kitjit": __version__},
+            "versions": {"kitjit": __kitjit_version__},
             "assembler": res.extra.get("assembler", "unknown"),
             # what ptxas warned about (e.g. C7515: WGMMAs serialized); kept in the cache
             **({"ptxas_warnings": res.warnings} if res.warnings else {}),

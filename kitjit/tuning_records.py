@@ -13,7 +13,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from . import __version__
+from . import __kitjit_version__
 
 if TYPE_CHECKING:
     from .autotune import Autotuner, Config, Target
@@ -32,7 +32,7 @@ def record_path(tuning_dir: pathlib.Path, fn: JITFunction, keyrec: dict[str, Any
                  target: Target) -> pathlib.Path:
     """One file per (kernel source, key, GPU, kitjit version); the config list is *not* part
     of it, so adding a config keeps the others' timings."""
-    ident = {"kitjit": __version__, "dep_hash": fn.dep_hash, "key": keyrec["key"],
+    ident = {"kitjit": __kitjit_version__, "dep_hash": fn.dep_hash, "key": keyrec["key"],
              "dtypes": keyrec["dtypes"], "gpu": target.name, "arch": target.arch}
     digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:32]
     return tuning_dir / safe_name(fn.__name__) / f"{digest}.json"
@@ -90,7 +90,7 @@ def write_record(path: pathlib.Path, tuner: Autotuner, keyrec: dict[str, Any], t
         "kernel": fn.__name__,
         "source": f"{parsed.file}:{parsed.first_line}",
         "dep_hash": fn.dep_hash,
-        "kitjit": __version__,
+        "kitjit": __kitjit_version__,
         "gpu": target.name,
         "arch": target.arch,
         "key": keyrec["key"],

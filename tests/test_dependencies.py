@@ -19,8 +19,13 @@ PROJECT = PY["project"]
 
 def test_version_lives_in_one_place():
     assert "version" not in PROJECT and "version" in PROJECT["dynamic"]
-    assert PY["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "kitjit.__version__"}
-    assert re.fullmatch(r"\d+\.\d+\.\d+", kitjit.__version__)
+    assert PY["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "kitjit.__kitjit_version__"}
+    assert re.fullmatch(r"\d+\.\d+\.\d+", kitjit.__kitjit_version__)
+    # what `triton.__version__` reads after the import swap: Triton's version, kitjit's as the
+    # local label (a valid PEP 440 version that compares as 3.6.0)
+    assert kitjit.__version__ == f"3.6.0+kitjit.{kitjit.__kitjit_version__}"
+    from packaging.version import Version
+    assert Version("3.0") <= Version(kitjit.__version__) < Version("3.7")
 
 
 def test_numba_is_not_a_dependency_and_nothing_imports_it():

@@ -19,7 +19,7 @@ import warnings
 
 import torch
 
-from .. import __version__
+from .. import __kitjit_version__
 from ..cache import KernelCache, disk_cache_enabled
 from ..testing import has_gpu
 from . import plan, space
@@ -237,7 +237,7 @@ def superoptimize(g: KernelGraph, budget: float = 120.0, trials: int = 3, cache:
     bar = Progress(progress)
     gpu = has_gpu()
     device = "cuda" if gpu else "cpu"
-    key = hashlib.sha256(f"kit.graph|{g.signature()}|{_gpu_name()}|{__version__}|"
+    key = hashlib.sha256(f"kit.graph|{g.signature()}|{_gpu_name()}|{__kitjit_version__}|"
                          f"{GENERATOR_VERSION}".encode()).hexdigest()
     kc = KernelCache()
     use_cache = cache and disk_cache_enabled()
@@ -338,7 +338,7 @@ def superoptimize(g: KernelGraph, budget: float = 120.0, trials: int = 3, cache:
                                       for t in g.inputs),
                 "arch": _gpu_name(), "seconds": score, "measured": gpu,
                 "model_seconds": est, "search_seconds": round(bar.elapsed(), 2),
-                "graph": g.signature(), "kitjit": __version__, "search": stats}
+                "graph": g.signature(), "kitjit": __kitjit_version__, "search": stats}
         bar.say(f"chose {name}: {len(groups)} kernel(s), {score * 1e6:.1f} us "
                 f"({'measured' if gpu else 'modelled'}); {stats['failed']} dropped")
         path = None
