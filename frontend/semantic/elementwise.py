@@ -239,6 +239,24 @@ class ElementwiseOps:
                              f"{x.dtype}", "convert with .to(kit.uint32)")
         return self.emit1("umulhi", [x, y], x.type)
 
+    @typing_rule("inline_asm")
+    def inline_asm(self, asm: str, constraints: str, args: list, dtypes: list,
+                   pure: bool, pack: int) -> list[Value]:
+        """kit.inline_asm_elementwise: `asm` run on `pack` elements at a time of the args
+        (broadcast to one shape, each keeping its dtype); one result tile per dtype."""
+        vals = [self.to_value(a) for a in args]
+        shape: tuple = ()
+        for v in vals:
+            shape = self.broadcast_shapes(shape, v.shape)
+        vals = [self.broadcast_to(v, shape) for v in vals]
+        for v in vals:
+            if v.dtype.is_ptr():
+                raise self.error("kit.inline_asm_elementwise: pointer arguments are not "
+                                 "supported yet", "pass the address as .to(kit.int64)")
+        op = self.emit("inline_asm", vals, [TileType(d, shape) for d in dtypes],
+                       {"asm": asm, "constraints": constraints, "pure": pure, "pack": pack})
+        return list(op.results)
+
 
     @typing_rule("math")
     def math_fn(self, fn: str, args: list, what: str | None = None) -> Value:
@@ -446,3 +464,28 @@ def _fold_math(cg, node, name, x):
 @call_rule("umulhi", lambda x, y: None)
 def _umulhi(c: Call) -> Any:
     return c.b.umulhi(c["x"], c["y"])
+
+
+@call_rule("inline_asm_elementwise",
+           lambda asm, constraints, args, dtype, is_pure, pack: None)
+def _inline_asm(c: Call) -> Any:
+    """Triton's tl.inline_asm_elementwise: `dtype` one dtype (one result) or a tuple (a
+    tuple of results); `$0..` name the outputs (pack each), then the inputs, where inputs
+    and outputs narrower than 32 bits come min(32 / bits, pack) to a 32-bit register."""
+    asm, cons = c.const("asm", "a string"), c.const("constraints", "a string")
+    if not isinstance(asm, str) or not isinstance(cons, str):
+        raise c.err("kit.inline_asm_elementwise: asm and constraints must be strings")
+    dtype = c.const("dtype", "a dtype or a tuple of dtypes")
+    many = isinstance(dtype, (tuple, list))
+    dtypes = list(dtype) if many else [dtype]
+    if not dtypes or not all(isinstance(d, DType) and not d.is_ptr() for d in dtypes):
+        raise c.err(f"kit.inline_asm_elementwise: dtype must be a dtype or a non-empty tuple "
+                    f"of them, got {describe(dtype)}")
+    args = c["args"]
+    args = list(args) if isinstance(args, (tuple, list)) else [args]
+    pack = c.const("pack", "an int")
+    if not isinstance(pack, int) or isinstance(pack, bool) or pack < 1:
+        raise c.err(f"kit.inline_asm_elementwise: pack must be a positive int, got {pack!r}")
+    out = c.b.inline_asm(asm, cons, args, dtypes, bool(c.const("is_pure", "True or False")),
+                         int(pack))
+    return tuple(out) if many else out[0]

@@ -97,6 +97,18 @@ def cast(x, dtype):
 
 
 @builtin
+def inline_asm_elementwise(asm, constraints, args, dtype, is_pure, pack):
+    """Triton's `tl.inline_asm_elementwise`: run the PTX `asm` over the elements of `args`
+    (broadcast to one shape), `pack` elements of each thread at a time; `dtype` is the
+    result's dtype, or a tuple of dtypes for a tuple of results. Operands are numbered as in
+    Triton: the outputs first (`pack` each), then the inputs; elements narrower than 32 bits
+    travel min(32 / bits, pack) to a 32-bit register (`=r` / `r`), so pack=4 over uint8 is
+    one register. `is_pure=False` keeps the asm even when its results are unused. The
+    number of elements each thread holds must be a multiple of `pack`. The CPU interpreter
+    cannot run PTX: a kernel with inline asm is an error there (as in Triton's)."""
+
+
+@builtin
 def umulhi(x, y):
     """The high N bits of the 2N-bit product of N-bit integers x and y (int32, uint32,
     int64, uint64). The product is unsigned whatever the signedness, as Triton's
