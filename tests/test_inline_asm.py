@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from kitjit.frontend.errors import CompileError
 from test_language import compile_gpu
 
 import kitjit as kit
-from kitjit.frontend.errors import CompileError
 from kitjit.testing import has_gpu
 
 

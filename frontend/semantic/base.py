@@ -201,7 +201,8 @@ def literal_range_error(x: Any, dt: DType) -> str | None:
                 "scalar. Perform a explicit cast on one of them.")
     lo, hi = int_range(dt)
     if not lo <= x <= hi:
-        return f"Scalar {x} is out of range for type {dt}"
+        shown = x if abs(x) < 10 ** 30 else "(a very large integer)"
+        return f"Scalar {shown} is out of range for type {dt}"
     return None
 
 

@@ -99,8 +99,10 @@ class ElementwiseOps:
         if not isinstance(lit, Value):
             msg = literal_range_error(lit, weak_dtype(lit, tile.dtype))
             if msg is not None:   # Triton raises too; wrapping would change the value
-                raise self.error(msg, f"write the constant as kit.full([], {lit}, kit.int64) "
-                                 "or convert the tile with .to(...) first")
+                hint = (f"write the constant as kit.full([], {lit}, kit.int64) or convert "
+                        "the tile with .to(...) first") if abs(lit) < 2 ** 63 else \
+                    "no kernel dtype holds an integer this large"
+                raise self.error(msg, hint)
         if not isinstance(a, Value):
             a = self.to_value(a, b)
         if not isinstance(b, Value):

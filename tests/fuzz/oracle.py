@@ -23,7 +23,7 @@ from .model import (
     is_float,
     is_fp8,
     is_unsigned,
-    meet,
+    meet_tensors,
     round_to,
     wrap,
 )
@@ -158,7 +158,7 @@ class Reference:
                                                 "n_extra": k.n_extra}))
         for j, sym in enumerate(n.a["cmps"]):
             ca, cb = n.kids[2 + 2 * j], n.kids[3 + 2 * j]
-            dt = meet(ca, cb)
+            dt = meet_tensors(ca, cb)
             a, b = self.arg(ca, dt), self.arg(cb, dt)
             slack = a.e + b.e
             unstable = unstable | a.u | b.u | ((np.abs(a.v - b.v) <= slack) & (slack > 0))
