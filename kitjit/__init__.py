@@ -50,6 +50,7 @@ from .log_config import configure as _configure_logging  # noqa: E402
 _configure_logging()  # KITJIT_LOG
 
 from . import (  # noqa: E402
+    distributed,  # kit.distributed: peer pointers, the simulated world
     runtime,  # triton.runtime.driver
     testing,  # kit.testing.do_bench, as triton.testing
 )
