@@ -73,8 +73,7 @@ where it blocks (`_Compiler.gop`). `yield` is registered in control.py but never
 
 from __future__ import annotations
 
-from . import (  # noqa: F401
-    control, core, dot, elementwise, memory, reduction, scan, shape, signal, tma)
+from . import control, core, dot, elementwise, memory, reduction, scan, shape, signal, tma  # noqa: F401
 from .compiler import _Compiler as _Compiler
 from .compiler import _execute as _execute
 from .compiler import _pure as _pure
