@@ -22,9 +22,9 @@ ranks simulated in the interpreter, checked against float64 torch).
 from __future__ import annotations
 
 import torch
+from _dist_common import SIG_BASE, check, init_gpus, on_gpus
 
 import kitjit as kit
-from _dist_common import SIG_BASE, check, init_gpus, on_gpus
 
 
 @kit.jit

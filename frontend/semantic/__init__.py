@@ -1,8 +1,8 @@
 """Typing rules and op construction: what `a + b`, `kit.load(...)`, `kit.sum(...)` mean.
 
 One module per op family of `kitjit.ir.ops` (core, elementwise, memory, reduction, scan, shape,
-dot, tma, control, signal). Each holds the family's Builder mixin, whose methods type-check operands,
-insert casts and broadcasts and emit the ops (each marked `@typing_rule("op")`), and the
+dot, tma, control, signal). Each holds the family's Builder mixin, whose methods type-check
+operands, insert casts and broadcasts and emit the ops (each marked `@typing_rule("op")`), and the
 `kit.<name>(...)` call rules of the family (`@call_rule`, see `call_rules.py`). `base.py`
 holds the Builder's state, the shared helpers and the type promotion rules.
 
