@@ -70,7 +70,8 @@ from .torch_ops import custom_op  # noqa: E402
 
 __all__ = ["jit", "JITFunction", "CompiledKernel", "compile_aot", "interpret_mode",
            "autotune", "Autotuner", "Config", "heuristics", "Heuristics", "set_allocator",
-           "runtime", "custom_op", "testing", "graph", "distributed", "__version__", "__kitjit_version__",
+           "runtime", "custom_op", "testing", "graph", "distributed", "__version__",
+           "__kitjit_version__",
            *_lang_all]
 
 
