@@ -72,13 +72,14 @@ def allgather_matmul_kernel(Bufs, Sigs, B, C, rank, epoch, m, N, K,
                   mask=(rm[:, None] < m) & (rn[None, :] < N))
 
 
-def launch(handle, bufs, sigs, b, c, m, epoch, BM=64, BN=64, BK=32, COPY_ROWS=32):
+def launch(handle, bufs, sigs, b, c, m, epoch, BM=64, BN=64, BK=32, COPY_ROWS=32,
+           num_warps=4):
     """One rank's launch; the rank's rows must already be in its buffer's slot."""
     ws, (K, N) = handle.world_size, b.shape
     grid = (kit.cdiv(m, COPY_ROWS) + ws * kit.cdiv(m, BM) * kit.cdiv(N, BN),)
     allgather_matmul_kernel[grid](bufs, sigs, b, c, handle.rank, epoch, m, N, K, WS=ws,
                                   BM=BM, BN=BN, BK=BK, COPY_ROWS=COPY_ROWS,
-                                  SIG_BASE=SIG_BASE, num_warps=4)
+                                  SIG_BASE=SIG_BASE, num_warps=num_warps)
 
 
 def simulated(ws: int = 2, m: int = 40, K: int = 48, N: int = 72) -> None:

@@ -70,14 +70,15 @@ def matmul_reducescatter_kernel(A, B, Bufs, Sigs, Out, rank, epoch, m, N, K,
                   mask=ok)
 
 
-def launch(handle, bufs, sigs, a, b, out, epoch, BM=64, BN=64, BK=32, RM=32, RN=64):
+def launch(handle, bufs, sigs, a, b, out, epoch, BM=64, BN=64, BK=32, RM=32, RN=64,
+           num_warps=4):
     """One rank's launch: a [ws*m, K_r], b [K_r, N] -> out [m, N]; the buffer behind
     `bufs` is fp32 [ws, m, N] on every rank."""
     ws, (K, N), m = handle.world_size, b.shape, out.shape[0]
     grid = (ws * kit.cdiv(m, BM) * kit.cdiv(N, BN) + kit.cdiv(m, RM) * kit.cdiv(N, RN),)
     matmul_reducescatter_kernel[grid](a, b, bufs, sigs, out, handle.rank, epoch, m, N, K,
                                       WS=ws, BM=BM, BN=BN, BK=BK, RM=RM, RN=RN,
-                                      SIG_BASE=SIG_BASE, num_warps=4)
+                                      SIG_BASE=SIG_BASE, num_warps=num_warps)
 
 
 def simulated(ws: int = 2, m: int = 40, K: int = 40, N: int = 72) -> None:

@@ -206,14 +206,19 @@ def test_signal_ops_sass(tmp_path, scope):
     assert ck.metadata["spills"] == 0 and "STL" not in sass
 
 
-def test_allgather_matmul_compiles_for_sm90a():
+@pytest.mark.parametrize("example", ["allgather_matmul", "matmul_reducescatter"])
+def test_examples_compile_for_sm90a(example):
     from kitjit.tools import disassemble, find_tool
 
     if find_tool("cuobjdump") is None or find_tool("nvdisasm") is None:
         pytest.skip("cuobjdump/nvdisasm not found")
-    ck = kit.compile_aot(str(EXAMPLES / "allgather_matmul.py"), "allgather_matmul_kernel",
-                         ["*i64", "*i64", "*bf16", "*bf16"] + ["i32"] * 5,
-                         dict(WS=2, BM=64, BN=64, BK=32, COPY_ROWS=32, SIG_BASE=256))
+    if example == "allgather_matmul":
+        sig = ["*i64", "*i64", "*bf16", "*bf16"] + ["i32"] * 5
+        consts = dict(WS=2, BM=64, BN=64, BK=32, COPY_ROWS=32, SIG_BASE=256)
+    else:
+        sig = ["*bf16", "*bf16", "*i64", "*i64", "*bf16"] + ["i32"] * 5
+        consts = dict(WS=2, BM=64, BN=64, BK=32, RM=32, RN=64, SIG_BASE=256)
+    ck = kit.compile_aot(str(EXAMPLES / f"{example}.py"), f"{example}_kernel", sig, consts)
     sass = disassemble(ck.asm["cubin"])
     assert "LDG.E.STRONG.SYS" in sass and "REDG.E.ADD.STRONG.SYS" in sass and "HMMA" in sass
     assert ck.metadata["spills"] == 0
