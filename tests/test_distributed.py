@@ -127,6 +127,24 @@ def test_programs_of_one_grid_wait_for_each_other():
     _chain("cpu")
 
 
+@kit.jit
+def roles_kernel(Sig, Out):
+    """A consumer warpgroup waits for the producer warpgroup's signal."""
+    if kit.warpgroup_id() == 0:
+        kit.signal_wait(Sig, 1, scope="gpu")
+        kit.store(Out, kit.load(Out + 1) + 1)
+    else:
+        kit.store(Out + 1, 41)
+        kit.signal_set(Sig, 1, scope="gpu")
+
+
+def test_signals_between_warpgroup_roles():
+    sig = torch.zeros(1, dtype=torch.int32)
+    out = torch.zeros(2, dtype=torch.int32)
+    roles_kernel[(1,)](sig, out, num_warps=8)
+    assert out.tolist() == [42, 41] and sig.item() == 1
+
+
 @pytest.mark.parametrize("ws", [2, 3])
 def test_allgather_matmul_example(ws):
     import allgather_matmul
@@ -180,6 +198,16 @@ def signals(Sig, X, Y, SCOPE: kit.constexpr):
     kit.store(Y + offs, kit.load(X + offs))
     kit.signal_set(Sig + 2, 1, scope=SCOPE)
     kit.signal_add(Sig + 3, 1, scope=SCOPE)
+
+
+@kit.jit
+def roles(Sig, Out):
+    if kit.warpgroup_id() == 0:
+        kit.signal_wait(Sig, 1, scope="gpu")
+        kit.store(Out, kit.load(Out + 1) + 1)
+    else:
+        kit.store(Out + 1, 41)
+        kit.signal_set(Sig, 1, scope="gpu")
 '''
 
 
@@ -204,6 +232,19 @@ def test_signal_ops_sass(tmp_path, scope):
     assert f"MEMBAR.ALL.{s}" in sass or f"MEMBAR.SC.{s}" in sass  # release's fence
     assert "BAR.SYNC" in sass and "ATOMG" not in sass  # (red: no result comes back)
     assert ck.metadata["spills"] == 0 and "STL" not in sass
+
+
+def test_signal_ops_in_roles_use_the_roles_barrier(tmp_path):
+    from kitjit.tools import find_tool
+
+    if find_tool("cuobjdump") is None or find_tool("nvdisasm") is None:
+        pytest.skip("cuobjdump/nvdisasm not found")
+    path = tmp_path / "signals.py"
+    path.write_text(SIGNALS)
+    ck = kit.compile_aot(str(path), "roles", ["*i32", "*i32"], {}, num_warps=8)
+    ptx = ck.asm["ptx"]
+    assert "ld.acquire.gpu.global.b32" in ptx and "st.release.gpu.global.b32" in ptx
+    assert "bar.sync 0;" not in ptx and "bar.sync 0," not in ptx  # only the roles' barriers
 
 
 @pytest.mark.parametrize("example", ["allgather_matmul", "matmul_reducescatter"])
