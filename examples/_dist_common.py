@@ -35,7 +35,9 @@ def init_gpus():
     return rank, dist.get_world_size(), group.group_name, symm_mem
 
 
-def check(out: torch.Tensor, ref: torch.Tensor, what: str, tol: float = 2e-2) -> None:
+def check(out: torch.Tensor, ref: torch.Tensor, what: str, tol: float = 2e-2) -> float:
+    """The largest error relative to the largest reference value; raises above `tol`."""
     err = ((out.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-9)).item()
     if not (err <= tol):  # (NaN fails)
         raise AssertionError(f"{what}: max error {err:.3g} relative to the largest value")
+    return err
