@@ -159,6 +159,22 @@ def test_matmul_reducescatter_example(ws):
     matmul_reducescatter.simulated(ws=ws, m=24 if ws == 3 else 40, K=24, N=40)
 
 
+@kit.jit
+def through_int_address(ptrs_addr, Out):
+    """Triton's idiom: the pointer table as an int address (handle.buffer_ptrs_dev)."""
+    table = ptrs_addr.to(kit.pointer_type(kit.int64))
+    p = kit.load(table + 1).to(kit.pointer_type(kit.float32))
+    kit.store(Out + kit.arange(0, 4), kit.load(p + kit.arange(0, 4)))
+
+
+def test_a_pointer_table_passed_as_an_int_address():
+    x = torch.randn(4)
+    table = torch.tensor([0, x.data_ptr()], dtype=torch.int64)
+    out = torch.full((4,), float("nan"))
+    through_int_address[(1,)](table.data_ptr(), out)
+    assert torch.equal(out, x)
+
+
 # ---------------------------------------------------------------------------- errors
 @kit.jit
 def _bad_tile(Sig, BLOCK: kit.constexpr):
