@@ -50,6 +50,7 @@ from .log_config import configure as _configure_logging  # noqa: E402
 _configure_logging()  # KITJIT_LOG
 
 from . import (  # noqa: E402
+    distributed,  # kit.distributed: peer pointers, the simulated world
     runtime,  # triton.runtime.driver
     testing,  # kit.testing.do_bench, as triton.testing
 )
@@ -69,7 +70,8 @@ from .torch_ops import custom_op  # noqa: E402
 
 __all__ = ["jit", "JITFunction", "CompiledKernel", "compile_aot", "interpret_mode",
            "autotune", "Autotuner", "Config", "heuristics", "Heuristics", "set_allocator",
-           "runtime", "custom_op", "testing", "graph", "__version__", "__kitjit_version__",
+           "runtime", "custom_op", "testing", "graph", "distributed", "__version__",
+           "__kitjit_version__",
            *_lang_all]
 
 

@@ -27,12 +27,13 @@ from .memory import MemoryLowering
 from .reduction import ReductionLowering
 from .scan import ScanLowering
 from .shape import ShapeLowering
+from .signal import SignalLowering
 from .tma import TmaLowering
 
 
 class Lowering(CoreLowering, ElementwiseLowering, MemoryLowering, ReductionLowering,
                ScanLowering, ShapeLowering, DotLowering, TmaLowering, ControlLowering,
-               AmpereLowering, LoweringBase):
+               SignalLowering, AmpereLowering, LoweringBase):
     """Lowers one kernel: `Lowering(fn).llvm_ir()` is its LLVM module's text."""
 
 

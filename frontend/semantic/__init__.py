@@ -1,8 +1,8 @@
 """Typing rules and op construction: what `a + b`, `kit.load(...)`, `kit.sum(...)` mean.
 
 One module per op family of `kitjit.ir.ops` (core, elementwise, memory, reduction, scan, shape,
-dot, tma, control). Each holds the family's Builder mixin, whose methods type-check operands,
-insert casts and broadcasts and emit the ops (each marked `@typing_rule("op")`), and the
+dot, tma, control, signal). Each holds the family's Builder mixin, whose methods type-check
+operands, insert casts and broadcasts and emit the ops (each marked `@typing_rule("op")`), and the
 `kit.<name>(...)` call rules of the family (`@call_rule`, see `call_rules.py`). `base.py`
 holds the Builder's state, the shared helpers and the type promotion rules.
 
@@ -32,11 +32,12 @@ from .memory import MemoryOps
 from .reduction import ReductionOps
 from .scan import ScanOps
 from .shape import ShapeOps
+from .signal import SignalOps
 from .tma import TmaOps
 
 
 class Builder(CoreOps, ElementwiseOps, MemoryOps, ReductionOps, ScanOps, ShapeOps, DotOps,
-              TmaOps, ControlOps, BuilderBase):
+              TmaOps, ControlOps, SignalOps, BuilderBase):
     """Appends ops to the current block and checks every rule a user can break (shapes that
     cannot broadcast, dtypes that cannot meet, axes out of range), raising `CompileError` at
     the current source location."""

@@ -73,7 +73,7 @@ where it blocks (`_Compiler.gop`). `yield` is registered in control.py but never
 
 from __future__ import annotations
 
-from . import control, core, dot, elementwise, memory, reduction, scan, shape, tma  # noqa: F401
+from . import control, core, dot, elementwise, memory, reduction, scan, shape, signal, tma  # noqa: F401
 from .compiler import _Compiler as _Compiler
 from .compiler import _execute as _execute
 from .compiler import _pure as _pure

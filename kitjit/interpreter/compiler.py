@@ -108,7 +108,7 @@ class _Compiler:
         branch that holds one."""
         r = self._blocks.get(id(op))
         if r is None:
-            r = op.name == "mbar_wait" or bool(op.attrs.get("roles")) or \
+            r = op.name in ("mbar_wait", "signal_wait") or bool(op.attrs.get("roles")) or \
                 any(self.blocks(o) for g in op.regions for o in g.ops)
             self._blocks[id(op)] = r
         return r
@@ -250,6 +250,13 @@ def run(fn: Function, grid: tuple[int, int, int], args: list) -> None:
         from kitjit.frontend.tma_groups import group_tma_loads
 
         group_tma_loads(fn)
+    from .world import _Launch, collect_or_run, needs_schedule, run_together
+
+    if needs_schedule(fn):  # programs that wait for each other run as coroutines
+        la = _Launch(fn, (g[0], g[1], g[2]), list(args))
+        if not collect_or_run(la):
+            run_together([la])
+        return
     mem = _Memory(fn, args)
     try:
         with np.errstate(all="ignore"):

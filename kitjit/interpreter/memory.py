@@ -163,6 +163,14 @@ class _Memory:
         self.spins: dict[int, tuple[int, tuple, int]] = {}
         self.bases = np.array([b.base for b in self.bufs], dtype=np.int64)
 
+    def add_tensors(self, tensors: list) -> None:
+        """Map tensors that are no argument but that pointers may reach (the peers' buffers
+        of a simulated world), without `_adopt`'s search."""
+        for t in tensors:
+            self._locate_tensor(t)
+        self.bufs.sort(key=lambda b: b.base)
+        self.bases = np.array([b.base for b in self.bufs], dtype=np.int64)
+
     def _locate_tensor(self, a: Any) -> tuple[_Buffer, int]:
         """The buffer holding tensor `a`'s storage (one per storage) and `a`'s byte offset."""
         st = a.untyped_storage()

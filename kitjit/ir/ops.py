@@ -25,6 +25,11 @@ load       ptr [, mask [, other]]         has_mask, has_other                   
 store      ptr, value [, mask]            has_mask                                   -
 atomic_rmw ptr, val [, mask]              kind in ATOMIC_KINDS, sem, scope, has_mask old values
 atomic_cas ptr, cmp, val                  sem, scope                                 old values
+signal_wait ptr(scalar), value            cmp in SIGNAL_CMPS, sem, scope (spin until  -
+                                          `*ptr cmp value`; the whole program waits)
+signal_set ptr(scalar), value             sem, scope (after the program's earlier     -
+                                          writes, one thread stores value)
+signal_add ptr(scalar), value             sem, scope (as signal_set, adds; no result) -
 umulhi     a, b (ints)                    - (high half of the 2N-bit product)        same type
 inline_asm *args (one shape, any dtypes)  asm, constraints, pure, pack               one tile per
                                           (kit.inline_asm_elementwise: PTX per pack   output dtype
@@ -83,6 +88,14 @@ ATOMIC_KINDS = frozenset({"add", "max", "min", "and", "or", "xor", "xchg"})
 ATOMIC_SEMS = ("acq_rel", "acquire", "release", "relaxed")
 ATOMIC_SCOPES = ("gpu", "cta", "sys")
 
+# kit.signal_wait / signal_set / signal_add (the `signal` family: flags in peer or local
+# memory, for kernels that communicate across GPUs or across the programs of one grid)
+SIGNAL_CMPS = ("eq", "ne", "ge", "gt", "le", "lt")
+SIGNAL_WAIT_SEMS = ("acquire", "relaxed")
+SIGNAL_SET_SEMS = ("release", "relaxed")
+SIGNAL_ADD_SEMS = ("release", "acq_rel", "relaxed")
+SIGNAL_SCOPES = ("sys", "gpu")
+
 CMP_PREDS = frozenset({"lt", "le", "gt", "ge", "eq", "ne"})
 
 REDUCE_KINDS = frozenset({"sum", "max", "min", "argmax", "argmin"})
@@ -119,3 +132,4 @@ declare("memory", "atomic_rmw", "atomic_cas")
 declare("elementwise", "umulhi")
 declare("elementwise", "inline_asm")
 declare("elementwise", "math")
+declare("signal", "signal_wait", "signal_set", "signal_add")

@@ -38,6 +38,7 @@ from . import (  # noqa: F401
     reduction,
     scan,
     shape,
+    signal,
     tma,
 )
 from .base import (  # noqa: F401

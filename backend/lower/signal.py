@@ -1,0 +1,71 @@
+"""The `signal` family: signal_wait, signal_set, signal_add (flags that programs on this GPU
+or on peers wait on and set).
+
+Each is a CTA-wide step done by one thread, the leader (thread 0, or the first thread of the
+warpgroup role it runs in), with a barrier on the right side of it:
+
+- signal_wait: the leader spins on `ld.acquire.<scope>` until the compare holds, then a
+  barrier lets the other threads go on. Acquire in the leader plus the barrier orders every
+  thread's later loads after the signalling program's earlier stores (PTX memory model:
+  causality order runs through the barrier).
+- signal_set / signal_add: a barrier first (every thread's earlier stores, to peers too,
+  are done in program order before it), then the leader's `st.release.<scope>` /
+  `red.release.<scope>.add`: release is cumulative, so it publishes what the barrier made
+  the leader observe.
+"""
+
+from __future__ import annotations
+
+from kitjit.ir.core import Op
+from kitjit.ir.registry import lowering
+
+from ..nvvm import VOID, asm
+from .base import LoweringBase
+
+
+class SignalLowering(LoweringBase):
+    """Signals in global memory, one leader thread per program (or per role)."""
+
+    def leader(self):
+        return self.thread0()  # tid is relative to the role inside warpgroup roles
+
+    def _signal_args(self, op: Op):
+        (p,) = self.get(op.operands[0])
+        (v,) = self.get(op.operands[1])
+        dt = op.operands[0].dtype.element_ty
+        return p, v, dt.bits, ("s" if dt.is_int_signed() else "u"), \
+            ("r" if dt.bits == 32 else "l")
+
+    @lowering("signal_wait")
+    def op_signal_wait(self, op: Op) -> None:
+        p, v, w, sign, reg = self._signal_args(op)
+        sem, scope, cmp = op.attrs["sem"], op.attrs["scope"], op.attrs["cmp"]
+        with self.b.if_then(self.leader()):
+            asm(self.b, VOID,
+                f"{{ .reg .pred P1; .reg .b{w} V1; \nKITSIG${{:uid}}: \n"
+                f"ld.{sem}.{scope}.global.b{w} V1, [$0]; \n"
+                f"setp.{cmp}.{sign}{w} P1, V1, $1; \n"
+                "@!P1 bra KITSIG${:uid}; }",
+                f"l,{reg},~{{memory}}", [p, v])
+        self.sync()
+
+    @lowering("signal_set")
+    def op_signal_set(self, op: Op) -> None:
+        p, v, w, _, reg = self._signal_args(op)
+        self.sync()
+        with self.b.if_then(self.leader()):
+            asm(self.b, VOID, f"st.{op.attrs['sem']}.{op.attrs['scope']}.global.b{w} "
+                "[$0], $1;", f"l,{reg},~{{memory}}", [p, v])
+
+    @lowering("signal_add")
+    def op_signal_add(self, op: Op) -> None:
+        p, v, w, _, reg = self._signal_args(op)
+        sem, scope = op.attrs["sem"], op.attrs["scope"]
+        self.sync()
+        with self.b.if_then(self.leader()):
+            if sem == "acq_rel":  # red has no acq_rel form: an atom whose result is dropped
+                asm(self.b, VOID, f"{{ .reg .b{w} O1; atom.acq_rel.{scope}.global.add.u{w} "
+                    "O1, [$0], $1; }", f"l,{reg},~{{memory}}", [p, v])
+            else:
+                asm(self.b, VOID, f"red.{sem}.{scope}.global.add.u{w} [$0], $1;",
+                    f"l,{reg},~{{memory}}", [p, v])
