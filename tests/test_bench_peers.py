@@ -67,3 +67,25 @@ def test_backward_table_has_the_triton_column(monkeypatch):
     assert "Triton" in lines[0] and "x Triton" in lines[0]
     assert "250" in lines[1] and "1.60" in lines[1]
     assert "x Triton tutorial 1.6" in text and "OutOfResources" in text
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_gpu_tutorial_attention_with_real_triton(monkeypatch, D, causal):
+    """The peer as the bench runs it: real Triton on the GPU, bf16, against float64."""
+    pytest.importorskip("triton")
+    monkeypatch.syspath_prepend(str(BENCH))
+    monkeypatch.delitem(sys.modules, "triton_fused_attention", raising=False)
+    tutorial = importlib.import_module("triton_fused_attention")
+    g = torch.Generator().manual_seed(2)
+    q, k, v, do = (torch.randn(2, 3, 384, D, generator=g).to(torch.bfloat16).cuda()
+                   for _ in range(4))
+    o, m = tutorial.forward(q, k, v, causal, D ** -0.5)
+    dq, dk, dv = tutorial.backward(do, q, k, v, o, m, causal, D ** -0.5)
+    ts = [t.double().requires_grad_() for t in (q, k, v)]
+    ref = F.scaled_dot_product_attention(*ts, is_causal=causal)
+    ref.backward(do.double())
+    assert rel_error(o, ref) < 1e-2
+    for name, got, t in zip(("dq", "dk", "dv"), (dq, dk, dv), ts):
+        assert rel_error(got, t.grad) < 2e-2, name
