@@ -2,8 +2,9 @@
 
     python benchmarks/bench.py [--json out.json] [--quick] [--only norms,launch,first]
 
-(sections: norms, gemm, attention, bwd, decode, launch, first; bwd and decode live in
-benchmarks/bench_attn.py)
+(sections: norms, gemm, attention, bwd (or backward), decode, launch, first; bwd and decode
+live in benchmarks/bench_attn.py. Issue 12's table: --only attention,bwd,decode. Each
+section's seconds are printed and kept in the JSON, "section_s")
 
 - softmax, layernorm, rmsnorm (bf16, 32768x4096 and 8192x16384) against torch and Triton,
   as GB/s (one read and one write of the tensor) and as a fraction of this run's
@@ -644,26 +645,49 @@ def main() -> None:
         print("benchmarks need a GPU")
         return
     results["device"] = torch.cuda.get_device_name()
-    only = set(args.only.split(","))
+    only = {"bwd" if s == "backward" else s for s in args.only.split(",")}
+    section_s = results["section_s"] = {}
+    t_all = time.perf_counter()
     copy_gbs = copy_bandwidth()
     results["copy_gbs"] = round(copy_gbs, 1)
     tri = triton_kernels()
     if "norms" in only:
+        t0 = time.perf_counter()
         bench_norms(copy_gbs, tri, args.warp_variants)
+        section_s["norms"] = round(time.perf_counter() - t0, 1)
+        print(f"section norms: {section_s['norms']} s", flush=True)
     if args.gemm_configs:
         GEMM_CONFIGS[:] = json.loads(args.gemm_configs)
     if "gemm" in only:
+        t0 = time.perf_counter()
         bench_gemm(tri, args.quick)
+        section_s["gemm"] = round(time.perf_counter() - t0, 1)
+        print(f"section gemm: {section_s['gemm']} s", flush=True)
     if "attention" in only:
+        t0 = time.perf_counter()
         bench_attention(tri)
+        section_s["attention"] = round(time.perf_counter() - t0, 1)
+        print(f"section attention: {section_s['attention']} s", flush=True)
     if "bwd" in only:
+        t0 = time.perf_counter()
         bench_attn.bench_attention_bwd(results, interleaved)
+        section_s["bwd"] = round(time.perf_counter() - t0, 1)
+        print(f"section bwd: {section_s['bwd']} s", flush=True)
     if "decode" in only:
+        t0 = time.perf_counter()
         bench_attn.bench_decode(results, interleaved)
+        section_s["decode"] = round(time.perf_counter() - t0, 1)
+        print(f"section decode: {section_s['decode']} s", flush=True)
     if "launch" in only:
+        t0 = time.perf_counter()
         bench_launch(tri)
+        section_s["launch"] = round(time.perf_counter() - t0, 1)
+        print(f"section launch: {section_s['launch']} s", flush=True)
     if "first" in only:
+        t0 = time.perf_counter()
         first_call()
+        section_s["first"] = round(time.perf_counter() - t0, 1)
+        print(f"section first: {section_s['first']} s", flush=True)
     results["peers_status"] = peer_getters.status()    # FA4 / quack: "ok" or why not timed
     with open(args.json, "w") as f:
         json.dump(results, f, indent=1, default=str)
@@ -672,6 +696,7 @@ def main() -> None:
     for path in write_plots(results, args.json):
         print(f"wrote {path}")
     print(table(copy_gbs))
+    print(f"sections (s): {section_s}; whole run {time.perf_counter() - t_all:.0f} s")
 
 
 if __name__ == "__main__":

@@ -2,9 +2,10 @@
 
 - `bench_attention_bwd`: dQ+dK+dV of kitjit's backward (kitjit/nn/attention_backward.py) on
   the issue's six forward cases (and D=256, outside their geomean), against the backward
-  of torch's flash and cuDNN SDPA backends, FLOPs counted as 2.5x the forward's. bench.py's
-  Triton attention is its own FA2 forward, not the tutorial's fused attention, so it has no
-  backward to compare.
+  of torch's flash and cuDNN SDPA backends, FA4 (when staged) and Triton's tutorial
+  backward (06-fused-attention, benchmarks/triton_fused_attention.py; "not installed"
+  without triton), FLOPs counted as 2.5x the forward's, every variant timed in the same
+  interleaved rounds.
 - `bench_decode`: one query row per head against a long KV cache (B 1/8/64, H 32, H_kv 8,
   Skv 4096/16384/32768, D 128, bf16), kitjit's sdpa (split-KV, kitjit/nn/attention_decode.py)
   against every torch SDPA backend that takes the call (math skipped: it materializes the
@@ -20,6 +21,7 @@ import math
 
 import peers as peer_getters  # benchmarks/peers.py: FA4, when staged
 import torch
+import triton_fused_attention as tutorial  # Triton's 06-fused-attention (a peer)
 
 from kitjit.testing import check
 
@@ -73,29 +75,55 @@ def bench_attention_bwd(results: dict, interleaved) -> None:
                     runs[name] = run
                 except Exception as e:
                     peers[name] = f"n/a: {type(e).__name__}: {str(e)[:80]}"
+            _tutorial_peer(q, k, v, do, causal, S, runs, peers)
             fa4 = peer_getters.fa4_backward(q, k, v, causal)   # None: not installed
             if fa4 is not None:
                 runs["fa4"] = fa4
             else:
                 peers["fa4"] = peer_getters.status().get("fa4", "not installed")
             ms = interleaved(runs)
-            for name in ("flash", "cudnn", "fa4"):
+            for name in ("flash", "cudnn", "fa4", "triton"):
                 if name in ms:
                     peers[name] = round(flop / ms[name], 1)
             kit_tf = flop / ms["kitjit"]
             row = {"case": f"B{B} H{H} S{S} D{D}{' causal' if causal else ''}",
                    "kitjit_tflops": round(kit_tf, 1), "peers": peers, "rel_err": err}
-            for name in ("flash", "cudnn", "fa4"):
+            for name in ("flash", "cudnn", "fa4", "triton"):
                 if isinstance(peers.get(name), float):
                     row[f"vs_{name}"] = round(kit_tf / peers[name], 3)
             results["attention_bwd"].append(row)
             print(row, flush=True)
     six = [r for r in results["attention_bwd"] if r["case"].split()[3] != "D256"]
-    for name in ("flash", "cudnn"):
+    for name in ("flash", "cudnn", "triton"):
         xs = [r[f"vs_{name}"] for r in six if f"vs_{name}" in r]
         if xs:
             results[f"attention_bwd_geomean_vs_{name}"] = round(
                 math.exp(sum(map(math.log, xs)) / len(xs)), 3)
+
+
+def _tutorial_peer(q, k, v, do, causal: bool, S: int, runs: dict, peers: dict) -> None:
+    """Triton's tutorial backward beside kitjit's (same bf16 inputs: the file casts P and dS
+    to the inputs' dtype where the tutorial casts to fp16), checked like kitjit's on two
+    heads in float64 where S <= 4096; its failure is a row entry, never the section's."""
+    from attention_backward import reference_grads
+
+    if not tutorial.available():
+        peers["triton"] = "not installed"
+        return
+    try:
+        run = tutorial.backward_runner(q, k, v, do, causal)
+        if S <= 4096:
+            got = tutorial.backward(do[:1, :2], q[:1, :2], k[:1, :2], v[:1, :2],
+                                    *tutorial.forward(q[:1, :2], k[:1, :2], v[:1, :2], causal,
+                                                      q.shape[-1] ** -0.5),
+                                    causal, q.shape[-1] ** -0.5)
+            want = reference_grads(q[:1, :2], k[:1, :2], v[:1, :2], do[:1, :2], causal)
+            for g, r, n in zip(got, want, ("dq", "dk", "dv")):
+                check(g, r, 2e-2, f"Triton tutorial backward {n}")
+        run()
+        runs["triton"] = run
+    except Exception as e:          # e.g. out of shared memory at D=256
+        peers["triton"] = f"n/a: {type(e).__name__}: {str(e)[:80]}"
 
 
 def graph_ms(fns: list, min_ms: float = 20.0) -> float:
@@ -230,16 +258,24 @@ def table_lines(results: dict) -> list[str]:
     lines = []
     if results.get("attention_bwd"):
         lines.append(f"{'attention backward (bf16)':26} {'kitjit':>7} {'flash':>7} {'cuDNN':>7} "
-                     f"{'FA4':>7} {'x flash':>8} {'x cuDNN':>8} {'x FA4':>6}  "
-                     "(TFLOP/s, 2.5x fwd FLOPs)")
+                     f"{'FA4':>7} {'Triton':>7} {'x flash':>8} {'x cuDNN':>8} {'x FA4':>6} "
+                     f"{'x Triton':>8}  (TFLOP/s, 2.5x fwd FLOPs)")
         for r in results["attention_bwd"]:
             p = r["peers"]
             lines.append(f"{r['case']:26} {f(r['kitjit_tflops'])} {f(p.get('flash'))} "
-                         f"{f(p.get('cudnn'))} {f(p.get('fa4'))} {f(r.get('vs_flash'), 8, 2)} "
-                         f"{f(r.get('vs_cudnn'), 8, 2)} {f(r.get('vs_fa4'), 6, 2)}")
+                         f"{f(p.get('cudnn'))} {f(p.get('fa4'))} {f(p.get('triton'))} "
+                         f"{f(r.get('vs_flash'), 8, 2)} {f(r.get('vs_cudnn'), 8, 2)} "
+                         f"{f(r.get('vs_fa4'), 6, 2)} {f(r.get('vs_triton'), 8, 2)}")
         lines.append("geomean (the six D 64/128 cases): x flash "
                      f"{results.get('attention_bwd_geomean_vs_flash')}, x cuDNN "
-                     f"{results.get('attention_bwd_geomean_vs_cudnn')}")
+                     f"{results.get('attention_bwd_geomean_vs_cudnn')}, x Triton tutorial "
+                     f"{results.get('attention_bwd_geomean_vs_triton')}")
+        why = {r["peers"].get("triton") for r in results["attention_bwd"]} - {None}
+        why = [w for w in why if isinstance(w, str)]
+        if why:
+            lines.append(f"Triton tutorial backward: {'; '.join(sorted(why))}")
+        lines.append("Triton tutorial: benchmarks/triton_fused_attention.py (its algorithm and "
+                     "launch; P, dS in the inputs' dtype; non-causal without its mask)")
     if results.get("decode"):
         lines.append(f"{'decode (bf16, us)':28} {'kitjit':>7} {'flash':>7} {'cuDNN':>7} "
                      f"{'effic.':>7} {'x best':>7} | graph: {'kitjit':>7} {'flash':>7} "

@@ -191,8 +191,11 @@ def test_torch_call_and_signature(poison, no_fallback):
                   enable_gqa=True)
     assert from_kernel(out, poison)
     assert_close(out, ref(q, k, v, is_causal=True, enable_gqa=True), "torch's call")
-    out = KF.sdpa(q, k, v, None, 0.0, False, 0.3, True)                # positionally
-    assert_close(out, ref(q, k, v, scale=0.3, enable_gqa=True), "positional, scale=0.3")
+    out = KF.sdpa(q, k, v, None, 0.0, False, scale=0.3, enable_gqa=True)
+    assert_close(out, ref(q, k, v, scale=0.3, enable_gqa=True), "scale=0.3")
+    for f in (KF.sdpa, F.scaled_dot_product_attention):   # scale, enable_gqa: keyword-only
+        with pytest.raises(TypeError):
+            f(q, k, v, None, 0.0, False, 0.3, True)
     assert KF.sdpa is KF.scaled_dot_product_attention
 
 

@@ -8,6 +8,7 @@ reason (per process): never a silently different result.
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 
 import torch
@@ -58,10 +59,15 @@ def _capability(dev: torch.device) -> tuple[int, int]:
     return _CAPS[i]
 
 
-def _fallback_reasons(query, key, value, attn_mask, dropout_p, scale, enable_gqa) -> list[str]:
+def _fallback_reasons(query, key, value, attn_mask, dropout_p, scale, enable_gqa,
+                      is_causal: bool = False) -> list[str]:
     """Why the kitjit kernel cannot run this call (empty: it can). Shapes torch rejects
     also land here; torch then raises its own error."""
     why = []
+    if type(is_causal) is not bool or type(enable_gqa) is not bool \
+            or not (scale is None or type(scale) in (float, int)):
+        # torch's argument parser decides (its TypeError, or its result for a 0-d tensor scale)
+        return ["is_causal, enable_gqa or scale of a type other than bool, bool, float"]
     if attn_mask is not None:
         why.append("attn_mask is not supported by the kitjit kernel")
     if dropout_p != 0.0:
@@ -161,7 +167,7 @@ _attention_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
-                                 is_causal=False, scale=None, enable_gqa=False):
+                                 is_causal=False, *, scale=None, enable_gqa=False):
     """torch.nn.functional.scaled_dot_product_attention, with a backward.
 
     query (..., H, L, E), key and value (..., H_kv, S, E) with H_kv == H, or H_kv dividing H
@@ -182,9 +188,19 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     runs through torch's own implementation with a KitjitFallbackWarning per reason.
 
     No keys (S == 0): zeros (the empty sum over keys; torch's CPU kernel leaves that output
-    uninitialized).
+    uninitialized), with a grad_fn where an input requires grad (its gradients are zeros).
+    NaN/inf in the inputs propagate as in torch's float64 (math) reference: a NaN in a query
+    row makes that output row NaN (torch's fp16/bf16/fp32 CPU kernel drops it).
+
+    As torch's: `scale` and `enable_gqa` are keyword-only; `is_causal` and `enable_gqa` must
+    be bool (torch's TypeError otherwise); a numpy or bool `scale` is taken as a float, a
+    tensor `scale` goes to torch (which takes a 0-d one).
     """
+    if scale is not None and type(scale) not in (float, int) and \
+            isinstance(scale, numbers.Real):   # numpy scalars, bool: torch's parser takes them
+        scale = float(scale)
     if attn_mask is None and dropout_p == 0.0 and query.__class__ is torch.Tensor and \
+            is_causal.__class__ is bool and enable_gqa.__class__ is bool and \
             key.__class__ is torch.Tensor and value.__class__ is torch.Tensor and \
             not (torch.is_grad_enabled() and (query.requires_grad or key.requires_grad
                                               or value.requires_grad)) and \
@@ -202,6 +218,14 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     return _general(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
 
+def _no_keys(out: torch.Tensor) -> torch.Tensor:
+    """Zeros for an output over no keys, keeping torch's grad_fn (gradients of zero reach
+    q, k, v): torch's CPU kernel leaves such an output uninitialized."""
+    if not out.requires_grad:
+        return torch.zeros_like(out)
+    return torch.where(torch.zeros((), dtype=torch.bool, device=out.device), out, 0.0)
+
+
 _FAST: dict = {}
 _UNSEEN = object()
 
@@ -214,7 +238,7 @@ def _fast_path(query, key, value, is_causal, scale, enable_gqa):
     if len(_FAST) >= 4096:
         _FAST.clear()
     if query.dim() != 4 or key.shape[2] == 0 or \
-            _fallback_reasons(query, key, value, None, 0.0, scale, enable_gqa):
+            _fallback_reasons(query, key, value, None, 0.0, scale, enable_gqa, is_causal):
         return None
     B, H, S, D = query.shape
     dev = query.device
@@ -231,14 +255,20 @@ def _fast_path(query, key, value, is_causal, scale, enable_gqa):
 
 def _general(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
     """Every call the fast path does not take: fallbacks, autograd, the forward kernels."""
-    why = _fallback_reasons(query, key, value, attn_mask, dropout_p, scale, enable_gqa)
+    why = _fallback_reasons(query, key, value, attn_mask, dropout_p, scale, enable_gqa,
+                            is_causal)
     if why:
+        if all(isinstance(t, torch.Tensor) and t.dim() >= 2 for t in (key, value)) and \
+                not key.is_nested and key.shape[-2] != value.shape[-2]:
+            # torch's math path raises here; its CPU kernel reads past the values' end
+            raise RuntimeError(f"scaled_dot_product_attention: key and value must have the "
+                               f"same length, got {key.shape[-2]} and {value.shape[-2]}")
         out = torch.nn.functional.scaled_dot_product_attention(
             query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
             scale=scale, enable_gqa=enable_gqa)   # raises torch's error for bad calls
         for reason in why:
             _warn_once(reason)
-        return torch.zeros_like(out) if out.numel() and key.shape[-2] == 0 else out
+        return _no_keys(out) if out.numel() and key.shape[-2] == 0 else out
     if key.shape[-2] == 0:
         return query.new_zeros(query.shape)
     lead = query.shape[:-3]
