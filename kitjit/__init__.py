@@ -50,8 +50,11 @@ from .log_config import configure as _configure_logging  # noqa: E402
 _configure_logging()  # KITJIT_LOG
 
 from . import (  # noqa: E402
+    compiler,  # triton.compiler.CompiledKernel, CompilationError
+    knobs,  # triton.knobs: each knob says "not supported yet"
     runtime,  # triton.runtime.driver
     testing,  # kit.testing.do_bench, as triton.testing
+    tools,  # triton.tools.tensor_descriptor
 )
 
 try:
@@ -69,7 +72,8 @@ from .torch_ops import custom_op  # noqa: E402
 
 __all__ = ["jit", "JITFunction", "CompiledKernel", "compile_aot", "interpret_mode",
            "autotune", "Autotuner", "Config", "heuristics", "Heuristics", "set_allocator",
-           "runtime", "custom_op", "testing", "graph", "__version__", "__kitjit_version__",
+           "runtime", "custom_op", "testing", "compiler", "knobs", "tools", "graph",
+           "__version__", "__kitjit_version__",
            *_lang_all]
 
 

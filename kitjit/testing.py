@@ -446,3 +446,8 @@ class FakeDriver:
         driver._TMAP_CACHE.clear()
         if hasattr(driver, "_TMAP_OLD"):
             driver._TMAP_OLD = {}
+
+
+from .language.triton_names import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("kitjit.testing", "triton.testing")

@@ -71,7 +71,7 @@ from .random import (  # noqa: E402,F401
     randn4x,
     uint_to_uniform_float,
 )
-from .standard import softmax, swizzle2d, zeros_like  # noqa: E402,F401
+from .standard import add, mul, softmax, sub, swizzle2d, zeros_like  # noqa: E402,F401
 
 __all__ = [
     "constexpr", "static_range", "range", "next_power_of_2", "builtin", "BUILTINS", "dtype",

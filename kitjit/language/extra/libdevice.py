@@ -77,4 +77,7 @@ def __getattr__(name: str):
         from ..math import unsupported
 
         return unsupported("libdevice", name, "libdevice")
-    raise AttributeError(f"module 'libdevice' has no attribute '{name}'")
+    from ..triton_names import missing_module_name_message
+
+    raise AttributeError(missing_module_name_message("libdevice",
+                                                     "triton.language.extra.libdevice", name))

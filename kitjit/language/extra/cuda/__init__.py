@@ -3,4 +3,7 @@ Triton's CUDA-only builtins (`tl.extra.cuda.gdc_wait()`, `gdc_launch_dependents(
 markers as `kit.gdc_wait`, `kit.gdc_launch_dependents`)."""
 
 from ...control import gdc_launch_dependents, gdc_wait  # noqa: F401
+from ...triton_names import module_getattr as _module_getattr  # noqa: E402
 from . import libdevice  # noqa: F401
+
+__getattr__ = _module_getattr("kitjit.language.extra.cuda", "triton.language.extra.cuda")

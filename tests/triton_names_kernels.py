@@ -1,0 +1,26 @@
+"""Kernels written with Triton's spellings (tensor methods, tl.add/sub/mul) for
+tests/test_triton_names.py: imported there and compiled ahead of time from this file."""
+
+import kitjit as triton
+import kitjit.language as tl
+
+
+@triton.jit
+def tensor_methods_kernel(x_ptr, o_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m, other=0.0)
+    a = x.cumsum(0)
+    s = tl.where(m, x, -float("inf")).softmax(0)
+    b = (x > 0.25).logical_and(x < 0.75).to(tl.float32)
+    c = (x > 0.9).logical_or(x < 0.1).cast(tl.float32)
+    d = tl.add(tl.mul(x, 2.0), tl.sub(a, 1.0))
+    e = (x > 0.5).to(tl.int32).reduce_or(0).to(tl.float32)
+    f = x.cos().sin() + x.exp2().log2() + x.rsqrt() + x.ravel().flip(0).flip(0)
+    tl.store(o_ptr + offs, a + s + b + c + d + e + f + x.max(0), mask=m)
+
+
+@triton.jit
+def item_kernel(x_ptr, BLOCK: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, BLOCK))
+    tl.store(x_ptr, x.item())
