@@ -38,6 +38,7 @@ from .jit_meta import (  # noqa: F401  (_kind: kitjit.testing reads it here)
     _spec_text,
     _tma_meta,
 )
+from .jit_triton_attrs import TritonJITAttrs
 from .launcher import (
     MISSING_ARG,
     _arg_spec,
@@ -183,7 +184,7 @@ class CompiledKernel:
                 f"spills={self.n_spills} shared={self.shared}>")
 
 
-class JITFunction:
+class JITFunction(TritonJITAttrs):
     """A `@kit.jit` function. `kernel[grid](...)` launches it; inside another kernel a call
     inlines it."""
 

@@ -97,3 +97,25 @@ def test_tensor_methods_gpu_match_torch(n):
     o = torch.full((n,), float("nan"), device="cuda")
     k.tensor_methods_kernel[(1,)](x, o, n, BLOCK=128)
     torch.testing.assert_close(o.double().cpu(), _reference(x.cpu()), rtol=1e-5, atol=1e-5)
+
+
+def test_dtype_predicates_answer_as_triton():
+    tl = kit.language
+    assert tl.float16.is_fp16() and tl.bfloat16.is_bf16() and not tl.float32.is_fp16()
+    assert tl.float32.is_standard_floating() and not tl.float8e5.is_standard_floating()
+    assert (tl.float32.fp_mantissa_width, tl.float32.exponent_bias) == (23, 127)
+    assert (tl.float8e4nv.fp_mantissa_width, tl.float8e4nv.exponent_bias) == (3, 7)
+    assert (tl.int8.get_int_min_value(), tl.int8.get_int_max_value()) == (-128, 127)
+    assert tl.uint16.get_int_max_value() == 65535 and tl.int1.is_int1()
+    assert tl.int64.primitive_bitwidth == 64 and tl.int64.scalar is tl.int64
+
+
+def test_jit_function_attributes_host_wrappers_read():
+    import tests.triton_names_kernels as k
+
+    f = k.item_kernel
+    assert f.src.startswith("def item_kernel(x_ptr, BLOCK: tl.constexpr):")
+    assert f.raw_src[0].startswith("@triton.jit")
+    assert f.starting_line_number == 23 and f.module == "tests.triton_names_kernels"
+    assert list(f.signature.parameters) == f.arg_names == ["x_ptr", "BLOCK"]
+    assert f.fn.__name__ == "item_kernel" and f.repr() == "item_kernel"
