@@ -99,7 +99,8 @@ def infer_layouts(fn: Function) -> Function:
                 see(v)
             n = op.name
             if n in O.ELEMENTWISE or n in ("broadcast", "load", "store", "atomic_rmw",
-                                             "atomic_cas", "umulhi", "math", "hint"):
+                                             "atomic_cas", "umulhi", "math", "hint",
+                                             "inline_asm"):
                 same(op.operands + op.results)
             elif n in ("reduce", "reduce_combine"):
                 same(op.operands)

@@ -119,3 +119,66 @@ def test_jit_function_attributes_host_wrappers_read():
     assert f.starting_line_number == 23 and f.module == "tests.triton_names_kernels"
     assert list(f.signature.parameters) == f.arg_names == ["x_ptr", "BLOCK"]
     assert f.fn.__name__ == "item_kernel" and f.repr() == "item_kernel"
+
+
+def _inline_asm_inputs(n, device="cpu"):
+    x, y = torch.randn(n, device=device), torch.randn(n, device=device)
+    o = torch.full((n,), float("nan"), device=device)
+    p = torch.full((n,), -1, dtype=torch.int32, device=device)
+    return x, y, o, p
+
+
+def test_inline_asm_in_the_interpreter_is_a_clear_error_at_the_user_line(monkeypatch):
+    import tests.triton_names_kernels as k
+
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    x, y, o, p = _inline_asm_inputs(16)
+    with pytest.raises(CompileError) as ei:
+        k.inline_asm_kernel[(1,)](x, y, o, p, 16, BLOCK=16)
+    msg = str(ei.value)
+    assert "inline_asm_elementwise runs PTX, which the CPU interpreter cannot run" in msg
+    assert "triton_names_kernels.py:" in msg and "max.f32" in msg
+
+
+def test_inline_asm_compiles_for_sm90a_with_packed_bytes():
+    ck = kit.compile_aot(KERNELS, "inline_asm_kernel", ["*fp32:16"] * 3 + ["*i32:16", "i32"],
+                         {"BLOCK": 256}, 4, "sm_90a")
+    ptx = ck.asm["ptx"]
+    n_f32, n_u8 = ptx.count("max.f32"), ptx.count("0x0F0F0F0F;")
+    assert n_f32 >= 1 and 1 <= n_u8 < n_f32 * 4  # pack=1: an asm per element; 4 per u8 asm
+    assert ck.n_spills == 0
+
+
+@pytest.mark.parametrize("bad,msg", [
+    ("dtype=tl.int1, is_pure=True, pack=1", "result dtype i1 is not supported yet"),
+    ("dtype=tl.float32, is_pure=True, pack=0", "'pack' must be a positive int"),
+])
+def test_inline_asm_refuses_what_it_cannot_do(bad, msg, tmp_path):
+    src = KERNELS_SRC_BAD.format(bad=bad)
+    f = tmp_path / "bad_asm.py"
+    f.write_text(src)
+    with pytest.raises(CompileError, match=msg):
+        kit.compile_aot(str(f), "bad", ["*fp32:16"], {}, 4, "sm_90a")
+
+
+KERNELS_SRC_BAD = '''
+import kitjit as triton
+import kitjit.language as tl
+
+@triton.jit
+def bad(x_ptr):
+    x = tl.load(x_ptr + tl.arange(0, 16))
+    y = tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], {bad})
+    tl.store(x_ptr + tl.arange(0, 16), y)
+'''
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [256, 200])
+def test_inline_asm_gpu_matches_torch(n):
+    import tests.triton_names_kernels as k
+
+    x, y, o, p = _inline_asm_inputs(n, "cuda")
+    k.inline_asm_kernel[(1,)](x, y, o, p, n, BLOCK=256)
+    torch.testing.assert_close(o.double().cpu(), torch.maximum(x, y).double().cpu() + 1)
+    assert torch.equal(p.cpu(), torch.arange(n, dtype=torch.int32) % 251)

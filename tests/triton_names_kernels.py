@@ -24,3 +24,20 @@ def tensor_methods_kernel(x_ptr, o_ptr, n, BLOCK: tl.constexpr):
 def item_kernel(x_ptr, BLOCK: tl.constexpr):
     x = tl.load(x_ptr + tl.arange(0, BLOCK))
     tl.store(x_ptr, x.item())
+
+
+@triton.jit
+def inline_asm_kernel(x_ptr, y_ptr, o_ptr, p_ptr, n, BLOCK: tl.constexpr):
+    """o = max(x, y) + 1 (fp32, pack 1); p = the bytes of b shifted (u8 x 4 in one register)."""
+    offs = tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m)
+    y = tl.load(y_ptr + offs, mask=m)
+    o = tl.inline_asm_elementwise("max.f32 $0, $1, $2; add.f32 $0, $0, 0f3F800000;",
+                                  "=f,f,f", [x, y], dtype=tl.float32, is_pure=True, pack=1)
+    b = (offs % 251).to(tl.uint8)
+    lo, hi = tl.inline_asm_elementwise(
+        "and.b32 $0, $2, 0x0F0F0F0F; shr.b32 $1, $2, 4; and.b32 $1, $1, 0x0F0F0F0F;",
+        "=r,=r,r", [b], dtype=(tl.uint8, tl.uint8), is_pure=True, pack=4)
+    tl.store(o_ptr + offs, o, mask=m)
+    tl.store(p_ptr + offs, lo.to(tl.int32) + 16 * hi.to(tl.int32), mask=m)

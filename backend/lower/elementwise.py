@@ -244,6 +244,58 @@ class ElementwiseLowering(LoweringBase):
         et = mem_type(op.result.dtype.element_ty)
         self.set(op.result, [self.b.gep(x, [y], source_etype=et) for x, y in zip(p, o)])
 
+    @lowering("inline_asm")
+    def op_inline_asm(self, op: Op) -> None:
+        """Triton's inline_asm_elementwise: one asm call per `pack` of a thread's elements
+        (which elements share a call is unspecified, as in Triton; a short last group is
+        padded with undef and its extra results dropped). Elements narrower than 32 bits go
+        packed into one register per 32 bits (a vector <4 x i8>), inputs and results alike;
+        outputs are operands $0.. , inputs follow."""
+        b, pack = self.b, op.attrs["pack"]
+        ins = [(llvm_type(v.dtype), self.get(v)) for v in op.operands]
+        outs = [llvm_type(r.dtype) for r in op.results]
+        n = len(ins[0][1])
+
+        def per_reg(t: ir.Type) -> int:
+            bits = t.width if isinstance(t, ir.IntType) else \
+                {"half": 16, "bfloat": 16, "float": 32, "double": 64}[str(t)]
+            return min(32 // bits, pack) if bits < 32 else 1
+
+        reg_types = []  # per result: (element type, elements per register, registers)
+        for t in outs:
+            k = per_reg(t)
+            reg_types.append((t, k, -(-pack // k)))
+        flat = [ir.VectorType(t, k) if k > 1 else t for t, k, nr in reg_types for _ in range(nr)]
+        ret = flat[0] if len(flat) == 1 else ir.LiteralStructType(flat)
+        results: list[list] = [[] for _ in outs]
+        for g in range(0, n, pack):
+            args = []
+            for t, vals in ins:
+                k = per_reg(t)
+                for j in range(0, pack, k):
+                    lane = [vals[g + j + i] if g + j + i < n else ir.Constant(t, ir.Undefined)
+                            for i in range(k)]
+                    if k == 1:
+                        args.append(lane[0])
+                        continue
+                    vec = ir.Constant(ir.VectorType(t, k), ir.Undefined)
+                    for i, x in enumerate(lane):
+                        vec = b.insert_element(vec, x, ir.Constant(I32, i))
+                    args.append(vec)
+            r = asm(b, ret, op.attrs["asm"], op.attrs["constraints"], args,
+                    side_effect=not op.attrs["is_pure"])
+            regs = [r] if len(flat) == 1 else [b.extract_value(r, i) for i in range(len(flat))]
+            pos = 0
+            for ri, (_t, k, nr) in enumerate(reg_types):
+                elems = []
+                for reg in regs[pos:pos + nr]:
+                    elems += [reg] if k == 1 else \
+                        [b.extract_element(reg, ir.Constant(I32, i)) for i in range(k)]
+                pos += nr
+                results[ri] += elems[:min(pack, n - g)]
+        for res, vals in zip(op.results, results):
+            self.set(res, vals)
+
     @lowering("umulhi")
     def op_umulhi(self, op: Op) -> None:
         """zext, multiply, take the high half: NVPTX selects mul.hi.u32 / mul.hi.u64."""

@@ -295,6 +295,36 @@ class ElementwiseOps:
         cond, x, y = (self.broadcast_to(v, shape) for v in (cond, x, y))
         return self.emit1("select", [cond, x, y], x.type)
 
+    @typing_rule("inline_asm")
+    def inline_asm(self, asm: str, constraints: str, args: list, dtypes: list,
+                   is_pure: bool, pack: int) -> list[Value]:
+        """Triton's inline_asm_elementwise: `args` broadcast to one shape, one result tile of
+        that shape per dtype."""
+        what = "kit.inline_asm_elementwise"
+        if not args:
+            raise self.error(f"{what} needs at least one argument tile",
+                             "pass a tile the asm reads (its shape is the results' shape)")
+        vals = [self.to_value(a) for a in args]
+        for v in vals:
+            if v.type.is_shared or v.dtype.is_ptr() or v.dtype.is_bool() or \
+                    v.dtype.kind not in "fiu":
+                raise self.error(f"{what}: argument {describe(v)} is not supported yet "
+                                 "(numeric tiles only)", "cast bool tiles to kit.int8 or "
+                                 "kit.int32 first; pass pointers as kit.int64 tiles")
+        for dt in dtypes:
+            if not isinstance(dt, DType) or dt.is_ptr() or dt.is_bool() or \
+                    dt.kind not in "fiu":
+                raise self.error(f"{what}: result dtype {dt!r} is not supported yet (numeric "
+                                 "dtypes only)", "return kit.int8/kit.int32 and compare")
+        shape: tuple = ()
+        for v in vals:
+            shape = self.broadcast_shapes(shape, v.shape)
+        vals = [self.broadcast_to(v, shape) for v in vals]
+        op = self.emit("inline_asm", vals, [TileType(dt, shape) for dt in dtypes],
+                       {"asm": asm, "constraints": constraints, "is_pure": is_pure,
+                        "pack": pack})
+        return list(op.results)
+
 
 # Triton's fp8 results (an fp8 type with itself); kitjit computes them in fp32
 _FP8_ARITH = frozenset({"add", "sub", "mul", "div", "mod", "floordiv", "minimum", "maximum"})
@@ -441,6 +471,29 @@ def _fold_math(cg, node, name, x):
         return fns[name](x)
     except Exception as e:
         raise cg.err(node, f"kit.{name}({x!r}) failed at compile time: {e}") from None
+
+
+@call_rule("inline_asm_elementwise",
+           lambda asm, constraints, args, dtype, is_pure, pack: None)
+def _inline_asm_elementwise(c: Call) -> Any:
+    asm, constraints = c.const("asm", "a string"), c.const("constraints", "a string")
+    if not isinstance(asm, str) or not isinstance(constraints, str):
+        raise c.err("kit.inline_asm_elementwise: 'asm' and 'constraints' must be strings")
+    args = c["args"]
+    if isinstance(args, Value) or not isinstance(args, (list, tuple)):
+        raise c.err("kit.inline_asm_elementwise: 'args' must be a list of tiles",
+                    "e.g. args=[x, y]")
+    dtype = c.const("dtype", "a dtype or a tuple of dtypes")
+    dtypes = list(dtype) if isinstance(dtype, (list, tuple)) else [dtype]
+    if not dtypes:
+        raise c.err("kit.inline_asm_elementwise needs at least one result dtype (as Triton)",
+                    "return a dummy tile you do not use")
+    pack = c.const("pack", "a constexpr int")
+    if isinstance(pack, bool) or not isinstance(pack, int) or pack < 1:
+        raise c.err(f"kit.inline_asm_elementwise: 'pack' must be a positive int, got {pack!r}")
+    is_pure = c.const("is_pure", "a constexpr bool")
+    results = c.b.inline_asm(asm, constraints, list(args), dtypes, bool(is_pure), pack)
+    return tuple(results) if isinstance(dtype, (list, tuple)) else results[0]
 
 
 @call_rule("umulhi", lambda x, y: None)

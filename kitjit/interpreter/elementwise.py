@@ -281,6 +281,18 @@ def _umulhi64(a, b):
     return a1 * b1 + (mid1 >> s) + (mid2 >> s)
 
 
+@semantics("inline_asm")
+def inline_asm(comp: object, op: Op, gen: bool = False) -> Callable:
+    """The interpreter cannot run PTX: a clear error at the user's line (Triton's interpreter
+    raises NotImplementedError("inline_asm not supported in interpreter mode") too)."""
+    from kitjit.frontend.errors import CompileError
+
+    raise CompileError("kit.inline_asm_elementwise runs PTX, which the CPU interpreter cannot "
+                       "run (as in Triton's interpreter)", op.loc,
+                       "run this kernel on the GPU, or give the interpreter a path written "
+                       "with kit ops (e.g. `if kit.constexpr(INTERPRET): ...`)")
+
+
 @semantics("umulhi")
 @pure
 def umulhi(op: Op, ctx: _Ctx) -> Callable:

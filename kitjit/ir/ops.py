@@ -26,6 +26,9 @@ store      ptr, value [, mask]            has_mask                              
 atomic_rmw ptr, val [, mask]              kind in ATOMIC_KINDS, sem, scope, has_mask old values
 atomic_cas ptr, cmp, val                  sem, scope                                 old values
 umulhi     a, b (ints)                    - (high half of the 2N-bit product)        same type
+inline_asm *args (same shape)             asm, constraints, is_pure, pack            1+ tiles
+                                          (kit.inline_asm_elementwise)               of args'
+                                                                                     shape
 reduce     a                              kind in REDUCE_KINDS, axis                 a minus axis
 reduce_combine *xs (same shape)           axis; region 0: 2N scalar args (lhs, rhs)  xs minus axis
                                           ends in yield of N (the combine_fn)
@@ -114,4 +117,5 @@ declare("control", "yield", made_by="frontend/codegen (the end of a for/if regio
 declare("shape", "permute", "reshape", "join", "split", "cat", "flip", "gather")
 declare("memory", "atomic_rmw", "atomic_cas")
 declare("elementwise", "umulhi")
+declare("elementwise", "inline_asm")
 declare("elementwise", "math")

@@ -140,3 +140,13 @@ class PropagateNan:
 
     NONE = 0
     ALL = 0xFFFF
+
+
+@builtin
+def inline_asm_elementwise(asm, constraints, args, dtype, is_pure, pack):
+    """Triton's inline assembly over tiles: `asm` (PTX, operands `$0`..., outputs first) runs
+    once per `pack` elements of the broadcast `args`; `constraints` is LLVM's ("=r,r,r");
+    elements narrower than 32 bits are packed into 32-bit registers (4 x int8 in one "r");
+    `dtype` is one dtype (one result tile) or a tuple (a tuple of tiles); `is_pure=False`
+    keeps the asm even when its results are unused. GPU only: the CPU interpreter cannot run
+    PTX (as Triton's interpreter, it raises)."""
