@@ -63,6 +63,8 @@ except ModuleNotFoundError as _e:  # kitjit imports (and compiles) without torch
     if _e.name != "torch":
         raise
 from .autotune import Autotuner, Config, Heuristics, autotune, heuristics  # noqa: E402
+from .constexpr_fn import constexpr_function, must_use_result  # noqa: E402
+from .frontend.errors import CompileError as CompilationError  # noqa: E402  (triton's name)
 from .jit import CompiledKernel, JITFunction, compile_aot, interpret_mode, jit  # noqa: E402
 from .language import *  # noqa: E402,F403
 from .language import __all__ as _lang_all  # noqa: E402
@@ -73,7 +75,8 @@ from .torch_ops import custom_op  # noqa: E402
 __all__ = ["jit", "JITFunction", "CompiledKernel", "compile_aot", "interpret_mode",
            "autotune", "Autotuner", "Config", "heuristics", "Heuristics", "set_allocator",
            "runtime", "custom_op", "testing", "compiler", "knobs", "tools", "graph",
-           "__version__", "__kitjit_version__",
+           "__version__", "__kitjit_version__", "constexpr_function", "must_use_result",
+           "CompilationError",
            *_lang_all]
 
 

@@ -266,6 +266,8 @@ class JITFunction(TritonJITAttrs):
                     h.update(f"{name}:{dep}".encode())
             elif isinstance(v, (int, float, bool, str)) or v is None:
                 h.update(f"{name}={v!r}".encode())
+            elif getattr(v, "__kit_constexpr_function__", False):
+                h.update(f"{name}:{v.source_hash}".encode())
             elif type(v).__name__ == "constexpr":
                 h.update(f"{name}={v.value!r}".encode())
         return h.hexdigest()

@@ -13,7 +13,7 @@ from typing import Any
 from .perf_report import Benchmark, Mark, perf_report  # noqa: E402,F401 (Triton's names)
 
 __all__ = ["has_gpu", "device", "rel_error", "check", "bench", "do_bench",
-           "do_bench_cudagraph", "Benchmark", "Mark", "perf_report"]
+           "do_bench_cudagraph", "Benchmark", "Mark", "perf_report", "assert_close"]
 
 _RETURN_MODES = ("min", "max", "mean", "median", "all")
 _L2_FLUSH_BYTES = 256 * 1024 * 1024  # what Triton writes between runs: more than any L2
@@ -446,6 +446,29 @@ class FakeDriver:
         driver._TMAP_CACHE.clear()
         if hasattr(driver, "_TMAP_OLD"):
             driver._TMAP_OLD = {}
+
+
+def assert_close(x: Any, y: Any, atol: Any = None, rtol: Any = None, err_msg: str = "") -> None:
+    """Triton's `triton.testing.assert_close`: numpy's assert_allclose with NaNs equal,
+    atol 1e-2 and rtol 0 by default (either may be a function of x's dtype); bf16 compares
+    as fp32."""
+    import numpy as np
+    import torch
+
+    x = x if isinstance(x, torch.Tensor) else torch.tensor(x)
+    y = y if isinstance(y, torch.Tensor) else torch.tensor(y)
+    atol = 1e-2 if atol is None else atol
+    atol = atol(x.dtype) if callable(atol) else atol
+    rtol = 0.0 if rtol is None else rtol
+    rtol = rtol(x.dtype) if callable(rtol) else rtol
+    xn = (x.float() if x.dtype == torch.bfloat16 else x).cpu().detach().numpy()
+    yn = (y.float() if y.dtype == torch.bfloat16 else y).cpu().detach().numpy()
+    if xn.size > 1 or yn.size > 1:
+        np.testing.assert_allclose(xn, yn, atol=atol, rtol=rtol, equal_nan=True,
+                                   err_msg=err_msg)
+        return
+    if not np.allclose(xn, yn, atol=atol, rtol=rtol, equal_nan=True):
+        raise AssertionError(f"{err_msg} {xn} is not close to {yn} (atol={atol}, rtol={rtol})")
 
 
 from .language.triton_names import module_getattr as _module_getattr  # noqa: E402

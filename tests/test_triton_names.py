@@ -182,3 +182,27 @@ def test_inline_asm_gpu_matches_torch(n):
     k.inline_asm_kernel[(1,)](x, y, o, p, n, BLOCK=256)
     torch.testing.assert_close(o.double().cpu(), torch.maximum(x, y).double().cpu() + 1)
     assert torch.equal(p.cpu(), torch.arange(n, dtype=torch.int32) % 251)
+
+
+def test_constexpr_function_and_must_use_result(monkeypatch):
+    import tests.triton_names_kernels as k
+
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    x = torch.randn(16)
+    o = torch.full((16,), float("nan"))
+    k.constexpr_function_kernel[(1,)](x, o, BLOCK=16)
+    torch.testing.assert_close(o[:8].double(), x[:8].double() * 2 + 8)
+    assert o[8:].isnan().all()
+    assert k._half_block(kit.constexpr(32)) == 16 and k._twice._must_use_result is True
+    assert kit.must_use_result("why")(lambda: 0)._must_use_result == "why"
+
+
+def test_testing_assert_close_as_triton():
+    kit.testing.assert_close(torch.tensor([1.0, float("nan")]),
+                             torch.tensor([1.005, float("nan")]))
+    kit.testing.assert_close(2.0, 2.001)
+    with pytest.raises(AssertionError):
+        kit.testing.assert_close(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.5]))
+    with pytest.raises(AssertionError, match="is not close"):
+        kit.testing.assert_close(1.0, 1.5, err_msg="scalar")
+    kit.testing.assert_close(torch.ones(3, dtype=torch.bfloat16), torch.ones(3), atol=0)

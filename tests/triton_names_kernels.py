@@ -41,3 +41,21 @@ def inline_asm_kernel(x_ptr, y_ptr, o_ptr, p_ptr, n, BLOCK: tl.constexpr):
         "=r,=r,r", [b], dtype=(tl.uint8, tl.uint8), is_pure=True, pack=4)
     tl.store(o_ptr + offs, o, mask=m)
     tl.store(p_ptr + offs, lo.to(tl.int32) + 16 * hi.to(tl.int32), mask=m)
+
+
+@triton.constexpr_function
+def _half_block(block):
+    return block // 2
+
+
+@triton.must_use_result
+@triton.jit
+def _twice(x):
+    return x * 2
+
+
+@triton.jit
+def constexpr_function_kernel(x_ptr, o_ptr, BLOCK: tl.constexpr):
+    HALF: tl.constexpr = _half_block(BLOCK)
+    offs = tl.arange(0, HALF)
+    tl.store(o_ptr + offs, _twice(tl.load(x_ptr + offs)) + HALF)

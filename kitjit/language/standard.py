@@ -94,6 +94,7 @@ def _logical_or(x, y):
 
 from .triton_names import language_attr as _language_attr  # noqa: E402
 from .triton_names import module_getattr as _module_getattr  # noqa: E402
+from .triton_names import top_attr as _top_attr  # noqa: E402
 
 __getattr__ = _module_getattr("kitjit.language.standard", "triton.language.standard",
-                              _language_attr)
+                              _language_attr, _top_attr)

@@ -41,8 +41,7 @@ MODULES = [
 
 #: kitjit names that exist but do nothing, and why (a kernel using them still runs right)
 IGNORED = {
-    "max_constancy": "a hint; kitjit's vectorizer reads multiple_of/max_contiguous only",
-    "async_task": "warp-specialization annotation of Triton's experimental ws pass",
+    "must_use_result": "recorded on the function; kitjit does not check the result is used",
 }
 
 
