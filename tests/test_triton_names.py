@@ -206,3 +206,39 @@ def test_testing_assert_close_as_triton():
     with pytest.raises(AssertionError, match="is not close"):
         kit.testing.assert_close(1.0, 1.5, err_msg="scalar")
     kit.testing.assert_close(torch.ones(3, dtype=torch.bfloat16), torch.ones(3), atol=0)
+
+
+@pytest.mark.parametrize("n", [16, 11])
+def test_map_elementwise_interpreter_matches_torch(n, monkeypatch):
+    import tests.triton_names_kernels as k
+
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    x = torch.randn(n)
+    o, p = torch.full((n,), float("nan")), torch.full((n,), float("nan"))
+    k.map_elementwise_kernel[(1,)](x, o, p, n, BLOCK=16)
+    xd = x.double()
+    torch.testing.assert_close(o.double(), torch.where(xd > 0, xd, 1.5 * (xd.exp() - 1)))
+    torch.testing.assert_close(p.double(), xd * 1.5)
+
+
+def test_map_elementwise_compiles_for_sm90a_and_refuses_branches():
+    ck = kit.compile_aot(KERNELS, "map_elementwise_kernel", ["*fp32:16"] * 3 + ["i32"],
+                         {"BLOCK": 128}, 4, "sm_90a")
+    assert ck.n_spills == 0
+    with pytest.raises(CompileError, match="kit.where"):
+        kit.compile_aot(KERNELS, "map_elementwise_branchy_kernel", ["*fp32:16"],
+                        {"BLOCK": 128}, 4, "sm_90a")
+
+
+@pytest.mark.gpu
+def test_map_elementwise_gpu_matches_torch():
+    import tests.triton_names_kernels as k
+
+    n = 100
+    x = torch.randn(n, device="cuda")
+    o, p = (torch.full((n,), float("nan"), device="cuda") for _ in range(2))
+    k.map_elementwise_kernel[(1,)](x, o, p, n, BLOCK=128)
+    xd = x.double().cpu()
+    torch.testing.assert_close(o.double().cpu(), torch.where(xd > 0, xd, 1.5 * (xd.exp() - 1)),
+                               rtol=1e-6, atol=1e-6)  # exp: 2 ulp on the GPU
+    torch.testing.assert_close(p.double().cpu(), xd * 1.5, rtol=1e-6, atol=1e-6)

@@ -59,3 +59,31 @@ def constexpr_function_kernel(x_ptr, o_ptr, BLOCK: tl.constexpr):
     HALF: tl.constexpr = _half_block(BLOCK)
     offs = tl.arange(0, HALF)
     tl.store(o_ptr + offs, _twice(tl.load(x_ptr + offs)) + HALF)
+
+
+@triton.jit
+def _selu_straight(x, alpha):
+    return tl.where(x > 0, x, alpha * (tl.exp(x) - 1)), x * alpha
+
+
+@triton.jit
+def _selu_branchy(x, alpha):
+    if x > 0:
+        return x
+    return alpha * (tl.exp(x) - 1)
+
+
+@triton.jit
+def map_elementwise_kernel(x_ptr, o_ptr, p_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m)
+    o, p = tl.map_elementwise(_selu_straight, x, 1.5)
+    tl.store(o_ptr + offs, o, mask=m)
+    tl.store(p_ptr + offs, p, mask=m)
+
+
+@triton.jit
+def map_elementwise_branchy_kernel(x_ptr, BLOCK: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, BLOCK))
+    tl.store(x_ptr + tl.arange(0, BLOCK), tl.map_elementwise(_selu_branchy, x, 1.5))

@@ -496,6 +496,30 @@ def _inline_asm_elementwise(c: Call) -> Any:
     return tuple(results) if isinstance(dtype, (list, tuple)) else results[0]
 
 
+@call_rule("map_elementwise", lambda scalar_fn, *args, pack=1: None)
+def _map_elementwise(c: Call) -> Any:
+    """Triton's map_elementwise(scalar_fn, *args): the args broadcast to one shape and
+    `scalar_fn` inlined over the whole tiles. Its ops are elementwise (Triton accepts only
+    ops valid on scalars there), so the results are Triton's; control flow on an element
+    (`if x > 0:`) is a CompileError at that line (not supported yet)."""
+    from kitjit.jit import JITFunction
+
+    fn, args = c["scalar_fn"], list(c["args"])
+    if not isinstance(fn, JITFunction):
+        raise c.err(f"kit.map_elementwise needs a @kit.jit scalar function, got {describe(fn)}")
+    if c.const("pack", "a constexpr int") != 1:
+        raise c.err("kit.map_elementwise with pack > 1 is not supported yet (Triton's "
+                    "tl.map_elementwise pack)", "use pack=1: kitjit maps whole tiles")
+    if not args:
+        raise c.err("kit.map_elementwise needs at least one argument tile")
+    tiles = [a for a in args if isinstance(a, Value)]
+    shape: tuple = ()
+    for v in tiles:
+        shape = c.b.broadcast_shapes(shape, v.shape)
+    args = [c.b.broadcast_to(a, shape) if isinstance(a, Value) else a for a in args]
+    return c.cg.call(fn, args, {}, c.node)
+
+
 @call_rule("umulhi", lambda x, y: None)
 def _umulhi(c: Call) -> Any:
     return c.b.umulhi(c["x"], c["y"])

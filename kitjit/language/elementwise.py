@@ -150,3 +150,10 @@ def inline_asm_elementwise(asm, constraints, args, dtype, is_pure, pack):
     `dtype` is one dtype (one result tile) or a tuple (a tuple of tiles); `is_pure=False`
     keeps the asm even when its results are unused. GPU only: the CPU interpreter cannot run
     PTX (as Triton's interpreter, it raises)."""
+
+
+@builtin
+def map_elementwise(scalar_fn, *args, pack=1):
+    """Triton's: `scalar_fn` (a @kit.jit function of scalars) over the broadcast `args`;
+    returns one tile or a tuple. kitjit inlines it over whole tiles (its ops are
+    elementwise); per-element control flow in it and pack > 1 are not supported yet."""
