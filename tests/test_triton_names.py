@@ -242,3 +242,32 @@ def test_map_elementwise_gpu_matches_torch():
     torch.testing.assert_close(o.double().cpu(), torch.where(xd > 0, xd, 1.5 * (xd.exp() - 1)),
                                rtol=1e-6, atol=1e-6)  # exp: 2 ulp on the GPU
     torch.testing.assert_close(p.double().cpu(), xd * 1.5, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("m,n", [(32, 64), (30, 52)])  # rows: 16-byte multiples (TMA)
+def test_functional_tensor_descriptor_load_store(m, n, monkeypatch):
+    import tests.triton_names_kernels as k
+
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    x = torch.randn(m, n)
+    o = torch.full((m, n), float("nan"))
+    k.descriptor_functions_kernel[(kit.cdiv(m, 16), kit.cdiv(n, 32))](x, o, m, n, BM=16, BN=32)
+    torch.testing.assert_close(o.double(), x.double() * 2)
+
+
+def test_functional_tensor_descriptor_compiles_for_sm90a():
+    ck = kit.compile_aot(KERNELS, "descriptor_functions_kernel",
+                         ["*fp32:16", "*fp32:16", "i32", "i32:16"], {"BM": 16, "BN": 32}, 4,
+                         "sm_90a")
+    assert ck.n_spills == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n", [(32, 64), (30, 52)])
+def test_functional_tensor_descriptor_gpu(m, n):
+    import tests.triton_names_kernels as k
+
+    x = torch.randn(m, n, device="cuda")
+    o = torch.full((m, n), float("nan"), device="cuda")
+    k.descriptor_functions_kernel[(kit.cdiv(m, 16), kit.cdiv(n, 32))](x, o, m, n, BM=16, BN=32)
+    torch.testing.assert_close(o.cpu(), x.cpu() * 2)

@@ -87,3 +87,13 @@ def map_elementwise_kernel(x_ptr, o_ptr, p_ptr, n, BLOCK: tl.constexpr):
 def map_elementwise_branchy_kernel(x_ptr, BLOCK: tl.constexpr):
     x = tl.load(x_ptr + tl.arange(0, BLOCK))
     tl.store(x_ptr + tl.arange(0, BLOCK), tl.map_elementwise(_selu_branchy, x, 1.5))
+
+
+@triton.jit
+def descriptor_functions_kernel(x_ptr, o_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    src = tl.make_tensor_descriptor(x_ptr, [M, N], [N, 1], [BM, BN])
+    dst = tl.make_tensor_descriptor(o_ptr, [M, N], [N, 1], [BM, BN])
+    v = tl.load_tensor_descriptor(src, [pid_m * BM, pid_n * BN])
+    tl.store_tensor_descriptor(dst, [pid_m * BM, pid_n * BN], v * 2)

@@ -73,7 +73,16 @@ from .random import (  # noqa: E402,F401
     randn4x,
     uint_to_uniform_float,
 )
-from .standard import add, mul, softmax, sub, swizzle2d, zeros_like  # noqa: E402,F401
+from .standard import (  # noqa: E402,F401
+    add,
+    load_tensor_descriptor,
+    mul,
+    softmax,
+    store_tensor_descriptor,
+    sub,
+    swizzle2d,
+    zeros_like,
+)
 
 __all__ = [
     "TRITON_MAX_TENSOR_NUMEL", "constexpr", "static_range", "range", "next_power_of_2",

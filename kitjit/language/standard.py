@@ -57,7 +57,8 @@ def _is_power_of_two(i: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-STANDARD = ["zeros_like", "swizzle2d", "softmax", "add", "sub", "mul"]
+STANDARD = ["zeros_like", "swizzle2d", "softmax", "add", "sub", "mul", "load_tensor_descriptor",
+            "store_tensor_descriptor"]
 
 
 @jit
@@ -98,3 +99,16 @@ from .triton_names import top_attr as _top_attr  # noqa: E402
 
 __getattr__ = _module_getattr("kitjit.language.standard", "triton.language.standard",
                               _language_attr, _top_attr)
+
+
+@jit
+def load_tensor_descriptor(desc, offsets):
+    """Triton's functional `tl.load_tensor_descriptor(desc, offsets)`: `desc.load(offsets)`."""
+    return desc.load(offsets)
+
+
+@jit
+def store_tensor_descriptor(desc, offsets, value):
+    """Triton's functional `tl.store_tensor_descriptor(desc, offsets, value)`:
+    `desc.store(offsets, value)`."""
+    desc.store(offsets, value)
