@@ -51,7 +51,13 @@ def test_a_missing_name_in_a_kernel_is_a_one_line_error_at_the_user_line():
     with pytest.raises(CompileError) as ei:
         k.item_kernel[(1,)](x, BLOCK=16)
     assert "x.item is not supported yet (Triton's tensor.item)" in str(ei.value)
-    assert "triton_names_kernels.py:26" in str(ei.value)
+    assert f"triton_names_kernels.py:{_line_of('x.item()')}:" in str(ei.value)
+
+
+def _line_of(text: str) -> int:
+    """The 1-based line of triton_names_kernels.py that holds `text`."""
+    lines = pathlib.Path(KERNELS).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)
 
 
 def _reference(x):
@@ -116,7 +122,8 @@ def test_jit_function_attributes_host_wrappers_read():
     f = k.item_kernel
     assert f.src.startswith("def item_kernel(x_ptr, BLOCK: tl.constexpr):")
     assert f.raw_src[0].startswith("@triton.jit")
-    assert f.starting_line_number == 23 and f.module == "tests.triton_names_kernels"
+    assert f.starting_line_number == _line_of("def item_kernel") - 1
+    assert f.module == "tests.triton_names_kernels"
     assert list(f.signature.parameters) == f.arg_names == ["x_ptr", "BLOCK"]
     assert f.fn.__name__ == "item_kernel" and f.repr() == "item_kernel"
 
@@ -271,3 +278,51 @@ def test_functional_tensor_descriptor_gpu(m, n):
     o = torch.full((m, n), float("nan"), device="cuda")
     k.descriptor_functions_kernel[(kit.cdiv(m, 16), kit.cdiv(n, 32))](x, o, m, n, BM=16, BN=32)
     torch.testing.assert_close(o.cpu(), x.cpu() * 2)
+
+
+def _bits_run(device="cpu", block=16):
+    import numpy as np
+
+    import tests.triton_names_kernels as k
+
+    x = torch.randn(block, device=device)
+    x[0], x[1] = 0.0, float("-inf")
+    d = torch.randn(block, dtype=torch.float64, device=device)
+    i = torch.full((block,), -1, dtype=torch.int32, device=device)
+    f = torch.full((block,), float("nan"), device=device)
+    ll = torch.full((block,), -1, dtype=torch.int64, device=device)
+    nt = torch.full((256,), -1, dtype=torch.int32, device=device)
+    k.libdevice_bits_kernel[(1,)](x, d, i, f, ll, nt, BLOCK=block, num_warps=4)
+    xn, dn = x.cpu().numpy(), d.cpu().numpy()
+    assert torch.equal(i.cpu(), x.cpu().view(torch.int32))
+    assert np.array_equal(f.cpu().numpy(), np.nextafter(xn, np.float32(np.inf)))
+    assert np.array_equal(ll.cpu().numpy(), np.nextafter(dn, 0.0).view(np.int64))
+    assert (nt[:128].cpu() == 4).all() and (nt[128:].cpu() == -1).all()
+
+
+def test_libdevice_bits_nextafter_num_threads_interpreter(monkeypatch):
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    _bits_run()
+
+
+def test_libdevice_bits_compile_for_sm90a_and_refuse_wrong_dtypes(tmp_path):
+    ck = kit.compile_aot(KERNELS, "libdevice_bits_kernel", ["*fp32:16", "*fp64:16",
+                         "*i32:16", "*fp32:16", "*i64:16", "*i32:16"], {"BLOCK": 128}, 4,
+                         "sm_90a")
+    assert ck.n_spills == 0
+    f = tmp_path / "bad_bits.py"
+    f.write_text("import kitjit as triton\nimport kitjit.language as tl\n"
+                 "from kitjit.language.extra import libdevice\n\n\n@triton.jit\n"
+                 "def bad(x_ptr):\n    x = tl.load(x_ptr + tl.arange(0, 16))\n"
+                 "    tl.store(x_ptr + tl.arange(0, 16), libdevice.nextafter(x, x))\n")
+    with pytest.raises(CompileError, match="nextafter needs fp32 or fp64 tiles"):
+        kit.compile_aot(str(f), "bad", ["*fp16:16"], {}, 4, "sm_90a")
+    with pytest.raises(CompileError, match="float_as_int takes an fp32 tile"):
+        f.write_text(f.read_text().replace("libdevice.nextafter(x, x)",
+                                           "libdevice.float_as_int(x)"))
+        kit.compile_aot(str(f), "bad", ["*fp64:16"], {}, 4, "sm_90a")
+
+
+@pytest.mark.gpu
+def test_libdevice_bits_nextafter_num_threads_gpu():
+    _bits_run("cuda", 128)

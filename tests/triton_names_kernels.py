@@ -3,6 +3,7 @@ tests/test_triton_names.py: imported there and compiled ahead of time from this 
 
 import kitjit as triton
 import kitjit.language as tl
+from kitjit.language.extra.cuda import libdevice
 
 
 @triton.jit
@@ -97,3 +98,17 @@ def descriptor_functions_kernel(x_ptr, o_ptr, M, N, BM: tl.constexpr, BN: tl.con
     dst = tl.make_tensor_descriptor(o_ptr, [M, N], [N, 1], [BM, BN])
     v = tl.load_tensor_descriptor(src, [pid_m * BM, pid_n * BN])
     tl.store_tensor_descriptor(dst, [pid_m * BM, pid_n * BN], v * 2)
+
+
+@triton.jit
+def libdevice_bits_kernel(x_ptr, d_ptr, i_ptr, f_ptr, l_ptr, n_ptr, BLOCK: tl.constexpr):
+    """Bit reinterpretations, nextafter, and num_threads() as a compile-time tile size."""
+    NT: tl.constexpr = tl.extra.cuda.num_threads()
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    d = tl.load(d_ptr + offs)
+    bits = libdevice.float_as_int(x)
+    tl.store(i_ptr + offs, bits)
+    tl.store(f_ptr + offs, libdevice.nextafter(libdevice.int_as_float(bits), float("inf")))
+    tl.store(l_ptr + offs, libdevice.double_as_longlong(libdevice.nextafter(d, 0.0)))
+    tl.store(n_ptr + tl.arange(0, NT), tl.full([NT], tl.extra.cuda.num_warps(), tl.int32))

@@ -412,6 +412,11 @@ def _libdevice(c: Call) -> Any:
     nargs = libm.FNS[fn].nargs
     if len(args) != nargs:
         raise c.err(f"{what} takes {nargs} argument{'s' if nargs > 1 else ''}, got {len(args)}")
+    if fn == "nextafter" and any(isinstance(a, Value) and a.dtype not in (float32, float64)
+                                 for a in args):
+        raise c.err(f"{what} needs fp32 or fp64 tiles, got "
+                    f"{', '.join(describe(a) for a in args)}",
+                    "the next fp16/bf16 value is not the next fp32 one: convert with .to()")
     if name == "abs" and isinstance(args[0], Value) and not args[0].dtype.is_floating():
         return c.b.unary("abs", args[0])
     if fn == "pow":  # an integer exponent is powif/powi, as in Triton's dispatch

@@ -154,6 +154,9 @@ def math_fn(fn: str, f32: bool) -> Callable:
         return _directed_div(fn[-2:], f32)
     if fn == "fast_dividef":
         return _fast_dividef
+    if fn == "nextafter":  # in the operands' own precision, not float64's
+        t = np.float32 if f32 else np.float64
+        return lambda x, y: np.nextafter(np.asarray(x, t), np.asarray(y, t))
     g = _F64[fn]
     if not f32:
         def f64(*xs):

@@ -37,7 +37,7 @@ SUPPORTED = {
     "erfinv": "erfinv", "erfcx": "erfcx", "normcdf": "normcdf", "normcdfinv": "normcdfinv",
     "cyl_bessel_i0": "cyl_bessel_i0", "cyl_bessel_i1": "cyl_bessel_i1", "rcbrt": "rcbrt",
     "logb": "logb", "fdim": "fdim", "rhypot": "rhypot", "saturatef": "saturatef",
-    "rsqrt_rn": "rsqrt_rn",
+    "rsqrt_rn": "rsqrt_rn", "nextafter": "nextafter",
 }
 
 # The rest of Triton's libdevice (triton/language/extra/cuda/libdevice.py)
@@ -58,12 +58,10 @@ TRITON_OTHERS = (
     "ll2float_rn", "ll2float_rz", "ll2float_rd", "ll2float_ru", "ull2float_rn", "ull2float_rz",
     "ull2float_rd", "ull2float_ru", "ll2double_rn", "ll2double_rz", "ll2double_rd",
     "ll2double_ru", "ull2double_rn", "ull2double_rz", "ull2double_rd", "ull2double_ru",
-    "int_as_float", "float_as_int", "uint_as_float", "float_as_uint", "longlong_as_double",
-    "double_as_longlong", "fast_sinf", "fast_cosf", "fast_log2f", "fast_tanf", "fast_exp10f",
-    "fast_log10f", "fast_powf", "hadd", "rhadd", "sub_rn", "sub_rz", "sub_rd", "sub_ru", "ffs",
-    "llrint", "nextafter", "sinpi", "cospi", "norm3d", "rnorm3d", "norm4d", "rnorm4d", "j0",
-    "j1", "y0", "y1", "yn", "jn", "erfcinv", "lgamma", "scalbn", "remainder", "tgamma",
-    "llround", "ilogb",
+    "fast_sinf", "fast_cosf", "fast_log2f", "fast_tanf", "fast_exp10f", "fast_log10f",
+    "fast_powf", "hadd", "rhadd", "sub_rn", "sub_rz", "sub_rd", "sub_ru", "ffs", "llrint",
+    "sinpi", "cospi", "norm3d", "rnorm3d", "norm4d", "rnorm4d", "j0", "j1", "y0", "y1", "yn",
+    "jn", "erfcinv", "lgamma", "scalbn", "remainder", "tgamma", "llround", "ilogb",
 )
 
 _doc = __doc__
@@ -71,10 +69,18 @@ for _name in SUPPORTED:
     globals()[_name] = namespaced(f"libdevice.{_name}",
                                   f"libdevice.{_name} (Triton's): see the module docstring")
 
+# libdevice's bit reinterpretations: @kit.jit functions in libdevice_bits.py
+_BITS = ("float_as_int", "float_as_uint", "int_as_float", "uint_as_float",
+         "double_as_longlong", "longlong_as_double")
+
 __all__ = list(SUPPORTED)
 
 
 def __getattr__(name: str):
+    if name in _BITS:  # @kit.jit functions: imported on use (kitjit.jit needs the language)
+        from . import libdevice_bits
+
+        return getattr(libdevice_bits, name)
     if name in TRITON_OTHERS:
         from ..math import unsupported
 
