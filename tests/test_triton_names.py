@@ -326,3 +326,14 @@ def test_libdevice_bits_compile_for_sm90a_and_refuse_wrong_dtypes(tmp_path):
 @pytest.mark.gpu
 def test_libdevice_bits_nextafter_num_threads_gpu():
     _bits_run("cuda", 128)
+
+
+def test_tl_tuple_builds_and_matches_tuples(monkeypatch):
+    import tests.triton_names_kernels as k
+
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    x = torch.randn(16)
+    o = torch.full((16,), float("nan"))
+    k.tuple_kernel[(1,)](x, o, BLOCK=16)
+    xd = x.double()
+    torch.testing.assert_close(o.double(), xd + 1 + (xd * 2) ** 2)

@@ -112,3 +112,17 @@ def libdevice_bits_kernel(x_ptr, d_ptr, i_ptr, f_ptr, l_ptr, n_ptr, BLOCK: tl.co
     tl.store(f_ptr + offs, libdevice.nextafter(libdevice.int_as_float(bits), float("inf")))
     tl.store(l_ptr + offs, libdevice.double_as_longlong(libdevice.nextafter(d, 0.0)))
     tl.store(n_ptr + tl.arange(0, NT), tl.full([NT], tl.extra.cuda.num_warps(), tl.int32))
+
+
+@triton.jit
+def _pair(x):
+    return tl.tuple([x + 1, x * 2])
+
+
+@triton.jit
+def tuple_kernel(x_ptr, o_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    t = _pair(tl.load(x_ptr + offs))
+    tl.static_assert(isinstance(t, tl.tuple))
+    a, b = t
+    tl.store(o_ptr + offs, a + t[1] * b)

@@ -56,6 +56,9 @@ from .core import next_power_of_2  # noqa: F401
 from .elementwise import PropagateNan  # noqa: F401
 
 TRITON_MAX_TENSOR_NUMEL = 1 << 20  # Triton's limit on a tile's elements; kitjit's is the same
+# Triton's tl.tuple: kitjit's kernels hold tuples of tiles as Python tuples, so `tl.tuple([a,
+# b])` builds one and `isinstance(x, tl.tuple)` asks for one
+tuple = tuple  # noqa: A001,PLW0127
 
 globals().update(BUILTINS)  # every marker is kit.<name>
 
@@ -85,7 +88,7 @@ from .standard import (  # noqa: E402,F401
 )
 
 __all__ = [
-    "TRITON_MAX_TENSOR_NUMEL", "constexpr", "static_range", "range", "next_power_of_2",
+    "TRITON_MAX_TENSOR_NUMEL", "tuple", "constexpr", "static_range", "range", "next_power_of_2",
     "builtin", "BUILTINS", "dtype",
     "pointer_type", "math", "extra", "PropagateNan", "tensor", "tensor_descriptor",
     "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
