@@ -337,3 +337,19 @@ def test_tl_tuple_builds_and_matches_tuples(monkeypatch):
     k.tuple_kernel[(1,)](x, o, BLOCK=16)
     xd = x.double()
     torch.testing.assert_close(o.double(), xd + 1 + (xd * 2) ** 2)
+
+
+def test_testing_roofline_helpers_as_triton_without_a_gpu():
+    from kitjit.runtime import driver
+
+    if driver.available():
+        pytest.skip("the nominal figures are those without a GPU")
+    assert kit.testing.get_dram_gbps() == pytest.approx(2619000 * 5120 * 2 / 1e6 / 8)
+    assert kit.testing.get_max_tensorcore_tflops(torch.bfloat16, 1_000_000) == \
+        pytest.approx(132 * 4 * 1e6 * 512 * 1e-9)
+    assert kit.testing.get_max_tensorcore_tflops(kit.float8e4nv, 1_000_000) == \
+        pytest.approx(132 * 4 * 1e6 * 1024 * 1e-9)
+    assert kit.testing.get_max_simd_tflops(torch.float32, 1_000_000) == \
+        pytest.approx(132 * 4 * 1e6 * 32 * 1e-9)
+    with pytest.raises(RuntimeError, match="not supported"):
+        kit.testing.get_max_simd_tflops(torch.int8, 1_000_000)
