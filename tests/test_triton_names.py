@@ -353,3 +353,22 @@ def test_testing_roofline_helpers_as_triton_without_a_gpu():
         pytest.approx(132 * 4 * 1e6 * 32 * 1e-9)
     with pytest.raises(RuntimeError, match="not supported"):
         kit.testing.get_max_simd_tflops(torch.int8, 1_000_000)
+
+
+def test_knobs_are_views_of_kitjit_environment_variables(monkeypatch):
+    from kitjit.cache import cache_dir
+
+    monkeypatch.delenv("KITJIT_PRINT_AUTOTUNING", raising=False)
+    monkeypatch.setenv("KITJIT_CACHE_DIR", "/tmp/kitjit-knobs-a")
+    assert kit.knobs.cache.dir == "/tmp/kitjit-knobs-a"
+    kit.knobs.cache.dir = "/tmp/kitjit-knobs-b"
+    assert str(cache_dir()) == "/tmp/kitjit-knobs-b"
+    assert kit.knobs.autotuning.print is False
+    kit.knobs.autotuning.print = True
+    assert kit.knobs.autotuning.print is True
+    kit.knobs.autotuning.print = False
+    assert "KITJIT_PRINT_AUTOTUNING" not in __import__("os").environ
+    with pytest.raises(AttributeError, match=r"^kitjit.knobs.compilation is not supported yet"):
+        kit.knobs.compilation  # noqa: B018
+    with pytest.raises(AttributeError, match="knobs.cache.home_dir is not supported yet"):
+        kit.knobs.cache.home_dir = "/x"

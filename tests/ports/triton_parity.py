@@ -44,6 +44,18 @@ IGNORED = {
     "must_use_result": "recorded on the function; kitjit does not check the result is used",
 }
 
+#: what a "works" name does differently from Triton's, or only partly
+NOTES = {
+    ("triton.knobs", "cache"): "only .dir (KITJIT_CACHE_DIR); other knobs: not supported yet",
+    ("triton.knobs", "runtime"): "only .interpret (KITJIT_INTERPRET)",
+    ("triton.knobs", "autotuning"): "only .print (KITJIT_PRINT_AUTOTUNING)",
+    ("triton.language", "inline_asm_elementwise"): "GPU only: the interpreter raises, as "
+    "Triton's does",
+    ("triton.language", "map_elementwise"): "inlined over whole tiles; pack > 1 and control "
+    "flow on an element: not supported yet",
+    ("triton.language", "tuple"): "Python's tuple",
+}
+
 
 def _public(mod: types.ModuleType) -> list[str]:
     """A module's public names: its __all__, else what it defines or re-exports from Triton
@@ -159,7 +171,7 @@ def classify(triton_module: str, name: str) -> tuple[str, str]:
         return "missing", obj.__doc__ or q
     if name in IGNORED:
         return "ignored", IGNORED[name]
-    return "works", ""
+    return "works", NOTES.get((triton_module, name), "")
 
 
 def classify_tensor_method(name: str) -> tuple[str, str]:
