@@ -372,3 +372,16 @@ def test_knobs_are_views_of_kitjit_environment_variables(monkeypatch):
         kit.knobs.compilation  # noqa: B018
     with pytest.raises(AttributeError, match="knobs.cache.home_dir is not supported yet"):
         kit.knobs.cache.home_dir = "/x"
+
+
+def test_docs_triton_parity_is_what_the_script_prints():
+    import importlib.util
+
+    root = pathlib.Path(__file__).parent.parent
+    spec = importlib.util.spec_from_file_location(
+        "triton_parity", root / "tests" / "ports" / "triton_parity.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    doc = (root / "docs" / "triton_parity.md").read_text()
+    assert doc == mod.markdown() + "\n", ("docs/triton_parity.md is stale: run python "
+                                           "tests/ports/triton_parity.py > docs/triton_parity.md")
