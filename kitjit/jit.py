@@ -38,7 +38,7 @@ from .jit_meta import (  # noqa: F401  (_kind: kitjit.testing reads it here)
     _spec_text,
     _tma_meta,
 )
-from .jit_triton_attrs import TritonJITAttrs
+from .jit_triton_attrs import KernelParam, TritonJITAttrs
 from .launcher import (
     MISSING_ARG,
     _arg_spec,
@@ -211,7 +211,10 @@ class JITFunction(TritonJITAttrs):
         # (knobs.runtime.launch_enter_hook); kitjit has no launch hooks: kept, never called.
         self.launch_metadata = launch_metadata
         self.constexprs = [n for n, p in sig.parameters.items() if _is_constexpr(p.annotation)]
-        self.runtime_params = [n for n in self.params if n not in self.constexprs]
+        self.params = [KernelParam(i, p, n in self.constexprs, n in self.do_not_specialize,
+                                   n in self.do_not_specialize_on_alignment)
+                       for i, (n, p) in enumerate(sig.parameters.items())]  # Triton's view
+        self.runtime_params = [str(n) for n in self.params if n not in self.constexprs]
         self._defaults = {n: p.default for n, p in sig.parameters.items()
                           if p.default is not p.empty}
         self._launch = _make_runner(self, sig)
@@ -226,7 +229,7 @@ class JITFunction(TritonJITAttrs):
     @property
     def arg_names(self) -> list[str]:
         """The parameters' names in order (Triton's JITFunction.arg_names)."""
-        return self.params
+        return [str(p) for p in self.params]
 
     def _specs(self, rt_args) -> list:
         """The specialization of each run-time argument, with do_not_specialize(_on_

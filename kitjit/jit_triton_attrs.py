@@ -47,3 +47,39 @@ class TritonJITAttrs:
 
     noinline = False  # kitjit inlines every @kit.jit callee
     is_gluon = False
+
+
+class KernelParam(str):
+    """One entry of `kernel.params`: the parameter's name (kitjit uses params as names), with
+    the attributes of Triton's KernelParam that wrappers read (`p.name`, `p.num`,
+    `p.is_constexpr`, `p.do_not_specialize`, `p.default`, `p.has_default`, ...)."""
+
+    def __new__(cls, num: int, param: inspect.Parameter, is_constexpr: bool,
+                do_not_specialize: bool, do_not_specialize_on_alignment: bool):
+        self = super().__new__(cls, param.name)
+        self.num, self._param = num, param
+        self.is_constexpr = is_constexpr
+        self.do_not_specialize = do_not_specialize
+        self.do_not_specialize_on_alignment = do_not_specialize_on_alignment
+        return self
+
+    @property
+    def name(self) -> str:
+        return str(self)
+
+    @property
+    def annotation(self) -> str:
+        a = self._param.annotation
+        if a is inspect.Parameter.empty:
+            return ""
+        return a if isinstance(a, str) else getattr(a, "__name__", repr(a))
+
+    is_const = False  # kitjit has no tl.const pointers
+
+    @property
+    def default(self):
+        return self._param.default
+
+    @property
+    def has_default(self) -> bool:
+        return self._param.default is not inspect.Parameter.empty

@@ -385,3 +385,13 @@ def test_docs_triton_parity_is_what_the_script_prints():
     doc = (root / "docs" / "triton_parity.md").read_text()
     assert doc == mod.markdown() + "\n", ("docs/triton_parity.md is stale: run python "
                                            "tests/ports/triton_parity.py > docs/triton_parity.md")
+
+
+def test_jit_function_params_are_triton_kernel_params():
+    import tests.triton_names_kernels as k
+
+    p = k.inline_asm_kernel.params
+    assert p == ["x_ptr", "y_ptr", "o_ptr", "p_ptr", "n", "BLOCK"]  # names, as before
+    assert [q.name for q in p if q.is_constexpr] == ["BLOCK"]
+    assert [q.num for q in p] == list(range(6)) and not p[0].do_not_specialize
+    assert p[5].annotation == "constexpr" and not p[5].has_default and p[0].is_const is False
