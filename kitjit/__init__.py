@@ -50,9 +50,12 @@ from .log_config import configure as _configure_logging  # noqa: E402
 _configure_logging()  # KITJIT_LOG
 
 from . import (  # noqa: E402
+    compiler,  # triton.compiler.CompiledKernel, CompilationError
     distributed,  # kit.distributed: peer pointers, the simulated world
+    knobs,  # triton.knobs: each knob says "not supported yet"
     runtime,  # triton.runtime.driver
     testing,  # kit.testing.do_bench, as triton.testing
+    tools,  # triton.tools.tensor_descriptor
 )
 
 try:
@@ -61,6 +64,8 @@ except ModuleNotFoundError as _e:  # kitjit imports (and compiles) without torch
     if _e.name != "torch":
         raise
 from .autotune import Autotuner, Config, Heuristics, autotune, heuristics  # noqa: E402
+from .constexpr_fn import constexpr_function, must_use_result  # noqa: E402
+from .frontend.errors import CompileError as CompilationError  # noqa: E402  (triton's name)
 from .jit import CompiledKernel, JITFunction, compile_aot, interpret_mode, jit  # noqa: E402
 from .language import *  # noqa: E402,F403
 from .language import __all__ as _lang_all  # noqa: E402
@@ -70,8 +75,9 @@ from .torch_ops import custom_op  # noqa: E402
 
 __all__ = ["jit", "JITFunction", "CompiledKernel", "compile_aot", "interpret_mode",
            "autotune", "Autotuner", "Config", "heuristics", "Heuristics", "set_allocator",
-           "runtime", "custom_op", "testing", "graph", "distributed", "__version__",
-           "__kitjit_version__",
+           "runtime", "custom_op", "testing", "compiler", "knobs", "tools", "graph",
+           "distributed", "__version__", "__kitjit_version__", "constexpr_function",
+           "must_use_result", "CompilationError",
            *_lang_all]
 
 

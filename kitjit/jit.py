@@ -38,6 +38,7 @@ from .jit_meta import (  # noqa: F401  (_kind: kitjit.testing reads it here)
     _spec_text,
     _tma_meta,
 )
+from .jit_triton_attrs import KernelParam, TritonJITAttrs
 from .launcher import (
     MISSING_ARG,
     _arg_spec,
@@ -183,7 +184,7 @@ class CompiledKernel:
                 f"spills={self.n_spills} shared={self.shared}>")
 
 
-class JITFunction:
+class JITFunction(TritonJITAttrs):
     """A `@kit.jit` function. `kernel[grid](...)` launches it; inside another kernel a call
     inlines it."""
 
@@ -210,7 +211,10 @@ class JITFunction:
         # (knobs.runtime.launch_enter_hook); kitjit has no launch hooks: kept, never called.
         self.launch_metadata = launch_metadata
         self.constexprs = [n for n, p in sig.parameters.items() if _is_constexpr(p.annotation)]
-        self.runtime_params = [n for n in self.params if n not in self.constexprs]
+        self.params = [KernelParam(i, p, n in self.constexprs, n in self.do_not_specialize,
+                                   n in self.do_not_specialize_on_alignment)
+                       for i, (n, p) in enumerate(sig.parameters.items())]  # Triton's view
+        self.runtime_params = [str(n) for n in self.params if n not in self.constexprs]
         self._defaults = {n: p.default for n, p in sig.parameters.items()
                           if p.default is not p.empty}
         self._launch = _make_runner(self, sig)
@@ -225,7 +229,7 @@ class JITFunction:
     @property
     def arg_names(self) -> list[str]:
         """The parameters' names in order (Triton's JITFunction.arg_names)."""
-        return self.params
+        return [str(p) for p in self.params]
 
     def _specs(self, rt_args) -> list:
         """The specialization of each run-time argument, with do_not_specialize(_on_
@@ -265,6 +269,8 @@ class JITFunction:
                     h.update(f"{name}:{dep}".encode())
             elif isinstance(v, (int, float, bool, str)) or v is None:
                 h.update(f"{name}={v!r}".encode())
+            elif getattr(v, "__kit_constexpr_function__", False):
+                h.update(f"{name}:{v.source_hash}".encode())
             elif type(v).__name__ == "constexpr":
                 h.update(f"{name}={v.value!r}".encode())
         return h.hexdigest()

@@ -13,7 +13,8 @@ from typing import Any
 from .perf_report import Benchmark, Mark, perf_report  # noqa: E402,F401 (Triton's names)
 
 __all__ = ["has_gpu", "device", "rel_error", "check", "bench", "do_bench",
-           "do_bench_cudagraph", "Benchmark", "Mark", "perf_report"]
+           "do_bench_cudagraph", "Benchmark", "Mark", "perf_report", "assert_close",
+           "get_dram_gbps", "get_max_tensorcore_tflops", "get_max_simd_tflops"]
 
 _RETURN_MODES = ("min", "max", "mean", "median", "all")
 _L2_FLUSH_BYTES = 256 * 1024 * 1024  # what Triton writes between runs: more than any L2
@@ -446,3 +447,77 @@ class FakeDriver:
         driver._TMAP_CACHE.clear()
         if hasattr(driver, "_TMAP_OLD"):
             driver._TMAP_OLD = {}
+
+
+def assert_close(x: Any, y: Any, atol: Any = None, rtol: Any = None, err_msg: str = "") -> None:
+    """Triton's `triton.testing.assert_close`: numpy's assert_allclose with NaNs equal,
+    atol 1e-2 and rtol 0 by default (either may be a function of x's dtype); bf16 compares
+    as fp32."""
+    import numpy as np
+    import torch
+
+    x = x if isinstance(x, torch.Tensor) else torch.tensor(x)
+    y = y if isinstance(y, torch.Tensor) else torch.tensor(y)
+    atol = 1e-2 if atol is None else atol
+    atol = atol(x.dtype) if callable(atol) else atol
+    rtol = 0.0 if rtol is None else rtol
+    rtol = rtol(x.dtype) if callable(rtol) else rtol
+    xn = (x.float() if x.dtype == torch.bfloat16 else x).cpu().detach().numpy()
+    yn = (y.float() if y.dtype == torch.bfloat16 else y).cpu().detach().numpy()
+    if xn.size > 1 or yn.size > 1:
+        np.testing.assert_allclose(xn, yn, atol=atol, rtol=rtol, equal_nan=True,
+                                   err_msg=err_msg)
+        return
+    if not np.allclose(xn, yn, atol=atol, rtol=rtol, equal_nan=True):
+        raise AssertionError(f"{err_msg} {xn} is not close to {yn} (atol={atol}, rtol={rtol})")
+
+
+def _props(device: Any) -> dict[str, int]:
+    from .runtime import driver
+
+    if device is None:
+        device = driver.active.get_current_device() if driver.available() else 0
+    return driver.active.utils.get_device_properties(device)
+
+
+def get_dram_gbps(device: Any = None) -> float:
+    """Triton's: the DRAM bandwidth in GB/s, from the memory clock (kHz) and bus width (bits)
+    at double data rate. Without a GPU: sm_90a's nominal figures (H100 SXM, 3352 GB/s)."""
+    p = _props(device)
+    return p["mem_clock_rate"] * p["mem_bus_width"] * 2 / 1e6 / 8
+
+
+# dense operations per clock of one SM sub-core (4 per SM), sm_80 and later, by dtype name
+_TENSORCORE_OPS = {"float32": 256, "int32": 256, "float16": 512, "bfloat16": 512,
+                   "int16": 512, "int8": 1024, "fp8e4nv": 1024, "fp8e4b15": 1024,
+                   "fp8e5": 1024, "float8_e4m3fn": 1024, "float8_e5m2": 1024}
+_SIMD_OPS = {"float32": 32, "float16": 64, "bfloat16": 64}
+
+
+def _dtype_name(dtype: Any) -> str:
+    return str(getattr(dtype, "name", None) or dtype).removeprefix("torch.")
+
+
+def _peak_tflops(table: dict, what: str, dtype: Any, clock_rate: float, device: Any) -> float:
+    ops = table.get(_dtype_name(dtype))
+    if ops is None:
+        raise RuntimeError(f"kitjit.testing.{what}: dtype {dtype} not supported")
+    return _props(device)["multiprocessor_count"] * 4 * clock_rate * ops * 1e-9
+
+
+def get_max_tensorcore_tflops(dtype: Any, clock_rate: float, device: Any = None) -> float:
+    """Triton's: peak dense tensor-core TFLOPS at `clock_rate` (kHz), with Triton's per-clock
+    rates (sm_80's; Hopper's tensor cores do twice as much per clock, so on sm_90 this is
+    half the real peak, as Triton reports it)."""
+    return _peak_tflops(_TENSORCORE_OPS, "get_max_tensorcore_tflops", dtype, clock_rate,
+                        device)
+
+
+def get_max_simd_tflops(dtype: Any, clock_rate: float, device: Any = None) -> float:
+    """Triton's: peak CUDA-core (FMA) TFLOPS at `clock_rate` (kHz), sm_80 and later."""
+    return _peak_tflops(_SIMD_OPS, "get_max_simd_tflops", dtype, clock_rate, device)
+
+
+from .language.triton_names import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("kitjit.testing", "triton.testing")

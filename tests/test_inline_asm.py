@@ -80,12 +80,6 @@ def test_sm90_sass_has_the_asm():
     assert any(o.startswith("MUFU.TANH") for o in _sass(ck))
 
 
-def test_pack_must_divide_a_threads_elements():
-    a, b, c, d = _args(64, "cpu")
-    with pytest.raises(Exception, match="pack=4 does not divide"):
-        compile_gpu(unpack_max, a, b, c, d, 2, BLOCK=2, num_warps=4)  # 2 elements a thread
-
-
 def test_interpreter_refuses_it_at_the_call():
     x = torch.randn(100)
     with pytest.raises(CompileError, match="runs PTX") as e:
@@ -100,7 +94,7 @@ def test_bad_arguments_are_errors_at_the_line():
         kit.store(X + kit.arange(0, BLOCK),
                   kit.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=(),
                                              is_pure=True, pack=1))
-    with pytest.raises(CompileError, match="non-empty tuple"):
+    with pytest.raises(CompileError, match="at least one result dtype"):
         bad[(1,)](torch.zeros(16), BLOCK=16)
 
 

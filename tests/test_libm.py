@@ -92,8 +92,14 @@ T64 = {  # float64 torch/numpy references
     "finitef": lambda t: torch.isfinite(t).to(torch.int32),
     "isfinited": lambda t: torch.isfinite(t).to(torch.int32),
     "signbit": lambda t: torch.signbit(t).to(torch.int32),
+    "erfinv": torch.erfinv, "erfcx": torch.special.erfcx, "normcdf": torch.special.ndtr,
+    "normcdfinv": torch.special.ndtri, "cyl_bessel_i0": torch.special.i0,
+    "cyl_bessel_i1": torch.special.i1, "rcbrt": lambda t: 1.0 / torch.from_numpy(
+        np.cbrt(t.numpy())),
+    "logb": lambda t: torch.where(t == 0, -math.inf, torch.where(
+        t.isinf(), math.inf, torch.frexp(t).exponent.double() - 1 + t * 0)),
 }
-EXACT = {"floor", "ceil", "trunc", "rint", "nearbyint", "abs", "round", "sqrt_rn",
+EXACT = {"floor", "ceil", "trunc", "rint", "nearbyint", "abs", "round", "sqrt_rn", "logb",
          "isnan", "isinf", "finitef", "isfinited", "signbit"}
 
 
@@ -143,6 +149,8 @@ def test_libdevice_unary_interpreter(fn, dtype):
 BINARY = {
     "pow": np.power, "atan2": np.arctan2, "hypot": np.hypot, "fmod": np.fmod,
     "fmin": np.fmin, "fmax": np.fmax, "copysign": np.copysign, "div_rn": np.true_divide,
+    "fdim": lambda x, y: np.where(np.isnan(x) | np.isnan(y), x + y, np.maximum(x - y, 0.0)),
+    "rhypot": lambda x, y: 1.0 / np.hypot(x, y),
 }
 
 
@@ -324,20 +332,22 @@ def test_tanh_links_libdevice_for_sm90a():
         assert "MUFU.EX2" in sass and "CALL" not in sass and "STL" not in sass
 
 
-@pytest.mark.parametrize("fn", ["erf", "pow", "atan2", "log1p", "rint", "fma"])
-def test_fp64_libdevice_compiles(fn, tmp_path):
+@pytest.mark.parametrize("fn,ty", [
+    ("erf", "fp64"), ("pow", "fp64"), ("atan2", "fp64"), ("log1p", "fp64"), ("rint", "fp64"),
+    ("fma", "fp64"), ("erfinv", "fp64"), ("normcdfinv", "fp32"), ("cyl_bessel_i1", "fp64"),
+    ("rhypot", "fp32"), ("saturatef", "fp32"), ("rsqrt_rn", "fp32")])
+def test_fp64_libdevice_compiles(fn, ty, tmp_path):
     from kitjit.backend.libdevice import find_libdevice
 
     if find_libdevice() is None:
         pytest.skip("libdevice.10.bc not found (pip install nvidia-cuda-nvcc)")
-    args = {"erf": "x", "log1p": "x", "rint": "x", "pow": "x, x", "atan2": "x, x",
-            "fma": "x, x, x"}[fn]
+    args = {"pow": "x, x", "atan2": "x, x", "rhypot": "x, x", "fma": "x, x, x"}.get(fn, "x")
     p = tmp_path / "k.py"
     p.write_text("import kitjit as kit\nfrom kitjit.language.extra import libdevice\n\n\n"
                  "@kit.jit\ndef k(X, Y, BLOCK: kit.constexpr):\n"
                  "    o = kit.arange(0, BLOCK)\n    x = kit.load(X + o)\n"
                  f"    kit.store(Y + o, libdevice.{fn}({args}))\n")
-    ck = kit.compile_aot(str(p), "k", ["*fp64:16", "*fp64:16"], {"BLOCK": 128})
+    ck = kit.compile_aot(str(p), "k", [f"*{ty}:16", f"*{ty}:16"], {"BLOCK": 128})
     ptx = ck.asm["ptx"]  # libdevice's own helpers may stay internal .funcs (pow)
     assert ".extern" not in ptx and "__nv_" not in ptx and ck.metadata["spills"] == 0
     if fn == "rint":
@@ -401,3 +411,24 @@ def test_libdevice_binary_gpu_matches_interpreter(fn, dtype, monkeypatch):
         top = np.maximum(np.abs(x), np.abs(z)) > np.finfo(dtype).max / 2
         outs = [np.where(top, 0.0, o) for o in outs]
     _check(outs[0], outs[1], dtype, libm.FNS[fn].ulp + 1 if libm.FNS[fn].ulp else 0)
+
+
+@pytest.mark.parametrize("fn,ref", [
+    ("saturatef", lambda x: np.where(np.isnan(x), 0.0, np.clip(x, 0.0, 1.0))),
+    ("rsqrt_rn", lambda x: 1.0 / np.sqrt(x)),
+])
+def test_fp32_only_libdevice_interpreter(fn, ref):
+    x, got = _run_unary(fn, np.float32)
+    with np.errstate(all="ignore"):
+        want = ref(x.astype(np.float64)).astype(np.float32)
+    _check(got, want, np.float32, 0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fn", ["saturatef", "rsqrt_rn"])
+def test_fp32_only_libdevice_gpu_matches_interpreter(fn, monkeypatch):
+    x = _inputs(np.float32, 300, -10.0, 10.0)
+    _, got = _run_unary(fn, np.float32, n=300, block=128, x=x, device="cuda")
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    _, want = _run_unary(fn, np.float32, n=300, block=128, x=x)
+    _check(got, want, np.float32, 0)

@@ -16,8 +16,8 @@ from kitjit.ir.registry import lowering
 from kitjit.ir.types import DType
 from kitjit.ir.types import float32 as _F32
 
-from ..nvvm import F32, F64, GPTR, I1, I8, I16, I32, I64, asm, llvm_type, mem_type
-from .base import LoweringBase, LoweringError, _lin
+from ..nvvm import F32, F64, GPTR, I1, I16, I32, I64, asm, llvm_type, mem_type
+from .base import LoweringBase, LoweringError
 from .fp8 import fp8_cast_fn
 
 LOG2E = 1.4426950408889634
@@ -246,68 +246,55 @@ class ElementwiseLowering(LoweringBase):
 
     @lowering("inline_asm")
     def op_inline_asm(self, op: Op) -> None:
-        """kit.inline_asm_elementwise: one asm call per `pack` of a thread's elements (its
-        registers taken in order: which elements share a call is unspecified, as in
-        Triton). Elements narrower than 32 bits travel min(32 / bits, pack) to a register,
-        as a vector (<2 x half>, <4 x i8>) under an `r` constraint; several outputs come back
-        as a struct."""
-        b = self.b
-        pack = op.attrs["pack"]
-        ins = [self.get(v) for v in op.operands]
-        t0 = op.results[0].type
-        n = 1 if t0.is_scalar else _lin(t0).nregs
-        if n % pack:
-            raise LoweringError(f"kit.inline_asm_elementwise: pack={pack} does not divide the "
-                                f"{n} elements each thread holds of a tile of shape "
-                                f"{list(op.results[0].shape)}: use a larger tile or pack=1")
+        """Triton's inline_asm_elementwise: one asm call per `pack` of a thread's elements
+        (which elements share a call is unspecified, as in Triton; a short last group is
+        padded with undef and its extra results dropped). Elements narrower than 32 bits go
+        packed into one register per 32 bits (a vector <4 x i8>), inputs and results alike;
+        outputs are operands $0.. , inputs follow."""
+        b, pack = self.b, op.attrs["pack"]
+        ins = [(llvm_type(v.dtype), self.get(v)) for v in op.operands]
+        outs = [llvm_type(r.dtype) for r in op.results]
+        n = len(ins[0][1])
 
-        def per_reg(dt: DType) -> int:
-            bits = 8 if dt.is_bool() else dt.bits
-            return max(1, min(32 // bits, pack)) if bits < 32 else 1
+        def per_reg(t: ir.Type) -> int:
+            bits = t.width if isinstance(t, ir.IntType) else \
+                {"half": 16, "bfloat": 16, "float": 32, "double": 64}[str(t)]
+            return min(32 // bits, pack) if bits < 32 else 1
 
-        def reg_type(dt: DType, k: int) -> ir.Type:
-            t = I8 if dt.is_bool() else llvm_type(dt)
-            return t if k == 1 else ir.VectorType(t, k)
-
-        out_types = []
-        for r in op.results:
-            k = per_reg(r.dtype)
-            out_types += [reg_type(r.dtype, k)] * ((pack + k - 1) // k)
-        rets = [[] for _ in op.results]
+        reg_types = []  # per result: (element type, elements per register, registers)
+        for t in outs:
+            k = per_reg(t)
+            reg_types.append((t, k, -(-pack // k)))
+        flat = [ir.VectorType(t, k) if k > 1 else t for t, k, nr in reg_types for _ in range(nr)]
+        ret = flat[0] if len(flat) == 1 else ir.LiteralStructType(flat)
+        results: list[list] = [[] for _ in outs]
         for g in range(0, n, pack):
             args = []
-            for v, vals in zip(op.operands, ins):
-                k = per_reg(v.dtype)
-                for j in range(g, g + pack, k):
-                    elems = [b.zext(x, I8) if v.dtype.is_bool() else x
-                             for x in vals[j:j + k]]
+            for t, vals in ins:
+                k = per_reg(t)
+                for j in range(0, pack, k):
+                    lane = [vals[g + j + i] if g + j + i < n else ir.Constant(t, ir.Undefined)
+                            for i in range(k)]
                     if k == 1:
-                        args.append(elems[0])
+                        args.append(lane[0])
                         continue
-                    vec = ir.Constant(reg_type(v.dtype, k), ir.Undefined)
-                    for i, x in enumerate(elems):
+                    vec = ir.Constant(ir.VectorType(t, k), ir.Undefined)
+                    for i, x in enumerate(lane):
                         vec = b.insert_element(vec, x, ir.Constant(I32, i))
                     args.append(vec)
-            ret = out_types[0] if len(out_types) == 1 else ir.LiteralStructType(out_types)
-            res = asm(b, ret, op.attrs["asm"], op.attrs["constraints"], args,
-                      side_effect=not op.attrs["pure"])
-            outs = [res] if len(out_types) == 1 else \
-                [b.extract_value(res, i) for i in range(len(out_types))]
+            r = asm(b, ret, op.attrs["asm"], op.attrs["constraints"], args,
+                    side_effect=not op.attrs["is_pure"])
+            regs = [r] if len(flat) == 1 else [b.extract_value(r, i) for i in range(len(flat))]
             pos = 0
-            for ri, r in enumerate(op.results):
-                k = per_reg(r.dtype)
-                got = []
-                for _ in range((pack + k - 1) // k):
-                    o = outs[pos]
-                    pos += 1
-                    got += [o] if k == 1 else \
-                        [b.extract_element(o, ir.Constant(I32, i)) for i in range(k)]
-                got = got[:pack]
-                if r.dtype.is_bool():
-                    got = [b.icmp_unsigned("!=", x, ir.Constant(I8, 0)) for x in got]
-                rets[ri] += got
-        for r, vals in zip(op.results, rets):
-            self.set(r, vals)
+            for ri, (_t, k, nr) in enumerate(reg_types):
+                elems = []
+                for reg in regs[pos:pos + nr]:
+                    elems += [reg] if k == 1 else \
+                        [b.extract_element(reg, ir.Constant(I32, i)) for i in range(k)]
+                pos += nr
+                results[ri] += elems[:min(pack, n - g)]
+        for res, vals in zip(op.results, results):
+            self.set(res, vals)
 
     @lowering("umulhi")
     def op_umulhi(self, op: Op) -> None:

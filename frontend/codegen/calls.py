@@ -161,12 +161,14 @@ class _AggregateMethod:
 class _Method:
     """A tile method (x.to, x.sum, ...) waiting for its call."""
 
-    def __init__(self, cg: FunctionCodegen, value: Value, name: str):
-        self.cg, self.value, self.name = cg, value, name
+    def __init__(self, cg: FunctionCodegen, value: Value, name: str, fn: Any = None):
+        self.cg, self.value, self.name, self.fn = cg, value, name, fn
 
     def call(self, args, kwargs, node):
         if self.name == "to":
             return _call_builtin(self.cg, "cast", [self.value, *args], kwargs, node)
+        if self.fn is not None:  # a kit builtin or @kit.jit helper: x.cumsum(0), x.softmax()
+            return self.cg.call(self.fn, [self.value, *args], kwargs, node)
         return _call_builtin(self.cg, self.name, [self.value, *args], kwargs, node)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from kitjit import language as kl
 from kitjit.ir.core import Value
 from kitjit.ir.types import int1
+from kitjit.language.triton_names import tensor_method_message, tensor_method_target
 
 from ..errors import CompileError
 from ..semantic import describe, shape_str
@@ -214,17 +215,17 @@ class ExpressionsMixin:
                 return math.prod(base.shape)
             if attr in ("to", "cast"):
                 return _Method(self, base, "to")
-            if attr in ("sum", "max", "min", "argmax", "argmin", "exp", "exp2", "log", "log2",
-                        "sqrt", "abs", "sigmoid", "broadcast_to") or \
-                    attr in _SHAPE_METHODS and not base.type.is_shared:
-                return _Method(self, base, attr)
+            method = tensor_method_target(attr)
+            if method is not None and not (base.type.is_shared and attr in _SHAPE_METHODS):
+                return _Method(self, base, attr, method)
             if attr == "T":
                 self.at(node)
                 if base.type.is_shared:
                     return self.b.smem_trans(base)
                 return self.b.permute(base, (1, 0), "x.T")  # as Triton: 2-d tiles only
-            raise self.err(node, f"a tile has no attribute '{attr}'",
-                           "tiles have .dtype, .shape and .to(dtype)")
+            raise self.err(node, tensor_method_message(attr),
+                           "tiles have .dtype, .shape, .T and Triton's tensor methods "
+                           "(docs/triton_parity.md)")
         methods = base.kit_methods() if hasattr(base, "kit_methods") and \
             not isinstance(base, type) else {}
         if attr in methods:  # desc.load(...), desc.store(...)
@@ -239,7 +240,9 @@ class ExpressionsMixin:
             if isinstance(base, types.ModuleType) and base.__name__.split(".")[0] == "kitjit":
                 from kitjit.language.triton_names import missing_name_message
 
-                raise self.err(node, missing_name_message(attr, ast.unparse(node.value)),
+                msg = str(e) if "not supported yet" in str(e) else \
+                    missing_name_message(attr, ast.unparse(node.value))
+                raise self.err(node, msg,
                                "see README.md for what kitjit supports") from None
             if isinstance(base, types.ModuleType):
                 raise self.err(node, f"module '{base.__name__}' has no attribute '{attr}'") \

@@ -137,6 +137,18 @@ def _gdc_launch_dependents(c: Call) -> Any:
     return c.b.gdc_launch_dependents()
 
 
+@call_rule("cuda.num_warps", lambda: None)
+def _num_warps(c: Call) -> int:
+    """Triton's tl.extra.cuda.num_warps(): the kernel's num_warps, a compile-time int."""
+    return c.b.fn.attrs["num_warps"]
+
+
+@call_rule("cuda.num_threads", lambda: None)
+def _num_threads(c: Call) -> int:
+    """Triton's tl.extra.cuda.num_threads(): 32 * num_warps, a compile-time int."""
+    return 32 * c.b.fn.attrs["num_warps"]
+
+
 def python_print(cg: Any, args: list, kwargs: dict, node: Any) -> None:
     """Python's `print(...)` in a kernel: kit.device_print, with a leading string as the
     prefix (sep, end, file and flush are not supported)."""

@@ -241,24 +241,6 @@ class ElementwiseOps:
                              f"{x.dtype}", "convert with .to(kit.uint32)")
         return self.emit1("umulhi", [x, y], x.type)
 
-    @typing_rule("inline_asm")
-    def inline_asm(self, asm: str, constraints: str, args: list, dtypes: list,
-                   pure: bool, pack: int) -> list[Value]:
-        """kit.inline_asm_elementwise: `asm` run on `pack` elements at a time of the args
-        (broadcast to one shape, each keeping its dtype); one result tile per dtype."""
-        vals = [self.to_value(a) for a in args]
-        shape: tuple = ()
-        for v in vals:
-            shape = self.broadcast_shapes(shape, v.shape)
-        vals = [self.broadcast_to(v, shape) for v in vals]
-        for v in vals:
-            if v.dtype.is_ptr():
-                raise self.error("kit.inline_asm_elementwise: pointer arguments are not "
-                                 "supported yet", "pass the address as .to(kit.int64)")
-        op = self.emit("inline_asm", vals, [TileType(d, shape) for d in dtypes],
-                       {"asm": asm, "constraints": constraints, "pure": pure, "pack": pack})
-        return list(op.results)
-
 
     @typing_rule("math")
     def math_fn(self, fn: str, args: list, what: str | None = None) -> Value:
@@ -314,6 +296,36 @@ class ElementwiseOps:
         shape = self.broadcast_shapes(cond.shape, x.shape)
         cond, x, y = (self.broadcast_to(v, shape) for v in (cond, x, y))
         return self.emit1("select", [cond, x, y], x.type)
+
+    @typing_rule("inline_asm")
+    def inline_asm(self, asm: str, constraints: str, args: list, dtypes: list,
+                   is_pure: bool, pack: int) -> list[Value]:
+        """Triton's inline_asm_elementwise: `args` broadcast to one shape, one result tile of
+        that shape per dtype."""
+        what = "kit.inline_asm_elementwise"
+        if not args:
+            raise self.error(f"{what} needs at least one argument tile",
+                             "pass a tile the asm reads (its shape is the results' shape)")
+        vals = [self.to_value(a) for a in args]
+        for v in vals:
+            if v.type.is_shared or v.dtype.is_ptr() or v.dtype.is_bool() or \
+                    v.dtype.kind not in "fiu":
+                raise self.error(f"{what}: argument {describe(v)} is not supported yet "
+                                 "(numeric tiles only)", "cast bool tiles to kit.int8 or "
+                                 "kit.int32 first; pass pointers as kit.int64 tiles")
+        for dt in dtypes:
+            if not isinstance(dt, DType) or dt.is_ptr() or dt.is_bool() or \
+                    dt.kind not in "fiu":
+                raise self.error(f"{what}: result dtype {dt!r} is not supported yet (numeric "
+                                 "dtypes only)", "return kit.int8/kit.int32 and compare")
+        shape: tuple = ()
+        for v in vals:
+            shape = self.broadcast_shapes(shape, v.shape)
+        vals = [self.broadcast_to(v, shape) for v in vals]
+        op = self.emit("inline_asm", vals, [TileType(dt, shape) for dt in dtypes],
+                       {"asm": asm, "constraints": constraints, "is_pure": is_pure,
+                        "pack": pack})
+        return list(op.results)
 
 
 # Triton's fp8 results (an fp8 type with itself); kitjit computes them in fp32
@@ -402,6 +414,11 @@ def _libdevice(c: Call) -> Any:
     nargs = libm.FNS[fn].nargs
     if len(args) != nargs:
         raise c.err(f"{what} takes {nargs} argument{'s' if nargs > 1 else ''}, got {len(args)}")
+    if fn == "nextafter" and any(isinstance(a, Value) and a.dtype not in (float32, float64)
+                                 for a in args):
+        raise c.err(f"{what} needs fp32 or fp64 tiles, got "
+                    f"{', '.join(describe(a) for a in args)}",
+                    "the next fp16/bf16 value is not the next fp32 one: convert with .to()")
     if name == "abs" and isinstance(args[0], Value) and not args[0].dtype.is_floating():
         return c.b.unary("abs", args[0])
     if fn == "pow":  # an integer exponent is powif/powi, as in Triton's dispatch
@@ -463,31 +480,53 @@ def _fold_math(cg, node, name, x):
         raise cg.err(node, f"kit.{name}({x!r}) failed at compile time: {e}") from None
 
 
+@call_rule("inline_asm_elementwise",
+           lambda asm, constraints, args, dtype, is_pure, pack: None)
+def _inline_asm_elementwise(c: Call) -> Any:
+    asm, constraints = c.const("asm", "a string"), c.const("constraints", "a string")
+    if not isinstance(asm, str) or not isinstance(constraints, str):
+        raise c.err("kit.inline_asm_elementwise: 'asm' and 'constraints' must be strings")
+    args = c["args"]
+    if isinstance(args, Value) or not isinstance(args, (list, tuple)):
+        raise c.err("kit.inline_asm_elementwise: 'args' must be a list of tiles",
+                    "e.g. args=[x, y]")
+    dtype = c.const("dtype", "a dtype or a tuple of dtypes")
+    dtypes = list(dtype) if isinstance(dtype, (list, tuple)) else [dtype]
+    if not dtypes:
+        raise c.err("kit.inline_asm_elementwise needs at least one result dtype (as Triton)",
+                    "return a dummy tile you do not use")
+    pack = c.const("pack", "a constexpr int")
+    if isinstance(pack, bool) or not isinstance(pack, int) or pack < 1:
+        raise c.err(f"kit.inline_asm_elementwise: 'pack' must be a positive int, got {pack!r}")
+    is_pure = c.const("is_pure", "a constexpr bool")
+    results = c.b.inline_asm(asm, constraints, list(args), dtypes, bool(is_pure), pack)
+    return tuple(results) if isinstance(dtype, (list, tuple)) else results[0]
+
+
+@call_rule("map_elementwise", lambda scalar_fn, *args, pack=1: None)
+def _map_elementwise(c: Call) -> Any:
+    """Triton's map_elementwise(scalar_fn, *args): the args broadcast to one shape and
+    `scalar_fn` inlined over the whole tiles. Its ops are elementwise (Triton accepts only
+    ops valid on scalars there), so the results are Triton's; control flow on an element
+    (`if x > 0:`) is a CompileError at that line (not supported yet)."""
+    from kitjit.jit import JITFunction
+
+    fn, args = c["scalar_fn"], list(c["args"])
+    if not isinstance(fn, JITFunction):
+        raise c.err(f"kit.map_elementwise needs a @kit.jit scalar function, got {describe(fn)}")
+    if c.const("pack", "a constexpr int") != 1:
+        raise c.err("kit.map_elementwise with pack > 1 is not supported yet (Triton's "
+                    "tl.map_elementwise pack)", "use pack=1: kitjit maps whole tiles")
+    if not args:
+        raise c.err("kit.map_elementwise needs at least one argument tile")
+    tiles = [a for a in args if isinstance(a, Value)]
+    shape: tuple = ()
+    for v in tiles:
+        shape = c.b.broadcast_shapes(shape, v.shape)
+    args = [c.b.broadcast_to(a, shape) if isinstance(a, Value) else a for a in args]
+    return c.cg.call(fn, args, {}, c.node)
+
+
 @call_rule("umulhi", lambda x, y: None)
 def _umulhi(c: Call) -> Any:
     return c.b.umulhi(c["x"], c["y"])
-
-
-@call_rule("inline_asm_elementwise",
-           lambda asm, constraints, args, dtype, is_pure, pack: None)
-def _inline_asm(c: Call) -> Any:
-    """Triton's tl.inline_asm_elementwise: `dtype` one dtype (one result) or a tuple (a
-    tuple of results); `$0..` name the outputs (pack each), then the inputs, where inputs
-    and outputs narrower than 32 bits come min(32 / bits, pack) to a 32-bit register."""
-    asm, cons = c.const("asm", "a string"), c.const("constraints", "a string")
-    if not isinstance(asm, str) or not isinstance(cons, str):
-        raise c.err("kit.inline_asm_elementwise: asm and constraints must be strings")
-    dtype = c.const("dtype", "a dtype or a tuple of dtypes")
-    many = isinstance(dtype, (tuple, list))
-    dtypes = list(dtype) if many else [dtype]
-    if not dtypes or not all(isinstance(d, DType) and not d.is_ptr() for d in dtypes):
-        raise c.err(f"kit.inline_asm_elementwise: dtype must be a dtype or a non-empty tuple "
-                    f"of them, got {describe(dtype)}")
-    args = c["args"]
-    args = list(args) if isinstance(args, (tuple, list)) else [args]
-    pack = c.const("pack", "an int")
-    if not isinstance(pack, int) or isinstance(pack, bool) or pack < 1:
-        raise c.err(f"kit.inline_asm_elementwise: pack must be a positive int, got {pack!r}")
-    out = c.b.inline_asm(asm, cons, args, dtypes, bool(c.const("is_pure", "True or False")),
-                         int(pack))
-    return tuple(out) if many else out[0]

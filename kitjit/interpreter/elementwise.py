@@ -281,6 +281,18 @@ def _umulhi64(a, b):
     return a1 * b1 + (mid1 >> s) + (mid2 >> s)
 
 
+@semantics("inline_asm")
+def inline_asm(comp: object, op: Op, gen: bool = False) -> Callable:
+    """The interpreter cannot run PTX: a clear error at the user's line (Triton's interpreter
+    raises NotImplementedError("inline_asm not supported in interpreter mode") too)."""
+    from kitjit.frontend.errors import CompileError
+
+    raise CompileError("kit.inline_asm_elementwise runs PTX, which the CPU interpreter cannot "
+                       "run (as in Triton's interpreter)", op.loc,
+                       "run this kernel on the GPU, or give the interpreter a path written "
+                       "with kit ops (e.g. `if kit.constexpr(INTERPRET): ...`)")
+
+
 @semantics("umulhi")
 @pure
 def umulhi(op: Op, ctx: _Ctx) -> Callable:
@@ -302,16 +314,3 @@ def umulhi(op: Op, ctx: _Ctx) -> Callable:
 def math(op: Op, ctx: _Ctx) -> Callable:
     """libm functions (kitjit/ir/libm.py), in float64 rounded once: see interpreter/libm.py."""
     return math_fn(op.attrs["fn"], op.operands[0].dtype.bits == 32)
-
-
-@semantics("inline_asm")
-def inline_asm(comp, op: Op):
-    """PTX cannot run on the CPU: a kernel with kit.inline_asm_elementwise is an error in the
-    interpreter, at the call (Triton's interpreter refuses it too). Raised when the kernel is
-    prepared, before any program runs."""
-    from kitjit.frontend.errors import CompileError
-
-    raise CompileError("kit.inline_asm_elementwise runs PTX, which the CPU interpreter cannot "
-                       "execute (Triton's interpreter cannot either)", op.loc,
-                       "run this kernel on a GPU, or give the interpreter a plain-kit "
-                       "version of the computation")

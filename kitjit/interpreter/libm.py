@@ -106,6 +106,14 @@ def _fast_dividef(x, y):
                         r).astype(np.float32)
 
 
+def _logb(x: np.ndarray) -> np.ndarray:
+    """The unbiased exponent of x as a float (logb(0) = -inf, logb(+-inf) = inf), exact for
+    denormals too (frexp, not log2)."""
+    e = np.frexp(x)[1].astype(np.float64) - 1
+    return np.where(x == 0, -np.inf, np.where(np.isinf(x), np.inf,
+                                              np.where(np.isnan(x), np.nan, e)))
+
+
 _F64: dict[str, Callable] = {
     "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "rint": np.rint,
     "nearbyint": np.rint, "fabs": np.abs, "round": _round,
@@ -120,6 +128,15 @@ _F64: dict[str, Callable] = {
     "atan": np.arctan, "atan2": np.arctan2, "sinh": np.sinh, "cosh": np.cosh,
     "tanh": np.tanh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
     "erf": _torch64("erf"), "erfc": _torch64("erfc"),
+    "erfinv": _torch64("erfinv"), "erfcx": _torch64("erfcx"), "normcdf": _torch64("ndtr"),
+    "normcdfinv": _torch64("ndtri"), "cyl_bessel_i0": _torch64("i0"),
+    "cyl_bessel_i1": _torch64("i1"), "rcbrt": lambda x: 1.0 / np.cbrt(x),
+    "logb": lambda x: _logb(np.asarray(x, np.float64)),
+    "fdim": lambda x, y: np.where(np.isnan(x) | np.isnan(y), x + y,
+                                  np.where(x > y, x - y, 0.0)),
+    "rhypot": lambda x, y: 1.0 / np.hypot(x, y),
+    "saturatef": lambda x: np.where(np.isnan(x), 0.0, np.clip(x, 0.0, 1.0)),
+    "rsqrt_rn": lambda x: 1.0 / np.sqrt(x),
     "fast_expf": np.exp, "fast_logf": np.log,
 }
 
@@ -137,6 +154,9 @@ def math_fn(fn: str, f32: bool) -> Callable:
         return _directed_div(fn[-2:], f32)
     if fn == "fast_dividef":
         return _fast_dividef
+    if fn == "nextafter":  # in the operands' own precision, not float64's
+        t = np.float32 if f32 else np.float64
+        return lambda x, y: np.nextafter(np.asarray(x, t), np.asarray(y, t))
     g = _F64[fn]
     if not f32:
         def f64(*xs):

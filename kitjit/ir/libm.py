@@ -58,6 +58,12 @@ FNS: dict[str, Fn] = {
     "sinh": Fn(ulp=3), "cosh": Fn(ulp=2), "tanh": Fn(ulp=2),
     "asinh": Fn(ulp=3), "acosh": Fn(ulp=4), "atanh": Fn(ulp=3),
     "erf": Fn(ulp=2), "erfc": Fn(ulp=4),
+    # special functions (ulp: the larger of CUDA's fp32 and fp64 bounds)
+    "erfinv": Fn(ulp=5), "erfcx": Fn(ulp=4), "normcdf": Fn(ulp=5), "normcdfinv": Fn(ulp=8),
+    "cyl_bessel_i0": Fn(ulp=6), "cyl_bessel_i1": Fn(ulp=6), "rcbrt": Fn(ulp=1),
+    "logb": Fn(), "fdim": Fn(2), "rhypot": Fn(2, ulp=2), "nextafter": Fn(2),
+    "saturatef": Fn(f32="__nv_saturatef", f64=""),
+    "rsqrt_rn": Fn(f32="__nv_frsqrt_rn", f64=""),
     "div_rz": Fn(2, f32="__nv_fdiv_rz", f64="__nv_ddiv_rz"),
     "div_rd": Fn(2, f32="__nv_fdiv_rd", f64="__nv_ddiv_rd"),
     "div_ru": Fn(2, f32="__nv_fdiv_ru", f64="__nv_ddiv_ru"),

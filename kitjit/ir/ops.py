@@ -31,9 +31,9 @@ signal_set ptr(scalar), value             sem, scope (after the program's earlie
                                           writes, one thread stores value)
 signal_add ptr(scalar), value             sem, scope (as signal_set, adds; no result) -
 umulhi     a, b (ints)                    - (high half of the 2N-bit product)        same type
-inline_asm *args (one shape, any dtypes)  asm, constraints, pure, pack               one tile per
-                                          (kit.inline_asm_elementwise: PTX per pack   output dtype
-                                          of a thread's elements)
+inline_asm *args (same shape)             asm, constraints, is_pure, pack            1+ tiles
+                                          (kit.inline_asm_elementwise)               of args'
+                                                                                     shape
 reduce     a                              kind in REDUCE_KINDS, axis                 a minus axis
 reduce_combine *xs (same shape)           axis; region 0: 2N scalar args (lhs, rhs)  xs minus axis
                                           ends in yield of N (the combine_fn)

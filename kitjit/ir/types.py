@@ -12,8 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from .dtype_triton import TritonDTypeMixin
 
-class DType:
+
+class DType(TritonDTypeMixin):
     """An element type. Singletons: compare with ``is`` or ``==``."""
 
     def __init__(self, name: str, kind: str, bits: int, np_dtype: Any, aliases: tuple = ()):

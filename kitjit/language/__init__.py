@@ -56,6 +56,11 @@ from .base import (  # noqa: F401
 from .core import next_power_of_2  # noqa: F401
 from .elementwise import PropagateNan  # noqa: F401
 
+TRITON_MAX_TENSOR_NUMEL = 1 << 20  # Triton's limit on a tile's elements; kitjit's is the same
+# Triton's tl.tuple: kitjit's kernels hold tuples of tiles as Python tuples, so `tl.tuple([a,
+# b])` builds one and `isinstance(x, tl.tuple)` asks for one
+tuple = tuple  # noqa: A001,PLW0127
+
 globals().update(BUILTINS)  # every marker is kit.<name>
 
 # @kit.jit functions over the markers above: Triton's random numbers and small helpers
@@ -72,10 +77,20 @@ from .random import (  # noqa: E402,F401
     randn4x,
     uint_to_uniform_float,
 )
-from .standard import softmax, swizzle2d, zeros_like  # noqa: E402,F401
+from .standard import (  # noqa: E402,F401
+    add,
+    load_tensor_descriptor,
+    mul,
+    softmax,
+    store_tensor_descriptor,
+    sub,
+    swizzle2d,
+    zeros_like,
+)
 
 __all__ = [
-    "constexpr", "static_range", "range", "next_power_of_2", "builtin", "BUILTINS", "dtype",
+    "TRITON_MAX_TENSOR_NUMEL", "tuple", "constexpr", "static_range", "range", "next_power_of_2",
+    "builtin", "BUILTINS", "dtype",
     "pointer_type", "math", "extra", "PropagateNan", "tensor", "tensor_descriptor",
     "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
     "uint8", "uint16", "uint32", "uint64", "int1", "bool_", "float8e4nv", "float8e5",

@@ -98,3 +98,9 @@ def max_constancy(input, values):
 def assume(cond):
     """Promises the scalar `cond` holds (`llvm.assume` on the GPU). The interpreter checks
     it and raises DeviceAssertError where it does not."""
+
+
+from .triton_names import language_attr as _language_attr  # noqa: E402
+from .triton_names import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("kitjit.language.core", "triton.language.core", _language_attr)

@@ -97,18 +97,6 @@ def cast(x, dtype):
 
 
 @builtin
-def inline_asm_elementwise(asm, constraints, args, dtype, is_pure, pack):
-    """Triton's `tl.inline_asm_elementwise`: run the PTX `asm` over the elements of `args`
-    (broadcast to one shape), `pack` elements of each thread at a time; `dtype` is the
-    result's dtype, or a tuple of dtypes for a tuple of results. Operands are numbered as in
-    Triton: the outputs first (`pack` each), then the inputs; elements narrower than 32 bits
-    travel min(32 / bits, pack) to a 32-bit register (`=r` / `r`), so pack=4 over uint8 is
-    one register. `is_pure=False` keeps the asm even when its results are unused. The
-    number of elements each thread holds must be a multiple of `pack`. The CPU interpreter
-    cannot run PTX: a kernel with inline asm is an error there (as in Triton's)."""
-
-
-@builtin
 def umulhi(x, y):
     """The high N bits of the 2N-bit product of N-bit integers x and y (int32, uint32,
     int64, uint64). The product is unsigned whatever the signedness, as Triton's
@@ -152,3 +140,20 @@ class PropagateNan:
 
     NONE = 0
     ALL = 0xFFFF
+
+
+@builtin
+def inline_asm_elementwise(asm, constraints, args, dtype, is_pure, pack):
+    """Triton's inline assembly over tiles: `asm` (PTX, operands `$0`..., outputs first) runs
+    once per `pack` elements of the broadcast `args`; `constraints` is LLVM's ("=r,r,r");
+    elements narrower than 32 bits are packed into 32-bit registers (4 x int8 in one "r");
+    `dtype` is one dtype (one result tile) or a tuple (a tuple of tiles); `is_pure=False`
+    keeps the asm even when its results are unused. GPU only: the CPU interpreter cannot run
+    PTX (as Triton's interpreter, it raises)."""
+
+
+@builtin
+def map_elementwise(scalar_fn, *args, pack=1):
+    """Triton's: `scalar_fn` (a @kit.jit function of scalars) over the broadcast `args`;
+    returns one tile or a tuple. kitjit inlines it over whole tiles (its ops are
+    elementwise); per-element control flow in it and pack > 1 are not supported yet."""

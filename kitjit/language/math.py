@@ -28,7 +28,9 @@ def __getattr__(name: str):
         return getattr(libdevice, name)
     if name in TRITON_MATH:
         return unsupported("kit.math", name, "tl.math")
-    raise AttributeError(f"module 'kit.math' has no attribute '{name}'")
+    from .triton_names import missing_module_name_message
+
+    raise AttributeError(missing_module_name_message("kit.math", "triton.language.math", name))
 
 
 def __dir__():

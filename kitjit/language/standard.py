@@ -57,4 +57,58 @@ def _is_power_of_two(i: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-STANDARD = ["zeros_like", "swizzle2d", "softmax"]
+STANDARD = ["zeros_like", "swizzle2d", "softmax", "add", "sub", "mul", "load_tensor_descriptor",
+            "store_tensor_descriptor"]
+
+
+@jit
+def add(x, y, sanitize_overflow=True):
+    """Triton's functional `tl.add(x, y)`: `x + y` (`sanitize_overflow` belongs to Triton's
+    overflow sanitizer, which kitjit does not have: ignored)."""
+    return x + y
+
+
+@jit
+def sub(x, y, sanitize_overflow=True):
+    """Triton's functional `tl.sub(x, y)`: `x - y` (`sanitize_overflow`: as in `add`)."""
+    return x - y
+
+
+@jit
+def mul(x, y, sanitize_overflow=True):
+    """Triton's functional `tl.mul(x, y)`: `x * y` (`sanitize_overflow`: as in `add`)."""
+    return x * y
+
+
+@jit
+def _logical_and(x, y):
+    """Triton's `x.logical_and(y)` of boolean tiles (x != 0 and y != 0 for others, where
+    Triton refuses non-bool tiles)."""
+    return (x != 0) & (y != 0)
+
+
+@jit
+def _logical_or(x, y):
+    """Triton's `x.logical_or(y)` (as `_logical_and`)."""
+    return (x != 0) | (y != 0)
+
+
+from .triton_names import language_attr as _language_attr  # noqa: E402
+from .triton_names import module_getattr as _module_getattr  # noqa: E402
+from .triton_names import top_attr as _top_attr  # noqa: E402
+
+__getattr__ = _module_getattr("kitjit.language.standard", "triton.language.standard",
+                              _language_attr, _top_attr)
+
+
+@jit
+def load_tensor_descriptor(desc, offsets):
+    """Triton's functional `tl.load_tensor_descriptor(desc, offsets)`: `desc.load(offsets)`."""
+    return desc.load(offsets)
+
+
+@jit
+def store_tensor_descriptor(desc, offsets, value):
+    """Triton's functional `tl.store_tensor_descriptor(desc, offsets, value)`:
+    `desc.store(offsets, value)`."""
+    desc.store(offsets, value)

@@ -6,6 +6,10 @@ one-line message (`missing_name_message`)."""
 
 from __future__ import annotations
 
+import types
+
+from .triton_surface import MODULES
+
 TRITON_LANGUAGE_NAMES = frozenset("""
 PropagateNan TRITON_MAX_TENSOR_NUMEL load_tensor_descriptor store_tensor_descriptor
 make_tensor_descriptor tensor_descriptor abs add advance arange argmax argmin
@@ -22,12 +26,12 @@ randn randn4x range ravel reduce reduce_or reshape rsqrt slice sigmoid sin softm
 split sqrt sqrt_rn squeeze static_assert static_print static_range store sub sum swizzle2d
 target_info tensor topk to_tensor trans tuple uint16 uint32 uint64 uint8
 uint_to_uniform_float umulhi unsqueeze view void where xor_sum zeros zeros_like
-""".split())
+""".split()) | MODULES["triton.language"]
 
 
 # Triton's top-level `triton` names (3.x) that are not language names: reached as
 # `triton.<name>` after the import swap, i.e. `kitjit.<name>`
-TRITON_TOP_NAMES = frozenset("""
+TRITON_TOP_NAMES = MODULES["triton"] | frozenset("""
 AsyncCompileMode CompilationError Config FutureKernel InterpreterError JITFunction
 KernelInterface MockTensor OutOfResources TensorWrapper autotune cdiv compile
 constexpr_function heuristics jit knobs language must_use_result next_power_of_2
@@ -43,3 +47,89 @@ def missing_name_message(name: str, module: str = "kit", top: bool = False) -> s
     if name in TRITON_LANGUAGE_NAMES:
         return f"{module}.{name} is not supported yet (Triton's tl.{name})"
     return f"{module}.{name} does not exist (Triton's triton.language has no '{name}' either)"
+
+
+# Triton's tensor methods (`x.sum(0)`, `x.to(kit.float16)`, `x.T`, ...): each is the kit
+# function of the same name with `x` as its first argument, except these
+TRITON_TENSOR_METHODS = frozenset("""
+T abs advance argmax argmin associative_scan atomic_add atomic_and atomic_cas atomic_max
+atomic_min atomic_or atomic_xchg atomic_xor broadcast_to cast cdiv ceil cos cumprod cumsum erf
+exp exp2 expand_dims flip floor gather histogram item log log2 logical_and logical_or max min
+permute ravel reduce reduce_or reshape rsqrt sigmoid sin softmax sort split sqrt sqrt_rn store
+sum to trans view xor_sum
+""".split())
+_TENSOR_METHOD_TARGET = {"to": "cast", "logical_and": "_logical_and",
+                         "logical_or": "_logical_or"}
+
+
+def tensor_method_target(name: str):
+    """The kit function (builtin marker or @kit.jit) that `x.<name>(...)` calls with `x`
+    first, or None when kitjit has no such method."""
+    if name not in TRITON_TENSOR_METHODS or name == "T":
+        return None
+    import kitjit.language as kl
+
+    from . import standard
+
+    target = _TENSOR_METHOD_TARGET.get(name, name)
+    fn = getattr(standard, target, None) or vars(kl).get(target)
+    return fn if fn is not None and callable(fn) else None
+
+
+def tensor_method_status(name: str) -> tuple[str, str]:
+    """("works", "") or ("missing", the one-line error) of Triton's tensor method `x.<name>`
+    in a kernel (for docs/triton_parity.md)."""
+    if name == "T" or tensor_method_target(name) is not None:
+        return "works", ""
+    return "missing", tensor_method_message(name)
+
+
+def tensor_method_message(name: str) -> str:
+    if name in TRITON_TENSOR_METHODS:
+        return f"x.{name} is not supported yet (Triton's tensor.{name})"
+    return f"a tile has no attribute '{name}'"
+
+
+def module_getattr(kit_module: str, triton_module: str, *fallbacks):
+    """A module `__getattr__` for kitjit's counterpart of `triton_module`: a name found in
+    one of `fallbacks` (modules, or functions name -> object) is that object; a Triton name
+    kitjit lacks raises AttributeError with a one-line "not supported yet"."""
+    def __getattr__(name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        for fb in fallbacks:
+            try:
+                return getattr(fb, name) if isinstance(fb, types.ModuleType) else fb(name)
+            except AttributeError:
+                pass
+        raise AttributeError(missing_module_name_message(kit_module, triton_module, name))
+
+    return __getattr__
+
+
+def missing_module_name_message(kit_module: str, triton_module: str, name: str) -> str:
+    """The one-line message for `<kit_module>.<name>` that kitjit lacks."""
+    if name in MODULES.get(triton_module, ()):
+        return f"{kit_module}.{name} is not supported yet (Triton's {triton_module}.{name})"
+    return f"module '{kit_module}' has no attribute '{name}'"
+
+
+def language_attr(name: str):
+    """`kitjit.language.<name>` when kitjit has it (Triton's triton.language.core and
+    .standard define what `triton.language` re-exports)."""
+    import kitjit.language as kl
+
+    try:
+        return vars(kl)[name]
+    except KeyError:
+        raise AttributeError(name) from None
+
+
+def top_attr(name: str):
+    """`kitjit.<name>` when kitjit has it (Triton's runtime modules re-export top names)."""
+    import kitjit
+
+    try:
+        return vars(kitjit)[name]
+    except KeyError:
+        raise AttributeError(name) from None

@@ -43,4 +43,6 @@ def __getattr__(name: str):
         import importlib
 
         return getattr(importlib.import_module(f"kitjit.{_LAZY[name]}"), name)
-    raise AttributeError(f"kitjit.runtime has no attribute '{name}'")
+    from kitjit.language.triton_names import missing_module_name_message
+
+    raise AttributeError(missing_module_name_message("kitjit.runtime", "triton.runtime", name))

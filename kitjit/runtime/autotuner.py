@@ -42,3 +42,8 @@ class Autotuner(_Base):
         self.user_defined_post_hook = post_hook is not None
         self.pre_hook = pre_hook
         self.post_hook = post_hook
+
+
+from kitjit.language.triton_names import module_getattr, top_attr  # noqa: E402
+
+__getattr__ = module_getattr("kitjit.runtime.autotuner", "triton.runtime.autotuner", top_attr)

@@ -541,3 +541,8 @@ class GPUTarget(NamedTuple):
 
 
 active = _ActiveDriver()
+
+
+from kitjit.language.triton_names import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("kitjit.runtime.driver", "triton.runtime.driver")

@@ -6,3 +6,8 @@ from kitjit.frontend.errors import CompileError, OutOfResources
 CompilationError = CompileError  # Triton's name for a kernel that does not compile
 
 __all__ = ["CompilationError", "OutOfResources"]
+
+
+from kitjit.language.triton_names import module_getattr  # noqa: E402
+
+__getattr__ = module_getattr("kitjit.runtime.errors", "triton.runtime.errors")

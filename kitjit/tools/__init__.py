@@ -209,3 +209,12 @@ def sass_opcodes(sass: str) -> Counter:
         if m:
             counts[m.group(1)] += 1
     return counts
+
+
+def __getattr__(name: str):
+    """Triton's `triton.tools` names kitjit lacks: a one-line "not supported yet"."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from kitjit.language.triton_names import missing_module_name_message
+
+    raise AttributeError(missing_module_name_message("kitjit.tools", "triton.tools", name))

@@ -89,3 +89,8 @@ class TensorDescriptor:
         """The run-time values the kernel gets: the base pointer, the shape (i32), the
         strides but the last (i64)."""
         return [self.base.data_ptr(), *self.shape, *self.strides[:-1]]
+
+
+from kitjit.language.triton_names import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("kitjit.tools.tensor_descriptor", "triton.tools.tensor_descriptor")

@@ -34,34 +34,34 @@ SUPPORTED = {
     "copysign": "copysign", "div_rn": "div_rn", "div_rz": "div_rz", "div_rd": "div_rd",
     "div_ru": "div_ru", "fast_expf": "fast_expf", "fast_logf": "fast_logf",
     "fast_dividef": "fast_dividef",
+    "erfinv": "erfinv", "erfcx": "erfcx", "normcdf": "normcdf", "normcdfinv": "normcdfinv",
+    "cyl_bessel_i0": "cyl_bessel_i0", "cyl_bessel_i1": "cyl_bessel_i1", "rcbrt": "rcbrt",
+    "logb": "logb", "fdim": "fdim", "rhypot": "rhypot", "saturatef": "saturatef",
+    "rsqrt_rn": "rsqrt_rn", "nextafter": "nextafter",
 }
 
 # The rest of Triton's libdevice (triton/language/extra/cuda/libdevice.py)
 TRITON_OTHERS = (
-    "clz", "popc", "byte_perm", "mulhi", "mul24", "brev", "sad", "rcp64h", "saturatef",
-    "fma_rn", "fma_rz", "fma_rd", "fma_ru", "rcp_rn", "rcp_rz", "rcp_rd", "rcp_ru",
-    "sqrt_rz", "sqrt_rd", "sqrt_ru", "add_rn", "add_rz", "add_rd", "add_ru", "mul_rn",
-    "mul_rz", "mul_rd", "mul_ru", "double2float_rn", "double2float_rz", "double2float_rd",
-    "double2float_ru", "double2int_rn", "double2int_rz", "double2int_rd", "double2int_ru",
-    "double2uint_rn", "double2uint_rz", "double2uint_rd", "double2uint_ru", "int2double_rn",
-    "uint2double_rn", "float2int_rn", "float2int_rz", "float2int_rd", "float2int_ru",
-    "float2uint_rn", "float2uint_rz", "float2uint_rd", "float2uint_ru", "int2float_rn",
-    "int2float_rz", "int2float_rd", "int2float_ru", "uint2float_rn", "uint2float_rz",
-    "uint2float_rd", "uint2float_ru", "hiloint2double", "double2loint", "double2hiint",
-    "float2ll_rn", "float2ll_rz", "float2ll_rd", "float2ll_ru", "float2ull_rn",
-    "float2ull_rz", "float2ull_rd", "float2ull_ru", "double2ll_rn", "double2ll_rz",
-    "double2ll_rd", "double2ll_ru", "double2ull_rn", "double2ull_rz", "double2ull_rd",
-    "double2ull_ru", "ll2float_rn", "ll2float_rz", "ll2float_rd", "ll2float_ru",
-    "ull2float_rn", "ull2float_rz", "ull2float_rd", "ull2float_ru", "ll2double_rn",
-    "ll2double_rz", "ll2double_rd", "ll2double_ru", "ull2double_rn", "ull2double_rz",
-    "ull2double_rd", "ull2double_ru", "int_as_float", "float_as_int", "uint_as_float",
-    "float_as_uint", "longlong_as_double", "double_as_longlong", "fast_sinf", "fast_cosf",
-    "fast_log2f", "fast_tanf", "fast_exp10f", "fast_log10f", "fast_powf", "hadd", "rhadd",
-    "sub_rn", "sub_rz", "sub_rd", "sub_ru", "rsqrt_rn", "ffs", "llrint", "nextafter",
-    "sinpi", "cospi", "rhypot", "norm3d", "rnorm3d", "norm4d", "rnorm4d", "rcbrt", "j0", "j1",
-    "y0", "y1", "yn", "jn", "cyl_bessel_i0", "cyl_bessel_i1", "erfinv", "erfcx", "erfcinv",
-    "normcdfinv", "normcdf", "lgamma", "scalbn", "remainder", "tgamma", "llround", "fdim",
-    "ilogb", "logb",
+    "clz", "popc", "byte_perm", "mulhi", "mul24", "brev", "sad", "rcp64h", "fma_rn", "fma_rz",
+    "fma_rd", "fma_ru", "rcp_rn", "rcp_rz", "rcp_rd", "rcp_ru", "sqrt_rz", "sqrt_rd",
+    "sqrt_ru", "add_rn", "add_rz", "add_rd", "add_ru", "mul_rn", "mul_rz", "mul_rd", "mul_ru",
+    "double2float_rn", "double2float_rz", "double2float_rd", "double2float_ru",
+    "double2int_rn", "double2int_rz", "double2int_rd", "double2int_ru", "double2uint_rn",
+    "double2uint_rz", "double2uint_rd", "double2uint_ru", "int2double_rn", "uint2double_rn",
+    "float2int_rn", "float2int_rz", "float2int_rd", "float2int_ru", "float2uint_rn",
+    "float2uint_rz", "float2uint_rd", "float2uint_ru", "int2float_rn", "int2float_rz",
+    "int2float_rd", "int2float_ru", "uint2float_rn", "uint2float_rz", "uint2float_rd",
+    "uint2float_ru", "hiloint2double", "double2loint", "double2hiint", "float2ll_rn",
+    "float2ll_rz", "float2ll_rd", "float2ll_ru", "float2ull_rn", "float2ull_rz",
+    "float2ull_rd", "float2ull_ru", "double2ll_rn", "double2ll_rz", "double2ll_rd",
+    "double2ll_ru", "double2ull_rn", "double2ull_rz", "double2ull_rd", "double2ull_ru",
+    "ll2float_rn", "ll2float_rz", "ll2float_rd", "ll2float_ru", "ull2float_rn", "ull2float_rz",
+    "ull2float_rd", "ull2float_ru", "ll2double_rn", "ll2double_rz", "ll2double_rd",
+    "ll2double_ru", "ull2double_rn", "ull2double_rz", "ull2double_rd", "ull2double_ru",
+    "fast_sinf", "fast_cosf", "fast_log2f", "fast_tanf", "fast_exp10f", "fast_log10f",
+    "fast_powf", "hadd", "rhadd", "sub_rn", "sub_rz", "sub_rd", "sub_ru", "ffs", "llrint",
+    "sinpi", "cospi", "norm3d", "rnorm3d", "norm4d", "rnorm4d", "j0", "j1", "y0", "y1", "yn",
+    "jn", "erfcinv", "lgamma", "scalbn", "remainder", "tgamma", "llround", "ilogb",
 )
 
 _doc = __doc__
@@ -69,12 +69,23 @@ for _name in SUPPORTED:
     globals()[_name] = namespaced(f"libdevice.{_name}",
                                   f"libdevice.{_name} (Triton's): see the module docstring")
 
+# libdevice's bit reinterpretations: @kit.jit functions in libdevice_bits.py
+_BITS = ("float_as_int", "float_as_uint", "int_as_float", "uint_as_float",
+         "double_as_longlong", "longlong_as_double")
+
 __all__ = list(SUPPORTED)
 
 
 def __getattr__(name: str):
+    if name in _BITS:  # @kit.jit functions: imported on use (kitjit.jit needs the language)
+        from . import libdevice_bits
+
+        return getattr(libdevice_bits, name)
     if name in TRITON_OTHERS:
         from ..math import unsupported
 
         return unsupported("libdevice", name, "libdevice")
-    raise AttributeError(f"module 'libdevice' has no attribute '{name}'")
+    from ..triton_names import missing_module_name_message
+
+    raise AttributeError(missing_module_name_message("libdevice",
+                                                     "triton.language.extra.libdevice", name))

@@ -1,0 +1,9 @@
+"""Triton's module path `triton.compiler.errors`: the exception a kernel that does not
+compile raises (kitjit's CompileError, reported at the user's line)."""
+
+from kitjit.frontend.errors import CompileError as CompilationError
+from kitjit.language.triton_names import module_getattr
+
+__all__ = ["CompilationError"]
+
+__getattr__ = module_getattr("kitjit.compiler.errors", "triton.compiler.errors")
