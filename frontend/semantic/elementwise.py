@@ -224,7 +224,7 @@ class ElementwiseOps:
                 return self.math_fn(opname, [x])  # libdevice's double version
             return self.emit1(opname, [x], x.type, {"ftz": True} if ftz else None)
         if opname == "neg" and dt.is_bool():
-            x = self.cast(x, int32)
+            return x  # Triton's 0 - x in int1: -x is x (a bool stays a bool)
         if opname == "abs" and dt.is_int_unsigned() or opname == "abs" and dt.is_bool():
             return x
         return self.emit1(opname, [x], x.type)
