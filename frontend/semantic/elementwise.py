@@ -95,12 +95,7 @@ class ElementwiseOps:
         """Both operands as Values of one dtype and shape, ready for an elementwise op."""
         if not isinstance(a, Value) and not isinstance(b, Value):
             raise self.error(f"internal: '{opname}' on two constants")
-        lit, tile = (b, a) if isinstance(a, Value) else (a, b)   # a Python number, if any
-        if not isinstance(lit, Value):
-            msg = literal_range_error(lit, weak_dtype(lit, tile.dtype))
-            if msg is not None:   # Triton raises too; wrapping would change the value
-                raise self.error(msg, f"write the constant as kit.full([], {lit}, kit.int64) "
-                                 "or convert the tile with .to(...) first")
+        self.check_literal_fits(a, b)
         if not isinstance(a, Value):
             a = self.to_value(a, b)
         if not isinstance(b, Value):
@@ -117,6 +112,16 @@ class ElementwiseOps:
         return (self.broadcast_to(self.cast(a, dt), shape),
                 self.broadcast_to(self.cast(b, dt), shape))
 
+    def check_literal_fits(self, a: Any, b: Any) -> None:
+        """A Python int beside an int tile must fit the tile's dtype, as Triton checks
+        before any conversion (`x_i32 / 3000000000` raises there too)."""
+        lit, tile = (b, a) if isinstance(a, Value) else (a, b)   # a Python number, if any
+        if not isinstance(lit, Value) and isinstance(tile, Value):
+            msg = literal_range_error(lit, weak_dtype(lit, tile.dtype))
+            if msg is not None:   # Triton raises too; wrapping would change the value
+                raise self.error(msg, f"write the constant as kit.full([], {lit}, kit.int64) "
+                                 "or convert the tile with .to(...) first")
+
     # ---------------------------------------------------------------- arithmetic
     @typing_rule(*sorted(O.BINARY))
     def binary(self, opname: str, a: Any, b: Any) -> Value:
@@ -126,6 +131,7 @@ class ElementwiseOps:
         if opname in ("add", "sub") and ((va and va.is_ptr()) or (vb and vb.is_ptr())):
             return self.pointer_arith(opname, a, b)
         if opname == "div":
+            self.check_literal_fits(a, b)
             a, b = self._float_operands(a, b)
         if opname in ("div", "mod"):   # Triton: fp16/bf16 `/` and `%` compute in fp32, and a
             a, b = (self.cast(v, float32) if isinstance(v, Value) and  # literal beside them
