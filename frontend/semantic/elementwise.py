@@ -119,7 +119,9 @@ class ElementwiseOps:
         if not isinstance(lit, Value) and isinstance(tile, Value):
             msg = literal_range_error(lit, weak_dtype(lit, tile.dtype))
             if msg is not None:   # Triton raises too; wrapping would change the value
-                raise self.error(msg, f"write the constant as kit.full([], {lit}, kit.int64) "
+                big = lit.bit_length() >= 64  # (and str() of an int past 4300 digits raises)
+                raise self.error(msg, "convert the tile with .to(...) first" if big else
+                                 f"write the constant as kit.full([], {lit}, kit.int64) "
                                  "or convert the tile with .to(...) first")
 
     # ---------------------------------------------------------------- arithmetic

@@ -86,7 +86,7 @@ class Emitter:
             elif fn == "neg":
                 self.line(ind, f"{name} = -{a}")
             else:
-                inner = {"exp": f"kit.minimum({a}, 3.0)", "exp2": f"kit.minimum({a}, 4.0)",
+                inner = {"exp": f"kit.minimum({a}, 3)", "exp2": f"kit.minimum({a}, 4)",
                          "log": f"(kit.abs({a}) + 1.0)", "log2": f"(kit.abs({a}) + 1.0)",
                          "sqrt": f"(kit.abs({a}) + 1.0)"}.get(fn, a)
                 if n.a["method"]:
