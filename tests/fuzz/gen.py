@@ -29,6 +29,7 @@ from .model import (
     max_abs,
     max_dtype,
     meet,
+    minmax_meet,
     promote,
     round_to,
     sum_dtype,
@@ -174,7 +175,7 @@ class Gen:
         if self.draw(st.booleans()):
             a, b = b, a
         fn = self.pick(["minimum", "maximum"])
-        return Node("minmax", meet(a, b), bshape(a.shape, b.shape), [a, b], {"fn": fn},
+        return Node("minmax", minmax_meet(a, b), bshape(a.shape, b.shape), [a, b], {"fn": fn},
                     max(a.mag, b.mag))
 
     def g_big(self, depth):
@@ -188,7 +189,7 @@ class Gen:
         if fn == "maximum":
             v = -v
         c = lit(v)
-        dt = meet(x, c)
+        dt = minmax_meet(x, c)
         mag = x.mag if is_float(dt) else max(x.mag, abs(round_to(v, dt)))
         return Node("minmax", dt, x.shape, [x, c], {"fn": fn}, mag)
 

@@ -62,7 +62,8 @@ class Emitter:
         elif op == "minmax":
             self.line(ind, f"{name} = kit.{n.a['fn']}({r(n.kids[0])}, {r(n.kids[1])})")
         elif op == "clamp":
-            c = n.a["c"]
+            c = n.a["c"]  # (an int literal keeps a float tile's dtype in kit.minimum/maximum)
+            c = int(c) if isinstance(c, float) and c == int(c) and abs(c) < 2 ** 31 else c
             if is_unsigned(n.dtype):
                 self.line(ind, f"{name} = kit.minimum({r(n.kids[0])}, {c!r})")
             else:

@@ -172,6 +172,24 @@ def meet(a: Node, b: Node) -> str:
     return promote(a.dtype, b.dtype)
 
 
+def minmax_meet(a: Node, b: Node) -> str:
+    """kit.minimum/maximum's dtype: a number there is its `to_tensor` dtype (int32, uint32,
+    int64; fp32, or fp64 past fp32's range), as Triton 3.6 (`kit.maximum(x_fp16, 1e5)` is
+    fp32, with an int literal fp16), then promotes as two tiles."""
+    if not (a.is_lit or b.is_lit):
+        return meet(a, b)
+    x, c = (b, a) if a.is_lit else (a, b)
+    v = c.a["value"]
+    if isinstance(v, float):
+        ok = v == 0 or math.isinf(v) or v != v or 2.0 ** -126 <= abs(v) <= 3.4028234663852886e38
+        dt = "fp32" if ok else "fp64"
+    else:
+        dt = "i32" if -(2 ** 31) <= v < 2 ** 31 else "u32" if 0 <= v < 2 ** 32 else "i64"
+    if x.dtype == "bf16" and not is_float(dt):
+        return "fp32"
+    return promote(x.dtype, dt)
+
+
 def sum_dtype(dt: str) -> str:
     """kit.sum's result (Triton 3.6's): floats keep their dtype (kitjit accumulates
     fp16/bf16 in fp32 and rounds once), signed ints narrower than 32 bits give int32,
