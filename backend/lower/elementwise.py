@@ -215,12 +215,15 @@ class ElementwiseLowering(LoweringBase):
             # the saturating intrinsics: truncate toward zero, clamp to the range, NaN -> 0,
             # as PTX's cvt.rzi does and as the interpreter does. Plain fptosi/fptoui make an
             # out-of-range value poison: LLVM then folds fptoui(sitofp(x)) to x (a negative
-            # int came back as a huge uint32), and NVPTX converts 8-bit results through 16
-            # bits keeping the low byte (200.5 became -56)
+            # int came back as a huge uint32). An 8-bit int saturates to 16 bits and keeps
+            # the low byte, as Triton's GPU code does (cvt.rzi.s16: 200.5 -> int8 is -56)
             kind = "fptosi" if dst.is_int_signed() else "fptoui"
-            f = self.intr.get(f"llvm.{kind}.sat.{td.intrinsic_name}.{ts.intrinsic_name}",
-                              td, [ts])
-            return lambda x: b.call(f, [x])
+            tw = I16 if dst.bits == 8 else td
+            f = self.intr.get(f"llvm.{kind}.sat.{tw.intrinsic_name}.{ts.intrinsic_name}",
+                              tw, [ts])
+            if tw is td:
+                return lambda x: b.call(f, [x])
+            return lambda x: b.trunc(b.call(f, [x]), td)
         if dst.is_floating():
             if src.is_int_signed():
                 return lambda x: b.sitofp(x, td)

@@ -200,8 +200,8 @@ def literal_range_error(x: Any, dt: DType) -> str | None:
         return ("Cannot perform a binary operation between an unsigned tensor and a negative "
                 "scalar. Perform a explicit cast on one of them.")
     lo, hi = int_range(dt)
-    if not lo <= x <= hi:
-        shown = x if abs(x) < 10 ** 30 else "(a very large integer)"
+    if not lo <= x <= hi:  # (str() of an int past 4300 digits raises: name its size)
+        shown = x if x.bit_length() < 1024 else f"of {x.bit_length()} bits"
         return f"Scalar {shown} is out of range for type {dt}"
     return None
 

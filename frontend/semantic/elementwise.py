@@ -95,14 +95,7 @@ class ElementwiseOps:
         """Both operands as Values of one dtype and shape, ready for an elementwise op."""
         if not isinstance(a, Value) and not isinstance(b, Value):
             raise self.error(f"internal: '{opname}' on two constants")
-        lit, tile = (b, a) if isinstance(a, Value) else (a, b)   # a Python number, if any
-        if not isinstance(lit, Value):
-            msg = literal_range_error(lit, weak_dtype(lit, tile.dtype))
-            if msg is not None:   # Triton raises too; wrapping would change the value
-                hint = (f"write the constant as kit.full([], {lit}, kit.int64) or convert "
-                        "the tile with .to(...) first") if abs(lit) < 2 ** 63 else \
-                    "no kernel dtype holds an integer this large"
-                raise self.error(msg, hint)
+        self.check_literal_fits(a, b)
         if not isinstance(a, Value):
             a = self.to_value(a, b)
         if not isinstance(b, Value):
@@ -119,6 +112,18 @@ class ElementwiseOps:
         return (self.broadcast_to(self.cast(a, dt), shape),
                 self.broadcast_to(self.cast(b, dt), shape))
 
+    def check_literal_fits(self, a: Any, b: Any) -> None:
+        """A Python int beside an int tile must fit the tile's dtype, as Triton checks
+        before any conversion (`x_i32 / 3000000000` raises there too)."""
+        lit, tile = (b, a) if isinstance(a, Value) else (a, b)   # a Python number, if any
+        if not isinstance(lit, Value) and isinstance(tile, Value):
+            msg = literal_range_error(lit, weak_dtype(lit, tile.dtype))
+            if msg is not None:   # Triton raises too; wrapping would change the value
+                big = lit.bit_length() >= 64  # (and str() of an int past 4300 digits raises)
+                raise self.error(msg, "convert the tile with .to(...) first" if big else
+                                 f"write the constant as kit.full([], {lit}, kit.int64) "
+                                 "or convert the tile with .to(...) first")
+
     # ---------------------------------------------------------------- arithmetic
     @typing_rule(*sorted(O.BINARY))
     def binary(self, opname: str, a: Any, b: Any) -> Value:
@@ -128,6 +133,7 @@ class ElementwiseOps:
         if opname in ("add", "sub") and ((va and va.is_ptr()) or (vb and vb.is_ptr())):
             return self.pointer_arith(opname, a, b)
         if opname == "div":
+            self.check_literal_fits(a, b)
             a, b = self._float_operands(a, b)
         if opname in ("div", "mod"):   # Triton: fp16/bf16 `/` and `%` compute in fp32, and a
             a, b = (self.cast(v, float32) if isinstance(v, Value) and  # literal beside them
@@ -226,7 +232,7 @@ class ElementwiseOps:
                 return self.math_fn(opname, [x])  # libdevice's double version
             return self.emit1(opname, [x], x.type, {"ftz": True} if ftz else None)
         if opname == "neg" and dt.is_bool():
-            x = self.cast(x, int32)
+            return x  # Triton's 0 - x in int1: -x is x (a bool stays a bool)
         if opname == "abs" and dt.is_int_unsigned() or opname == "abs" and dt.is_bool():
             return x
         return self.emit1(opname, [x], x.type)

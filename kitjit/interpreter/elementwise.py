@@ -11,7 +11,7 @@ import numpy as np
 from kitjit.ir import ops as O
 from kitjit.ir.core import Op
 from kitjit.ir.registry import semantics
-from kitjit.ir.types import DType, bfloat16, float16
+from kitjit.ir.types import DType, bfloat16, float16, int16, uint16
 
 from .compiler import pure
 from .libm import math_fn
@@ -221,14 +221,18 @@ def _cast(op: Op, ctx: _Ctx) -> Callable:
     if dst.is_int():
         if src.is_int():
             return lambda x: np.asarray(x).astype(nd)  # wraps
-        lo, hi = _int_bounds(dst)
+        # Triton's GPU code: truncate toward zero, saturate, NaN -> 0 (cvt.rzi); an 8-bit
+        # int saturates to 16 bits and keeps the low byte (cvt.rzi.s16/u16: 200.5 -> int8
+        # is -56, as on Triton's GPU; its interpreter's numpy differs there)
+        wide = _np(int16 if dst.is_int_signed() else uint16) if dst.bits == 8 else nd
+        lo, hi = _int_bounds(dst if dst.bits > 8 else int16 if dst.is_int_signed() else uint16)
 
-        def f2i(x):  # truncate toward zero, saturate, NaN -> 0 (cvt.rzi)
+        def f2i(x):
             t = np.trunc(np.asarray(x, np.float64))
             safe = np.where((t >= lo) & (t < float(hi) + 1), t, 0)
-            r = safe.astype(nd)
-            r = np.where(t >= float(hi) + 1, nd.type(hi), r)
-            return np.where(t < lo, nd.type(lo), r).astype(nd)
+            r = safe.astype(wide)
+            r = np.where(t >= float(hi) + 1, wide.type(hi), r)
+            return np.where(t < lo, wide.type(lo), r).astype(wide).astype(nd)
         return f2i
     if dst is bfloat16:
         return round_bf16

@@ -4,8 +4,9 @@ are reported.
 A strategy builds a small random kernel as a tree of tile operations (masked loads of 1-3
 tensors of fp32/fp16/bf16/fp64/int8/int16/int32/int64/uint8/uint32 and fp8 (e4m3, e5m2;
 converted as they load), `+ - * /` (ints wrap), `// %` on ints (truncating), `x * M + K`
-hashes that overflow, casts between all of these (float -> int truncates and saturates),
-fp8 round trips and fp8 outputs (round to nearest even, saturating), Python literals that
+hashes that overflow, casts between all of these (float -> int truncates and saturates;
+8-bit ints saturate to 16 bits and keep the low byte, as Triton's GPU), fp8 round trips
+and fp8 outputs (round to nearest even, saturating), Python literals that
 are large, negative, inexact or out of range for the tile's dtype (kitjit's weak typing:
 `kit.minimum(x, 1e5)` on fp16 is min with +inf, `x_i32 + 2**40` is int64),
 `kit.cumsum/cumprod`, `kit.flip/trans/permute/reshape`, `kit.split(kit.join(x, y))`,

@@ -22,7 +22,6 @@ from .model import (
     _pow2_below,
     bshape,
     cumsum_dtype,
-    fit_literal,
     irange,
     is_float,
     is_unsigned,
@@ -30,17 +29,11 @@ from .model import (
     max_abs,
     max_dtype,
     meet,
-    meet_tensors,
+    minmax_meet,
     promote,
     round_to,
     sum_dtype,
 )
-
-
-def _fit(n: Node, other: Node) -> Node:
-    """`n`, or a literal in range for `other`'s int dtype if `n` is a literal that is not."""
-    return fit_literal(n, other.dtype) if n.is_lit and not other.is_lit else n
-
 
 # the dtypes each atomic takes (kitjit/language/memory.py)
 ATOMIC_DTYPES = {"add": ("fp32", "i32", "fp64", "u32", "i64", "fp16", "bf16"),
@@ -164,7 +157,6 @@ class Gen:
         if self.draw(st.booleans()):
             a, b = b, a
         a, b = self.clamp(a, bound), self.clamp(b, bound)
-        a, b = _fit(a, b), _fit(b, a)
         mag = a.mag * b.mag if sym == "*" else a.mag + b.mag
         return Node("bin", meet(a, b), bshape(a.shape, b.shape), [a, b], {"sym": sym}, mag)
 
@@ -183,8 +175,7 @@ class Gen:
         if self.draw(st.booleans()):
             a, b = b, a
         fn = self.pick(["minimum", "maximum"])
-        return Node("minmax", meet_tensors(a, b, minmax=True), bshape(a.shape, b.shape), [a, b],
-                    {"fn": fn},
+        return Node("minmax", minmax_meet(a, b), bshape(a.shape, b.shape), [a, b], {"fn": fn},
                     max(a.mag, b.mag))
 
     def g_big(self, depth):
@@ -198,7 +189,7 @@ class Gen:
         if fn == "maximum":
             v = -v
         c = lit(v)
-        dt = meet_tensors(x, c, minmax=True)
+        dt = minmax_meet(x, c)
         mag = x.mag if is_float(dt) else max(x.mag, abs(round_to(v, dt)))
         return Node("minmax", dt, x.shape, [x, c], {"fn": fn}, mag)
 
@@ -212,7 +203,6 @@ class Gen:
         x, y = self.tree(depth - 1), self.operand(depth - 1)
         if self.draw(st.booleans()):
             x, y = y, x
-        x, y = _fit(x, y), _fit(y, x)
         join = self.pick(["&", "|"])
         # a scalar run-time condition (kernel only: helpers do not see flag/alpha)
         scond = self.pick([None, None, "flag > 1", "alpha < 0.0", "n_extra > 0"]) \

@@ -62,7 +62,8 @@ class Emitter:
         elif op == "minmax":
             self.line(ind, f"{name} = kit.{n.a['fn']}({r(n.kids[0])}, {r(n.kids[1])})")
         elif op == "clamp":
-            c = n.a["c"]
+            c = n.a["c"]  # (an int literal keeps a float tile's dtype in kit.minimum/maximum)
+            c = int(c) if isinstance(c, float) and c == int(c) and abs(c) < 2 ** 31 else c
             if is_unsigned(n.dtype):
                 self.line(ind, f"{name} = kit.minimum({r(n.kids[0])}, {c!r})")
             else:
@@ -86,7 +87,7 @@ class Emitter:
             elif fn == "neg":
                 self.line(ind, f"{name} = -{a}")
             else:
-                inner = {"exp": f"kit.minimum({a}, 3.0)", "exp2": f"kit.minimum({a}, 4.0)",
+                inner = {"exp": f"kit.minimum({a}, 3)", "exp2": f"kit.minimum({a}, 4)",
                          "log": f"(kit.abs({a}) + 1.0)", "log2": f"(kit.abs({a}) + 1.0)",
                          "sqrt": f"(kit.abs({a}) + 1.0)"}.get(fn, a)
                 if n.a["method"]:

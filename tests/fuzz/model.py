@@ -39,8 +39,7 @@ LITERALS = (0.5, 2.0, -1.0, 0.25, 3.0, 1.5, 2, -3, 1, 300, -1, 255, -128, 1000, 
             0.1, -0.75, 1e-3, 127, 65535)
 # Huge literals for `kit.minimum(x, BIG)` / `kit.maximum(x, -BIG)` (the identity): 1e5 is
 # +inf in fp16, 1e300 +inf in fp32; an int beyond int32 makes an int32 tile's result int64.
-# (Triton 3.6 takes them as their own dtype there: 1e5 is fp32, 1e300 fp64, 2 ** 40 int64.)
-BIG = (1e5, 1e9, 1e300, 70000, 2 ** 40, 2 ** 62)
+BIG = (1e5, 1e9, 1e300, 70000, 2 ** 31, 2 ** 40, 2 ** 62)
 
 
 def is_float(dt) -> bool:
@@ -71,13 +70,13 @@ def max_abs(dt) -> float:
 
 
 def promote(a: str, b: str) -> str:
-    """kitjit's (Triton's) rules: floats win, fp64 over fp32 over fp16 over bf16 (fp16 with
-    bf16 is fp16); ints of one signedness take the wider, mixed: the unsigned one if it is
-    at least as wide, else the signed one."""
+    """kitjit's (Triton's) rules: floats win, fp64 over fp32 over fp16/bf16, fp16 with bf16 is
+    fp32; ints of one signedness take the wider, mixed: the unsigned one if it is at least as
+    wide, else the signed one."""
     if a == b:
         return a
     if is_float(a) and is_float(b):
-        return "fp64" if "fp64" in (a, b) else "fp32" if "fp32" in (a, b) else "fp16"
+        return "fp64" if "fp64" in (a, b) else "fp32"
     if is_float(a) or is_float(b):
         return a if is_float(a) else b
     if is_unsigned(a) == is_unsigned(b):
@@ -87,20 +86,24 @@ def promote(a: str, b: str) -> str:
 
 
 def literal_dtype(v) -> str:
-    """Triton's to_tensor dtype of a Python number (the fuzzer's literals stay below 2**63)."""
     if isinstance(v, float):
-        return "fp32" if v == 0 or math.isinf(v) or 2.0 ** -126 <= abs(v) <= 3.4e38 else "fp64"
-    return "i32" if -(2 ** 31) <= v < 2 ** 31 else "u32" if 0 <= v < 2 ** 32 else "i64"
+        return "fp32"
+    return "i32" if -(2 ** 31) <= v < 2 ** 31 else "i64"
 
 
 def weak(lit, other: str) -> str:
-    """The dtype a Python literal takes next to a tile of dtype `other` in an operator (kitjit's
-    frontend/semantic/base.py weak_dtype, Triton 3.6's rule): a float takes a float tile's
-    dtype (its to_tensor dtype next to ints), an int the tile's dtype (the generator keeps it
-    in range: out of range is an error, `fit_literal`)."""
+    """The dtype a Python literal takes next to a tile of dtype `other` (kitjit's
+    frontend/semantic/base.py weak_dtype): floats take a float tile's dtype (fp32 next to
+    ints), ints take the tile's dtype where they fit, else int32/int64 (which then promote)."""
     if isinstance(lit, float):
-        return other if is_float(other) else literal_dtype(lit)
-    return other
+        return other if is_float(other) else "fp32"
+    if is_float(other):
+        return other
+    # next to a signed int tile: the tile's dtype, the value wrapped (as Triton 3.6)
+    if not is_unsigned(other):
+        return other
+    lo, hi = irange(other)
+    return other if lo <= lit <= hi else literal_dtype(lit)
 
 
 def wrap(v, dt):
@@ -163,30 +166,28 @@ def meet(a: Node, b: Node) -> str:
         return promote(weak(a.a["value"], b.dtype), b.dtype)
     if b.is_lit:
         return promote(weak(b.a["value"], a.dtype), a.dtype)
-    if "bf16" in (a.dtype, b.dtype) and not (is_float(a.dtype) and is_float(b.dtype)):
-        return "fp32"  # an integer and bf16 (tiles or scalars): Triton's rule 4
+    if "bf16" in (a.dtype, b.dtype) and not (is_float(a.dtype) and is_float(b.dtype)) and \
+            (a.shape == ()) == (b.shape == ()):
+        return "fp32"  # an integer and bf16 (two tiles or two scalars): Triton's rule 4
     return promote(a.dtype, b.dtype)
 
 
-def meet_tensors(a: Node, b: Node, minmax: bool = False) -> str:
-    """The dtype of a comparison or of kit.minimum/maximum: Triton takes a literal there as
-    its to_tensor dtype (not the tile's), and min/max compute bf16 in fp32."""
-    da, db = (literal_dtype(n.a["value"]) if n.is_lit else n.dtype for n in (a, b))
-    if minmax:
-        da, db = ("fp32" if d == "bf16" else d for d in (da, db))
-    if "bf16" in (da, db) and not (is_float(da) and is_float(db)):
+def minmax_meet(a: Node, b: Node) -> str:
+    """kit.minimum/maximum's dtype: a number there is its `to_tensor` dtype (int32, uint32,
+    int64; fp32, or fp64 past fp32's range), as Triton 3.6 (`kit.maximum(x_fp16, 1e5)` is
+    fp32, with an int literal fp16), then promotes as two tiles."""
+    if not (a.is_lit or b.is_lit):
+        return meet(a, b)
+    x, c = (b, a) if a.is_lit else (a, b)
+    v = c.a["value"]
+    if isinstance(v, float):
+        ok = v == 0 or math.isinf(v) or v != v or 2.0 ** -126 <= abs(v) <= 3.4028234663852886e38
+        dt = "fp32" if ok else "fp64"
+    else:
+        dt = "i32" if -(2 ** 31) <= v < 2 ** 31 else "u32" if 0 <= v < 2 ** 32 else "i64"
+    if x.dtype == "bf16" and not is_float(dt):
         return "fp32"
-    return promote(da, db)
-
-
-def fit_literal(lit_node: Node, other: str) -> Node:
-    """A literal an int tile's dtype holds (Triton raises on one it does not: "Scalar ...
-    is out of range", or a negative beside an unsigned tile)."""
-    v = lit_node.a["value"]
-    if isinstance(v, float) or is_float(other) or is_fp8(other):
-        return lit_node
-    lo, hi = irange(other)
-    return lit_node if lo <= v <= hi else lit(1)
+    return promote(x.dtype, dt)
 
 
 def sum_dtype(dt: str) -> str:

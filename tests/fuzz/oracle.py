@@ -14,6 +14,7 @@ import torch
 
 from .kernel import Kernel
 from .model import (
+    BITS,
     FP8_MAX,
     TINY,
     UNIT,
@@ -23,7 +24,7 @@ from .model import (
     is_float,
     is_fp8,
     is_unsigned,
-    meet_tensors,
+    meet,
     round_to,
     wrap,
 )
@@ -52,8 +53,9 @@ def rnd(v, dt):
 
 def conv(x: Val, frm, to) -> Val:
     """`x` converted from dtype `frm` (None: a literal, exact) to `to`: floats round (exact
-    into a wider float), ints wrap, floats to ints truncate and saturate, floats to fp8 round
-    and saturate (through fp32: fp64 rounds twice; ints go through fp32)."""
+    into a wider float), ints wrap, floats to ints truncate and saturate (8-bit ints to 16
+    bits, keeping the low byte), floats to fp8 round and saturate (through fp32: fp64
+    rounds twice; ints go through fp32)."""
     if frm is None or frm == to:
         return x
     if is_fp8(to):
@@ -66,10 +68,12 @@ def conv(x: Val, frm, to) -> Val:
     if not is_float(to):
         if not is_float(frm):
             return Val(wrap(x.v, to), 0.0, x.u)
-        lo, hi = irange(to)
+        # 8-bit ints saturate to 16 bits and keep the low byte, as Triton's GPU code
+        lo, hi = (-(2 ** 15), 2 ** 15 - 1) if BITS[to] == 8 and not is_unsigned(to) else \
+            (0, 2 ** 16 - 1) if BITS[to] == 8 else irange(to)
         t = np.clip(np.trunc(x.v), lo, hi)
         jump = np.clip(np.trunc(x.v - x.e), lo, hi) != np.clip(np.trunc(x.v + x.e), lo, hi)
-        return Val(t, 0.0, x.u | jump)
+        return Val(wrap(t, to) if BITS[to] == 8 else t, 0.0, x.u | jump)
     if is_float(frm) and (to == "fp64" or (frm, to) in (("fp16", "fp32"), ("bf16", "fp32"))):
         return x
     return Val(x.v, x.e + rnd(x.v, to), x.u)
@@ -158,7 +162,7 @@ class Reference:
                                                 "n_extra": k.n_extra}))
         for j, sym in enumerate(n.a["cmps"]):
             ca, cb = n.kids[2 + 2 * j], n.kids[3 + 2 * j]
-            dt = meet_tensors(ca, cb)
+            dt = meet(ca, cb)
             a, b = self.arg(ca, dt), self.arg(cb, dt)
             slack = a.e + b.e
             unstable = unstable | a.u | b.u | ((np.abs(a.v - b.v) <= slack) & (slack > 0))

@@ -1,0 +1,142 @@
+"""Every binary operator between tiles of every pair of dtypes, against Triton 3.6 itself.
+
+tests/data/triton36_binary_matrix.json holds Triton's answers for `+ - * / // % & | ^ << >>`,
+the six comparisons, kit.maximum/minimum and kit.where over the 13x13 pairs of int1, int8..64,
+uint8..64, fp16, bf16, fp32 and fp64 tiles (tests/data/gen_triton36_binary_matrix.py ran
+them in Triton 3.6.0's interpreter; bf16 rows keep the dtype only; a signed tile shifted
+right by an unsigned one holds Triton's GPU answer, its interpreter keeps the signed bits).
+To stay fast, one kernel per dtype pair computes every operator Triton computes for it.
+
+Known differences, checked as such: arithmetic on two int1 tiles (Triton keeps int1, where
+its interpreter and GPU disagree on the values: numpy's bool + is or, the GPU's i1 add is
+xor; kitjit computes in int32) and shifts of two int1 tiles (kitjit refuses); operations
+Triton refuses that kitjit computes (`/ // %` of ints of mixed signedness or with int1,
+`//` on floats).
+"""
+
+from __future__ import annotations
+
+import json
+import linecache
+import math
+import os
+
+import pytest
+import torch
+from kitjit.frontend.errors import CompileError
+
+import kitjit as kit
+from kitjit.testing import has_gpu
+
+TABLE = json.load(open(os.path.join(os.path.dirname(__file__), "data",
+                                    "triton36_binary_matrix.json")))
+TABLE.pop("_about")
+NAMES = ["i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "fp16", "bf16", "fp32",
+         "fp64"]
+TORCH = {"i1": torch.bool, "i8": torch.int8, "i16": torch.int16, "i32": torch.int32,
+         "i64": torch.int64, "u8": torch.uint8, "u16": torch.uint16, "u32": torch.uint32,
+         "u64": torch.uint64, "fp16": torch.float16, "bf16": torch.bfloat16,
+         "fp32": torch.float32, "fp64": torch.float64}
+KIT = {"i1": "int1", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
+       "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64", "fp16": "float16",
+       "bf16": "bfloat16", "fp32": "float32", "fp64": "float64"}
+OPS = {"add": "a + b", "sub": "a - b", "mul": "a * b", "div": "a / b", "fdiv": "a // b",
+       "mod": "a % b", "and": "a & b", "or": "a | b", "xor": "a ^ b", "shl": "a << b",
+       "shr": "a >> b", "lt": "a < b", "le": "a <= b", "gt": "a > b", "ge": "a >= b",
+       "eq": "a == b", "ne": "a != b", "max": "kit.maximum(a, b)",
+       "min": "kit.minimum(a, b)", "where": "kit.where(a > 0, a, b)"}
+# int1 with int1: Triton's dtype is int1 (values differ between its interpreter and GPU)
+KNOWN_BOOL = {"add", "sub", "mul", "fdiv", "mod", "shl", "shr"}
+
+
+def values(name: str, side: str) -> torch.Tensor:
+    """The generator's operands."""
+    if name == "i1":
+        return torch.tensor([True, False, True, True] if side == "a" else
+                            [True, True, False, True])
+    if name in ("fp16", "bf16", "fp32", "fp64"):
+        v = [1.5, -2.25, 3.0, 0.5] if side == "a" else [2.0, 0.75, -1.5, 4.0]
+        return torch.tensor(v, dtype=torch.float64).to(TORCH[name])
+    v = [2, 3, 1, 5] if side == "b" else [7, 3, 200, 1] if name[0] == "u" else [7, -3, 100, 1]
+    return torch.tensor(v, dtype=torch.int32).to(TORCH[name])
+
+
+def _rows(x: str, y: str) -> list[tuple[str, dict]]:
+    """The pair's operators that Triton computes, less the known differences."""
+    out = []
+    for op in OPS:
+        want = TABLE[f"{op}|{x}|{y}"]
+        if "error" in want or x == y == "i1" and op in KNOWN_BOOL:
+            continue
+        out.append((op, want))
+    return out
+
+
+_KERNELS: dict = {}
+
+
+def _pair_kernel(x: str, y: str):
+    """One kernel computing every row of the pair: each result's dtype is asserted at
+    compile time, its values stored as float64 in row i of Z."""
+    if (x, y) not in _KERNELS:
+        lines = ["def kern(A, B, Z):",
+                 "    a = kit.load(A + kit.arange(0, 4))",
+                 "    b = kit.load(B + kit.arange(0, 4))"]
+        for i, (op, want) in enumerate(_rows(x, y)):
+            lines += [f"    z = {OPS[op]}",
+                      f"    kit.static_assert(z.dtype == kit.{KIT[want['dtype']]}, "
+                      f"'{op}: Triton gives {want['dtype']}')",
+                      f"    kit.store(Z + {4 * i} + kit.arange(0, 4), z.to(kit.float64))"]
+        src = "\n".join(lines) + "\n"
+        path = f"<triton-matrix {x} {y}>"
+        linecache.cache[path] = (len(src), None, src.splitlines(True), path)
+        ns = {"kit": kit}
+        exec(compile(src, path, "exec"), ns)
+        _KERNELS[(x, y)] = kit.jit(ns["kern"])
+    return _KERNELS[(x, y)]
+
+
+def _check_pair(x: str, y: str, device: str) -> list[str]:
+    rows = _rows(x, y)
+    z = torch.full((4 * len(rows),), math.nan, dtype=torch.float64, device=device)
+    _pair_kernel(x, y)[(1,)](values(x, "a").to(device), values(y, "b").to(device), z)
+    got = z.cpu().view(-1, 4).tolist()
+    bad = []
+    for (op, want), g in zip(rows, got):
+        if "z" in want and not all(
+                (w is None and math.isnan(v)) or (w is not None and (
+                    v == w or abs(v - w) <= 1e-6 * abs(w))) for v, w in zip(g, want["z"])):
+            bad.append(f"{op}|{x}|{y}: kitjit {g} != Triton's {want['z']}")
+    return bad
+
+
+@pytest.mark.parametrize("x", NAMES)
+def test_as_triton_interpreter(x):
+    bad = [b for y in NAMES for b in _check_pair(x, y, "cpu")]
+    assert not bad, "\n".join(bad)
+
+
+# a sample of what Triton refuses (bitwise ops and shifts on floats): kitjit refuses too
+REFUSED = [k for k, w in TABLE.items() if "error" in w and k.split("|")[0] in
+           ("and", "shl") and k.split("|")[1] in ("fp16", "i32") and
+           k.split("|")[2] in ("fp32", "i8", "bf16")]
+
+
+@pytest.mark.parametrize("key", REFUSED)
+def test_refused_as_triton(key):
+    op, x, y = key.split("|")
+    src = (f"def kern(A, B):\n    a = kit.load(A + kit.arange(0, 4))\n"
+           f"    b = kit.load(B + kit.arange(0, 4))\n    z = {OPS[op]}\n")
+    path = f"<triton-matrix refused {key}>"
+    linecache.cache[path] = (len(src), None, src.splitlines(True), path)
+    ns = {"kit": kit}
+    exec(compile(src, path, "exec"), ns)
+    with pytest.raises(CompileError):
+        kit.jit(ns["kern"])[(1,)](values(x, "a"), values(y, "b"))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not has_gpu(), reason="needs a GPU")
+def test_as_triton_gpu():
+    bad = [b for x in NAMES for y in NAMES for b in _check_pair(x, y, "cuda")]
+    assert not bad, "\n".join(bad)
