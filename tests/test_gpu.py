@@ -133,6 +133,11 @@ def test_example_main(name, capsys):
     """main() checks itself and benchmarks on a GPU: it must finish and print figures."""
     E.example(name).main()
     out = capsys.readouterr().out
+    if name in ("allgather_matmul", "matmul_reducescatter") and torch.cuda.device_count() < 2:
+        # one GPU: main() checks the simulated ranks (tests/test_distributed.py runs the
+        # kernels as two ranks on two streams of one GPU)
+        assert "rel err" in out and "simulated" in out
+        return
     assert "rel err" in out and "GPU" in out
 
 

@@ -196,6 +196,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     be bool (torch's TypeError otherwise); a numpy or bool `scale` is taken as a float, a
     tensor `scale` goes to torch (which takes a 0-d one).
     """
+    if isinstance(dropout_p, numbers.Real) and not 0.0 <= dropout_p <= 1.0:
+        # torch's own message; its CUDA kernels were seen to crash the process on 1.5 (H200)
+        raise RuntimeError(f"dropout probability has to be between 0 and 1, but got "
+                           f"{dropout_p}")
     if scale is not None and type(scale) not in (float, int) and \
             isinstance(scale, numbers.Real):   # numpy scalars, bool: torch's parser takes them
         scale = float(scale)

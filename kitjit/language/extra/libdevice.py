@@ -34,8 +34,9 @@ SUPPORTED = {
     "copysign": "copysign", "div_rn": "div_rn", "div_rz": "div_rz", "div_rd": "div_rd",
     "div_ru": "div_ru", "fast_expf": "fast_expf", "fast_logf": "fast_logf",
     "fast_dividef": "fast_dividef",
-    "erfinv": "erfinv", "erfcx": "erfcx", "normcdf": "normcdf", "normcdfinv": "normcdfinv",
-    "cyl_bessel_i0": "cyl_bessel_i0", "cyl_bessel_i1": "cyl_bessel_i1", "rcbrt": "rcbrt",
+    # (erfcx, normcdf, cyl_bessel_i0/i1: their GPU results disagreed with the interpreter's
+    # float64 references on the H200, 2026-11-28: not offered until that is understood)
+    "erfinv": "erfinv", "normcdfinv": "normcdfinv", "rcbrt": "rcbrt",
     "logb": "logb", "fdim": "fdim", "rhypot": "rhypot", "saturatef": "saturatef",
     "rsqrt_rn": "rsqrt_rn", "nextafter": "nextafter",
 }
