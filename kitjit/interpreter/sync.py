@@ -153,6 +153,12 @@ class _Ctx:
         self.roles: dict[int, _Role] = {}  # by key, for messages
         self.vc: dict[int, dict] = {}
         self.shadow: dict[tuple[int, int], _Shadow] = {}
+        # thread-block clusters (interpreter/cluster.py): the cluster's shape, this CTA's
+        # rank in it, and the scheduler its CTAs share
+        self.cluster: tuple[int, int, int] = (1, 1, 1)
+        self.rank = 0
+        self.sched = None
+        self.allocs: dict[int, np.ndarray] = {}  # smem_alloc result id -> its array
 
     def start(self, pid: tuple[int, int, int]) -> None:
         """A new program: nothing in flight, nothing known about its shared memory."""
@@ -161,6 +167,7 @@ class _Ctx:
         self.copies.clear()
         self.vc = {0: {0: 1}}
         self.shadow = {}
+        self.allocs = {}
 
     def land(self) -> None:
         """The TMA copies in flight land: their bytes count now (their data was written at

@@ -43,9 +43,12 @@ def smem_alloc(comp: _Compiler, op: Op) -> Handler:
             env[r] = a
         return mbarriers
     nd = _np(t.dtype)
+    ctx = comp.ctx
 
     def smem_alloc(env: Env) -> None:
-        env[r] = np.zeros(shape, nd)
+        env[r] = a = np.zeros(shape, nd)
+        if ctx.sched is not None:  # a cluster's CTA: its peers may reach it (cluster.py)
+            ctx.allocs[r] = a
     return smem_alloc
 
 
@@ -82,6 +85,8 @@ def smem_store(comp: _Compiler, op: Op) -> Handler:
     def smem_store(env: Env) -> None:
         dst = env[d_id]
         ctx.smem_store(op, dst, key)
+        if ctx.sched is not None:
+            ctx.sched.touch(ctx, ctx.rank, dst, True, op)
         dst[...] = env[v_id]  # the view writes through (a .T view stores transposed)
     return smem_store
 
@@ -94,6 +99,8 @@ def smem_load(comp: _Compiler, op: Op) -> Handler:
     def smem_load(env: Env) -> None:
         src = env[s_id]
         ctx.smem_read(op, src, key, "the shared tile of this kit.load", True)
+        if ctx.sched is not None:
+            ctx.sched.touch(ctx, ctx.rank, src, False, op)
         env[r] = np.array(src)  # a copy: later writes to the tile do not change it
     return smem_load
 
