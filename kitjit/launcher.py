@@ -589,6 +589,8 @@ def _make_runner(jf: JITFunction, sig):
            f"        _kit_l = _kit_C[_kit_key]\n"
            f"    except KeyError:\n"
            f"        _kit_l = None\n"
+           f"    except TypeError:  # an unhashable option (cluster=[2, 1]): _kit_miss says\n"
+           f"        _kit_l = None\n"
            f"    if _kit_l is None:\n"
            f"        _kit_l = _kit_miss(_kit_key, ({args}{',' if len(rt) == 1 else ''}), "
            f"{consts}, {nw}, {mr}, {nc}, {pdl}, {arch}, {cl})\n"

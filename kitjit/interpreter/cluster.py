@@ -152,7 +152,10 @@ class _ClusterRun:
                             "after its kit.shared?)")
         self._record(rank, aid, lo, hi, write, ctx.rank, op)
         flat = peer.reshape(-1)[lo // peer.itemsize:]
-        return np.lib.stride_tricks.as_strided(flat, view.shape, view.strides)
+        out = np.lib.stride_tricks.as_strided(flat, view.shape, view.strides)
+        if write:  # the owner's own checks (kit.load of a tile nothing wrote) see it
+            self.ctxs[rank].smem_store(op, out, 0)
+        return out
 
     def touch(self, ctx: _Ctx, rank: int, view: np.ndarray, write: bool, op: Op) -> None:
         """A CTA's own kit.load / kit.store of its shared tile: recorded for the checks."""

@@ -1,0 +1,248 @@
+"""Thread-block clusters (`cluster=(x, y, z)`): the cluster ops in the interpreter (a
+cluster's CTAs co-scheduled, distributed shared memory, races and deadlocks of the cluster
+barrier), compile errors for misuse, sm_90a PTX/SASS checks, and GPU runs (`-m gpu`)
+against float64 references."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kitjit as kit
+from kitjit.frontend.errors import CompileError
+from kitjit.interpreter import DeadlockError, RaceError
+from kitjit.testing import has_gpu
+
+
+@kit.jit
+def where_am_i(Out, BLOCK: kit.constexpr):
+    """Each program writes its cluster coordinates, packed in one int per lane."""
+    offs = kit.arange(0, BLOCK)
+    v = (kit.cluster_ctarank() * 100000 + kit.cluster_id(0) * 10000 + kit.cluster_id(1) * 1000
+         + kit.cluster_ctaid(0) * 100 + kit.cluster_ctaid(1) * 10 + kit.num_cluster_ctas())
+    kit.cluster_barrier()
+    pid = kit.program_id(1) * kit.num_programs(0) + kit.program_id(0)
+    kit.store(Out + pid * BLOCK + offs, v + offs * 0)
+
+
+def where_ref(grid, cluster):
+    gx, gy = grid
+    cx, cy = cluster
+    out = torch.empty(gy, gx, dtype=torch.int32)
+    for y in range(gy):
+        for x in range(gx):
+            rank = x % cx + (y % cy) * cx
+            out[y, x] = (rank * 100000 + x // cx * 10000 + y // cy * 1000 + x % cx * 100
+                         + y % cy * 10 + cx * cy)
+    return out.reshape(-1)
+
+
+@kit.jit
+def ring(X, Out, M, N, BM: kit.constexpr, BN: kit.constexpr, PUSH: kit.constexpr):
+    """Each CTA's rows go to the next CTA of its cluster through distributed shared memory:
+    read from the peer (PUSH=False) or written into the peer's tile (PUSH=True)."""
+    pid = kit.program_id(0)
+    rows = pid * BM + kit.arange(0, BM)[:, None]
+    cols = kit.arange(0, BN)[None, :]
+    mask = (rows < M) & (cols < N)
+    t = kit.shared((BM, BN), X.dtype.element_ty)
+    x = kit.load(X + rows * N + cols, mask=mask, other=0.0)
+    n = kit.num_cluster_ctas()
+    r = kit.cluster_ctarank()
+    if PUSH:
+        kit.cluster_barrier()  # every peer's tile exists before anyone writes into it
+        kit.cluster_store(t, (r + 1) % n, x)
+        kit.cluster_barrier()
+        y = kit.load(t)
+    else:
+        kit.store(t, x)
+        kit.cluster_barrier()
+        y = kit.cluster_load(t, (r + n - 1) % n)
+        kit.cluster_barrier()  # no CTA leaves while a peer may still read its tile
+    # CTA r now holds the rows of CTA r - 1 of its cluster: write them where they came from
+    src = pid - r + (r + n - 1) % n
+    srows = src * BM + kit.arange(0, BM)[:, None]
+    kit.store(Out + srows * N + cols, (y * 2).to(Out.dtype.element_ty),
+              mask=(srows < M) & (cols < N))
+
+
+@kit.jit
+def racy(X, Out, BM: kit.constexpr, BN: kit.constexpr, WHICH: kit.constexpr):
+    pid = kit.program_id(0)
+    rows = kit.arange(0, BM)[:, None]
+    cols = kit.arange(0, BN)[None, :]
+    t = kit.shared((BM, BN), kit.float32)
+    kit.cluster_barrier()
+    r = kit.cluster_ctarank()
+    if WHICH == 0:  # rank 0 writes its tile, rank 1 reads it: no barrier in between
+        kit.store(t, kit.load(X + (pid * BM + rows) * BN + cols))
+        y = kit.cluster_load(t, 0)
+    else:  # both CTAs write into rank 0's tile
+        y = kit.load(X + (pid * BM + rows) * BN + cols)
+        kit.cluster_store(t, 0, y)
+    kit.cluster_barrier()
+    kit.store(Out + (pid * BM + rows) * BN + cols, y + r)
+
+
+@kit.jit
+def extra_barrier(Out):
+    if kit.cluster_ctarank() == 0:
+        kit.cluster_barrier()
+    kit.store(Out + kit.program_id(0), 1.0)
+
+
+@kit.jit
+def no_cluster(Out):
+    kit.store(Out + kit.program_id(0), kit.cluster_ctarank())
+
+
+def _randn(*shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(*shape, generator=g, dtype=torch.float64)
+    return torch.where(x.abs() < 1e-3, 0.5, x).to(dtype)
+
+
+def _ring_ref(x, m_blocks, bm, cluster_n):
+    """float64 reference: CTA r's rows come back from CTA r - 1 of the cluster, doubled."""
+    return x.double() * 2
+
+
+# ---------------------------------------------------------------- interpreter
+@pytest.mark.parametrize("grid,cluster", [((4, 2), (2, 2)), ((6, 2), (1, 2)), ((4, 1), (4, 1))])
+def test_cluster_ids_interpreter(monkeypatch, grid, cluster):
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    out = torch.full((grid[0] * grid[1] * 16,), -1, dtype=torch.int32)
+    where_am_i[grid](out, BLOCK=16, cluster=(*cluster, 1))
+    assert torch.equal(out.view(-1, 16)[:, 0], where_ref(grid, cluster))
+    assert torch.equal(out.view(-1, 16), out.view(-1, 16)[:, :1].expand(-1, 16))
+
+
+@pytest.mark.parametrize("push", [False, True])
+@pytest.mark.parametrize("cluster,M,N", [(2, 50, 24), (4, 100, 32)])
+def test_dsmem_ring_interpreter(monkeypatch, push, cluster, M, N):
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    BM, BN = 16, 32
+    x = _randn(M, N, dtype=torch.bfloat16)
+    out = torch.full((M, N), float("nan"), dtype=torch.bfloat16)
+    grid = -(-M // BM)
+    grid = -(-grid // cluster) * cluster  # whole clusters (the last rows masked off)
+    ring[(grid,)](x, out, M, N, BM=BM, BN=BN, PUSH=push, cluster=(cluster,))
+    torch.testing.assert_close(out.double(), _ring_ref(x, grid, BM, cluster), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("which,what", [(0, "CTA rank 0's shared tile.*reads"),
+                                        (1, "writes CTA rank 0's shared tile.*writes")])
+def test_missing_cluster_barrier_is_a_race(monkeypatch, which, what):
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    x = _randn(2 * 16, 16)
+    out = torch.full_like(x, float("nan"))
+    with pytest.raises(RaceError, match=f"(?s){what}.*no kit.cluster_barrier in between"):
+        racy[(2,)](x, out, BM=16, BN=16, WHICH=which, cluster=(2,))
+
+
+def test_cluster_barrier_deadlock(monkeypatch):
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    out = torch.full((4,), float("nan"))
+    with pytest.raises(DeadlockError, match="(?s)CTA rank 1 ended.*rank 0 waits at "
+                                            "kit.cluster_barrier"):
+        extra_barrier[(4,)](out, cluster=(2, 1, 1))
+
+
+def test_cluster_misuse_errors(monkeypatch):
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    out = torch.zeros(8, dtype=torch.int32)
+    with pytest.raises(CompileError, match="kit.cluster_ctarank needs a launch in thread-block "
+                                           "clusters") as e:
+        no_cluster[(8,)](out)
+    assert "test_clusters.py" in str(e.value)
+    with pytest.raises(ValueError, match=r"grid \(3, 1, 1\) is not a whole number of clusters"):
+        no_cluster[(3,)](out, cluster=(2,))
+    for bad, msg in [((0, 1), "positive ints"), ([2, 1], "tuple"), ((4, 4, 2), "32 CTAs"),
+                     ((1, 1, 1, 1), "1 to 3")]:
+        with pytest.raises(ValueError, match=msg):
+            no_cluster[(8,)](out, cluster=bad)
+    with pytest.raises(ValueError, match="num_ctas=2 .*use cluster="):
+        no_cluster[(8,)](out, num_ctas=2)
+
+
+def test_cluster_needs_hopper_target():
+    out = torch.zeros(8, dtype=torch.int32)
+    with pytest.raises(CompileError, match="thread-block clusters need sm_90 or newer; the "
+                                           "target is sm_80"):
+        no_cluster.compile([("*int32", 16)], (), 4, "sm_80", cluster=(2,))
+
+
+# ---------------------------------------------------------------- sm_90a PTX / SASS
+def _sass(ck):
+    from kitjit.tools import disassemble, find_tool, sass_opcodes
+
+    if find_tool("cuobjdump") is None:
+        pytest.skip("cuobjdump not installed")
+    return sass_opcodes(disassemble(ck.asm["cubin"]))
+
+
+def test_cluster_entry_and_sass():
+    ck = where_am_i.compile([("*int32", 16)], (16,), 4, "sm_90a", cluster=(2, 2, 1))
+    ptx = ck.asm["ptx"]
+    assert ".reqnctapercluster 2, 2, 1" in ptx and ".explicitcluster" in ptx
+    for reg in ("%cluster_ctarank", "%clusterid.x", "%cluster_ctaid.y"):
+        assert reg in ptx
+    assert ck.metadata["cluster"] == [2, 2, 1] and ck.metadata["spills"] == 0
+    ops = _sass(ck)
+    assert "UCGABAR_ARV" in ops and "UCGABAR_WAIT" in ops
+    other = where_am_i.compile([("*int32", 16)], (16,), 4, "sm_90a", cluster=(2, 1, 1))
+    assert ".reqnctapercluster 2, 1, 1" in other.asm["ptx"]  # the cluster is in the key
+
+
+@pytest.mark.parametrize("push", [False, True])
+def test_dsmem_sass(push):
+    ck = ring.compile([("*bf16", 16), ("*bf16", 16), ("i32", 1), ("i32", 1)],
+                      (16, 32, push), 4, "sm_90a", cluster=(2,))
+    ptx = ck.asm["ptx"]
+    assert "mapa.shared::cluster.u32" in ptx
+    assert ("st.shared::cluster.b16" if push else "ld.shared::cluster.b16") in ptx
+    assert ck.metadata["spills"] == 0
+    ops = _sass(ck)
+    assert "UCGABAR_WAIT" in ops
+    assert any(o.startswith("ST.E" if push else "LD.E") for o in ops), sorted(ops)
+
+
+# ---------------------------------------------------------------- GPU
+gpu = pytest.mark.skipif(not has_gpu(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("grid,cluster", [((4, 2), (2, 2)), ((6, 2), (1, 2)), ((8, 1), (8, 1)),
+                                          ((16, 1), (16, 1))])
+def test_cluster_ids_gpu(grid, cluster):
+    out = torch.full((grid[0] * grid[1] * 16,), -1, dtype=torch.int32, device="cuda")
+    where_am_i[grid](out, BLOCK=16, cluster=(*cluster, 1))
+    torch.cuda.synchronize()
+    assert torch.equal(out.cpu().view(-1, 16)[:, 0], where_ref(grid, cluster))
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("push", [False, True])
+@pytest.mark.parametrize("cluster,M,N", [(2, 50, 24), (4, 1000, 32), (8, 4000, 32)])
+def test_dsmem_ring_gpu(push, cluster, M, N):
+    BM, BN = 16, 32
+    x = _randn(M, N, dtype=torch.bfloat16).cuda()
+    out = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
+    grid = -(-M // BM)
+    grid = -(-grid // cluster) * cluster
+    ring[(grid,)](x, out, M, N, BM=BM, BN=BN, PUSH=push, cluster=(cluster,))
+    torch.testing.assert_close(out.double().cpu(), _ring_ref(x.cpu(), grid, BM, cluster),
+                               rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@gpu
+def test_cluster_grid_checked_before_launch_gpu():
+    out = torch.zeros(8, dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match=r"grid \(3, 1, 1\) is not a whole number"):
+        no_cluster[(3,)](out, cluster=(2,))
+    no_cluster[(8,)](out, cluster=(2,))
+    torch.cuda.synchronize()
+    assert out.cpu().tolist() == [0, 1] * 4
