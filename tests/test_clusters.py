@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from kitjit.frontend.errors import CompileError
 
 import kitjit as kit
-from kitjit.frontend.errors import CompileError
 from kitjit.interpreter import DeadlockError, RaceError
 from kitjit.testing import has_gpu
 
@@ -166,7 +166,6 @@ def test_cluster_misuse_errors(monkeypatch):
 
 
 def test_cluster_needs_hopper_target():
-    out = torch.zeros(8, dtype=torch.int32)
     with pytest.raises(CompileError, match="thread-block clusters need sm_90 or newer; the "
                                            "target is sm_80"):
         no_cluster.compile([("*int32", 16)], (), 4, "sm_80", cluster=(2,))
