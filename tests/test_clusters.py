@@ -245,3 +245,20 @@ def test_cluster_grid_checked_before_launch_gpu():
     no_cluster[(8,)](out, cluster=(2,))
     torch.cuda.synchronize()
     assert out.cpu().tolist() == [0, 1] * 4
+
+
+def test_cluster_launch_path_fake_driver():
+    """On the GPU path (a fake driver): the cluster is part of the key, the launch goes
+    through the cluster launch (cuLaunchKernelEx) with the grid checked first, and plain
+    launches of the same kernel stay on cuLaunchKernel."""
+    from kitjit.testing import FakeDriver
+
+    out = torch.zeros(8, dtype=torch.int32)
+    with FakeDriver(allow_cpu=True) as fake:
+        no_cluster[(8,)](out, cluster=(2, 1, 1))
+        no_cluster[(8,)](out, cluster=(4, 1, 1), launch_pdl=True)
+        with pytest.raises(ValueError, match=r"grid \(6, 1, 1\) is not a whole number"):
+            no_cluster[(6,)](out, cluster=(4,))
+    assert [la["cluster"] for la in fake.launches] == [(2, 1, 1), (4, 1, 1)]
+    assert [la["pdl"] for la in fake.launches] == [False, True]
+    assert len(fake.compiles) == 3  # one per key: the cluster is part of it

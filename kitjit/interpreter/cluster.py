@@ -243,11 +243,10 @@ def execute_clusters(fn, grid: tuple[int, int, int], mem,
                      cluster: tuple[int, int, int], make: Callable) -> None:
     """Run `fn` over `grid` cluster by cluster. `make(ctx)` compiles the kernel's body for
     one CTA's context and returns (handlers, base env); each CTA of a cluster gets its own."""
+    from kitjit.runtime.driver import check_cluster_grid
+
     cx, cy, cz = cluster
-    for d, c in zip(grid, cluster):
-        if d % c:
-            raise ValueError(f"grid {grid} is not a whole number of clusters of {cluster} "
-                             "CTAs: each grid size must be a multiple of the cluster's")
+    check_cluster_grid(fn.name, grid, cluster)
     n = cx * cy * cz
     ctas = []  # (ctx, body, base) per rank, compiled once and reused for every cluster
     for rank in range(n):

@@ -434,6 +434,15 @@ def pdl_launch():
     return launch, cu.CUfunction
 
 
+def check_cluster_grid(name: str, grid: tuple, cluster: tuple) -> None:
+    """A grid launched in clusters: each size a multiple of the cluster's (else ValueError,
+    before the launch; the driver's CUDA_ERROR_INVALID_CLUSTER_SIZE would not say why)."""
+    if any(g % c for g, c in zip(grid, cluster)):
+        raise ValueError(f"{name}: grid {tuple(grid)} is not a whole number of clusters of "
+                         f"{tuple(cluster)} CTAs: each grid size must be a multiple of the "
+                         "cluster's")
+
+
 def cluster_launch(cluster: tuple[int, int, int], pdl: bool, name: str):
     """(launch, wrap) like `pdl_launch`, for a kernel launched in thread-block clusters
     (`cluster=(x, y, z)`): cuLaunchKernelEx with the cluster-dimension attribute (and
@@ -461,9 +470,7 @@ def cluster_launch(cluster: tuple[int, int, int], pdl: bool, name: str):
 
     def launch(f, g0, g1, g2, b0, b1, b2, shared, stream, params, extra):
         if g0 % cx or g1 % cy or g2 % cz:
-            raise ValueError(f"{name}: grid ({g0}, {g1}, {g2}) is not a whole number of "
-                             f"clusters of ({cx}, {cy}, {cz}) CTAs: each grid size must be "
-                             "a multiple of the cluster's")
+            check_cluster_grid(name, (g0, g1, g2), cluster)
         if nonportable and int(f) not in allowed:
             check(cu.cuFuncSetAttribute(
                 f, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
