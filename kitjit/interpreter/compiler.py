@@ -33,7 +33,7 @@ _NOT_HOISTABLE = frozenset({"load", "store", "program_id", "for", "while", "if",
                             "wgmma", "print", "assert", "assume", "gdc_wait",
                             "gdc_launch_dependents", "atomic_rmw", "atomic_cas",
                             "cluster_id", "cluster_ctaid", "cluster_ctarank",
-                            "cluster_barrier"})
+                            "cluster_barrier", "cluster_load", "cluster_store"})
 
 
 # ----------------------------------------------------------------------------- pure ops
