@@ -85,6 +85,28 @@ def racy(X, Out, BM: kit.constexpr, BN: kit.constexpr, WHICH: kit.constexpr):
 
 
 @kit.jit
+def handoff(X, Out, BM: kit.constexpr, BN: kit.constexpr, WAIT: kit.constexpr):
+    """Each CTA writes its rows into the next CTA's tile and arrives on that CTA's mbarrier
+    (cluster scope); each waits on its own barrier, then reads what it was handed."""
+    pid = kit.program_id(0)
+    rows = kit.arange(0, BM)[:, None]
+    cols = kit.arange(0, BN)[None, :]
+    t = kit.shared((BM, BN), kit.float32)
+    ready = kit.mbarriers(1)
+    kit.cluster_barrier()  # every CTA's tile and barrier exist
+    n = kit.num_cluster_ctas()
+    r = kit.cluster_ctarank()
+    kit.cluster_store(t, (r + 1) % n, kit.load(X + (pid * BM + rows) * BN + cols))
+    kit.mbarrier_arrive(ready[0], cta=(r + 1) % n)
+    if WAIT:
+        kit.mbarrier_wait(ready[0], 0)
+    y = kit.load(t)
+    src = pid - r + (r + n - 1) % n
+    kit.store(Out + (src * BM + rows) * BN + cols, y + 1.0)
+    kit.cluster_barrier()
+
+
+@kit.jit
 def extra_barrier(Out):
     if kit.cluster_ctarank() == 0:
         kit.cluster_barrier()
@@ -140,6 +162,19 @@ def test_missing_cluster_barrier_is_a_race(monkeypatch, which, what):
         racy[(2,)](x, out, BM=16, BN=16, WHICH=which, cluster=(2,))
 
 
+@pytest.mark.parametrize("cluster", [2, 4])
+def test_remote_mbarrier_arrive_interpreter(monkeypatch, cluster):
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    x = _randn(2 * cluster * 16, 32)
+    out = torch.full_like(x, float("nan"))
+    handoff[(2 * cluster,)](x, out, BM=16, BN=32, WAIT=True, cluster=(cluster,))
+    torch.testing.assert_close(out.double(), (x + 1).double(), rtol=0, atol=0)
+    # without the wait: rank 1 (first to run on after the barrier) reads its tile before
+    # rank 0 has written it
+    with pytest.raises(RaceError, match="uninitialized shared memory|no kit.cluster_barrier"):
+        handoff[(2 * cluster,)](x, out, BM=16, BN=32, WAIT=False, cluster=(cluster,))
+
+
 def test_cluster_barrier_deadlock(monkeypatch):
     monkeypatch.setenv("KITJIT_INTERPRET", "1")
     out = torch.full((4,), float("nan"))
@@ -193,6 +228,18 @@ def test_cluster_entry_and_sass():
     assert ".reqnctapercluster 2, 1, 1" in other.asm["ptx"]  # the cluster is in the key
 
 
+def test_remote_arrive_sass():
+    ck = handoff.compile([("*fp32", 16), ("*fp32", 16)], (16, 32, True), 4, "sm_90a",
+                         cluster=(2,))
+    ptx = ck.asm["ptx"]
+    assert "mbarrier.arrive.release.cluster.shared::cluster.b64" in ptx
+    assert "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64" in ptx
+    assert ck.metadata["spills"] == 0
+    ops = _sass(ck)
+    assert "SYNCS.ARRIVE.TRANS64.RED.A1T0" in ops  # the remote arrive (a reduction)
+    assert "SYNCS.PHASECHK.TRANS64.TRYWAIT" in ops
+
+
 @pytest.mark.parametrize("push", [False, True])
 def test_dsmem_sass(push):
     ck = ring.compile([("*bf16", 16), ("*bf16", 16), ("i32", 1), ("i32", 1)],
@@ -234,6 +281,16 @@ def test_dsmem_ring_gpu(push, cluster, M, N):
     ring[(grid,)](x, out, M, N, BM=BM, BN=BN, PUSH=push, cluster=(cluster,))
     torch.testing.assert_close(out.double().cpu(), _ring_ref(x.cpu(), grid, BM, cluster),
                                rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("cluster", [2, 4, 8])
+def test_remote_mbarrier_arrive_gpu(cluster):
+    x = _randn(64 * cluster * 16, 32).cuda()
+    out = torch.full_like(x, float("nan"))
+    handoff[(64 * cluster,)](x, out, BM=16, BN=32, WAIT=True, cluster=(cluster,))
+    torch.testing.assert_close(out.double().cpu(), (x + 1).double().cpu(), rtol=0, atol=0)
 
 
 @pytest.mark.gpu

@@ -57,6 +57,16 @@ class ClusterLowering(LoweringBase):
         return asm(self.b, I32, "mapa.shared::cluster.u32 $0, $1, $2;", "=r,r,r", [saddr, r],
                    side_effect=False)
 
+    @lowering("cluster_arrive")
+    def op_cluster_arrive(self, op: Op) -> None:
+        """One arrival per warpgroup (its first thread, as the local arrive) on the peer's
+        mbarrier, releasing this CTA's writes at cluster scope."""
+        bar, rank = op.operands
+        peer = self._peer_base(bar, rank)
+        p = self.b.icmp_unsigned("==", self.b.and_(self.tid, self.c32(127)), self.c32(0))
+        asm(self.b, VOID, "@$0 mbarrier.arrive.release.cluster.shared::cluster.b64 _, [$1];",
+            "b,r,~{memory}", [p, peer])
+
     @lowering("cluster_load")
     def op_cluster_load(self, op: Op) -> None:
         """A peer's shared tile into registers: one ld.shared::cluster per element."""

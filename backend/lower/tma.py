@@ -298,9 +298,12 @@ class TmaLowering(LoweringBase):
             slot = self.phase_slot(op.operands[0])
             ph = self.b.load(slot)
             self.b.store(self.b.xor(ph, self.c32(1)), slot)
+        # in a cluster launch a peer may arrive (kit.mbarrier_arrive(bar, cta=...)): the
+        # wait then acquires at cluster scope, so the peer's writes before it are seen
+        sem = ".acquire.cluster" if self.fn.attrs.get("cluster") else ""
         asm(self.b, VOID,
             "{ .reg .pred P1; \nKITWAIT${:uid}: \n"
-            "mbarrier.try_wait.parity.shared::cta.b64 P1, [$0], $1; \n"
+            f"mbarrier.try_wait.parity{sem}.shared::cta.b64 P1, [$0], $1; \n"
             "@!P1 bra.uni KITWAIT${:uid}; }",
             "r,r,~{memory}", [baddr, ph])
 

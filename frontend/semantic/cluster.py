@@ -14,13 +14,13 @@ from kitjit.frontend.errors import CompileError
 
 from kitjit.ir.core import Function, Value, walk_block
 from kitjit.ir.registry import typing_rule
-from kitjit.ir.types import TileType, int32
+from kitjit.ir.types import TileType, int32, mbarrier
 
 from .base import BuilderBase, describe
 from .call_rules import Call, call_rule
 
 CLUSTER_OPS = ("cluster_id", "cluster_ctaid", "cluster_ctarank", "num_cluster_ctas",
-               "cluster_barrier", "cluster_load", "cluster_store")
+               "cluster_barrier", "cluster_load", "cluster_store", "cluster_arrive")
 
 
 class ClusterOps(BuilderBase):
@@ -50,6 +50,20 @@ class ClusterOps(BuilderBase):
                              f"{describe(rank)}")
         return self.cast(rank, int32) if isinstance(rank, Value) else \
             self.constant(int(rank), int32)
+
+    @typing_rule("cluster_arrive")
+    def cluster_arrive(self, bar: Any, rank: Any) -> None:
+        """kit.mbarrier_arrive(bar, cta=rank): one arrival (per warpgroup, as the local
+        arrive) on CTA `rank`'s copy of mbarrier `bar`, releasing at cluster scope."""
+        if not isinstance(bar, Value) or bar.dtype is not mbarrier or bar.shape != ():
+            raise self.error(f"kit.mbarrier_arrive needs one mbarrier (bars[s]), got "
+                             f"{describe(bar)}")
+        if isinstance(rank, Value) and not (rank.type.is_scalar and rank.dtype.is_int()):
+            raise self.error(f"kit.mbarrier_arrive: cta= takes an int scalar (a CTA rank in "
+                             f"the cluster), got {describe(rank)}")
+        r = self.cast(rank, int32) if isinstance(rank, Value) else \
+            self.constant(int(rank), int32)
+        self.emit("cluster_arrive", [bar, r], [])
 
     @typing_rule("cluster_load")
     def cluster_load(self, src: Any, rank: Any) -> Value:

@@ -283,8 +283,10 @@ def _mbarriers(c: Call) -> Any:
     return c.b.mbarriers(c.const("count"), c.const("arrivals"))
 
 
-@call_rule("mbarrier_arrive", lambda barrier: None)
+@call_rule("mbarrier_arrive", lambda barrier, cta=None: None)
 def _mbarrier_arrive(c: Call) -> Any:
+    if c["cta"] is not None:  # a peer CTA's barrier (thread-block clusters: cluster.py)
+        return c.b.cluster_arrive(c["barrier"], c["cta"])
     return c.b.mbarrier_arrive(c["barrier"])
 
 

@@ -9,12 +9,18 @@ each CTA has its own `_Ctx` (program id, shared memory, in-flight state) as on t
 A CTA that ends while others of its cluster wait at a cluster barrier would hang the GPU:
 `DeadlockError`.
 
+A CTA waiting on one of its mbarriers (`kit.mbarrier_wait`) that is not complete hands
+the baton on too, since a peer may arrive on it (`kit.mbarrier_arrive(bar, cta=rank)`);
+when no CTA of the cluster can move, `DeadlockError`.
+
 Distributed shared memory: `kit.cluster_load(a[s], rank)` / `kit.cluster_store(a[s], rank,
-x)` reach the same bytes of CTA `rank`'s allocation. Only a cluster barrier orders the CTAs
-of a cluster, so every access to a shared tile (the owner's kit.load / kit.store included)
-is recorded with the barrier phase it runs in: two accesses by different CTAs to
-overlapping bytes in the same phase, one of them a write, raise `RaceError` whatever order
-the schedule ran them in ("a missing kit.cluster_barrier"). TMA copies into a tile and MMAs
+x)` reach the same bytes of CTA `rank`'s allocation. What orders the CTAs of a cluster is
+tracked with a vector clock per CTA: a cluster barrier joins them all, a remote arrive
+releases the arriving CTA's clock into the peer's mbarrier and a wait that sees the phase
+complete acquires it. Every access to a shared tile (the owner's kit.load / kit.store
+included) is recorded with its CTA's clock: two accesses by different CTAs to overlapping
+bytes, one of them a write, with nothing ordering them raise `RaceError` whatever order the
+schedule ran them in ("a missing kit.cluster_barrier"). TMA copies into a tile and MMAs
 reading it are not recorded yet.
 """
 
@@ -79,6 +85,16 @@ def cluster_barrier(comp: _Compiler, op: Op) -> Handler:
     return h
 
 
+@semantics("cluster_arrive")
+def cluster_arrive(comp: _Compiler, op: Op) -> Handler:
+    b_id, k_id = op.operands[0].id, op.operands[1].id
+    ctx, n = comp.ctx, comp.role.count
+
+    def h(env: Env) -> None:
+        ctx.sched.arrive(ctx, env[b_id], int(env[k_id]), op, n)
+    return h
+
+
 @semantics("cluster_load")
 def cluster_load(comp: _Compiler, op: Op) -> Handler:
     s_id, k_id, r = op.operands[0].id, op.operands[1].id, op.result.id
@@ -118,10 +134,58 @@ class _ClusterRun:
         self.done: set[int] = set()
         self.error: BaseException | None = None
         self.ctxs: list[_Ctx] = []
-        # (owner rank, allocation id) -> accesses of the current phase:
-        # (first byte, end byte, write, accessing rank, op)
+        # (owner rank, allocation id) -> accesses not known to be superseded:
+        # (first byte, end byte, write, accessing rank, its clock then, op)
         self.accesses: dict[tuple[int, int], list] = {}
-        self.accesses_epoch = 0
+        self.clock = [[0] * n for _ in range(n)]  # per CTA: what it has seen of each
+        self.blocked: set[int] = set()  # CTAs waiting on one of their mbarriers
+        self.idle = 0  # turns in a row that found a blocked CTA still blocked
+
+    def acquire(self, rank: int, bar) -> None:
+        """A wait of CTA `rank` saw `bar`'s phase complete: it has seen what the remote
+        arrivals of that phase released."""
+        if bar.c_completed is not None:
+            c = self.clock[rank]
+            for i, t in enumerate(bar.c_completed):
+                c[i] = max(c[i], t)
+
+    def arrive(self, ctx: _Ctx, view: np.ndarray, rank: int, op: Op, n: int) -> None:
+        """`n` arrivals of `ctx`'s CTA on CTA `rank`'s copy of mbarrier `view`."""
+        if not 0 <= rank < self.n:
+            from .errors import OutOfBoundsError, _where
+
+            ctx.shape, ctx.lanes_total = (), 1
+            raise OutOfBoundsError(_where(op, ctx, f"kit.mbarrier_arrive on CTA rank {rank}")
+                                   + f"\n  the cluster has {self.n} CTAs")
+        aid, lo, _ = self._find(ctx, view)
+        peer = self.ctxs[rank].allocs.get(aid)
+        if peer is None:
+            raise RaceError(f"kit.mbarrier_arrive{_at(op)}: CTA rank {rank} of cluster "
+                            f"{self.cid} has not made these mbarriers yet (no "
+                            "kit.cluster_barrier after its kit.mbarriers?)")
+        bar = peer.reshape(-1)[lo // peer.itemsize]
+        c = self.clock[ctx.rank]
+        c[ctx.rank] += 1  # release: what this CTA did so far is ordered before the phase
+        bar.c_released = list(c) if bar.c_released is None else \
+            [max(a, b) for a, b in zip(bar.c_released, c)]
+        bar.arrive(self.ctxs[rank], op, 0, n)
+
+    def block(self, rank: int, ready: Callable[[], bool], deadlock: Callable) -> None:
+        """CTA `rank` waits for one of its mbarriers: the others run until it is ready."""
+        with self.cv:
+            self.blocked.add(rank)
+            try:
+                while True:
+                    self._pass(rank)
+                    self._wait(lambda: self.turn == rank)
+                    if ready():
+                        self.idle = 0
+                        return
+                    self.idle += 1
+                    if self.idle > 2 * self.n:
+                        raise deadlock()
+            finally:
+                self.blocked.discard(rank)
 
     def _find(self, ctx: _Ctx, view: np.ndarray) -> tuple[int, int, int]:
         """(allocation id, first byte, end byte) of `view` within `ctx`'s shared memory."""
@@ -164,21 +228,25 @@ class _ClusterRun:
 
     def _record(self, owner: int, aid: int, lo: int, hi: int, write: bool, who: int,
                 op: Op) -> None:
-        if self.accesses_epoch != self.epoch:
-            self.accesses.clear()
-            self.accesses_epoch = self.epoch
         recs = self.accesses.setdefault((owner, aid), [])
-        for lo2, hi2, w2, who2, op2 in recs:
-            if who2 != who and (write or w2) and lo < hi2 and lo2 < hi:
+        seen = self.clock[who]
+        for lo2, hi2, w2, who2, t2, op2 in recs:
+            if who2 != who and (write or w2) and lo < hi2 and lo2 < hi and seen[who2] <= t2:
                 first, then = ("writes", "reads") if w2 and not write else \
                     ("reads", "writes") if write and not w2 else ("writes", "writes")
                 raise RaceError(
                     f"race in cluster {self.cid}: CTA rank {who} {then} CTA rank {owner}'s "
                     f"shared tile{_at(op)}, which CTA rank {who2} {first}{_at(op2)}, with no "
-                    f"kit.cluster_barrier in between (phase {self.epoch} of the cluster "
-                    "barrier): on the GPU the order of the two is undefined\n  hint: call "
-                    "kit.cluster_barrier() between the write and the other CTA's access")
-        recs.append((lo, hi, write, who, op))
+                    f"kit.cluster_barrier in between (nor an mbarrier the one arrives on and "
+                    "the other waits for): on the GPU the order of the two is undefined\n"
+                    "  hint: call kit.cluster_barrier() between the write and the other "
+                    "CTA's access")
+        t = seen[who]
+        # an earlier access of this CTA to the same bytes that this one covers for every
+        # later check (same kind, or a read followed by a write) is dropped
+        recs[:] = [r for r in recs if not (r[3] == who and r[0] == lo and r[1] == hi and
+                                           (r[2] == write or write))]
+        recs.append((lo, hi, write, who, t, op))
 
     def _wait(self, cond: Callable[[], bool]) -> None:
         while not cond():
@@ -202,18 +270,24 @@ class _ClusterRun:
     def begin(self, rank: int) -> None:
         with self.cv:
             self._wait(lambda: self.turn == rank)
+            self.idle = 0
 
     def barrier(self, rank: int, op: Op) -> None:
         with self.cv:
             self.arrived[rank] = op
+            self.clock[rank][rank] += 1
             if len(self.arrived) == self.n:  # the phase completes: this CTA runs on
                 self.epoch += 1
                 self.arrived.clear()
+                joined = [max(col) for col in zip(*self.clock)]
+                self.clock = [list(joined) for _ in range(self.n)]
+                self.idle = 0
                 return
             self._check_exited()
             epoch = self.epoch
             self._pass(rank)
             self._wait(lambda: self.epoch > epoch and self.turn == rank)
+            self.idle = 0
 
     def finish(self, rank: int) -> None:
         with self.cv:

@@ -36,11 +36,15 @@ def smem_alloc(comp: _Compiler, op: Op) -> Handler:
     if t.dtype is mbarrier:  # an object array of barrier states: bars[i] is a view
         names, init = _mbar_names(op), int(op.attrs.get("init", 1))
 
+        ctx = comp.ctx
+
         def mbarriers(env: Env) -> None:
             a = np.empty(shape, object)
             for i, n in enumerate(names):
                 a.flat[i] = _MBar(n, init)
             env[r] = a
+            if ctx.sched is not None:  # a cluster's CTA: peers may arrive on them
+                ctx.allocs[r] = a
         return mbarriers
     nd = _np(t.dtype)
     ctx = comp.ctx
@@ -173,6 +177,8 @@ def mbar_wait(comp: _Compiler, op: Op, gen: bool = False) -> Any:
                 ctx.land()
                 if bar.done(parity):
                     ctx.acquire(key, bar)
+                    if ctx.sched is not None:
+                        ctx.sched.acquire(ctx.rank, bar)
                     return
                 yield _Wait(op, bar, parity, role)
         return mbar_wait_g
@@ -181,8 +187,14 @@ def mbar_wait(comp: _Compiler, op: Op, gen: bool = False) -> Any:
         bar, parity = bar_parity(env)
         ctx.land()
         if not bar.done(parity):
-            raise _deadlock(ctx, [_Wait(op, bar, parity, role)])
+            if ctx.sched is None:
+                raise _deadlock(ctx, [_Wait(op, bar, parity, role)])
+            # a cluster's CTA: a peer may arrive on it (kit.mbarrier_arrive(bar, cta=...))
+            ctx.sched.block(ctx.rank, lambda: (ctx.land(), bar.done(parity))[1],
+                            lambda: _deadlock(ctx, [_Wait(op, bar, parity, role)]))
         ctx.acquire(key, bar)
+        if ctx.sched is not None:
+            ctx.sched.acquire(ctx.rank, bar)
     return mbar_wait
 
 

@@ -61,6 +61,9 @@ cluster_barrier -                         - (barrier.cluster arrive.release + wa
 cluster_load src (2-d shared), rank       - (the tile of CTA `rank` of the cluster:  tile
                                           mapa + ld.shared::cluster)
 cluster_store dst (2-d shared), rank, value - (st.shared::cluster into CTA `rank`)   -
+cluster_arrive bar (one mbarrier), rank   - (kit.mbarrier_arrive(bar, cta=rank):     -
+                                          mbarrier.arrive.release.cluster on CTA
+                                          `rank`'s copy of bar)
 hint       a                              kind (multiple_of|max_contiguous|          type of a
                                           max_constancy), values (one per dim)
 assume     cond (i1 scalar)               - (kit.assume)                             -
@@ -127,4 +130,4 @@ declare("elementwise", "umulhi")
 declare("elementwise", "inline_asm")
 declare("elementwise", "math")
 declare("cluster", "cluster_id", "cluster_ctaid", "cluster_ctarank", "num_cluster_ctas",
-        "cluster_barrier", "cluster_load", "cluster_store")
+        "cluster_barrier", "cluster_load", "cluster_store", "cluster_arrive")
