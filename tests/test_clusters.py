@@ -107,6 +107,25 @@ def handoff(X, Out, BM: kit.constexpr, BN: kit.constexpr, WAIT: kit.constexpr):
 
 
 @kit.jit
+def mcast(X, Out, H: kit.constexpr, BN: kit.constexpr, NC: kit.constexpr):
+    """Each CTA of a cluster of NC loads its H-row slice of the cluster's rows by TMA and
+    multicasts it to every CTA of the cluster; each then writes the cluster's NC*H rows."""
+    pid = kit.program_id(0)
+    r = kit.cluster_ctarank()
+    t = kit.shared((NC, H, BN), X.dtype.element_ty)
+    ready = kit.mbarriers(1)
+    kit.cluster_barrier()  # every CTA's tiles and barrier exist before copies land in them
+    row0 = kit.cluster_id(0) * (NC * H)
+    kit.tma_load(t[r], X, (row0 + r * H, 0), ready[0], multicast=(1 << NC) - 1)
+    kit.mbarrier_wait(ready[0], 0)
+    rows = kit.arange(0, H)[:, None]
+    cols = kit.arange(0, BN)[None, :]
+    for i in kit.static_range(NC):
+        kit.store(Out + (pid * NC * H + i * H + rows) * BN + cols, kit.load(t[i]))
+    kit.cluster_barrier()  # no CTA leaves while its copies may still land in a peer
+
+
+@kit.jit
 def extra_barrier(Out):
     if kit.cluster_ctarank() == 0:
         kit.cluster_barrier()
@@ -175,6 +194,24 @@ def test_remote_mbarrier_arrive_interpreter(monkeypatch, cluster):
         handoff[(2 * cluster,)](x, out, BM=16, BN=32, WAIT=False, cluster=(cluster,))
 
 
+def _mcast_ref(x, grid, nc, h):
+    rows = torch.zeros(grid * h, x.shape[1], dtype=torch.float64)
+    rows[:x.shape[0]] = x.double()[:grid * h]
+    per_cluster = rows.view(grid // nc, nc * h, -1)
+    return per_cluster.repeat_interleave(nc, dim=0).reshape(grid * nc * h, -1)
+
+
+@pytest.mark.parametrize("nc,M", [(2, 50), (4, 100)])
+def test_tma_multicast_interpreter(monkeypatch, nc, M):
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    H, BN = 16, 32
+    x = _randn(M, BN, dtype=torch.bfloat16)
+    grid = -(-M // (nc * H)) * nc
+    out = torch.full((grid * nc * H, BN), float("nan"), dtype=torch.bfloat16)
+    mcast[(grid,)](x, out, H=H, BN=BN, NC=nc, cluster=(nc,))
+    torch.testing.assert_close(out.double(), _mcast_ref(x, grid, nc, H), rtol=0, atol=0)
+
+
 def test_cluster_barrier_deadlock(monkeypatch):
     monkeypatch.setenv("KITJIT_INTERPRET", "1")
     out = torch.full((4,), float("nan"))
@@ -226,6 +263,15 @@ def test_cluster_entry_and_sass():
     assert "UCGABAR_ARV" in ops and "UCGABAR_WAIT" in ops
     other = where_am_i.compile([("*int32", 16)], (16,), 4, "sm_90a", cluster=(2, 1, 1))
     assert ".reqnctapercluster 2, 1, 1" in other.asm["ptx"]  # the cluster is in the key
+
+
+def test_tma_multicast_sass():
+    ck = mcast.compile([("*bf16", 16), ("*bf16", 16)], (16, 32, 2), 4, "sm_90a", cluster=(2,))
+    ptx = ck.asm["ptx"]
+    assert "multicast::cluster" in ptx and "fence.mbarrier_init.release.cluster" in ptx
+    assert ck.metadata["spills"] == 0
+    ops = _sass(ck)
+    assert any(o.startswith("UTMALDG") and "MULTICAST" in o for o in ops), sorted(ops)
 
 
 def test_remote_arrive_sass():
@@ -291,6 +337,19 @@ def test_remote_mbarrier_arrive_gpu(cluster):
     out = torch.full_like(x, float("nan"))
     handoff[(64 * cluster,)](x, out, BM=16, BN=32, WAIT=True, cluster=(cluster,))
     torch.testing.assert_close(out.double().cpu(), (x + 1).double().cpu(), rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("nc,M", [(2, 50), (2, 5000), (4, 3000), (8, 4000)])
+def test_tma_multicast_gpu(nc, M):
+    H, BN = 16, 32
+    x = _randn(M, BN, dtype=torch.bfloat16).cuda()
+    grid = -(-M // (nc * H)) * nc
+    out = torch.full((grid * nc * H, BN), float("nan"), dtype=torch.bfloat16, device="cuda")
+    mcast[(grid,)](x, out, H=H, BN=BN, NC=nc, cluster=(nc,))
+    torch.testing.assert_close(out.double().cpu(), _mcast_ref(x.cpu(), grid, nc, H), rtol=0,
+                               atol=0)
 
 
 @pytest.mark.gpu

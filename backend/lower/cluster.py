@@ -45,7 +45,10 @@ class ClusterLowering(LoweringBase):
         # arrive releases this thread's shared (and global) writes to the cluster; the
         # wait acquires every other thread's: DSMEM written before the barrier is readable
         # after it. .aligned: every thread of the CTA runs it (checked: not inside roles).
-        asm(self.b, ir.VoidType(), "barrier.cluster.arrive.release.aligned;\n\t"
+        # fence.mbarrier_init: this CTA's mbarrier.init are seen by the peers that arrive
+        # on its barriers (or multicast into them) after the barrier
+        asm(self.b, ir.VoidType(), "fence.mbarrier_init.release.cluster;\n\t"
+            "barrier.cluster.arrive.release.aligned;\n\t"
             "barrier.cluster.wait.acquire.aligned;", "~{memory}", [])
 
     def _peer_base(self, tile, rank) -> ir.Value:

@@ -265,9 +265,16 @@ class TmaLowering(LoweringBase):
         R, C = dst.shape
         chunk = lay.chunk if lay is not None else C
         e = dst.dtype.itemsize
+        mask = op.attrs.get("multicast")
         for j in range(max(1, C // chunk)):
             dj = b.add(daddr, self.c32(j * R * chunk * e)) if j else daddr
             cj = b.add(c, self.c32(j * chunk)) if j else c
+            if mask is not None:  # the same offsets in each CTA of the mask (clusters)
+                asm(b, VOID, "@$0 cp.async.bulk.tensor.2d.shared::cluster.global.tile."
+                    "mbarrier::complete_tx::bytes.multicast::cluster [$1], [$2, {$3, $4}], "
+                    "[$5], $6;", "b,r,l,r,r,r,h,~{memory}",
+                    [p, dj, dptr, cj, r, baddr, ir.Constant(ir.IntType(16), mask)])
+                continue
             asm(b, VOID, "@$0 cp.async.bulk.tensor.2d.shared::cluster.global.tile."
                 "mbarrier::complete_tx::bytes [$1], [$2, {$3, $4}], [$5];",
                 "b,r,l,r,r,r,~{memory}", [p, dj, dptr, cj, r, baddr])

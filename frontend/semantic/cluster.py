@@ -127,12 +127,14 @@ def check_cluster_ops(fn: Function, cluster: tuple | None, arch: str | None) -> 
     """Cluster ops need a `cluster=` launch and a Hopper (sm_90+) target: raised at the
     first such op's line. `cluster_barrier` inside a warpgroup role would wait for threads
     that never arrive (every thread of the cluster arrives), so it is refused there."""
-    ops = [op for op in fn.walk() if op.name in CLUSTER_OPS]
+    ops = [op for op in fn.walk() if op.name in CLUSTER_OPS or
+           op.name == "tma_load" and "multicast" in op.attrs]
     if not ops:
         return
     op = ops[0]
     if cluster is None:
-        raise CompileError(f"kit.{op.name} needs a launch in thread-block clusters, and "
+        raise CompileError(f"kit.{op.name}{' (multicast)' if op.name == 'tma_load' else ''} "
+                           "needs a launch in thread-block clusters, and "
                            f"kernel '{fn.name}' is launched without one",
                            op.loc, hint="launch with cluster=(2, 1, 1) (or another shape): "
                            "kernel[grid](..., cluster=(2, 1, 1))")

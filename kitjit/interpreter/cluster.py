@@ -170,6 +170,51 @@ class _ClusterRun:
             [max(a, b) for a, b in zip(bar.c_released, c)]
         bar.arrive(self.ctxs[rank], op, 0, n)
 
+    def multicast(self, ctx: _Ctx, op: Op, dst: np.ndarray, bars: np.ndarray, mask: int,
+                  nbytes: int, copy: Callable) -> None:
+        """A TMA load with `multicast=mask` issued by `ctx`'s CTA: the box lands at `dst`'s
+        place in each CTA of the mask, its bytes counted on each one's copy of the barrier
+        when it lands (at the issuer's next wait, as for a local copy). Like a remote
+        arrive, it releases the issuer's clock into each of those barriers."""
+        ranks = [r for r in range(16) if mask >> r & 1]
+        if ranks[-1] >= self.n:
+            from .errors import OutOfBoundsError, _where
+
+            ctx.shape, ctx.lanes_total = (), 1
+            raise OutOfBoundsError(_where(op, ctx, f"kit.tma_load multicast to CTA rank "
+                                                   f"{ranks[-1]}") +
+                                   f"\n  the cluster has {self.n} CTAs (mask {mask:#x})")
+        aid, lo, _ = self._find(ctx, dst)
+        baid, blo, _ = self._find(ctx, bars)
+        released = []
+        for r in ranks:
+            peer = self.ctxs[r]
+            a, ba = peer.allocs.get(aid), peer.allocs.get(baid)
+            if a is None or ba is None:
+                raise RaceError(f"kit.tma_load{_at(op)}: multicast into CTA rank {r} of "
+                                f"cluster {self.cid}, which has not made this tile or "
+                                "barrier yet (no kit.cluster_barrier after them?)")
+            view = dst if r == ctx.rank else np.lib.stride_tricks.as_strided(
+                a.reshape(-1)[lo // a.itemsize:], dst.shape, dst.strides)
+            bar = ba.reshape(-1)[blo // ba.itemsize]
+            for mma, x, y, _ in peer.inflight:  # a peer's MMA may still read the tile
+                if x is not None and np.may_share_memory(view, x) or \
+                        y is not None and np.may_share_memory(view, y):
+                    from .sync import _race
+
+                    _race(op, mma, peer)
+            w = peer.smem_write(op, view, 0, bar)
+            copy(view)
+            if r != ctx.rank:
+                self._record(r, aid, lo, lo + view.nbytes, True, ctx.rank, op)
+                released.append(bar)
+            ctx.copies.append((bar, nbytes, w))
+        c = self.clock[ctx.rank]
+        c[ctx.rank] += 1  # release (after the writes it orders)
+        for bar in released:
+            bar.c_released = list(c) if bar.c_released is None else \
+                [max(u, v) for u, v in zip(bar.c_released, c)]
+
     def block(self, rank: int, ready: Callable[[], bool], deadlock: Callable) -> None:
         """CTA `rank` waits for one of its mbarriers: the others run until it is ready."""
         with self.cv:
