@@ -378,3 +378,53 @@ def test_cluster_launch_path_fake_driver():
     assert [la["cluster"] for la in fake.launches] == [(2, 1, 1), (4, 1, 1)]
     assert [la["pdl"] for la in fake.launches] == [False, True]
     assert len(fake.compiles) == 3  # one per key: the cluster is part of it
+
+
+# ---------------------------------------------------------------- the cluster GEMM
+def _cluster_gemm():
+    import pathlib
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+    import cluster_gemm
+
+    return cluster_gemm
+
+
+@pytest.mark.parametrize("share_b", [True, False])
+def test_cluster_gemm_interpreter(monkeypatch, share_b):
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    cg = _cluster_gemm()
+    M, N, K = 100, 72, 80  # ragged in every dimension, several k-steps
+    a, b = _randn(M, K, dtype=torch.bfloat16), _randn(K, N, dtype=torch.bfloat16, seed=1)
+    c = cg.matmul_cluster(a, b, share_b, BM=64 if share_b else 128, BN=64, BK=32, STAGES=2,
+                          num_warps=4)
+    ref = a.double() @ b.double()
+    assert ((c.double() - ref).abs().max() / ref.abs().max()).item() < 1e-2
+
+
+@pytest.mark.parametrize("share_b", [True, False])
+def test_cluster_gemm_sass(share_b):
+    cg = _cluster_gemm()
+    ck = cg.cluster_matmul.compile(
+        [("*bf16", 16)] * 3 + [("i32", 16)] * 3,
+        (128, 256, 64, 4, share_b, 2) if share_b else (256, 128, 64, 4, share_b, 2), 8, "sm_90a",
+        cluster=(2, 1, 1) if share_b else (1, 2, 1))
+    assert ck.metadata["spills"] == 0
+    ops = _sass(ck)
+    assert any(o.startswith("UTMALDG") and "MULTICAST" in o for o in ops), sorted(ops)
+    assert any(o.startswith("HGMMA") for o in ops)
+    assert "SYNCS.ARRIVE.TRANS64.RED.A1T0" in ops
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("share_b", [True, False])
+@pytest.mark.parametrize("M,N,K", [(1000, 1000, 1000), (4096, 4096, 512), (300, 520, 4096)])
+def test_cluster_gemm_gpu(share_b, M, N, K):
+    cg = _cluster_gemm()
+    a = _randn(M, K, dtype=torch.bfloat16).cuda()
+    b = _randn(K, N, dtype=torch.bfloat16, seed=1).cuda()
+    c = cg.matmul_cluster(a, b, share_b)
+    ref = a.double() @ b.double()
+    assert ((c.double() - ref).abs().max() / ref.abs().max()).item() < 1e-2
