@@ -126,6 +126,14 @@ def mcast(X, Out, H: kit.constexpr, BN: kit.constexpr, NC: kit.constexpr):
 
 
 @kit.jit
+def mcast_only(X):
+    t = kit.shared((16, 32), X.dtype.element_ty)
+    ready = kit.mbarriers(1)
+    kit.tma_load(t, X, (0, 0), ready[0], multicast=3)
+    kit.mbarrier_wait(ready[0], 0)
+
+
+@kit.jit
 def extra_barrier(Out):
     if kit.cluster_ctarank() == 0:
         kit.cluster_barrier()
@@ -235,6 +243,10 @@ def test_cluster_misuse_errors(monkeypatch):
             no_cluster[(8,)](out, cluster=bad)
     with pytest.raises(ValueError, match="num_ctas=2 .*use cluster="):
         no_cluster[(8,)](out, num_ctas=2)
+    x = torch.zeros(64, 32, dtype=torch.bfloat16)
+    with pytest.raises(CompileError, match=r"kit.tma_load \(multicast\) needs a launch in "
+                                           "thread-block clusters"):
+        mcast_only[(2,)](x)
 
 
 def test_cluster_needs_hopper_target():

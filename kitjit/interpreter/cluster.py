@@ -11,7 +11,9 @@ A CTA that ends while others of its cluster wait at a cluster barrier would hang
 
 A CTA waiting on one of its mbarriers (`kit.mbarrier_wait`) that is not complete hands
 the baton on too, since a peer may arrive on it (`kit.mbarrier_arrive(bar, cta=rank)`);
-when no CTA of the cluster can move, `DeadlockError`.
+when no CTA of the cluster can move, `DeadlockError`. (Not yet inside warpgroup roles: a
+role's wait is scheduled among its CTA's roles only, so a wait there that only a peer
+completes is reported as a deadlock.)
 
 Distributed shared memory: `kit.cluster_load(a[s], rank)` / `kit.cluster_store(a[s], rank,
 x)` reach the same bytes of CTA `rank`'s allocation. What orders the CTAs of a cluster is
@@ -171,7 +173,7 @@ class _ClusterRun:
         bar.arrive(self.ctxs[rank], op, 0, n)
 
     def multicast(self, ctx: _Ctx, op: Op, dst: np.ndarray, bars: np.ndarray, mask: int,
-                  nbytes: int, copy: Callable) -> None:
+                  nbytes: int, copy: Callable, key: int = 0) -> None:
         """A TMA load with `multicast=mask` issued by `ctx`'s CTA: the box lands at `dst`'s
         place in each CTA of the mask, its bytes counted on each one's copy of the barrier
         when it lands (at the issuer's next wait, as for a local copy). Like a remote
@@ -203,7 +205,7 @@ class _ClusterRun:
                     from .sync import _race
 
                     _race(op, mma, peer)
-            w = peer.smem_write(op, view, 0, bar)
+            w = peer.smem_write(op, view, key if r == ctx.rank else 0, bar)
             copy(view)
             if r != ctx.rank:
                 self._record(r, aid, lo, lo + view.nbytes, True, ctx.rank, op)

@@ -130,13 +130,15 @@ def tma_load(comp: _Compiler, op: Op) -> Handler:
                     b is not None and np.may_share_memory(dst, b):
                 _race(op, mma, ctx)
         bar = env[b_id][()]
-        if expect:  # the group's one arrive.expect_tx
-            bar.arrive(ctx, op, key, 1, expect)
         if mask is not None:  # into each CTA of the mask (interpreter/cluster.py)
             ctx.sched.multicast(ctx, op, dst, env[b_id], mask, nbytes,
-                                lambda view: t.copy_box(view, r0, c0))
+                                lambda view: t.copy_box(view, r0, c0), key)
+            if expect:  # the group's one arrive.expect_tx (its copies land at a wait)
+                bar.arrive(ctx, op, key, 1, expect)
             return
         w = ctx.smem_write(op, dst, key, bar)
+        if expect:  # the group's one arrive.expect_tx
+            bar.arrive(ctx, op, key, 1, expect)
         t.copy_box(dst, r0, c0)
         ctx.copies.append((bar, nbytes, w))  # its bytes count when it lands (at a wait)
     return tma_load
