@@ -440,3 +440,16 @@ def test_cluster_gemm_gpu(share_b, M, N, K):
     c = cg.matmul_cluster(a, b, share_b)
     ref = a.double() @ b.double()
     assert ((c.double() - ref).abs().max() / ref.abs().max()).item() < 1e-2
+
+
+def test_autotune_config_takes_a_cluster(monkeypatch):
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    c = kit.Config({"BLOCK": 16}, num_warps=4, cluster=(2, 1, 1))
+    assert "cluster=(2, 1, 1)" in str(c) and c.all_kwargs()["cluster"] == (2, 1, 1)
+    with pytest.raises(ValueError, match="Config: cluster="):
+        kit.Config({"BLOCK": 16}, cluster=(32,))
+    tuned = kit.autotune(configs=[kit.Config({"BLOCK": 16}, cluster=(2, 1, 1))],
+                         key=[])(kit.jit(where_am_i.fn))
+    out = torch.full((4 * 16,), -1, dtype=torch.int32)
+    tuned[(4,)](out)
+    assert torch.equal(out.view(-1, 16)[:, 0], where_ref((4, 1), (2, 1)))
