@@ -44,10 +44,10 @@ def _block(block: Block) -> None:
         if op.name == "tma_load":
             k = value_number(op.operands[-1])
             if first is not None and k == key:
-                first.attrs["expect"] += op.attrs["bytes"]
+                first.attrs["expect"] += op.attrs.get("recv", op.attrs["bytes"])
                 op.attrs["expect"] = 0
             else:
                 first, key = op, k
-                op.attrs["expect"] = op.attrs["bytes"]
+                op.attrs["expect"] = op.attrs.get("recv", op.attrs["bytes"])
         elif op.name in _BREAK:
             first = key = None

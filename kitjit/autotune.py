@@ -51,7 +51,7 @@ logger = logging.getLogger("kitjit.autotune")
 __all__ = ["Autotuner", "AutotuneError", "Config", "Heuristics", "Target", "autotune",
            "format_tuning_records", "heuristics", "tuning_records"]
 
-_LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+_LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "cluster")
 # AMD-only compiler options Triton's HIP configs carry (the tutorials' non-CUDA branch, which
 # kitjit's interpreter takes on a machine without a GPU): accepted in Config kwargs, ignored
 _AMD_OPTIONS = frozenset({"matrix_instr_nonkdim", "waves_per_eu", "kpack"})
@@ -69,14 +69,17 @@ class Config:
     Triton. `str(config)` is the canonical form that names the config in tuning records.
     `num_stages` is passed to the launch, where kitjit does not use it (its loops are not
     software-pipelined by a stage count); `maxnreg` caps registers per thread (part of the
-    compiled kernel); `num_ctas` must be 1 (clusters are not supported yet). AMD's options in
+    compiled kernel); `num_ctas` must be 1 (Triton's split of a program over a cluster; kitjit
+    takes `cluster=(x, y, z)`, a thread-block cluster shape tuned like the rest, whose grid
+    must then be whole clusters). AMD's options in
     `kwargs` (matrix_instr_nonkdim, waves_per_eu, kpack) are kept in `amd_options` and ignored.
     """
 
     def __init__(self, kwargs: dict[str, Any], num_warps: int = 4, num_stages: int | None = None,
                  num_ctas: int = 1, maxnreg: int | None = None,
                  pre_hook: Callable[[dict[str, Any]], Any] | None = None,
-                 ir_override: str | None = None):
+                 ir_override: str | None = None, *,
+                 cluster: tuple | None = None):
         self.kwargs = {k: v for k, v in kwargs.items() if k not in _AMD_OPTIONS}
         self.amd_options = {k: v for k, v in kwargs.items() if k in _AMD_OPTIONS}
         for k in self.kwargs:
@@ -86,7 +89,12 @@ class Config:
             raise ValueError(f"Config: num_warps must be a positive int, got {num_warps!r}")
         if num_ctas != 1:
             raise ValueError(f"Config: num_ctas={num_ctas!r} (thread block clusters) is not "
-                             "supported yet; kitjit launches one CTA per program")
+                             "supported yet; kitjit launches one CTA per program (clusters: "
+                             "Config(..., cluster=(x, y, z)))")
+        if cluster is not None:
+            from .jit import check_cluster
+
+            check_cluster("Config", cluster)
         if maxnreg is not None and (not isinstance(maxnreg, int) or isinstance(maxnreg, bool)
                                     or not 16 <= maxnreg <= 255):
             raise ValueError(f"Config: maxnreg is an int from 16 to 255 or None, got "
@@ -98,6 +106,7 @@ class Config:
         self.num_stages = num_stages
         self.num_ctas = num_ctas
         self.maxnreg = maxnreg
+        self.cluster = cluster
         self.ir_override = None
         self.pre_hook = pre_hook
         parts = [f"{k}={v!r}" for k, v in sorted(self.kwargs.items())]
@@ -106,6 +115,8 @@ class Config:
             parts.append(f"num_stages={num_stages}")
         if maxnreg is not None:
             parts.append(f"maxnreg={maxnreg}")
+        if cluster is not None:
+            parts.append(f"cluster={cluster}")
         self._str = ", ".join(parts)
 
     def all_kwargs(self) -> dict[str, Any]:
@@ -116,6 +127,8 @@ class Config:
             d["num_stages"] = self.num_stages
         if self.maxnreg is not None:
             d["maxnreg"] = self.maxnreg
+        if self.cluster is not None:
+            d["cluster"] = self.cluster
         return d
 
     def __str__(self) -> str:
@@ -567,6 +580,8 @@ class Autotuner:
         def compile_one(cfg: Config) -> None:
             specs, consts = self._specialize(named, kw, cfg)
             extra = {} if cfg.maxnreg is None else {"maxnreg": cfg.maxnreg}
+            if cfg.cluster is not None:
+                extra["cluster"] = cfg.cluster
             self.fn.compile(specs, consts, cfg.num_warps, target.arch, target.max_shared,
                             **extra)
 

@@ -321,16 +321,17 @@ class JITFunction(TritonJITAttrs):
             device = next((getattr(a, "base", a).get_device() for a in rt
                            if hasattr(a, "data_ptr") or hasattr(a, "kit_values")), -1)
             ck = self._compile_for_launch(rt, consts, nw, device, opts.get("maxnreg"),
-                                          opts.get("launch_pdl", False), opts.get("arch"))
+                                          opts.get("launch_pdl", False), opts.get("arch"),
+                                          opts.get("cluster"))
         else:
             _check_launch_args(self, rt, gpu=False)
             ck = self.compile(self._specs(rt), consts, nw, opts.get("arch") or "sm_90a",
-                              maxnreg=opts.get("maxnreg"))
+                              maxnreg=opts.get("maxnreg"), cluster=opts.get("cluster"))
         ck._warm = (self, opts)
         return ck
 
     def _miss(self, key, rt_args, consts, num_warps, maxnreg=None, num_ctas=1,
-              launch_pdl=False, arch=None):
+              launch_pdl=False, arch=None, cluster=None):
         """A specialization not seen in this process: compile (or interpret) it and return
         its launcher, a function (grid, *run-time args). KITJIT_INTERPRET is read here, and
         the launch options other than num_warps are checked (`_check_options`)."""
@@ -347,7 +348,7 @@ class JITFunction(TritonJITAttrs):
             raise ValueError(f"{self.__name__}: num_warps must be a power of two from 1 to "
                              f"32, or a whole number of warpgroups (12, 20, ...) for kernels "
                              f"split into roles; got {num_warps!r}")
-        _check_options(self.__name__, maxnreg, num_ctas, launch_pdl)
+        _check_options(self.__name__, maxnreg, num_ctas, launch_pdl, cluster)
         _check_arch_option(self.__name__, arch)
         # one compile per key: threads missing the same key together wait for the first
         with self._miss_locks.setdefault(key, threading.Lock()):
@@ -356,21 +357,22 @@ class JITFunction(TritonJITAttrs):
                 return launcher
             if interpret_mode():
                 launcher = slow_record(functools.partial(self._interpret_launch, consts,
-                                                         num_warps))
+                                                         num_warps, cluster=cluster))
             else:
                 device = next((getattr(a, "base", a).get_device() for a in rt_args
                                if hasattr(a, "data_ptr") or hasattr(a, "kit_values")), -1)
                 with _first_launch_during_capture(self.__name__):
                     ck = self._compile_for_launch(rt_args, consts, num_warps, device, maxnreg,
-                                                  launch_pdl, arch)
+                                                  launch_pdl, arch, cluster)
                     launcher = _make_launch_record(self, ck, device if device >= 0 else
                                                    _launcher._torch_current_device(), consts,
-                                                   pdl=bool(launch_pdl))
+                                                   pdl=bool(launch_pdl), cluster=cluster)
             self.cache[key] = launcher
         return launcher
 
     def _compile_for_launch(self, rt_args, consts, num_warps, device, maxnreg=None,
-                            launch_pdl=False, arch_option=None) -> CompiledKernel:
+                            launch_pdl=False, arch_option=None,
+                            cluster=None) -> CompiledKernel:
         from .runtime import driver
 
         _check_launch_args(self, rt_args, gpu=True)
@@ -380,8 +382,13 @@ class JITFunction(TritonJITAttrs):
         if launch_pdl and int(arch[3:5]) < 9:
             raise ValueError(f"{self.__name__}: launch_pdl=True (programmatic dependent "
                              f"launch) needs a Hopper or newer GPU; cuda:{device} is {arch}")
+        if cluster is not None and int(arch[3:5]) < 9:
+            raise ValueError(f"{self.__name__}: cluster={cluster!r} (thread-block clusters) "
+                             f"needs a Hopper or newer GPU; cuda:{device} is {arch}")
         specs = self._specs(rt_args)
         kw = {} if maxnreg is None else {"maxnreg": maxnreg}  # (FakeDriver's compile)
+        if cluster is not None:
+            kw["cluster"] = cluster
         if arch_option is not None and arch_option != arch:
             # another target's code on this GPU: its PTX, which the driver assembles here
             _check_runs_on(self.__name__, arch_option, arch)
@@ -408,12 +415,13 @@ class JITFunction(TritonJITAttrs):
         return arg_specs, divs
 
     def build_ir(self, specs: list, consts: tuple, num_warps: int, tma: bool = False,
-                 arch: str | None = None):
+                 arch: str | None = None, cluster: tuple | None = None):
         """Tile IR with layouts for one specialization (what every later stage reads).
         `tma`: the target is sm_90a, where host tensor descriptors' blocks go through TMA.
         `arch`: the PTX target; Ampere/Ada (sm_80/86/89) get their own level-2 typing,
         layouts and marks (frontend/ampere.py), every other target (and the interpreter,
-        arch None) Hopper's."""
+        arch None) Hopper's. `cluster`: the `cluster=` launch option (kit.cluster_* ops
+        need one, and a Hopper target)."""
         from kitjit.frontend import ampere
         from kitjit.frontend.codegen import build_kernel_ir
         from kitjit.frontend.layout_pass import infer_layouts
@@ -424,6 +432,11 @@ class JITFunction(TritonJITAttrs):
         fn = _guard(self.__name__, "parsing",
                     lambda: build_kernel_ir(self, arg_specs, num_warps, tma, target))
         fn.attrs["arg_div"] = divs
+        from kitjit.frontend.semantic.cluster import check_cluster_ops
+
+        check_cluster_ops(fn, cluster, arch)
+        if cluster is not None:
+            fn.attrs["cluster"] = _launcher.cluster_dims(cluster)
         fn = _guard(self.__name__, "inferring layouts of", lambda: infer_layouts(fn))
         fn = _guard(self.__name__, "grouping TMA loads of", lambda: group_tma_loads(fn))
         if target is not None:
@@ -448,7 +461,8 @@ class JITFunction(TritonJITAttrs):
     def compile(self, specs: list, consts: tuple, num_warps: int, arch: str,
                 max_shared: int | None = None, *,
                 device_fallback: bool | None = None,
-                maxnreg: int | None = None, run_on: str | None = None) -> CompiledKernel:
+                maxnreg: int | None = None, run_on: str | None = None,
+                cluster: tuple | None = None) -> CompiledKernel:
         """Compile (or load from disk) one specialization for `arch`; needs no GPU.
 
         `arch` must be one of `kitjit.toolchain.SUPPORTED_ARCHS` (else a CompileError, before
@@ -458,24 +472,30 @@ class JITFunction(TritonJITAttrs):
         `maxnreg`: a cap on registers per thread (`.maxnreg` in the PTX entry, which both
         assemblers honour; Triton's launch option and Config field). `run_on`: the GPU
         (another arch) the kernel will run on: `arch`'s PTX is kept for the driver to
-        assemble there (the `arch=` launch option)."""
+        assemble there (the `arch=` launch option). `cluster`: (x, y, z) CTAs per
+        thread-block cluster (`.reqnctapercluster` and `.explicitcluster` in the PTX entry;
+        sm_90+ only)."""
         from . import cache as kcache
         from .toolchain import resolve_target
 
         if device_fallback is None:
             device_fallback = max_shared is not None
         target = resolve_target(arch, device_fallback=device_fallback)
-        _check_options(self.__name__, maxnreg, 1, False)
+        _check_options(self.__name__, maxnreg, 1, False, cluster)
+        if cluster is not None:
+            cluster = _launcher.cluster_dims(cluster)
         key = self.cache_key(specs, consts, num_warps, arch)
         if run_on is not None and run_on != arch:
             target = dataclasses.replace(target, driver_jit=True)
             key = hashlib.sha256(f"{key}/ptx-for={run_on}".encode()).hexdigest()[:48]
         if maxnreg is not None:  # (without it the key is what it always was)
             key = hashlib.sha256(f"{key}/maxnreg={maxnreg}".encode()).hexdigest()[:48]
+        if cluster is not None:
+            key = hashlib.sha256(f"{key}/cluster={cluster}".encode()).hexdigest()[:48]
         store = kcache.KernelCache() if kcache.disk_cache_enabled() else None
         if store is None:
             return self._build(specs, consts, num_warps, arch, target, max_shared, None, key,
-                               maxnreg)
+                               maxnreg, cluster)
         ck = self._load(store, key, max_shared)
         if ck is None:
             # A miss: one process compiles, the others (ranks launching the same kernel)
@@ -484,7 +504,7 @@ class JITFunction(TritonJITAttrs):
                 ck = self._load(store, key, max_shared) if lk.held or lk.waited else None
                 if ck is None:
                     return self._build(specs, consts, num_warps, arch, target, max_shared,
-                                       store, key, maxnreg)
+                                       store, key, maxnreg, cluster)
         logger.debug("compile %s [%s] for %s, %d warps: disk cache hit (key %s)",
                      self.__name__, _spec_text(specs, consts, self), arch, num_warps, key[:12])
         return ck
@@ -511,11 +531,11 @@ class JITFunction(TritonJITAttrs):
 
     def _build(self, specs: list, consts: tuple, num_warps: int, arch: str, target,
                max_shared: int | None, store, key: str,
-               maxnreg: int | None = None) -> CompiledKernel:
+               maxnreg: int | None = None, cluster: tuple | None = None) -> CompiledKernel:
         """Compile one specialization (a cache miss) and publish it in `store`."""
         t0 = time.perf_counter()
         fn = self.build_ir(specs, consts, num_warps, tma=target.ptx_arch == "sm_90a",
-                           arch=target.ptx_arch)
+                           arch=target.ptx_arch, cluster=cluster)
         op_names = {op.name for op in fn.walk()}
         if maxnreg is not None:
             if "setmaxnreg" in op_names:
@@ -545,6 +565,8 @@ class JITFunction(TritonJITAttrs):
         llir = _guard(self.__name__, "lowering to LLVM", lowering.llvm_ir)
         ptx = _guard(self.__name__, "generating PTX for",
                      lambda: llvm_to_ptx(llir, target.ptx_arch))
+        if cluster is not None:
+            ptx = cluster_entry(ptx, cluster)
         cubin, res = _guard(self.__name__, "assembling",
                             lambda: _assemble(ptx, target, self.__name__))
         meta = {
@@ -555,6 +577,7 @@ class JITFunction(TritonJITAttrs):
             "constexprs": {n: _const_repr(v) for n, v in zip(self.constexprs, consts)},
             "num_warps": num_warps,
             **({"maxnreg": maxnreg} if maxnreg is not None else {}),
+            **({"cluster": list(cluster)} if cluster is not None else {}),
             "arch": arch,
             "shared": lowering.smem_bytes,
             "registers": res.registers,
@@ -600,16 +623,16 @@ class JITFunction(TritonJITAttrs):
         return ck
 
     # -------------------------------------------------------------- interpreter
-    def _interpret_launch(self, consts, num_warps, grid, *rt_args):
+    def _interpret_launch(self, consts, num_warps, grid, *rt_args, cluster=None):
         from . import interpreter
 
         rt_args = rt_args[:len(self.runtime_params)]  # then the launch values: not needed
         _check_launch_args(self, rt_args, gpu=False)
         specs = self._specs(rt_args)
-        key = (tuple(map(tuple, specs)), consts, num_warps)
+        key = (tuple(map(tuple, specs)), consts, num_warps, cluster)
         fn = self._ir_cache.get(key)
         if fn is None:
-            fn = self.build_ir(specs, consts, num_warps)
+            fn = self.build_ir(specs, consts, num_warps, cluster=cluster)
             self._ir_cache[key] = fn
         if callable(grid):  # Triton passes every bound argument
             grid = grid({**dict(zip(self.runtime_params, rt_args)),
@@ -629,7 +652,7 @@ class JITFunction(TritonJITAttrs):
             a = rt_args[self.runtime_params.index(name)]
             args.append(a.base.as_strided(a.shape, a.strides) if hasattr(a, "kit_values")
                         else a)
-        interpreter.run(fn, g, args)
+        interpreter.run(fn, g, args, cluster=cluster)
         return None
 
 
@@ -728,17 +751,61 @@ def _param_names(jf: JITFunction, names, what: str) -> set[str]:
     return out
 
 
-def _check_options(name: str, maxnreg, num_ctas, launch_pdl) -> None:
-    """The launch options kitjit takes, checked on a miss (they are part of the key)."""
+def _check_options(name: str, maxnreg, num_ctas, launch_pdl, cluster=None) -> None:
+    """The launch options kitjit takes, checked on a miss (they are part of the key).
+
+    `num_ctas` is Triton's: on sm_90 Triton launches each program as a cluster of num_ctas
+    CTAs and splits the program's tiles over them (CTA layouts), so one program runs on
+    several SMs. kitjit keeps one CTA per program and takes clusters explicitly instead:
+    `cluster=(x, y, z)` groups the programs of the grid into clusters whose CTAs reach each
+    other through `kit.cluster_*` ops (ranks, cluster barriers). num_ctas must therefore
+    stay 1."""
     if maxnreg is not None and (not isinstance(maxnreg, int) or isinstance(maxnreg, bool)
                                 or not 16 <= maxnreg <= 255):
         raise ValueError(f"{name}: maxnreg is a cap on registers per thread, an int from 16 "
                          f"to 255 (or None); got {maxnreg!r}")
     if num_ctas != 1:
-        raise ValueError(f"{name}: num_ctas={num_ctas!r} (thread block clusters) is not "
-                         "supported yet; kitjit launches one CTA per program (num_ctas=1)")
+        raise ValueError(f"{name}: num_ctas={num_ctas!r} (Triton's split of one program over "
+                         "a cluster of CTAs) is not supported; kitjit launches one CTA per "
+                         "program (num_ctas=1): use cluster=(x, y, z) to group programs "
+                         "into thread-block clusters")
+    if cluster is not None:
+        check_cluster(name, cluster)
     if launch_pdl not in (False, True, 0, 1):
         raise ValueError(f"{name}: launch_pdl takes True or False, got {launch_pdl!r}")
+
+
+def check_cluster(name: str, cluster) -> None:
+    """`cluster=`: a tuple of 1 to 3 positive ints, at most 16 CTAs in all (more than 8 is
+    non-portable: Hopper allows 16 where the kernel's resources let it)."""
+    ok = isinstance(cluster, tuple) and 1 <= len(cluster) <= 3 and all(
+        isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in cluster)
+    if not ok:
+        raise ValueError(f"{name}: cluster takes a tuple of 1 to 3 positive ints, the CTAs "
+                         f"per thread-block cluster along x, y, z; got {cluster!r}")
+    n = 1
+    for c in cluster:
+        n *= c
+    if n > 16:
+        raise ValueError(f"{name}: cluster={cluster!r} has {n} CTAs; a thread-block cluster "
+                         "holds at most 8 CTAs (portable), 16 on Hopper (non-portable)")
+
+
+def cluster_entry(ptx: str, cluster: tuple[int, int, int]) -> str:
+    """The PTX with `.reqnctapercluster x, y, z` and `.explicitcluster` in the kernel's
+    entry directives (after `.maxntid`): the kernel must be launched in clusters of that
+    shape, and %cluster_ctarank etc. mean what they say."""
+    x, y, z = cluster
+    out, done = [], False
+    for line in ptx.splitlines(keepends=True):
+        out.append(line)
+        if not done and line.lstrip().startswith(".maxntid"):
+            out.append(f".reqnctapercluster {x}, {y}, {z}\n.explicitcluster\n")
+            done = True
+    if not done:
+        raise RuntimeError("kitjit: no .maxntid in the kernel's PTX to put the cluster "
+                           "directives after")
+    return "".join(out)
 
 
 def _check_arch_option(name: str, arch) -> None:

@@ -195,21 +195,22 @@ _RUN_TEMPLATE = """\
 
 
 def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tuple,
-                   pdl: bool = False):
+                   pdl: bool = False, cluster: tuple | None = None):
     """A generated function that fills a parameter block from the arguments and calls
     cuLaunchKernel on `device` (its module loaded there, the stream that device's current one
     unless `stream=` is given): no loops, no dict lookups on the hot path. Each launch pops a
     block off the kernel's free list and puts it back after the call (both atomic, so
     concurrent launches never share a block; cheaper than a threading.local read), a new
     block when the list is empty. `pdl`: launched by cuLaunchKernelEx with programmatic
-    stream serialization (`launch_pdl=True`).
+    stream serialization (`launch_pdl=True`); `cluster`: launched by cuLaunchKernelEx in
+    clusters of that shape (`driver.cluster_launch`, which checks the grid first).
 
     A grid function gets every bound argument by name, the constexprs and num_warps, as
     Triton's `grid(bound_args)`."""
     from .runtime import driver
 
     block = ck.params()
-    launch_fn, wrap = driver.pdl_launch() if pdl else driver.raw_launch()
+    launch_fn, wrap = _launch_callable(jf, pdl, cluster)
     stream_get, stream_new = _stream_objects(driver.stream_wrap())
     names = [f"a{i}" for i in range(len(jf.runtime_params))]
     values = [f"v{i}" for i in range(len(jf.runtime_params))]
@@ -285,8 +286,24 @@ def _row_map():
     return row_map
 
 
+def _launch_callable(jf: JITFunction, pdl: bool, cluster: tuple | None):
+    """(launch, wrap): cuLaunchKernel for plain kernels, cuLaunchKernelEx with its
+    attributes for `launch_pdl=True` or a `cluster=` launch."""
+    from .runtime import driver
+
+    if cluster is not None:
+        return driver.cluster_launch(cluster_dims(cluster), pdl, jf.__name__)
+    return driver.pdl_launch() if pdl else driver.raw_launch()
+
+
+def cluster_dims(cluster) -> tuple[int, int, int]:
+    """A checked `cluster=` option as three sizes (x, y, z)."""
+    c = tuple(cluster)
+    return (c + (1, 1, 1))[:3]  # type: ignore[return-value]
+
+
 def _make_launch_record(jf: JITFunction, ck: CompiledKernel, device: int, consts: tuple,
-                        pdl: bool = False) -> tuple:
+                        pdl: bool = False, cluster: tuple | None = None) -> tuple:
     """The cache value of one GPU specialization on `device`: what the generated entry
     unpacks to launch it without another Python call (`_RECORD` names the fields): the
     function handle, the kernel's free list of parameter blocks, the launch callable, block
@@ -297,8 +314,8 @@ def _make_launch_record(jf: JITFunction, ck: CompiledKernel, device: int, consts
 
     if ck.metadata.get("tma") or ck.metadata.get("scratch") or \
             any(k.startswith("desc") for k in ck.arg_kinds):
-        return slow_record(_make_launcher(jf, ck, device, consts, pdl))
-    launch_fn, wrap = driver.pdl_launch() if pdl else driver.raw_launch()
+        return slow_record(_make_launcher(jf, ck, device, consts, pdl, cluster))
+    launch_fn, wrap = _launch_callable(jf, pdl, cluster)
     stream_get, stream_new = _stream_objects(driver.stream_wrap())
     return (wrap(ck.function(device)), ck._free, launch_fn, ck.threads, ck.shared, device, ck,
             None, _stream_getter(), stream_get, stream_new, driver.launch_ok())
@@ -469,18 +486,21 @@ def _torch_current_device() -> int:
 # `extern_libs` ({"libdevice": path}, Triton's CUDA option) is accepted and not used: kitjit
 # links the libdevice of the nvidia-cuda-nvcc wheel, the same library.
 LAUNCH_OPTIONS = {"num_warps": 4, "num_stages": None, "num_ctas": 1, "maxnreg": None,
-                  "launch_pdl": False, "extern_libs": None, "arch": None}
+                  "launch_pdl": False, "extern_libs": None, "arch": None, "cluster": None}
 
 
 def _make_runner(jf: JITFunction, sig):
     """The generated launch entry `<kernel>(grid, <params>, num_warps=4, num_stages=None,
-    num_ctas=1, maxnreg=None, launch_pdl=False, extern_libs=None, arch=None, stream=None)`:
+    num_ctas=1, maxnreg=None, launch_pdl=False, extern_libs=None, arch=None, cluster=None,
+    stream=None)`:
     binds the call's
     arguments, builds the specialization key and launches, in one Python frame (a TypeError
     from binding names the kernel and the parameter).
 
     `arch`: compile for this target instead of the GPU's own ("sm_80" on an H100 runs the
     Ampere code path from PTX the driver assembles; `JITFunction._compile_for_launch`).
+    `cluster`: (x, y, z) CTAs per thread-block cluster (sm_90+; `kit.cluster_ctarank()`
+    and friends); None launches plain CTAs.
 
     `stream`: a torch.cuda.Stream, a raw int CUstream, or None for the current torch stream
     of the tensors' device (ignored by the interpreter). The options other than num_warps
@@ -561,17 +581,19 @@ def _make_runner(jf: JITFunction, sig):
               _kit_int=int, _kit_isinstance=isinstance)  # (a parameter may be named `len`)
     opts = [f"{opt[o]}={d!r}" for o, d in LAUNCH_OPTIONS.items()] + ["stream=None"]
     nw, mr, nc, pdl = opt["num_warps"], opt["maxnreg"], opt["num_ctas"], opt["launch_pdl"]
-    arch = opt["arch"]
+    arch, cl = opt["arch"], opt["cluster"]
     src = (f"def {name}(grid, {', '.join(params + opts)}):\n"
            + "".join(line + "\n" for line in body) +
-           f"    _kit_key = ({flat}{nw}, {mr}, {nc}, {pdl}, {arch}{parts})\n"
+           f"    _kit_key = ({flat}{nw}, {mr}, {nc}, {pdl}, {arch}, {cl}{parts})\n"
            f"    try:\n"
            f"        _kit_l = _kit_C[_kit_key]\n"
            f"    except KeyError:\n"
            f"        _kit_l = None\n"
+           f"    except TypeError:  # an unhashable option (cluster=[2, 1]): _kit_miss says\n"
+           f"        _kit_l = None\n"
            f"    if _kit_l is None:\n"
            f"        _kit_l = _kit_miss(_kit_key, ({args}{',' if len(rt) == 1 else ''}), "
-           f"{consts}, {nw}, {mr}, {nc}, {pdl}, {arch})\n"
+           f"{consts}, {nw}, {mr}, {nc}, {pdl}, {arch}, {cl})\n"
            + _RUN_TEMPLATE.format(
                fields=", ".join(f"_kit_{f}" for f in _RECORD), all=f"{args}{vals}",
                comma=", " if rt else "", name=name, meta=meta,

@@ -241,7 +241,7 @@ class FakeDriver:
     recorded in `loads` as (kernel name, device); and every cuLaunchKernel is recorded in
     `launches` as a dict (function handle, grid, block, shared, stream, the parameter
     values read back from the parameter block at the moment of the call, and whether it
-    was a programmatic dependent launch, `pdl`), unless
+    was a programmatic dependent launch, `pdl`, and its `cluster` shape or None), unless
     `record=False` (then a launch costs one trivial call: what the benchmark wants).
 
     `allow_cpu=True` lets CPU tensors through the device checks (they are on device
@@ -286,7 +286,7 @@ class FakeDriver:
 
     # -------------------------------------------------------------- fakes
     def _compile(self, jf, specs, consts, num_warps, arch, max_shared=None, maxnreg=None,
-                 run_on=None):
+                 run_on=None, cluster=None):
         import time
 
         from .jit import CompiledKernel, _kind
@@ -343,7 +343,8 @@ class FakeDriver:
             return 0x5000 + device
         return current_stream
 
-    def _launch(self, fn, g0, g1, g2, b0, b1, b2, shared, stream, params, extra, pdl=False):
+    def _launch(self, fn, g0, g1, g2, b0, b1, b2, shared, stream, params, extra, pdl=False,
+                cluster=None):
         import ctypes
         import operator
         import time
@@ -363,8 +364,19 @@ class FakeDriver:
             tma = [self.encoding_of(ptrs[len(kinds) + j]) for j in range(n_desc)]
         self.launches.append({"function": fn, "grid": (g0, g1, g2), "block": (b0, b1, b2),
                               "shared": shared, "stream": stream, "values": values,
-                              "tma": tma, "pdl": pdl})
+                              "tma": tma, "pdl": pdl, "cluster": cluster})
         return (0,)
+
+    def _cluster_launch(self, cluster, pdl, name):
+        """The fake of `driver.cluster_launch`: the grid checked as there, then recorded."""
+        from .runtime.driver import check_cluster_grid
+
+        def launch(fn, g0, g1, g2, *rest):
+            check_cluster_grid(name, (g0, g1, g2), cluster)
+            if not self.record:
+                return (0,)
+            return self._launch(fn, g0, g1, g2, *rest, pdl=pdl, cluster=cluster)
+        return launch
 
     # -------------------------------------------------------------- patching
     def _set(self, obj, name, value):
@@ -413,6 +425,8 @@ class FakeDriver:
         self._set(driver, "raw_launch", lambda: (launch, lambda h: h))
         pdl = (lambda *a: fake._launch(*a, pdl=True)) if self.record else launch
         self._set(driver, "pdl_launch", lambda: (pdl, lambda h: h))
+        self._set(driver, "cluster_launch", lambda cluster, pdl, name: (
+            fake._cluster_launch(cluster, pdl, name), lambda h: h))
         self._set(driver, "launch_ok", lambda: 0)
         self._set(driver, "stream_wrap", lambda: int)
         self._set(driver, "load_function", self._load_function)

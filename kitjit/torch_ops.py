@@ -119,6 +119,9 @@ def traced_launch(jf, grid, *args, **kwargs):
         raise ValueError(f"{jf.__name__}: num_warps must be a power of two from 1 to 32, or a "
                          f"whole number of warpgroups (12, 20, ...); got {num_warps!r}")
     _check_options(jf.__name__, opts["maxnreg"], opts["num_ctas"], opts["launch_pdl"])
+    if opts["cluster"] is not None:
+        raise ValueError(f"{jf.__name__}: cluster= is not supported under torch.compile yet; "
+                         "launch clustered kernels outside the compiled region")
     _check_arch_option(jf.__name__, opts["arch"])
     consts = tuple(bound[n] for n in jf.constexprs)
     for n, c in zip(jf.constexprs, consts):

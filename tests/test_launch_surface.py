@@ -73,7 +73,7 @@ def test_num_ctas_other_than_one_is_not_supported(monkeypatch):
     x, out = _io()
     copy_kernel[(3,)](x, out, x.numel(), BLOCK=16, num_ctas=1, num_stages=3)
     torch.testing.assert_close(out, x)
-    with pytest.raises(ValueError, match="num_ctas=2 .*not supported yet"):
+    with pytest.raises(ValueError, match="num_ctas=2 .*not supported.*cluster="):
         copy_kernel[(3,)](x, out, x.numel(), BLOCK=16, num_ctas=2)
     with pytest.raises(ValueError, match="num_ctas=2 .*not supported yet"):
         kit.Config({"BLOCK": 16}, num_ctas=2)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from ..nvvm import GPTR, I64, SPTR
 from .ampere import AmpereLowering
 from .base import LoweringBase, LoweringError
+from .cluster import ClusterLowering
 from .control import ControlLowering
 from .core import CoreLowering
 from .dot import DotLowering
@@ -33,7 +34,7 @@ from .tma import TmaLowering
 
 class Lowering(CoreLowering, ElementwiseLowering, MemoryLowering, ReductionLowering,
                ScanLowering, ShapeLowering, DotLowering, TmaLowering, ControlLowering,
-               SignalLowering, AmpereLowering, LoweringBase):
+               SignalLowering, ClusterLowering, AmpereLowering, LoweringBase):
     """Lowers one kernel: `Lowering(fn).llvm_ir()` is its LLVM module's text."""
 
 

@@ -265,9 +265,16 @@ class TmaLowering(LoweringBase):
         R, C = dst.shape
         chunk = lay.chunk if lay is not None else C
         e = dst.dtype.itemsize
+        mask = op.attrs.get("multicast")
         for j in range(max(1, C // chunk)):
             dj = b.add(daddr, self.c32(j * R * chunk * e)) if j else daddr
             cj = b.add(c, self.c32(j * chunk)) if j else c
+            if mask is not None:  # the same offsets in each CTA of the mask (clusters)
+                asm(b, VOID, "@$0 cp.async.bulk.tensor.2d.shared::cluster.global.tile."
+                    "mbarrier::complete_tx::bytes.multicast::cluster [$1], [$2, {$3, $4}], "
+                    "[$5], $6;", "b,r,l,r,r,r,h,~{memory}",
+                    [p, dj, dptr, cj, r, baddr, ir.Constant(ir.IntType(16), mask)])
+                continue
             asm(b, VOID, "@$0 cp.async.bulk.tensor.2d.shared::cluster.global.tile."
                 "mbarrier::complete_tx::bytes [$1], [$2, {$3, $4}], [$5];",
                 "b,r,l,r,r,r,~{memory}", [p, dj, dptr, cj, r, baddr])
@@ -298,9 +305,12 @@ class TmaLowering(LoweringBase):
             slot = self.phase_slot(op.operands[0])
             ph = self.b.load(slot)
             self.b.store(self.b.xor(ph, self.c32(1)), slot)
+        # in a cluster launch a peer may arrive (kit.mbarrier_arrive(bar, cta=...)): the
+        # wait then acquires at cluster scope, so the peer's writes before it are seen
+        sem = ".acquire.cluster" if self.fn.attrs.get("cluster") else ""
         asm(self.b, VOID,
             "{ .reg .pred P1; \nKITWAIT${:uid}: \n"
-            "mbarrier.try_wait.parity.shared::cta.b64 P1, [$0], $1; \n"
+            f"mbarrier.try_wait.parity{sem}.shared::cta.b64 P1, [$0], $1; \n"
             "@!P1 bra.uni KITWAIT${:uid}; }",
             "r,r,~{memory}", [baddr, ph])
 

@@ -24,6 +24,7 @@ from .base import (
     weak_dtype,
 )
 from .call_rules import CALL_RULES, Call, CallRule, call_rule
+from .cluster import ClusterOps
 from .control import ControlOps
 from .core import CoreOps
 from .dot import DotOps
@@ -37,7 +38,7 @@ from .tma import TmaOps
 
 
 class Builder(CoreOps, ElementwiseOps, MemoryOps, ReductionOps, ScanOps, ShapeOps, DotOps,
-              TmaOps, ControlOps, SignalOps, BuilderBase):
+              TmaOps, ControlOps, SignalOps, ClusterOps, BuilderBase):
     """Appends ops to the current block and checks every rule a user can break (shapes that
     cannot broadcast, dtypes that cannot meet, axes out of range), raising `CompileError` at
     the current source location."""

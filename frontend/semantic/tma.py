@@ -103,7 +103,12 @@ class TmaOps:
         return entry["desc"]
 
     @typing_rule("tma_load")
-    def tma_load(self, dst: Any, tensor: Any, coords: Any, bar: Any, sync: Any = True) -> None:
+    def tma_load(self, dst: Any, tensor: Any, coords: Any, bar: Any, sync: Any = True,
+                 multicast: int | None = None) -> None:
+        """`multicast`: a mask of cluster CTA ranks; the box lands at the same place in each
+        of their tiles and counts on each one's barrier (thread-block clusters). Each CTA of
+        the mask is expected to issue its own such load (its slice) with the same mask, so
+        the bytes a barrier expects are the box's times the CTAs in the mask."""
         if not isinstance(dst, Value) or not dst.type.is_shared or len(dst.shape) != 2 or \
                 (isinstance(dst.owner, Op) and dst.owner.name == "smem_trans"):
             raise self.error(f"kit.tma_load: 'dst' must be a 2-d shared tile (a stage a[s]), "
@@ -130,6 +135,9 @@ class TmaOps:
         attrs = {"bytes": dst.type.numel * dst.dtype.itemsize}
         if not sync:  # the caller knows no thread still reads dst (no barrier before it)
             attrs["nosync"] = True
+        if multicast is not None:
+            attrs["multicast"] = multicast
+            attrs["recv"] = attrs["bytes"] * bin(multicast).count("1")
         self.emit("tma_load", [dst, desc, *cs, bar], [], attrs)
 
     @typing_rule("tma_desc_create")
@@ -283,8 +291,10 @@ def _mbarriers(c: Call) -> Any:
     return c.b.mbarriers(c.const("count"), c.const("arrivals"))
 
 
-@call_rule("mbarrier_arrive", lambda barrier: None)
+@call_rule("mbarrier_arrive", lambda barrier, cta=None: None)
 def _mbarrier_arrive(c: Call) -> Any:
+    if c["cta"] is not None:  # a peer CTA's barrier (thread-block clusters: cluster.py)
+        return c.b.cluster_arrive(c["barrier"], c["cta"])
     return c.b.mbarrier_arrive(c["barrier"])
 
 
@@ -302,9 +312,15 @@ def _setmaxnreg(c: Call) -> Any:
     return None
 
 
-@call_rule("tma_load", lambda dst, tensor, coords, barrier, sync=True: None)
+@call_rule("tma_load", lambda dst, tensor, coords, barrier, sync=True, multicast=None: None)
 def _tma_load(c: Call) -> Any:
-    return c.b.tma_load(c["dst"], c["tensor"], c["coords"], c["barrier"], c.const("sync"))
+    mask = c.const("multicast")
+    if mask is not None and (not isinstance(mask, int) or isinstance(mask, bool) or
+                             not 0 < mask < 1 << 16):
+        raise c.err(f"kit.tma_load: multicast takes a constexpr mask of CTA ranks (bit r for "
+                    f"rank r, 1 to 0xffff), got {mask!r}")
+    return c.b.tma_load(c["dst"], c["tensor"], c["coords"], c["barrier"], c.const("sync"),
+                        mask)
 
 
 @call_rule("mbarrier_wait", lambda barrier, phase: None)

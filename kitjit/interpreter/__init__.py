@@ -73,7 +73,19 @@ where it blocks (`_Compiler.gop`). `yield` is registered in control.py but never
 
 from __future__ import annotations
 
-from . import control, core, dot, elementwise, memory, reduction, scan, shape, signal, tma  # noqa: F401
+from . import (  # noqa: F401
+    cluster,
+    control,
+    core,
+    dot,
+    elementwise,
+    memory,
+    reduction,
+    scan,
+    shape,
+    signal,
+    tma,
+)
 from .compiler import _Compiler as _Compiler
 from .compiler import _execute as _execute
 from .compiler import _pure as _pure

@@ -31,7 +31,9 @@ _NOT_HOISTABLE = frozenset({"load", "store", "program_id", "for", "while", "if",
                             "smem_alloc", "smem_index", "smem_trans", "tma_load", "tma_store",
                             "mbar_wait", "mbar_arrive", "setmaxnreg", "barrier", "named_bar",
                             "wgmma", "print", "assert", "assume", "gdc_wait",
-                            "gdc_launch_dependents", "atomic_rmw", "atomic_cas"})
+                            "gdc_launch_dependents", "atomic_rmw", "atomic_cas",
+                            "cluster_id", "cluster_ctaid", "cluster_ctarank",
+                            "cluster_barrier", "cluster_load", "cluster_store"})
 
 
 # ----------------------------------------------------------------------------- pure ops
@@ -232,11 +234,13 @@ def _wrap(f: Callable, ids: list[int], r: int) -> Handler:
 
 
 # ----------------------------------------------------------------------------- entry point
-def run(fn: Function, grid: tuple[int, int, int], args: list) -> None:
+def run(fn: Function, grid: tuple[int, int, int], args: list,
+        cluster: tuple | None = None) -> None:
     """Run kernel `fn` on the CPU for every program of `grid` (x fastest).
 
     `args` line up with `fn.args`: torch tensors for pointer arguments (device tensors are
-    copied to the CPU and back), Python numbers for the rest.
+    copied to the CPU and back), Python numbers for the rest. `cluster`: (x, y, z) CTAs per
+    thread-block cluster, whose CTAs then run together (interpreter/cluster.py).
     """
     if len(args) != len(fn.args):
         names = ", ".join(v.name or "?" for v in fn.args)
@@ -260,12 +264,20 @@ def run(fn: Function, grid: tuple[int, int, int], args: list) -> None:
     mem = _Memory(fn, args)
     try:
         with np.errstate(all="ignore"):
-            _execute(fn, (g[0], g[1], g[2]), mem)
+            _execute(fn, (g[0], g[1], g[2]), mem, cluster)
     finally:
         mem.write_back()
 
 
-def _execute(fn: Function, grid: tuple[int, int, int], mem: _Memory) -> None:
+def _execute(fn: Function, grid: tuple[int, int, int], mem: _Memory,
+             cluster: tuple | None = None) -> None:
+    if cluster is not None:
+        from .cluster import execute_clusters
+
+        c = (tuple(cluster) + (1, 1, 1))[:3]
+        if grid[0] * grid[1] * grid[2]:
+            execute_clusters(fn, grid, mem, c, lambda ctx: _compile_cta(fn, mem, ctx))
+        return
     ctx = _Ctx(grid)
     comp = _Compiler(mem, ctx, _mma_values(fn), int(fn.attrs.get("num_warps", 4)))
     ctx.roles[0] = comp.role
@@ -283,3 +295,15 @@ def _execute(fn: Function, grid: tuple[int, int, int], mem: _Memory) -> None:
                 env = dict(base)
                 for h in body:
                     h(env)
+
+
+def _compile_cta(fn: Function, mem: _Memory, ctx: _Ctx) -> tuple[list[Handler], Env]:
+    """The body's handlers for one CTA's context, and its environment with the arguments
+    and the hoisted values (a cluster's CTAs each run their own)."""
+    comp = _Compiler(mem, ctx, _mma_values(fn), int(fn.attrs.get("num_warps", 4)))
+    ctx.roles[0] = comp.role
+    body = comp.block(fn.body)
+    base: Env = {v.id: x for v, x in zip(fn.args, mem.values)}
+    for h in comp.hoisted:
+        h(base)
+    return body, base

@@ -42,7 +42,7 @@ class _MBar:
     many phases have completed (the current phase's parity is `phase & 1`)."""
 
     __slots__ = ("name", "init", "pending", "tx", "phase", "released", "completed",
-                 "auto_phase")
+                 "auto_phase", "c_released", "c_completed")
 
     def __init__(self, name: str, init: int):
         self.name, self.init = name, init
@@ -52,6 +52,10 @@ class _MBar:
         # what a wait that sees a completed phase acquires
         self.released: dict = {}
         self.completed: dict = {}
+        # the same across the CTAs of a cluster (interpreter/cluster.py): per-CTA clocks
+        # released by remote arrivals in this phase, and acquired by a completed wait
+        self.c_released: list[int] | None = None
+        self.c_completed: list[int] | None = None
 
     def done(self, parity: int) -> bool:
         """try_wait.parity: has the phase of this parity completed (most recently)?"""
@@ -88,6 +92,10 @@ class _MBar:
             _join(self.completed, self.released)
             self.completed[self] = self.phase
             self.released = {}
+            if self.c_released is not None:
+                self.c_completed = self.c_released if self.c_completed is None else \
+                    [max(a, b) for a, b in zip(self.c_completed, self.c_released)]
+                self.c_released = None
 
 
 def _mbar_names(op: Op) -> list[str]:
@@ -153,6 +161,12 @@ class _Ctx:
         self.roles: dict[int, _Role] = {}  # by key, for messages
         self.vc: dict[int, dict] = {}
         self.shadow: dict[tuple[int, int], _Shadow] = {}
+        # thread-block clusters (interpreter/cluster.py): the cluster's shape, this CTA's
+        # rank in it, and the scheduler its CTAs share
+        self.cluster: tuple[int, int, int] = (1, 1, 1)
+        self.rank = 0
+        self.sched = None
+        self.allocs: dict[int, np.ndarray] = {}  # smem_alloc result id -> its array
 
     def start(self, pid: tuple[int, int, int]) -> None:
         """A new program: nothing in flight, nothing known about its shared memory."""
@@ -161,6 +175,7 @@ class _Ctx:
         self.copies.clear()
         self.vc = {0: {0: 1}}
         self.shadow = {}
+        self.allocs = {}
 
     def land(self) -> None:
         """The TMA copies in flight land: their bytes count now (their data was written at

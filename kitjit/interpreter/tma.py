@@ -36,16 +36,23 @@ def smem_alloc(comp: _Compiler, op: Op) -> Handler:
     if t.dtype is mbarrier:  # an object array of barrier states: bars[i] is a view
         names, init = _mbar_names(op), int(op.attrs.get("init", 1))
 
+        ctx = comp.ctx
+
         def mbarriers(env: Env) -> None:
             a = np.empty(shape, object)
             for i, n in enumerate(names):
                 a.flat[i] = _MBar(n, init)
             env[r] = a
+            if ctx.sched is not None:  # a cluster's CTA: peers may arrive on them
+                ctx.allocs[r] = a
         return mbarriers
     nd = _np(t.dtype)
+    ctx = comp.ctx
 
     def smem_alloc(env: Env) -> None:
-        env[r] = np.zeros(shape, nd)
+        env[r] = a = np.zeros(shape, nd)
+        if ctx.sched is not None:  # a cluster's CTA: its peers may reach it (cluster.py)
+            ctx.allocs[r] = a
     return smem_alloc
 
 
@@ -82,6 +89,8 @@ def smem_store(comp: _Compiler, op: Op) -> Handler:
     def smem_store(env: Env) -> None:
         dst = env[d_id]
         ctx.smem_store(op, dst, key)
+        if ctx.sched is not None:
+            ctx.sched.touch(ctx, ctx.rank, dst, True, op)
         dst[...] = env[v_id]  # the view writes through (a .T view stores transposed)
     return smem_store
 
@@ -94,6 +103,8 @@ def smem_load(comp: _Compiler, op: Op) -> Handler:
     def smem_load(env: Env) -> None:
         src = env[s_id]
         ctx.smem_read(op, src, key, "the shared tile of this kit.load", True)
+        if ctx.sched is not None:
+            ctx.sched.touch(ctx, ctx.rank, src, False, op)
         env[r] = np.array(src)  # a copy: later writes to the tile do not change it
     return smem_load
 
@@ -105,6 +116,7 @@ def tma_load(comp: _Compiler, op: Op) -> Handler:
     nbytes = int(op.attrs["bytes"])
     expect = int(op.attrs.get("expect", nbytes))  # as the backend reads it
     ctx, key = comp.ctx, comp.role.key
+    mask = op.attrs.get("multicast")
 
     def tma_load(env: Env) -> None:
         dst, t = env[d_id], env[t_id]
@@ -118,6 +130,12 @@ def tma_load(comp: _Compiler, op: Op) -> Handler:
                     b is not None and np.may_share_memory(dst, b):
                 _race(op, mma, ctx)
         bar = env[b_id][()]
+        if mask is not None:  # into each CTA of the mask (interpreter/cluster.py)
+            ctx.sched.multicast(ctx, op, dst, env[b_id], mask, nbytes,
+                                lambda view: t.copy_box(view, r0, c0), key)
+            if expect:  # the group's one arrive.expect_tx (its copies land at a wait)
+                bar.arrive(ctx, op, key, 1, expect)
+            return
         w = ctx.smem_write(op, dst, key, bar)
         if expect:  # the group's one arrive.expect_tx
             bar.arrive(ctx, op, key, 1, expect)
@@ -166,6 +184,8 @@ def mbar_wait(comp: _Compiler, op: Op, gen: bool = False) -> Any:
                 ctx.land()
                 if bar.done(parity):
                     ctx.acquire(key, bar)
+                    if ctx.sched is not None:
+                        ctx.sched.acquire(ctx.rank, bar)
                     return
                 yield _Wait(op, bar, parity, role)
         return mbar_wait_g
@@ -174,8 +194,14 @@ def mbar_wait(comp: _Compiler, op: Op, gen: bool = False) -> Any:
         bar, parity = bar_parity(env)
         ctx.land()
         if not bar.done(parity):
-            raise _deadlock(ctx, [_Wait(op, bar, parity, role)])
+            if ctx.sched is None:
+                raise _deadlock(ctx, [_Wait(op, bar, parity, role)])
+            # a cluster's CTA: a peer may arrive on it (kit.mbarrier_arrive(bar, cta=...))
+            ctx.sched.block(ctx.rank, lambda: (ctx.land(), bar.done(parity))[1],
+                            lambda: _deadlock(ctx, [_Wait(op, bar, parity, role)]))
         ctx.acquire(key, bar)
+        if ctx.sched is not None:
+            ctx.sched.acquire(ctx.rank, bar)
     return mbar_wait
 
 

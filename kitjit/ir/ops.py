@@ -59,6 +59,16 @@ yield      *values                        -                                     
 print      *values                        prefix, hex (kit.device_print / print)     -
 assert     cond                           msg (kit.device_assert)                    -
 gdc_wait, gdc_launch_dependents  -        - (griddepcontrol)                         -
+cluster_id, cluster_ctaid  -                axis (a CTA's place in its cluster:        i32
+                                          thread-block clusters, `cluster=` launch)
+cluster_ctarank, num_cluster_ctas  -      -                                          i32
+cluster_barrier -                         - (barrier.cluster arrive.release + wait)  -
+cluster_load src (2-d shared), rank       - (the tile of CTA `rank` of the cluster:  tile
+                                          mapa + ld.shared::cluster)
+cluster_store dst (2-d shared), rank, value - (st.shared::cluster into CTA `rank`)   -
+cluster_arrive bar (one mbarrier), rank   - (kit.mbarrier_arrive(bar, cta=rank):     -
+                                          mbarrier.arrive.release.cluster on CTA
+                                          `rank`'s copy of bar)
 hint       a                              kind (multiple_of|max_contiguous|          type of a
                                           max_constancy), values (one per dim)
 assume     cond (i1 scalar)               - (kit.assume)                             -
@@ -133,3 +143,5 @@ declare("elementwise", "umulhi")
 declare("elementwise", "inline_asm")
 declare("elementwise", "math")
 declare("signal", "signal_wait", "signal_set", "signal_add")
+declare("cluster", "cluster_id", "cluster_ctaid", "cluster_ctarank", "num_cluster_ctas",
+        "cluster_barrier", "cluster_load", "cluster_store", "cluster_arrive")

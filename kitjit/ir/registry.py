@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 # The families, in the order docs/architecture.md lists them. A family's module has the
 # same name in every layer.
 FAMILIES = ("core", "elementwise", "memory", "reduction", "scan", "shape", "dot", "tma",
-            "control", "random", "signal")
+            "control", "random", "signal", "cluster")
 
 LAYERS = ("typing", "lowering", "semantics")
 

@@ -28,6 +28,7 @@ from ..ir.types import (  # noqa: F401
     uint64,
 )
 from . import (  # noqa: F401
+    cluster,
     control,
     core,
     dot,

@@ -434,6 +434,63 @@ def pdl_launch():
     return launch, cu.CUfunction
 
 
+def check_cluster_grid(name: str, grid: tuple, cluster: tuple) -> None:
+    """A grid launched in clusters: each size a multiple of the cluster's (else ValueError,
+    before the launch; the driver's CUDA_ERROR_INVALID_CLUSTER_SIZE would not say why)."""
+    if any(g % c for g, c in zip(grid, cluster)):
+        raise ValueError(f"{name}: grid {tuple(grid)} is not a whole number of clusters of "
+                         f"{tuple(cluster)} CTAs: each grid size must be a multiple of the "
+                         "cluster's")
+
+
+def cluster_launch(cluster: tuple[int, int, int], pdl: bool, name: str):
+    """(launch, wrap) like `pdl_launch`, for a kernel launched in thread-block clusters
+    (`cluster=(x, y, z)`): cuLaunchKernelEx with the cluster-dimension attribute (and
+    programmatic stream serialization too when `pdl`). The grid is checked first: each of
+    its sizes must be a multiple of the cluster's (the driver's error would not say which).
+    A cluster of more than 8 CTAs (non-portable) needs the function attribute that allows
+    it: set once per function handle, here, before its first launch."""
+    from cuda.bindings import driver as cu
+
+    cx, cy, cz = cluster
+    attrs = []
+    a = cu.CUlaunchAttribute()
+    a.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z = cx, cy, cz
+    attrs.append(a)
+    if pdl:
+        p = cu.CUlaunchAttribute()
+        p.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        p.value.programmaticStreamSerializationAllowed = 1
+        attrs.append(p)
+    launch_ex = cu.cuLaunchKernelEx
+    tls = threading.local()
+    nonportable = cx * cy * cz > 8
+    allowed: set = set()
+
+    def launch(f, g0, g1, g2, b0, b1, b2, shared, stream, params, extra):
+        if g0 % cx or g1 % cy or g2 % cz:
+            check_cluster_grid(name, (g0, g1, g2), cluster)
+        if nonportable and int(f) not in allowed:
+            check(cu.cuFuncSetAttribute(
+                f, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+                1)[0], "cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED)")
+            allowed.add(int(f))
+        try:
+            config = tls.config
+        except AttributeError:
+            config = tls.config = cu.CUlaunchConfig()
+            config.attrs = attrs
+            config.numAttrs = len(attrs)
+        config.gridDimX, config.gridDimY, config.gridDimZ = g0, g1, g2
+        config.blockDimX, config.blockDimY, config.blockDimZ = b0, b1, b2
+        config.sharedMemBytes = shared
+        config.hStream = stream if stream.__class__ is cu.CUstream else cu.CUstream(stream)
+        return launch_ex(config, f, params, extra)
+
+    return launch, cu.CUfunction
+
+
 # cuDeviceGetAttribute numbers for the device properties Triton reports
 _PROPERTY_ATTRS = {
     "max_shared_mem": CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
