@@ -22,6 +22,7 @@ from .model import (
     _pow2_below,
     bshape,
     cumsum_dtype,
+    fit_literal,
     irange,
     is_float,
     is_unsigned,
@@ -58,6 +59,11 @@ class Helper:
     def arg_names(self) -> list[str]:
         return ([p.a["name"] for p in self.params] + (["s"] if self.early else []) +
                 (["C"] if self.has_c else []))
+
+def _fit(n: Node, other: Node) -> Node:
+    """`n`, or a literal in range for `other`'s int dtype if `n` is a literal that is not."""
+    return fit_literal(n, other.dtype) if n.is_lit and not other.is_lit else n
+
 
 class Gen:
     """Draws a random tree of `Node`s (an `Emitter` turns it into statements)."""
@@ -157,6 +163,7 @@ class Gen:
         if self.draw(st.booleans()):
             a, b = b, a
         a, b = self.clamp(a, bound), self.clamp(b, bound)
+        a, b = _fit(a, b), _fit(b, a)
         mag = a.mag * b.mag if sym == "*" else a.mag + b.mag
         return Node("bin", meet(a, b), bshape(a.shape, b.shape), [a, b], {"sym": sym}, mag)
 
@@ -203,6 +210,7 @@ class Gen:
         x, y = self.tree(depth - 1), self.operand(depth - 1)
         if self.draw(st.booleans()):
             x, y = y, x
+        x, y = _fit(x, y), _fit(y, x)
         join = self.pick(["&", "|"])
         # a scalar run-time condition (kernel only: helpers do not see flag/alpha)
         scond = self.pick([None, None, "flag > 1", "alpha < 0.0", "n_extra > 0"]) \

@@ -210,3 +210,13 @@ def cumsum_dtype(dt: str) -> str:
 
 def _pow2_below(x: float) -> float:
     return 2.0 ** math.floor(math.log2(x))
+
+
+def fit_literal(lit_node: Node, other: str) -> Node:
+    """A literal an int tile's dtype holds: Triton (and kitjit) raise on one it does not in an
+    operator ("Scalar ... is out of range", or a negative beside an unsigned tile)."""
+    v = lit_node.a["value"]
+    if isinstance(v, float) or is_float(other) or is_fp8(other):
+        return lit_node
+    lo, hi = irange(other)
+    return lit_node if lo <= v <= hi else lit(1)
