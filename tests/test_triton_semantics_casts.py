@@ -14,28 +14,18 @@ NaN matches any NaN), or raise where Triton raises.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 
 import numpy as np
 import pytest
 import torch
+from triton_tables import KIT, TORCH, load_table
 
 import kitjit as kit
 from kitjit.testing import has_gpu
 
-TABLE = json.load(open(os.path.join(os.path.dirname(__file__), "data",
-                                    "triton36_unary_casts.json")))
-TABLE.pop("_about")
+TABLE = load_table("triton36_unary_casts.json")
 
-KIT = {"i1": kit.int1, "i8": kit.int8, "i16": kit.int16, "i32": kit.int32, "i64": kit.int64,
-       "u8": kit.uint8, "u16": kit.uint16, "u32": kit.uint32, "u64": kit.uint64,
-       "fp16": kit.float16, "bf16": kit.bfloat16, "fp32": kit.float32, "fp64": kit.float64}
-TORCH = {"i1": torch.bool, "i8": torch.int8, "i16": torch.int16, "i32": torch.int32,
-         "i64": torch.int64, "u8": torch.uint8, "u16": torch.uint16, "u32": torch.uint32,
-         "u64": torch.uint64, "fp16": torch.float16, "bf16": torch.bfloat16,
-         "fp32": torch.float32, "fp64": torch.float64}
 BITS = {"i1": 8, "i8": 8, "i16": 16, "i32": 32, "i64": 64, "u8": 8, "u16": 16, "u32": 32,
         "u64": 64, "fp16": 16, "bf16": 16, "fp32": 32, "fp64": 64}
 UINT = {8: torch.uint8, 16: torch.int16, 32: torch.int32, 64: torch.int64}

@@ -13,30 +13,19 @@ known differences in KITJIT_COMPUTES.
 
 from __future__ import annotations
 
-import json
 import linecache
 import math
-import os
 
 import pytest
 import torch
 from kitjit.frontend.errors import CompileError
+from triton_tables import KIT_NAME, NAMES, TORCH, load_table
 
 import kitjit as kit
 from kitjit.testing import has_gpu
 
-TABLE = json.load(open(os.path.join(os.path.dirname(__file__), "data",
-                                    "triton36_scalar_matrix.json")))
-TABLE.pop("_about")
-NAMES = ["i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "fp16", "bf16", "fp32",
-         "fp64"]
-TORCH = {"i1": torch.bool, "i8": torch.int8, "i16": torch.int16, "i32": torch.int32,
-         "i64": torch.int64, "u8": torch.uint8, "u16": torch.uint16, "u32": torch.uint32,
-         "u64": torch.uint64, "fp16": torch.float16, "bf16": torch.bfloat16,
-         "fp32": torch.float32, "fp64": torch.float64}
-KIT = {"i1": "int1", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
-       "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64", "fp16": "float16",
-       "bf16": "bfloat16", "fp32": "float32", "fp64": "float64"}
+TABLE = load_table("triton36_scalar_matrix.json")
+KIT = KIT_NAME
 OPS = {"add": "a + b", "sub": "a - b", "mul": "a * b", "div": "a / b", "fdiv": "a // b",
        "mod": "a % b", "and": "a & b", "shr": "a >> b", "lt": "a < b", "eq": "a == b",
        "max": "kit.maximum(a, b)", "where": "kit.where(a > 0, a, b)"}
