@@ -61,8 +61,9 @@ class CoreOps:
         if typed_dtype(x) is None and isinstance(x, int) and not isinstance(x, bool) and \
                 dt.is_int() and dt.is_int_signed() and -(2 ** 63) <= x < 2 ** 64 and \
                 not int_range(dt)[0] <= x <= int_range(dt)[1]:
-            # a literal out of a signed tile's range: wrapped (two's complement), as
-            # Triton materialises it in the tile's dtype
+            # a literal out of a signed tile's range: wrapped (two's complement). Operators,
+            # comparisons and kit.where refuse it first as Triton does (check_literal_fits);
+            # what still arrives here (shape ops' and reductions' operands) keeps the wrap
             x = (x + 2 ** (dt.bits - 1)) % 2 ** dt.bits - 2 ** (dt.bits - 1)
         return self.constant(x, dt)
 
