@@ -423,6 +423,7 @@ class JITFunction(TritonJITAttrs):
         arch None) Hopper's. `cluster`: the `cluster=` launch option (kit.cluster_* ops
         need one, and a Hopper target)."""
         from kitjit.frontend import ampere
+        from kitjit.frontend.arrive_sync import mark_arrive_syncs
         from kitjit.frontend.codegen import build_kernel_ir
         from kitjit.frontend.layout_pass import infer_layouts
         from kitjit.frontend.tma_groups import group_tma_loads
@@ -439,6 +440,9 @@ class JITFunction(TritonJITAttrs):
             fn.attrs["cluster"] = _launcher.cluster_dims(cluster)
         fn = _guard(self.__name__, "inferring layouts of", lambda: infer_layouts(fn))
         fn = _guard(self.__name__, "grouping TMA loads of", lambda: group_tma_loads(fn))
+        if target is None:   # Hopper: one arrival per warpgroup (Ampere: one per warp)
+            fn = _guard(self.__name__, "ordering mbarrier arrivals in",
+                        lambda: mark_arrive_syncs(fn))
         if target is not None:
             fn = _guard(self.__name__, "preparing level 2 for sm_80 in",
                         lambda: ampere.prepare(fn))

@@ -296,6 +296,33 @@ def test_remote_arrive_sass():
     ops = _sass(ck)
     assert "SYNCS.ARRIVE.TRANS64.RED.A1T0" in ops  # the remote arrive (a reduction)
     assert "SYNCS.PHASECHK.TRANS64.TRYWAIT" in ops
+    # one thread arrives for the warpgroup: every thread's DSMEM stores are ordered before
+    # it by a bar.sync (frontend/arrive_sync.py); without it the peer read stale rows (H200,
+    # clusters of 4 and 8, 2026-11-29)
+    body = ptx[ptx.index("st.shared::cluster"):]
+    assert body.index("bar.sync") < body.index("mbarrier.arrive.release.cluster")
+
+
+@kit.jit
+def arrive_after_barrier(X, Out, BN: kit.constexpr):
+    t = kit.shared((16, BN), kit.float32)
+    full = kit.mbarriers(1)
+    kit.store(t, kit.load(X + kit.arange(0, 16)[:, None] * BN + kit.arange(0, BN)[None, :]))
+    kit.barrier()
+    kit.mbarrier_arrive(full[0])
+    kit.mbarrier_wait(full[0], 0)
+    kit.store(Out + kit.arange(0, 16)[:, None] * BN + kit.arange(0, BN)[None, :], kit.load(t))
+
+
+def test_arrival_syncs_only_after_unsynced_smem_access():
+    """A kit.barrier() before the arrival already orders the stores: no second bar.sync."""
+    fn = arrive_after_barrier.build_ir([("*fp32", 16), ("*fp32", 16)], (32,), 4, tma=True)
+    arrives = [op for op in fn.body.ops if op.name == "mbar_arrive"]
+    assert arrives and not any(op.attrs.get("sync_first") for op in arrives)
+    fn = handoff.build_ir([("*fp32", 16), ("*fp32", 16)], (16, 32, True), 4, tma=True,
+                          cluster=(2,))
+    assert [op.attrs.get("sync_first") for op in fn.body.ops if op.name == "cluster_arrive"] \
+        == [True]
 
 
 @pytest.mark.parametrize("push", [False, True])

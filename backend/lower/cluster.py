@@ -65,6 +65,8 @@ class ClusterLowering(LoweringBase):
         """One arrival per warpgroup (its first thread, as the local arrive) on the peer's
         mbarrier, releasing this CTA's writes at cluster scope."""
         bar, rank = op.operands
+        if op.attrs.get("sync_first"):   # frontend/arrive_sync.py: order every thread's access
+            self.sync()
         peer = self._peer_base(bar, rank)
         p = self.b.icmp_unsigned("==", self.b.and_(self.tid, self.c32(127)), self.c32(0))
         asm(self.b, VOID, "@$0 mbarrier.arrive.release.cluster.shared::cluster.b64 _, [$1];",

@@ -76,6 +76,8 @@ class TmaLowering(LoweringBase):
         if self.ampere:
             return self.sm80_mbar_arrive(op)
         (baddr,) = self.get(op.operands[0])
+        if op.attrs.get("sync_first"):   # frontend/arrive_sync.py: order every thread's access
+            self.sync()
         p = self.b.icmp_unsigned("==", self.b.and_(self.tid, self.c32(127)), self.c32(0))
         asm(self.b, VOID, "@$0 mbarrier.arrive.shared::cta.b64 _, [$1];", "b,r,~{memory}",
             [p, baddr])

@@ -84,8 +84,9 @@ def ds_step(k, v, q, do, dlt_s, pt_s, ds_s, DQA, q_ready, q_empty, do_ready, do_
     kit.mbarrier_wait(q_ready[s], t // QSTAGES % 2)
     dk0 = kit.mma(dst, q[2 * s], dk0, pending=1)
     dk1 = kit.mma(dst, q[2 * s + 1], dk1)
-    kit.mbarrier_arrive(q_empty[s])                # dK's MMAs are done with Q
     kit.barrier()                                  # dSᵀ is in shared memory, all rows
+    kit.mbarrier_arrive(q_empty[s])                # dK's MMAs are done with Q (after the
+    #                  barrier: an arrival right after plain smem stores would first sync)
     dq = kit.mma(ds_s.T, k[0], kit.zeros((BM, DH), kit.float32))
     kit.tma_store(DQA, (bh * S + m0, 0), dq, reduce="add")
     dq = kit.mma(ds_s.T, k[1], kit.zeros((BM, DH), kit.float32))
