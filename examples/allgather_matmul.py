@@ -27,7 +27,9 @@ from _dist_common import SIG_BASE, check, init_gpus, on_gpus
 import kitjit as kit
 
 
-@kit.jit
+# rank and epoch change from call to call and rank to rank: one cubin for all of them (as
+# Triton would otherwise specialize 0, 1 and multiples of 16, and recompile mid-run)
+@kit.jit(do_not_specialize=("rank", "epoch"))
 def allgather_matmul_kernel(Bufs, Sigs, B, C, rank, epoch, m, N, K,
                             WS: kit.constexpr, BM: kit.constexpr, BN: kit.constexpr,
                             BK: kit.constexpr, COPY_ROWS: kit.constexpr,

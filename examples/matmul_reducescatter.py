@@ -26,7 +26,9 @@ from _dist_common import SIG_BASE, check, init_gpus, on_gpus
 import kitjit as kit
 
 
-@kit.jit
+# rank and epoch change from call to call and rank to rank: one cubin for all of them (as
+# Triton would otherwise specialize 0, 1 and multiples of 16, and recompile mid-run)
+@kit.jit(do_not_specialize=("rank", "epoch"))
 def matmul_reducescatter_kernel(A, B, Bufs, Sigs, Out, rank, epoch, m, N, K,
                                 WS: kit.constexpr, BM: kit.constexpr, BN: kit.constexpr,
                                 BK: kit.constexpr, RM: kit.constexpr, RN: kit.constexpr,

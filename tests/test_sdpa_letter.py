@@ -50,6 +50,7 @@ def same_as_torch(q, k, v, *args, **kw) -> torch.Tensor | None:
     within bf16 rounding of it (bit for bit equal to torch's where kitjit fell back)."""
     with warnings.catch_warnings(record=True) as ws:
         warnings.simplefilter("always")
+        KF._warned.clear()   # kitjit warns once per reason per process: see every fallback
         torch.manual_seed(5)
         got, err = outcome(KF.scaled_dot_product_attention, q, k, v, *args, **kw)
     torch.manual_seed(5)
@@ -247,7 +248,7 @@ def grads_vs_float64(q, k, v, wants, **kw):
     d64 = {n: (t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t)
            for n, t in kw.items()}
     ref = F.scaled_dot_product_attention(*ref_in, **d64)
-    do = torch.randn(ref.shape, generator=g, dtype=torch.float64)
+    do = torch.randn(ref.shape, generator=g, dtype=torch.float64).to(ref.device)
     (out.double() * do).sum().backward()
     (ref * do).sum().backward()
     assert rel_error(out, ref) <= TOL
