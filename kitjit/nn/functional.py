@@ -222,6 +222,32 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     return _general(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
 
+def _torch_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+    """torch's own sdpa for the calls kitjit's kernels do not take, without its cuDNN
+    backend when there is a mask on a GPU: with torch 2.11 on an H200 (2026-11-29) cuDNN's
+    masked attention returned relative errors of 0.13-1.06 against float64 (bool and
+    additive masks of 2-4 dims; an fp32 mask with bf16 inputs is read as bf16, pytorch
+    PR 191612), where torch's CPU, efficient and math kernels are right. A float mask of
+    another dtype than the query goes to the math kernel (the efficient one refuses it)."""
+    def call():
+        return torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+            scale=scale, enable_gqa=enable_gqa)
+
+    if not (isinstance(attn_mask, torch.Tensor) and isinstance(query, torch.Tensor)
+            and query.is_cuda):
+        return call()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if attn_mask.dtype not in (torch.bool, query.dtype):
+        backends = [SDPBackend.MATH]
+    else:
+        backends = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
+                    SDPBackend.MATH]
+    with sdpa_kernel(backends):
+        return call()
+
+
 def _no_keys(out: torch.Tensor) -> torch.Tensor:
     """Zeros for an output over no keys, keeping torch's grad_fn (gradients of zero reach
     q, k, v): torch's CPU kernel leaves such an output uninitialized."""
@@ -267,9 +293,8 @@ def _general(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_g
             # torch's math path raises here; its CPU kernel reads past the values' end
             raise RuntimeError(f"scaled_dot_product_attention: key and value must have the "
                                f"same length, got {key.shape[-2]} and {value.shape[-2]}")
-        out = torch.nn.functional.scaled_dot_product_attention(
-            query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
-            scale=scale, enable_gqa=enable_gqa)   # raises torch's error for bad calls
+        out = _torch_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale,
+                          enable_gqa)   # raises torch's error for bad calls
         for reason in why:
             _warn_once(reason)
         return _no_keys(out) if out.numel() and key.shape[-2] == 0 else out
