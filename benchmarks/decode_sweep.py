@@ -1,0 +1,89 @@
+"""Decode configs (K/V stages, key block, splits) against torch's cuDNN and flash backends on
+the bandwidth-bound shapes, in interleaved rounds (issue 12: on an H200 the default trails
+cuDNN by 3-8% at B8 Skv 16K/32K and B64; which config closes it?).
+
+    python benchmarks/decode_sweep.py [--quick]
+
+Shapes: bf16, H 32 / Hkv 8, Sq 1, D 128. Each config is checked against a float64 reference
+before it is timed (a config that fails to build or is wrong prints why). Figures: us per
+call (CUDA events over back-to-back calls, best of ROUNDS), GB/s of the K/V cache read.
+"""
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from kitjit.nn.attention_decode import attention_decode
+from kitjit.testing import rel_error
+
+ROUNDS = 3
+SHAPES = [(8, 16384), (8, 32768), (64, 4096), (64, 16384), (64, 32768)]
+CONFIGS = {"default": {}, "s3": dict(STAGES=3), "s4": dict(STAGES=4),
+           "bn128": dict(BN=128), "bn128s3": dict(BN=128, STAGES=3),
+           "split2": dict(splits=2), "split2s3": dict(splits=2, STAGES=3)}
+
+
+def per_call_us(fn, n: int = 50) -> float:
+    for _ in range(3):
+        fn()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(n):
+        fn()
+    b.record()
+    torch.cuda.synchronize()
+    return a.elapsed_time(b) / n * 1e3
+
+
+def torch_backend(q, k, v, backend):
+    def run():
+        with sdpa_kernel([backend]):
+            return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    return run
+
+
+def main() -> None:
+    shapes = SHAPES[:2] if "--quick" in sys.argv else SHAPES
+    print(f"{'shape':>12} " + " ".join(f"{n:>9}" for n in [*CONFIGS, "cudnn", "flash"])
+          + "   best/cuDNN  GB/s(best)")
+    for B, SK in shapes:
+        g = torch.Generator(device="cuda").manual_seed(SK + B)
+        q = torch.randn(B, 32, 1, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+        k = torch.randn(B, 8, SK, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+        v = torch.randn(B, 8, SK, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+        ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(),
+                                             enable_gqa=True)
+        runs = {}
+        for name, cfg in CONFIGS.items():
+            def run(cfg=cfg):
+                return attention_decode(q, k, v, **cfg)[0]
+            try:
+                out = run()
+                err = rel_error(out, ref)
+                if not err <= 1e-2:
+                    print(f"  {name}: wrong, rel. error {err:.3g}")
+                    continue
+            except Exception as e:   # noqa: BLE001  (a config that does not build is reported)
+                print(f"  {name}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+                continue
+            runs[name] = run
+        runs["cudnn"] = torch_backend(q, k, v, SDPBackend.CUDNN_ATTENTION)
+        runs["flash"] = torch_backend(q, k, v, SDPBackend.FLASH_ATTENTION)
+        us = {n: per_call_us(f) for n, f in runs.items()}
+        for _ in range(ROUNDS - 1):
+            for n, f in runs.items():
+                us[n] = min(us[n], per_call_us(f))
+        ours = {n: t for n, t in us.items() if n in CONFIGS}
+        best = min(ours, key=ours.get)
+        gbs = 2 * k.numel() * k.element_size() / (ours[best] * 1e-6) / 1e9
+        cells = " ".join(f"{us[n]:9.1f}" if n in us else f"{'-':>9}"
+                         for n in [*CONFIGS, "cudnn", "flash"])
+        print(f"{f'B{B} {SK // 1024}K':>12} {cells}   {us['cudnn'] / ours[best]:.3f} {best:>8}"
+              f"  {gbs:.0f}  (default/cuDNN {us['cudnn'] / us['default']:.3f})", flush=True)
+
+
+if __name__ == "__main__":
+    main()
