@@ -249,7 +249,8 @@ def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tup
         "_FN": wrap(ck.function(device)),
         "_THREADS": ck.threads, "_SHARED": ck.shared, "_stream": _stream_getter(),
         "_DEV": device, "_handle": _stream_handle, "_cs": stream_get, "_cs_new": stream_new,
-        "_tmap": driver.tensor_map, "_tmap3": driver.tensor_map3, "_tmapd": driver.descriptor_map, "_rowmap": _row_map(),
+        "_tmap": driver.tensor_map, "_tmap3": driver.tensor_map3,
+        "_tmapd": driver.descriptor_map, "_rowmap": _row_map(),
         "_OK": driver.launch_ok(), "_scratch": alloc_scratch,
     }
     exec(src, ns)

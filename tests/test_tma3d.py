@@ -88,7 +88,8 @@ def test_2d_tensor_for_3d_coords_is_refused():
 
 def test_ptx_has_3d_bulk_copies():
     sig = ["*bf16:16", "*bf16:16", "*fp32:16", "i32", "i32"]
-    ck = kit.compile_aot(__file__, "box3_kernel", sig, {"R": 64, "C": 64, "STORE": True}, 4, "sm_90a")
+    ck = kit.compile_aot(__file__, "box3_kernel", sig, {"R": 64, "C": 64, "STORE": True}, 4,
+                         "sm_90a")
     ptx = ck.asm["ptx"]
     assert "cp.async.bulk.tensor.3d.shared::cluster.global.tile" in ptx
     assert "cp.async.bulk.tensor.3d.global.shared::cta" in ptx
