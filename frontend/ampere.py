@@ -66,10 +66,6 @@ def prepare(fn: Function) -> Function:
                 if a is not None:
                     arrivers[a.result.id] = op
                     per_arrive.setdefault(a.result.id, set()).add(warps // -(-warps // 4))
-            if op.name in ("tma_load", "tma_store") and op.attrs.get("batched"):
-                raise CompileError(f"kit.{op.name} of a 3-d tensor (batch, row, col) is not "
-                                   f"supported on {fn.attrs['target']} yet (Hopper's TMA only)",
-                                   op.loc, "copy a 2-d (rows, cols) view of the tensor")
             if op.name != "tma_load":
                 continue
             dst, bar = op.operands[0], op.operands[-1]
