@@ -64,6 +64,15 @@ def test_box_stays_in_its_batch_entry(b, r0):
     assert torch.equal(Xd.cpu().view(torch.int16), X0.view(torch.int16))
 
 
+def test_store_before_the_first_batch_entry_raises():
+    from kitjit.interpreter import OutOfBoundsError
+
+    X = torch.zeros(3, 100, 64, dtype=torch.bfloat16)
+    with pytest.raises(OutOfBoundsError, match="batch entry -1"):
+        box3_kernel[(1,)](X, torch.eye(64, dtype=torch.bfloat16), torch.empty(64, 64), -1, 0,
+                          R=64, C=64, STORE=True, num_warps=4)
+
+
 def test_3d_tensor_with_2d_coords_is_refused():
     @kit.jit
     def mixed(X, Y, C: kit.constexpr):

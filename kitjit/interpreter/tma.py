@@ -183,8 +183,16 @@ def _entry(t: _TmaTensor, n_ids: list, env: Env, op: Op, ctx: _Ctx) -> Any:
             raise TypeError(_where(op, ctx, "TMA copy of a 3-d tensor") +
                             f"\n  '{t.name}' is 3-d but copied with (row, col) coordinates")
         return t
+    n = int(env[n_ids[0]])
+    if op.name == "tma_store" and n < 0:   # as a negative row or column (_check_box)
+        ctx.shape, ctx.lanes_total = (), 1
+        raise OutOfBoundsError(
+            _where(op, ctx, "out-of-bounds TMA store") +
+            f"\n  the box starts at batch entry {n} of '{t.name}': a TMA store may run past "
+            "the end of a tensor (that part is dropped) but not start before it, or the GPU "
+            "stops the kernel with an illegal instruction")
     try:
-        e = t.batch(int(env[n_ids[0]]))
+        e = t.batch(n)
     except TypeError as err:
         raise TypeError(_where(op, ctx, "TMA copy of a 2-d tensor") + f"\n  {err}") from None
     if e is None and op.name == "tma_load":
