@@ -94,7 +94,10 @@ def fa2(q, k, v, causal, cfg, o=None, lse=None, kernel="fa2"):
     if o is None:
         o = torch.empty_like(q)
         lse = torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
-    args = (*(t.view(-1, D) for t in (q, k, v)), o, lse, S, k.shape[2], H, H // k.shape[1],
+    # kitjit.nn's texts take K and V per head (B*H_kv, SK, D); the examples' 2-d rows
+    kv = (k.view(-1, k.shape[2], D), v.view(-1, k.shape[2], D)) if kernel in ("nn", "ws") \
+        else (k.view(-1, D), v.view(-1, D))
+    args = (q.view(-1, D), *kv, o, lse, S, k.shape[2], H, H // k.shape[1],
             LOG2E / math.sqrt(D))
     grid = (kit.cdiv(S, cfg["BM"]), B * H)
     if kernel == "ws":

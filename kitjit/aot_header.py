@@ -116,6 +116,9 @@ def launch_description(ck: Any, cubin_file: str | None = None) -> dict[str, Any]
         if dtype not in _TMA_DTYPES or t["swizzle"] not in _TMA_SWIZZLE:
             raise HeaderError(f"TMA descriptor of '{src}' has dtype {dtype} / swizzle "
                               f"{t['swizzle']}, which the header cannot encode yet")
+        if t.get("batched"):
+            raise HeaderError(f"TMA descriptor of '{src}' is 3-d (kit.tma_load with (batch, "
+                              "row, col)), which the header cannot encode yet")
         rows, cols = t["box"]
         params.append({
             "name": f"{src}_desc", "c_name": _c_name(f"{src}_desc", used),

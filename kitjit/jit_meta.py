@@ -74,6 +74,8 @@ def _tma_meta(param: int, entry: dict) -> dict:
             "dtype": entry["dtype"]}
     if entry.get("host"):  # a host TensorDescriptor argument, not a tensor
         meta["desc"] = True
+    if entry.get("rank") == 3:  # a (batch, rows, cols) tensor, a box of one batch entry
+        meta["batched"] = True
     if "kind" in entry:  # "rows": a row descriptor, below sm_90 (kitjit/runtime/ampere.py)
         meta["kind"] = entry["kind"]
     return meta

@@ -229,7 +229,9 @@ def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tup
     for j, t in enumerate(ck.metadata.get("tma", [])):
         # a CUtensorMap of a tensor (Hopper), of a host TensorDescriptor, or a row
         # descriptor below sm_90 (kitjit/runtime/ampere.py)
-        tmap = "_rowmap" if t.get("kind") == "rows" else "_tmapd" if t.get("desc") else "_tmap"
+        rows = t.get("kind") == "rows"
+        tmap = ("_rowmap3" if t.get("batched") else "_rowmap") if rows else "_tmapd" if \
+            t.get("desc") else "_tmap3" if t.get("batched") else "_tmap"
         sets.append(f"    _ptrs[{block.desc_base + j}] = {tmap}({names[t['param']]}, "
                     f"{t['box'][0]}, {t['box'][1]}, {t['swizzle']}, '{t['dtype']}')")
     if ck.metadata.get("scratch"):  # CUtensorMaps the kernel builds: per program, per launch
@@ -248,7 +250,8 @@ def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tup
         "_FN": wrap(ck.function(device)),
         "_THREADS": ck.threads, "_SHARED": ck.shared, "_stream": _stream_getter(),
         "_DEV": device, "_handle": _stream_handle, "_cs": stream_get, "_cs_new": stream_new,
-        "_tmap": driver.tensor_map, "_tmapd": driver.descriptor_map, "_rowmap": _row_map(),
+        "_tmap": driver.tensor_map, "_tmap3": driver.tensor_map3,
+        "_tmapd": driver.descriptor_map, "_rowmap": _row_map(), "_rowmap3": _row_map(3),
         "_OK": driver.launch_ok(), "_scratch": alloc_scratch,
     }
     exec(src, ns)
@@ -280,10 +283,10 @@ def alloc_scratch(size: int, device: int, stream: Any = None) -> Any:
     return buf
 
 
-def _row_map():
-    from .runtime.ampere import row_map
+def _row_map(rank: int = 2):
+    from .runtime import ampere
 
-    return row_map
+    return ampere.row_map3 if rank == 3 else ampere.row_map
 
 
 def _launch_callable(jf: JITFunction, pdl: bool, cluster: tuple | None):

@@ -538,7 +538,8 @@ def test_hopper_attention_text_on_gpu_sm80_path():
     o = torch.full_like(q, float("nan"))
     lse = torch.full(q.shape[:3], float("nan"), device="cuda")
     attention_kernel[(kit.cdiv(300, 128), 4)](
-        *(t.contiguous().view(-1, 128) for t in (q, k, v)), o, lse, 300, 300, 4, 2,
+        q.contiguous().view(-1, 128), *(t.contiguous().view(-1, 300, 128) for t in (k, v)),
+        o, lse, 300, 300, 4, 2,
         1.4426950408889634 / math.sqrt(128), BM=128, BN=64, D=128, CAUSAL=True, STAGES=2,
         num_warps=4, arch="sm_80")
     ro, rl = reference(q, k, v, True)
@@ -559,7 +560,8 @@ def test_warp_specialized_text_on_gpu_sm80_path():
     o = torch.full_like(q, float("nan"))
     lse = torch.full(q.shape[:3], float("nan"), device="cuda")
     attention_ws_kernel[(kit.cdiv(300, 128), 4)](
-        *(t.contiguous().view(-1, 128) for t in (q, k, v)), o, lse, 300, 300, 4, 2,
+        q.contiguous().view(-1, 128), *(t.contiguous().view(-1, 300, 128) for t in (k, v)),
+        o, lse, 300, 300, 4, 2,
         1.4426950408889634 / math.sqrt(128), BM=128, BN=128, D=128, CAUSAL=True, STAGES=2,
         CONSUMERS=2, num_warps=12, arch="sm_80")
     ro, rl = reference(q, k, v, True)

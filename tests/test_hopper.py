@@ -124,7 +124,8 @@ def attention_direct(q, k, v, causal, sm_scale=None, *, BM, BN, STAGES=2, num_wa
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)
     o_buf = torch.full((B * H * S + BM, D), NAN, dtype=q.dtype, device=q.device)
     l_buf = torch.full((B * H * S + BM,), NAN, dtype=torch.float32, device=q.device)
-    q2, k2, v2 = (t.contiguous().view(-1, D) for t in (q, k, v))
+    q2 = q.contiguous().view(-1, D)
+    k2, v2 = (t.contiguous().view(-1, k.shape[2], D) for t in (k, v))   # per head
     grid = (kit.cdiv(S, BM), B * H)
     attn_ex.attention_kernel[grid](q2, k2, v2, o_buf, l_buf, S, k.shape[2], H, G, scale * LOG2E,
                                    BM=BM, BN=BN, D=D, CAUSAL=causal, STAGES=STAGES,

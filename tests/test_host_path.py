@@ -174,9 +174,10 @@ def test_sdpa_decode_direct_launches_pass_what_the_checked_one_does(fake):
         assert s["values"][5] == o.data_ptr()
         assert len({*s["values"][3:8]}) == 5    # partials, LSEs, sink, counters: apart
     e = 2
+    heads = (B * Hkv, SK * D * e)               # K, V: 3-d maps, one head per box
     assert s1["tma"] == [(BF16, q.data_ptr(), B * H, D, D * e, 64, 64, 128),
-                         (BF16, k.data_ptr(), B * Hkv * SK, D, D * e, 64, 64, 128),
-                         (BF16, v.data_ptr(), B * Hkv * SK, D, D * e, 64, 64, 128)]
+                         (BF16, k.data_ptr(), SK, D, D * e, 64, 64, 128, heads),
+                         (BF16, v.data_ptr(), SK, D, D * e, 64, 64, 128, heads)]
     assert outs[1].data_ptr() != outs[2].data_ptr()         # a new output every call
     assert all(o.shape == q.shape and o.dtype == q.dtype and o.is_contiguous()
                for o in outs)
@@ -197,8 +198,8 @@ def test_sdpa_decode_direct_launches_pass_what_the_checked_one_does(fake):
         KF.sdpa(qh, kh, vh, enable_gqa=True)
         (sh,), = pairs(fake, n2, 1)
         assert sh["function"] != s1["function"]
-        assert sh["tma"] == [(FP16, t.data_ptr(), r, D, D * e, 64, 64, 128)
-                             for t, r in ((qh, B * H), (kh, B * Hkv * SK), (vh, B * Hkv * SK))]
+        assert sh["tma"] == [(FP16, qh.data_ptr(), B * H, D, D * e, 64, 64, 128)] + \
+            [(FP16, t.data_ptr(), SK, D, D * e, 64, 64, 128, heads) for t in (kh, vh)]
 
     # a longer cache: its own rows; a strided K (a view of a wider tensor): copied first,
     # never passed by its own address
@@ -208,7 +209,8 @@ def test_sdpa_decode_direct_launches_pass_what_the_checked_one_does(fake):
         n3 = len(fake.launches)
         KF.sdpa(q, kk, v5, enable_gqa=True)
         (sk,), = pairs(fake, n3, 1)
-        assert sk["tma"][1][2] == B * Hkv * (SK + 5) and sk["tma"][1][4] == D * e
+        assert sk["tma"][1][2] == SK + 5 and sk["tma"][1][4] == D * e
+        assert sk["tma"][1][8] == (B * Hkv, (SK + 5) * D * e)
         if kk is kw:
             assert sk["values"][1] != kw.data_ptr() and sk["tma"][1][1] != kw.data_ptr()
         else:

@@ -188,9 +188,11 @@ class AmpereLowering(LoweringBase):
         return self.fn.attrs.get("target") in AMPERE_ARCHS
 
     # ------------------------------------------------------------------ descriptors
-    def sm80_desc(self, desc: Value) -> tuple:
+    def sm80_desc(self, desc: Value, batched: bool = False) -> tuple:
         """(base i64, rows i32, cols i32, row stride in bytes i64) of a tensor's row
-        descriptor, read once at the kernel's entry (kitjit/runtime/ampere.py writes it)."""
+        descriptor, read once at the kernel's entry (kitjit/runtime/ampere.py writes it);
+        `batched` (a 3-d tensor: every copy of it is, the frontend checks): then also the
+        batch stride in bytes (i64) and the number of batch entries (i32)."""
         cache = self.__dict__.setdefault("_sm80_descs", {})
         got = cache.get(desc.id)
         if got is None:
@@ -203,10 +205,27 @@ class AmpereLowering(LoweringBase):
                 return eb.load(eb.gep(p, [ir.Constant(I64, off)], source_etype=I8), typ=t,
                                align=4 if t == I32 else 8)
             got = (field(0, I64), field(8, I32), field(12, I32), field(16, I64))
+            if batched:  # batch stride (bytes), batches: kitjit/runtime/ampere.py's row_map3
+                got += (field(24, I64), field(32, I32))
             if self.b.block is entry:  # llvmlite inserts at an index: keep ours after them
                 self.b._anchor += len(got) * 2
             cache[desc.id] = got
         return got
+
+    def sm80_entry_desc(self, desc: Value, batch: list) -> tuple:
+        """(base, rows, cols, row stride, a safe base) of the 2-d tensor a copy addresses:
+        the descriptor's, or (a 3-d tensor's (batch, row, col) coordinates) batch entry
+        `batch[0]`'s, with no rows when it is past either end (its box reads zeros and
+        writes nothing, as TMA's per-dimension bounds do)."""
+        d = self.sm80_desc(desc, bool(batch))
+        if not batch:
+            return (*d[:4], d[0])
+        gbase, rows, cols, stride, bstride, nb = d
+        b = self.b
+        (i,) = self.get(batch[0])
+        ok = b.icmp_unsigned("<", i, nb)       # (a negative index is a huge unsigned one)
+        base = b.add(gbase, b.mul(b.sext(b.select(ok, i, self.c32(0)), I64), bstride))
+        return base, b.select(ok, rows, self.c32(0)), cols, stride, gbase
 
     # ------------------------------------------------------------------ barriers
     def sm80_mbar_init(self, op: Op, addr) -> None:
@@ -236,14 +255,15 @@ class AmpereLowering(LoweringBase):
 
     # ------------------------------------------------------------------ copies
     def sm80_tma_load(self, op: Op) -> None:
-        dst, desc, row0, col0, bar = op.operands
+        dst, desc, *batch, row0, col0, bar = op.operands
         b = self.b
         ar = Arith(b)
         (daddr,) = self.get(dst)
         (r0,) = self.get(row0)
         (c0,) = self.get(col0)
         (baddr,) = self.get(bar)
-        gbase, rows, cols, stride = self.sm80_desc(desc)
+        ed = self.sm80_entry_desc(desc, batch)
+        _, rows, cols, _, _ = ed
         if op.attrs.get("expect", 1) and self.role is None and not op.attrs.get("nosync"):
             self.sync()  # every warp is done reading the stage these copies overwrite
         R, C = dst.shape
@@ -264,7 +284,7 @@ class AmpereLowering(LoweringBase):
         # uniform test picks plain copies at constant offsets; the per-piece clamping of
         # the edge path is ~20 instructions a copy, more than the MMAs can hide
         if _ALWAYS_CLAMP:
-            self._sm80_copies(op, sbase, r, u, grow, c0, plan, (rows, cols))
+            self._sm80_copies(op, ed, sbase, r, u, grow, c0, plan, (rows, cols))
         else:
             inside = b.and_(b.and_(b.icmp_signed(">=", r0, self.c32(0)),
                                    b.icmp_signed("<=", r0, b.sub(rows, self.c32(R)))),
@@ -272,14 +292,14 @@ class AmpereLowering(LoweringBase):
                                    b.icmp_signed("<=", c0, b.sub(cols, self.c32(C)))))
             with b.if_else(inside) as (fast, edge):
                 with fast:
-                    self._sm80_copies(op, sbase, r, u, grow, c0, plan, None)
+                    self._sm80_copies(op, ed, sbase, r, u, grow, c0, plan, None)
                 with edge:
-                    self._sm80_copies(op, sbase, r, u, grow, c0, plan, (rows, cols))
+                    self._sm80_copies(op, ed, sbase, r, u, grow, c0, plan, (rows, cols))
         if op.attrs.get("sm80_arrive"):
             asm(b, VOID, "cp.async.mbarrier.arrive.noinc.shared.b64 [$0];", "r,~{memory}",
                 [baddr])
 
-    def _sm80_copies(self, op: Op, sbase, r, u, grow, c0, plan: tuple[int, int],
+    def _sm80_copies(self, op: Op, ed: tuple, sbase, r, u, grow, c0, plan: tuple[int, int],
                      bounds: tuple | None) -> None:
         """The cp.async pieces of one thread (rows `grow` + rounds of h, units `u` + rounds
         of w). `bounds` (rows, cols): clamp each piece to the tensor, reading zeros past it
@@ -288,7 +308,7 @@ class AmpereLowering(LoweringBase):
         b = self.b
         ar = Arith(b)
         w, h = plan
-        gbase, _, _, stride = self.sm80_desc(op.operands[1])
+        gbase, _, _, stride, safe = ed
         R, C = dst.shape
         e = dst.dtype.itemsize
         upr = C * e // 16
@@ -318,7 +338,7 @@ class AmpereLowering(LoweringBase):
                 else:
                     gi = b.add(grow, self.c32(i)) if i else grow
                     ok = b.icmp_unsigned("<", gi, rows)
-                    args = [sbase, b.select(ok, src, gbase), b.select(ok, size, self.c32(0))]
+                    args = [sbase, b.select(ok, src, safe), b.select(ok, size, self.c32(0))]
                     cons, size_t = "r,l,r", ", $2"
                 pred = ""
                 if i + h > R:  # this round has rows past the box
@@ -333,11 +353,11 @@ class AmpereLowering(LoweringBase):
     def sm80_tma_store(self, op: Op) -> None:
         """Registers straight to global memory, each element predicated on the box being
         inside the tensor (one copy of each element stores)."""
-        desc, row0, col0, value, _staging = op.operands
+        desc, *batch, row0, col0, value, _staging = op.operands
         b = self.b
         (r0,) = self.get(row0)
         (c0,) = self.get(col0)
-        gbase, rows, cols, stride = self.sm80_desc(desc)
+        gbase, rows, cols, stride, _ = self.sm80_entry_desc(desc, batch)
         lin = _lin(value.type)
         vals = self.get(value)
         rbase = self.thread_coord(lin, 0)

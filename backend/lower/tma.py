@@ -214,11 +214,10 @@ class TmaLowering(LoweringBase):
         reduce-add into the tensor with reduce="add")."""
         if self.ampere:  # sm_80/86/89: predicated stores from the registers (ampere.py)
             return self.sm80_tma_store(op)
-        desc, row, col, value, staging = op.operands
+        desc, *coords, value, staging = op.operands
         b = self.b
         (saddr,) = self.get(staging)
-        (r,) = self.get(row)
-        (c,) = self.get(col)
+        *batch, r, c = (self.get(x)[0] for x in coords)
         dptr = b.ptrtoint(self.get(desc)[0], I64)
         p = self.thread0()
         R, C = value.shape
@@ -232,16 +231,18 @@ class TmaLowering(LoweringBase):
         self.store_regs(staging, value, saddr)
         asm(b, VOID, "fence.proxy.async.shared::cta;", "~{memory}", [])
         self.sync()
+        dim = f"{2 + len(batch)}d"  # a 3-d tensor: (col, row, batch) innermost first
         if op.attrs.get("reduce"):
-            copy = (f"cp.reduce.async.bulk.tensor.2d.global.shared::cta.{op.attrs['reduce']}"
-                    ".tile.bulk_group")
+            copy = (f"cp.reduce.async.bulk.tensor.{dim}.global.shared::cta."
+                    f"{op.attrs['reduce']}.tile.bulk_group")
         else:
-            copy = "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group"
+            copy = f"cp.async.bulk.tensor.{dim}.global.shared::cta.bulk_group"
+        box, cons = _box_operands(len(batch), 2)
         for j in range(max(1, C // cc)):
             sj = b.add(saddr, self.c32(j * R * row_bytes)) if j else saddr
             cj = b.add(c, self.c32(j * cc)) if j else c
-            asm(b, VOID, f"@$0 {copy} [$1, {{$2, $3}}], [$4];", "b,l,r,r,r,~{memory}",
-                [p, dptr, cj, r, sj])
+            asm(b, VOID, f"@$0 {copy} [$1, {box}], [${3 + len(batch) + 1}];",
+                f"b,l,{cons},r,~{{memory}}", [p, dptr, cj, r, *batch, sj])
         asm(b, VOID, "@$0 cp.async.bulk.commit_group;", "b,~{memory}", [p])
         self.has_tma_store = True
 
@@ -249,11 +250,10 @@ class TmaLowering(LoweringBase):
     def op_tma_load(self, op: Op) -> None:
         if self.ampere:  # sm_80/86/89: cp.async by every thread of the role (ampere.py)
             return self.sm80_tma_load(op)
-        dst, desc, row, col, bar = op.operands
+        dst, desc, *coords, bar = op.operands
         b = self.b
         (daddr,) = self.get(dst)
-        (r,) = self.get(row)
-        (c,) = self.get(col)
+        *batch, r, c = (self.get(x)[0] for x in coords)
         (baddr,) = self.get(bar)
         dptr = b.ptrtoint(self.get(desc)[0], I64)
         expect = op.attrs.get("expect", op.attrs["bytes"])  # see frontend/tma_groups.py
@@ -268,18 +268,23 @@ class TmaLowering(LoweringBase):
         chunk = lay.chunk if lay is not None else C
         e = dst.dtype.itemsize
         mask = op.attrs.get("multicast")
+        # a 3-d tensor (kit.tma_load's (batch, row, col)): coordinates innermost first, and
+        # the box is one batch entry deep, so rows past the entry's end read as zeros
+        dim = f"{2 + len(batch)}d"
+        box, cons = _box_operands(len(batch), 3)
+        nb = 5 + len(batch)  # the barrier's operand
         for j in range(max(1, C // chunk)):
             dj = b.add(daddr, self.c32(j * R * chunk * e)) if j else daddr
             cj = b.add(c, self.c32(j * chunk)) if j else c
             if mask is not None:  # the same offsets in each CTA of the mask (clusters)
-                asm(b, VOID, "@$0 cp.async.bulk.tensor.2d.shared::cluster.global.tile."
-                    "mbarrier::complete_tx::bytes.multicast::cluster [$1], [$2, {$3, $4}], "
-                    "[$5], $6;", "b,r,l,r,r,r,h,~{memory}",
-                    [p, dj, dptr, cj, r, baddr, ir.Constant(ir.IntType(16), mask)])
+                asm(b, VOID, f"@$0 cp.async.bulk.tensor.{dim}.shared::cluster.global.tile."
+                    f"mbarrier::complete_tx::bytes.multicast::cluster [$1], [$2, {box}], "
+                    f"[${nb}], ${nb + 1};", f"b,r,l,{cons},r,h,~{{memory}}",
+                    [p, dj, dptr, cj, r, *batch, baddr, ir.Constant(ir.IntType(16), mask)])
                 continue
-            asm(b, VOID, "@$0 cp.async.bulk.tensor.2d.shared::cluster.global.tile."
-                "mbarrier::complete_tx::bytes [$1], [$2, {$3, $4}], [$5];",
-                "b,r,l,r,r,r,~{memory}", [p, dj, dptr, cj, r, baddr])
+            asm(b, VOID, f"@$0 cp.async.bulk.tensor.{dim}.shared::cluster.global.tile."
+                f"mbarrier::complete_tx::bytes [$1], [$2, {box}], [${nb}];",
+                f"b,r,l,{cons},r,~{{memory}}", [p, dj, dptr, cj, r, *batch, baddr])
 
     def phase_slot(self, bar: Value):
         """A per-barrier phase bit kept in a local slot (an alloca at the entry, which LLVM
@@ -382,6 +387,14 @@ class TmaLowering(LoweringBase):
         asm(b, VOID, "fence.proxy.tensormap::generic.acquire.gpu [$0], 128;", "l,~{memory}",
             [addr])
         self.set(op.result, [b.inttoptr(addr, ir.PointerType())])
+
+
+def _box_operands(batched: int, first: int) -> tuple[str, str]:
+    """The coordinate vector of a bulk tensor copy, `{$first, ...}` (col, row[, batch]),
+    and its inline-asm constraints."""
+    n = 2 + batched
+    return ("{" + ", ".join(f"${first + k}" for k in range(n)) + "}",
+            ",".join("r" * n))
 
 
 _SWIZZLE_MODE = {0: 0, 32: 1, 64: 2, 128: 3}  # bytes of the swizzle span -> the map's field

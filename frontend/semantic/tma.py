@@ -80,14 +80,16 @@ class TmaOps:
         return self.emit1("smem_index", [x, idx],
                           TileType(x.dtype, x.shape[1:], space="smem"))
 
-    def tma_desc_arg(self, tensor: Value, box: tuple, what: str) -> Value:
+    def tma_desc_arg(self, tensor: Value, box: tuple, what: str, rank: int = 2) -> Value:
         """The TMA descriptor kernel parameter of tensor argument `tensor` (added on first
-        use; the runtime builds it from the torch tensor and the box)."""
+        use; the runtime builds it from the torch tensor and the box). `rank` 3: the tensor
+        is (batch, rows, cols) and a box is one batch entry's (rows, cols), so a box that
+        runs past `rows` reads zeros instead of the next batch entry's rows."""
         fn = self.fn
         if not isinstance(tensor, Value) or not tensor.dtype.is_ptr() or \
                 tensor not in fn.args:
             raise self.error(f"{what} needs a tensor argument of the kernel (TMA copies whole "
-                             f"boxes of a 2-d tensor), got {_describe(tensor)}")
+                             f"boxes of a 2-d or 3-d tensor), got {_describe(tensor)}")
         tma = fn.attrs.setdefault("tma", {})
         entry = tma.get(tensor.name)
         if entry is None:
@@ -96,11 +98,26 @@ class TmaOps:
             d.owner = fn.body
             tma[tensor.name] = entry = {"box": list(box), "dtype": tensor.dtype.element_ty.name,
                                         "desc": d}
+            if rank == 3:
+                entry["rank"] = 3
         elif tuple(entry["box"]) != tuple(box):
             raise self.error(f"{what}: '{tensor.name}' is copied with boxes of "
                              f"{_shape(tuple(entry['box']))} elsewhere and {_shape(box)} here",
                              "use one box shape per tensor argument")
+        elif entry.get("rank", 2) != rank:
+            raise self.error(f"{what}: '{tensor.name}' is copied with {entry.get('rank', 2)} "
+                             f"coordinates elsewhere and {rank} here",
+                             "a tensor argument is either 2-d (row, col) or 3-d (batch, row, "
+                             "col) in every TMA copy")
         return entry["desc"]
+
+    def tma_coords(self, coords: Any, what: str) -> list[Value]:
+        """(row, col) or (batch, row, col) as int32 scalars."""
+        if not isinstance(coords, (tuple, list)) or len(coords) not in (2, 3):
+            raise self.error(f"{what}: coords must be (row, col) of a 2-d tensor or (batch, "
+                             "row, col) of a 3-d one")
+        return [self.cast(c, int32) if isinstance(c, Value) else self.constant(c, int32)
+                for c in coords]
 
     @typing_rule("tma_load")
     def tma_load(self, dst: Any, tensor: Any, coords: Any, bar: Any, sync: Any = True,
@@ -117,10 +134,7 @@ class TmaOps:
                 tensor.dtype.element_ty is not dst.dtype:
             raise self.error(f"kit.tma_load: the tensor holds {tensor.dtype.element_ty} but the "
                              f"shared tile holds {dst.dtype}")
-        if not isinstance(coords, (tuple, list)) or len(coords) != 2:
-            raise self.error("kit.tma_load: coords must be (row, col)")
-        cs = [self.cast(c, int32) if isinstance(c, Value) else self.constant(c, int32)
-              for c in coords]
+        cs = self.tma_coords(coords, "kit.tma_load")
         if not isinstance(bar, Value) or bar.dtype is not mbarrier or bar.shape != ():
             raise self.error(f"kit.tma_load: 'barrier' must be one mbarrier (bars[s]), got "
                              f"{_describe(bar)}")
@@ -131,8 +145,10 @@ class TmaOps:
             raise self.error(f"kit.tma_load: a TMA box has at most 256 rows, and the shared "
                              f"tile has {dst.shape[0]}",
                              "load it as several tiles (stages), each of 256 rows or fewer")
-        desc = self.tma_desc_arg(tensor, dst.shape, "kit.tma_load")
+        desc = self.tma_desc_arg(tensor, dst.shape, "kit.tma_load", len(cs))
         attrs = {"bytes": dst.type.numel * dst.dtype.itemsize}
+        if len(cs) == 3:  # operands: dst, desc, batch, row, col, barrier
+            attrs["batched"] = True
         if not sync:  # the caller knows no thread still reads dst (no barrier before it)
             attrs["nosync"] = True
         if multicast is not None:
@@ -219,8 +235,6 @@ class TmaOps:
                 tensor.dtype.element_ty is not value.dtype:
             raise self.error(f"kit.tma_store: the tensor holds {tensor.dtype.element_ty} but the "
                              f"tile is {value.dtype}", "convert it with .to(...)")
-        if not isinstance(coords, (tuple, list)) or len(coords) != 2:
-            raise self.error("kit.tma_store: coords must be (row, col)")
         for s in value.shape:
             if not is_pow2(s) or s > 256:
                 raise self.error(f"kit.tma_store: tile dims must be powers of two up to 256, "
@@ -235,13 +249,14 @@ class TmaOps:
         if reduce == "add" and value.dtype.name not in ("fp32", "fp16", "bf16"):
             raise self.error(f"kit.tma_store(reduce='add') adds fp32, fp16 or bf16 tiles, got "
                              f"{value.dtype}")
-        cs = [self.cast(c, int32) if isinstance(c, Value) else self.constant(c, int32)
-              for c in coords]
-        desc = self.tma_desc_arg(tensor, value.shape, "kit.tma_store")
+        cs = self.tma_coords(coords, "kit.tma_store")
+        desc = self.tma_desc_arg(tensor, value.shape, "kit.tma_store", len(cs))
         staging = self.emit1("smem_alloc", [], TileType(value.dtype, value.shape, space="smem"),
                              {"staging": True})
-        self.emit("tma_store", [desc, *cs, value, staging], [],
-                  {"reduce": reduce} if reduce else None)
+        attrs = {"reduce": reduce} if reduce else {}
+        if len(cs) == 3:  # operands: desc, batch, row, col, value, staging
+            attrs["batched"] = True
+        self.emit("tma_store", [desc, *cs, value, staging], [], attrs or None)
 
     @typing_rule("mbar_wait")
     def mbarrier_wait(self, bar: Any, phase: Any) -> None:

@@ -91,6 +91,20 @@ class _TmaTensor:
     def __init__(self, name: str, dt: DType, view: np.ndarray, buf: _Buffer | None):
         self.name, self.dt, self.view, self.buf = name, dt, view, buf
 
+    def batch(self, b: int | None) -> _TmaTensor | None:
+        """The 2-d tensor that (batch, row, col) coordinates address in a 3-d descriptor
+        (each batch entry its own rows, as TMA's per-dimension bounds keep them): entry
+        `b`, or None past either end (a box there reads zeros, a store drops it). b None:
+        this 2-d tensor itself."""
+        if b is None:
+            return self
+        if self.view.ndim != 3:
+            raise TypeError(f"'{self.name}' is a 2-d TMA tensor, copied here with (batch, "
+                            "row, col) coordinates")
+        if not 0 <= b < self.view.shape[0]:
+            return None
+        return _TmaTensor(self.name, self.dt, self.view[b], self.buf)
+
     def _clip(self, r0: int, c0: int, rows: int, cols: int) -> tuple[int, int, int, int]:
         h, w = self.view.shape
         return max(r0, 0), min(r0 + rows, h), max(c0, 0), min(c0 + cols, w)
@@ -198,20 +212,22 @@ class _Memory:
         # the launcher's checks (kitjit.runtime.driver.tensor_map), so that a kernel that
         # runs here also launches on the GPU
         e = a.element_size()
-        if a.dim() != 2 or a.stride(1) != 1 or a.data_ptr() % 16 or (a.stride(0) * e) % 16:
-            raise ValueError(f"a tensor copied by TMA must be 2-d, contiguous in its last dim, "
-                             f"16-byte aligned, with rows a multiple of 16 bytes apart; got "
-                             f"shape {tuple(a.shape)}, strides {tuple(a.stride())}, address "
-                             f"{a.data_ptr():#x} (argument '{name}')")
+        rank = entry.get("rank", 2) if entry is not None else 2
+        if a.dim() != rank or a.stride(-1) != 1 or a.data_ptr() % 16 or \
+                any(st * e % 16 for st in a.stride()[:-1]):
+            what = "2-d" if rank == 2 else "3-d (copied with (batch, row, col) coordinates)"
+            raise ValueError(f"a tensor copied by TMA must be {what}, contiguous in its last "
+                             f"dim, 16-byte aligned, with rows a multiple of 16 bytes apart; "
+                             f"got shape {tuple(a.shape)}, strides {tuple(a.stride())}, "
+                             f"address {a.data_ptr():#x} (argument '{name}')")
         mdt = _mem_np(dt)
-        rows, cols = a.shape
         if a.numel() == 0:
-            return _TmaTensor(name, dt, np.zeros((rows, cols), mdt), None)
+            return _TmaTensor(name, dt, np.zeros(tuple(a.shape), mdt), None)
         buf, off = self._locate_tensor(a)
-        span = ((rows - 1) * a.stride(0) + (cols - 1) * a.stride(1) + 1) * e
+        span = (sum((n - 1) * st for n, st in zip(a.shape, a.stride())) + 1) * e
         flat = buf.u8[off:off + span].view(mdt)
-        view = np.lib.stride_tricks.as_strided(flat, (rows, cols),
-                                               (a.stride(0) * e, a.stride(1) * e))
+        view = np.lib.stride_tricks.as_strided(flat, tuple(a.shape),
+                                               tuple(st * e for st in a.stride()))
         return _TmaTensor(name, dt, view, buf)
 
     def region_2d(self, name: str, dt: DType, base: int, rows: int, cols: int,

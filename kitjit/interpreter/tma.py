@@ -111,7 +111,7 @@ def smem_load(comp: _Compiler, op: Op) -> Handler:
 
 @semantics("tma_load")
 def tma_load(comp: _Compiler, op: Op) -> Handler:
-    d_id, t_id, r_id, c_id, b_id = (v.id for v in op.operands)
+    d_id, t_id, *n_ids, r_id, c_id, b_id = (v.id for v in op.operands)  # n: a 3-d batch
     dt = op.operands[0].dtype
     nbytes = int(op.attrs["bytes"])
     expect = int(op.attrs.get("expect", nbytes))  # as the backend reads it
@@ -125,6 +125,7 @@ def tma_load(comp: _Compiler, op: Op) -> Handler:
                             f"\n  '{t.name}' holds {t.dt} but the shared tile holds {dt}")
         r0, c0 = int(env[r_id]), int(env[c_id])
         _check_box(op, ctx, t, r0, c0, "load")
+        t = _entry(t, n_ids, env, op, ctx)
         for mma, a, b, _ in ctx.inflight:
             if a is not None and np.may_share_memory(dst, a) or \
                     b is not None and np.may_share_memory(dst, b):
@@ -146,8 +147,8 @@ def tma_load(comp: _Compiler, op: Op) -> Handler:
 
 @semantics("tma_store")
 def tma_store(comp: _Compiler, op: Op) -> Handler:
-    t_id, r_id, c_id, v_id, _ = (v.id for v in op.operands)
-    dt = op.operands[3].dtype
+    t_id, *n_ids, r_id, c_id, v_id, _ = (v.id for v in op.operands)  # n: a 3-d batch
+    dt = op.operands[-2].dtype
     ctx = comp.ctx
     reduce = op.attrs.get("reduce")
 
@@ -158,9 +159,45 @@ def tma_store(comp: _Compiler, op: Op) -> Handler:
                             f"\n  '{t.name}' holds {t.dt} but the tile holds {dt}")
         r0, c0 = int(env[r_id]), int(env[c_id])
         _check_box(op, ctx, t, r0, c0, "store")
+        t = _entry(t, n_ids, env, op, ctx)
         # (the staging tile is the GPU's business: nothing reads it back)
-        t.store_box(np.asarray(env[v_id]), r0, c0, reduce)
+        if t is not None:  # (a batch entry past the tensor: the whole box is dropped)
+            t.store_box(np.asarray(env[v_id]), r0, c0, reduce)
     return tma_store
+
+
+class _Zeros:
+    """A TMA tensor's batch entry past its ends: a load reads zeros (the GPU's
+    out-of-bounds fill, per dimension)."""
+
+    @staticmethod
+    def copy_box(dst: np.ndarray, r0: int, c0: int) -> None:
+        dst[...] = 0
+
+
+def _entry(t: _TmaTensor, n_ids: list, env: Env, op: Op, ctx: _Ctx) -> Any:
+    """The 2-d tensor a copy addresses: `t`, or (3-d tensors) its batch entry; None for
+    a store past the ends, `_Zeros` for a load there."""
+    if not n_ids:
+        if t.view.ndim != 2:
+            raise TypeError(_where(op, ctx, "TMA copy of a 3-d tensor") +
+                            f"\n  '{t.name}' is 3-d but copied with (row, col) coordinates")
+        return t
+    n = int(env[n_ids[0]])
+    if op.name == "tma_store" and n < 0:   # as a negative row or column (_check_box)
+        ctx.shape, ctx.lanes_total = (), 1
+        raise OutOfBoundsError(
+            _where(op, ctx, "out-of-bounds TMA store") +
+            f"\n  the box starts at batch entry {n} of '{t.name}': a TMA store may run past "
+            "the end of a tensor (that part is dropped) but not start before it, or the GPU "
+            "stops the kernel with an illegal instruction")
+    try:
+        e = t.batch(n)
+    except TypeError as err:
+        raise TypeError(_where(op, ctx, "TMA copy of a 2-d tensor") + f"\n  {err}") from None
+    if e is None and op.name == "tma_load":
+        return _Zeros
+    return e
 
 
 @semantics("mbar_wait")

@@ -73,6 +73,11 @@ def tma_load(dst, tensor, coords, barrier, sync=True):
     box read as zero. One thread issues it; loads on the same barrier in a row share one
     arrival with their total byte count.
 
+    A 3-d `tensor` (batch, rows, cols) takes coords (batch, row, col): the box is one batch
+    entry's rows, and rows past that entry's end read as zero, not as the next entry's
+    (each dimension is bounded on its own, as the hardware does). Attention reads K and V
+    per head this way. A tensor argument keeps one rank in every copy; Hopper only.
+
     Outside warpgroup roles the CTA first synchronizes, so no thread still reads `dst`;
     `sync=False` skips that barrier where the kernel knows it already (see
     examples/matmul_ampere.py).
@@ -121,7 +126,8 @@ def tma_store(tensor, coords, value, reduce=None):
     staging tile, one thread issues the bulk copy, and the kernel goes on while it drains.
     Parts of the box outside the tensor are not written. `reduce="add"` adds the tile into
     the box instead (cp.reduce.async.bulk.tensor: atomic per element, so programs may add
-    into the same box; fp32, fp16, bf16)."""
+    into the same box; fp32, fp16, bf16). A 3-d `tensor` takes (batch, row, col), as
+    `tma_load`: rows past the batch entry's end are not written."""
 
 
 @builtin

@@ -50,24 +50,30 @@ __all__ = ["Rows", "Site", "int_facts", "workspace", "reset", "on_reset"]
 class Rows:
     """A contiguous (rows, cols) region at `ptr` of elements of `esize` bytes: passed where a
     kernel takes a tensor it reads by TMA (the launcher's descriptor code reads these five
-    facts and nothing else). Holds no tensor, so an op may keep one between calls."""
+    facts and nothing else). Holds no tensor, so an op may keep one between calls.
+    `batch`: `batch` such regions one after another, a (batch, rows, cols) tensor (what a
+    kernel copies with (batch, row, col) coordinates: attention's K and V per head)."""
 
-    __slots__ = ("ptr", "shape", "esize")
+    __slots__ = ("ptr", "shape", "esize", "strides")
 
-    def __init__(self, ptr: int, rows: int, cols: int, esize: int):
+    def __init__(self, ptr: int, rows: int, cols: int, esize: int, batch: int | None = None):
         self.ptr = ptr
-        self.shape = (rows, cols)
         self.esize = esize
+        if batch is None:
+            self.shape = (rows, cols)
+            self.strides = (cols, 1)
+        else:
+            self.shape = (batch, rows, cols)
+            self.strides = (rows * cols, cols, 1)
 
     def data_ptr(self) -> int:
         return self.ptr
 
     def stride(self, dim: int | None = None):
-        s = (self.shape[1], 1)
-        return s if dim is None else s[dim]
+        return self.strides if dim is None else self.strides[dim]
 
     def dim(self) -> int:
-        return 2
+        return len(self.shape)
 
     def element_size(self) -> int:
         return self.esize

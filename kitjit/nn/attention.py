@@ -47,8 +47,8 @@ def attend(q, k, v, ready, empty, K, V, acc, m_i, l_i, rows, j, n_kv, kvh, SK, q
     if WS:
         kit.mbarrier_arrive(empty[s])              # both MMAs are done with stage s
     elif j + STAGES < n_kv:                        # both MMAs are done with stage s: refill
-        kit.tma_load(k[s], K, (kvh * SK + (j + STAGES) * BN, 0), ready[s])
-        kit.tma_load(v[s], V, (kvh * SK + (j + STAGES) * BN, 0), ready[s])
+        kit.tma_load(k[s], K, (kvh, (j + STAGES) * BN, 0), ready[s])
+        kit.tma_load(v[s], V, (kvh, (j + STAGES) * BN, 0), ready[s])
     return acc, m_new, l_i
 
 
@@ -173,8 +173,11 @@ def consume(q, k, v, ready, empty, K, V, O, L, m0, bh, kvh, S, SK, n_full, n_kv,
 def attention_kernel(Q, K, V, O, L, S, SK, H, G, qk_scale, BM: kit.constexpr,
                      BN: kit.constexpr, D: kit.constexpr, CAUSAL: kit.constexpr,
                      STAGES: kit.constexpr):
-    """Q and O: (B*H*S, D) rows, K and V: (B*H_kv*SK, D) rows; one program per BM query rows
-    of one head. S query rows attend to SK keys (S != SK: decode, cross-attention)."""
+    """Q and O: (B*H*S, D) rows, K and V: (B*H_kv, SK, D), copied per head (a tile past a
+    head's last key reads zeros, never the next head's keys: 0 * NaN there would be NaN);
+    one program per BM query rows of one head. S query rows attend to SK keys (S != SK:
+    decode, cross-attention). (Q's rows past S are the next head's: each output row reads
+    its own row of Q only, and those are not stored.)"""
     # causal: the longest rows first, so the short ones fill the tail of the grid
     m0 = (kit.num_programs(0) - 1 - kit.program_id(0) if CAUSAL else kit.program_id(0)) * BM
     bh = kit.program_id(1)                         # batch * H + head
@@ -191,8 +194,8 @@ def attention_kernel(Q, K, V, O, L, S, SK, H, G, qk_scale, BM: kit.constexpr,
     n_full = kit.minimum(m0 // BN if CAUSAL else n_kv, SK // BN)
     for s in kit.static_range(STAGES):
         if s < n_kv:
-            kit.tma_load(k[s], K, (kvh * SK + s * BN, 0), ready[s])
-            kit.tma_load(v[s], V, (kvh * SK + s * BN, 0), ready[s])
+            kit.tma_load(k[s], K, (kvh, s * BN, 0), ready[s])
+            kit.tma_load(v[s], V, (kvh, s * BN, 0), ready[s])
     kit.mbarrier_wait(q_ready[0], 0)
     consume(q, k, v, ready, ready, K, V, O, L, m0, bh, kvh, S, SK, n_full, n_kv, qk_scale, BM,
             BN, D, CAUSAL, STAGES, False)
@@ -230,20 +233,20 @@ def attention_ws_kernel(Q, K, V, O, L, S, SK, H, G, qk_scale, BM: kit.constexpr,
             kit.setmaxnreg(24)
         kit.tma_load(q, Q, (bh * S + m0, 0), q_ready[0])
         if SPLIT:    # FA3's order: K_{j+1} before V_j, which the consumers use a block later
-            kit.tma_load(k[0], K, (kvh * SK, 0), ready[0])
+            kit.tma_load(k[0], K, (kvh, 0, 0), ready[0])
         for j in range(n_kv):
             s = j % STAGES
             if SPLIT:
                 if j + 1 < n_kv:
                     s1 = (j + 1) % STAGES
                     kit.mbarrier_wait(empty[s1], (j + 1) // STAGES % 2 ^ 1)
-                    kit.tma_load(k[s1], K, (kvh * SK + (j + 1) * BN, 0), ready[s1])
+                    kit.tma_load(k[s1], K, (kvh, (j + 1) * BN, 0), ready[s1])
                 kit.mbarrier_wait(empty[STAGES + s], j // STAGES % 2 ^ 1)
-                kit.tma_load(v[s], V, (kvh * SK + j * BN, 0), ready[STAGES + s])
+                kit.tma_load(v[s], V, (kvh, j * BN, 0), ready[STAGES + s])
             else:
                 kit.mbarrier_wait(empty[s], j // STAGES % 2 ^ 1)
-                kit.tma_load(k[s], K, (kvh * SK + j * BN, 0), ready[s])
-                kit.tma_load(v[s], V, (kvh * SK + j * BN, 0), ready[s])
+                kit.tma_load(k[s], K, (kvh, j * BN, 0), ready[s])
+                kit.tma_load(v[s], V, (kvh, j * BN, 0), ready[s])
     else:                                          # consumers: 64 query rows each
         if CONSUMERS == 3:
             kit.setmaxnreg(160)
@@ -263,8 +266,9 @@ def attention(q, k, v, causal: bool = False, sm_scale: float | None = None, **co
     Returns (o, lse): o a new contiguous (B, H, S, D) tensor of q's dtype, lse (B, H, S) fp32
     (natural log). Causal masking is top-left aligned (query i sees keys 0..i), as torch's.
 
-    Any strides are accepted: the kernels read rows of 2-D TMA descriptors over
-    `t.contiguous().view(-1, D)`, so an input that is not contiguous (e.g. the (B, S, H, D)
+    Any strides are accepted: the kernels read rows of TMA descriptors over
+    `t.contiguous()` (Q as (B*H*S, D) rows, K and V as (B*H_kv, SK, D), so a tile never
+    reads another head's keys), so an input that is not contiguous (e.g. the (B, S, H, D)
     layout of LLMs, transposed to (B, H, S, D)) is first copied: one extra read and write of
     that tensor in device memory, outside the kernel."""
     if q.dim() != 4 or k.dim() != 4 or v.shape != k.shape:
@@ -339,7 +343,7 @@ class Route:
         self.tdev = torch.device("cuda", device) if device >= 0 else torch.device("cpu")
         self.oshape, self.lshape = (B, H, S, D), (B, H, S)
         self.empty = B * H * S * D == 0
-        self.qrows, self.kvrows = B * H * S, B * Hkv * SK
+        self.qrows, self.kvheads, self.SK = B * H * S, B * Hkv, SK
         self.esize = torch.empty((), dtype=dtype).element_size()
         self.tail = (*self.ints, scale * 1.4426950408889634)
         self.site = Site(kernel, meta, (dtype, device, *int_facts(*self.ints)), device)
@@ -367,8 +371,8 @@ class Route:
         if qr.ptr != qp or kr.ptr != kp or vr.ptr != vp:
             D, e = self.D, self.esize
             qr = qr if qr.ptr == qp else Rows(qp, self.qrows, D, e)
-            kr = kr if kr.ptr == kp else Rows(kp, self.kvrows, D, e)
-            vr = vr if vr.ptr == vp else Rows(vp, self.kvrows, D, e)
+            kr = kr if kr.ptr == kp else Rows(kp, self.SK, D, e, self.kvheads)
+            vr = vr if vr.ptr == vp else Rows(vp, self.SK, D, e, self.kvheads)
             self.rows = qr, kr, vr
         fn(self.grid, qr, kr, vr, *self.pad, qp, kp, vp, o.data_ptr(), lp, *self.tail)
         return o, lse
@@ -381,7 +385,8 @@ class Route:
         """Through `kernel[grid](...)`: a route's first call, inputs that are not contiguous
         or aligned (copied), the interpreter, torch.compile's tracing, graph capture."""
         D = self.D
-        q2, k2, v2 = (_rows(t, D) for t in (q, k, v))
+        q2 = _rows(q, D)
+        k2, v2 = (_heads(t, D) for t in (k, v))
         o = torch.empty(self.oshape, device=self.tdev, dtype=self.dtype)  # contiguous
         lse = torch.empty(self.lshape, device=self.tdev, dtype=torch.float32)
         if not self.empty:
@@ -400,3 +405,10 @@ def _rows(t, D):
     if t.data_ptr() % 16:
         t = t.clone()
     return t.view(-1, D)
+
+
+def _heads(t, D):
+    """t (B, H, S, D) as (B*H, S, D) for a 3-d TMA descriptor (copies by (head, row, col):
+    a tile past a head's last row reads zeros, not the next head's rows), contiguous and
+    16-byte aligned as `_rows`."""
+    return _rows(t, D).view(-1, t.shape[-2], D)

@@ -43,7 +43,7 @@ def bwd_preprocess(O, DO, L, Delta2, LSE2, DQA, S, SP, BM: kit.constexpr, D: kit
     """Per query row, in (B*H, SP) rows padded past S: Δ = sum(O * dO) (0 in the padding) and
     the LSE in log2 (+inf in the padding, so that P = exp2(S - LSE) is 0 there, unmasked).
     Also zeroes the block's part of the fp32 dQ sums DQA (dQᵀ rows (B*H*D, SP) if TRANS, else
-    dQ rows (B*H*S, D)) that bwd_kernel adds into: no memset launch of its own."""
+    dQ (B*H, S, D)) that bwd_kernel adds into: no memset launch of its own."""
     m = kit.program_id(0) * BM + kit.arange(0, BM)
     bh = kit.program_id(1)
     live = m < S
@@ -120,7 +120,7 @@ def queries_as_rows(k, v, q, do, lse_s, dlt_s, ds, DQA, n0, bh, m0, t, s, phase,
     dq = kit.mma(dsc, k, kit.zeros((BM, D), kit.float32), pending=1)
     kit.mbarrier_arrive(empty[s])
     # (the TMA store's barriers also order the next iteration's kit.store after these MMAs)
-    kit.tma_store(DQA, (bh * S + m0, 0), dq, reduce="add")
+    kit.tma_store(DQA, (bh, m0, 0), dq, reduce="add")   # rows past S: dropped
     return dk, dv
 
 
@@ -147,7 +147,10 @@ def bwd_kernel(Q, K, V, DO, DK, DV, DQA, LSE2, Delta2, S, SK, H, G, SP, HG, sm_s
     """FA3's backward: one program per BN keys of one K/V head; a producer warpgroup streams
     Q, dO, LSE and Δ blocks (of every query head of the GQA group) through a TMA ring, two
     consumer warpgroups accumulate dK and dV in registers and reduce-add dQ into fp32 DQA (dQᵀ
-    rows (B*H*D, SP) when KEYS_AS_ROWS, else dQ rows (B*H*S, D)). LSE2, Delta2: (B*H, SP)."""
+    rows (B*H*D, SP) when KEYS_AS_ROWS, else dQ (B*H, S, D)). LSE2, Delta2: (B*H, SP).
+    Q, dO: (B*H, S, D), K, V: (B*H_kv, SK, D), copied per head: a tile past a head's end
+    reads zeros (keys past SK then give dQ nothing, queries past S give dK and dV nothing)
+    and a dQ store's rows past S are dropped, so no other head's NaN or inf leaks in."""
     if CAUSAL and LPT:   # longest first: key block 0 of HG heads, then block 1, ... (L2 holds
         # their Q and dO)
         nkv = kit.cdiv(SK, BN)
@@ -181,15 +184,15 @@ def bwd_kernel(Q, K, V, DO, DK, DV, DQA, LSE2, Delta2, S, SK, H, G, SP, HG, sm_s
     n = G * nq                                     # over every query head of the group
     if kit.warpgroup_id() == 0:                    # producer: K, V once, then the ring
         kit.setmaxnreg(24)
-        kit.tma_load(k, K, (kvbh * SK + n0, 0), kv_ready[0])
-        kit.tma_load(v, V, (kvbh * SK + n0, 0), kv_ready[0])
+        kit.tma_load(k, K, (kvbh, n0, 0), kv_ready[0])   # keys past SK: zeros
+        kit.tma_load(v, V, (kvbh, n0, 0), kv_ready[0])
         for t in range(n):
             s = t % STAGES
             kit.mbarrier_wait(empty[s], t // STAGES % 2 ^ 1)
             bh = bh0 + t // nq
             m0 = (first + t % nq) * BM
-            kit.tma_load(q[s], Q, (bh * S + m0, 0), ready[s])
-            kit.tma_load(do[s], DO, (bh * S + m0, 0), ready[s])
+            kit.tma_load(q[s], Q, (bh, m0, 0), ready[s])     # queries past S: zeros
+            kit.tma_load(do[s], DO, (bh, m0, 0), ready[s])
             kit.tma_load(lse_s[s], LSE2, (bh, m0), ready[s])
             kit.tma_load(dlt_s[s], Delta2, (bh, m0), ready[s])
     else:
@@ -197,9 +200,6 @@ def bwd_kernel(Q, K, V, DO, DK, DV, DQA, LSE2, Delta2, S, SK, H, G, SP, HG, sm_s
         dk = kit.zeros((BN, D), kit.float32)
         dv = kit.zeros((BN, D), kit.float32)
         kit.mbarrier_wait(kv_ready[0], 0)
-        if n0 + BN > SK:   # keys past SK (the next head's): zero K's rows, so P dS and dQ see 0
-            kit.store(k, kit.where((n0 + kit.arange(0, BN) < SK)[:, None], kit.load(k), 0.0))
-            kit.barrier()
         # per query head: the blocks on the diagonal (causal) masked, then the rest; in two
         # loops, so that each holds one copy of the step's registers
         nmask = kit.minimum(kit.cdiv(n0 + BN - 1, BM) - first, nq) if CAUSAL else 0
@@ -224,7 +224,7 @@ def bwd_kernel(Q, K, V, DO, DK, DV, DQA, LSE2, Delta2, S, SK, H, G, SP, HG, sm_s
 def dq_convert(DQA, DQ, S, SP, scale, BM: kit.constexpr, D: kit.constexpr,
                TRANS: kit.constexpr):
     """dQ = scale * the fp32 sums, as DQ's dtype: DQA holds dQᵀ rows (B*H*D, SP) if TRANS,
-    else dQ rows (B*H*S, D). One program per BM query rows of one head."""
+    else dQ (B*H, S, D). One program per BM query rows of one head."""
     m = kit.program_id(0) * BM + kit.arange(0, BM)
     bh = kit.program_id(1)
     d = kit.arange(0, D)
@@ -302,9 +302,10 @@ class Route:
         self.tdev = torch.device("cuda", device) if device >= 0 else torch.device("cpu")
         self.qshape, self.kshape, self.lshape = (B, H, S, D), (B, Hkv, SK, D), (B, H, S)
         self.empty = B * H * S * D == 0 or B * Hkv * SK * D == 0
-        self.qrows, self.kvrows, self.bh, self.SP = B * H * S, B * Hkv * SK, B * H, SP
+        self.S, self.SK, self.kvheads, self.bh, self.SP = S, SK, B * Hkv, B * H, SP
         self.esize = torch.empty((), dtype=dtype).element_size()
-        self.dqa_shape = (B * H * D, SP) if trans else (B * H * S, D)
+        # dQ sums: dQᵀ rows, or dQ per head (3-d: a store's rows past S are dropped)
+        self.dqa_shape = (B * H * D, SP) if trans else (B * H, S, D)
         self.pre_grid = (SP // BM, B * H)
         self.pre_ints = (S, SP)
         self.pre = Site(bwd_preprocess, dict(BM=BM, D=D, TRANS=trans),
@@ -353,14 +354,16 @@ class Route:
         qr, kr, vr, dor = self.rows
         if qr.ptr != qp or kr.ptr != kp or vr.ptr != vp or dor.ptr != dop:
             D, e = self.D, self.esize
-            qr = qr if qr.ptr == qp else Rows(qp, self.qrows, D, e)
-            kr = kr if kr.ptr == kp else Rows(kp, self.kvrows, D, e)
-            vr = vr if vr.ptr == vp else Rows(vp, self.kvrows, D, e)
-            dor = dor if dor.ptr == dop else Rows(dop, self.qrows, D, e)
+            qr = qr if qr.ptr == qp else Rows(qp, self.S, D, e, self.bh)
+            kr = kr if kr.ptr == kp else Rows(kp, self.SK, D, e, self.kvheads)
+            vr = vr if vr.ptr == vp else Rows(vp, self.SK, D, e, self.kvheads)
+            dor = dor if dor.ptr == dop else Rows(dop, self.S, D, e, self.bh)
             self.rows = qr, kr, vr, dor
         w = self.wrows
         if w[0] != wp:
-            w = self.wrows = (wp, Rows(wp, *self.dqa_shape, 4),
+            dqa = Rows(wp, *self.dqa_shape, 4) if len(self.dqa_shape) == 2 else \
+                Rows(wp, *self.dqa_shape[1:], 4, self.dqa_shape[0])
+            w = self.wrows = (wp, dqa,
                               Rows(wp + self.delta_off, self.bh, self.SP, 4),
                               Rows(wp + self.lse_off, self.bh, self.SP, 4))
         _, dqar, dltr, lser = w
@@ -375,7 +378,7 @@ class Route:
         """Through `kernel[grid](...)`: a route's first call, inputs that are not contiguous,
         aligned or of the route's dtypes (copied), the interpreter, torch.compile's tracing,
         graph capture (every buffer from torch)."""
-        from .attention import _rows
+        from .attention import _heads, _rows
 
         D, dev = self.D, self.tdev
         dq = torch.empty(self.qshape, device=dev, dtype=self.dtype)
@@ -384,7 +387,8 @@ class Route:
         if self.empty:
             return dq.zero_(), dk.zero_(), dv.zero_()
         # (in the route's dtype: the sites' direct launchers are made by this launch)
-        q2, k2, v2, o2, do2 = (_rows(t.to(self.dtype), D) for t in (q, k, v, o, do))
+        q2, k2, v2, do2 = (_heads(t.to(self.dtype), D) for t in (q, k, v, do))
+        o2 = _rows(o.to(self.dtype), D)
         lse = lse.to(torch.float32).contiguous()
         lse2 = torch.empty((self.bh, self.SP), device=dev, dtype=torch.float32)
         delta2 = torch.empty((self.bh, self.SP), device=dev, dtype=torch.float32)

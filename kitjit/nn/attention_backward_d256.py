@@ -88,9 +88,9 @@ def ds_step(k, v, q, do, dlt_s, pt_s, ds_s, DQA, q_ready, q_empty, do_ready, do_
     kit.mbarrier_arrive(q_empty[s])                # dK's MMAs are done with Q (after the
     #                  barrier: an arrival right after plain smem stores would first sync)
     dq = kit.mma(ds_s.T, k[0], kit.zeros((BM, DH), kit.float32))
-    kit.tma_store(DQA, (bh * S + m0, 0), dq, reduce="add")
+    kit.tma_store(DQA, (bh, m0, 0), dq, reduce="add")     # rows past S: dropped
     dq = kit.mma(ds_s.T, k[1], kit.zeros((BM, DH), kit.float32))
-    kit.tma_store(DQA, (bh * S + m0, DH), dq, reduce="add")
+    kit.tma_store(DQA, (bh, m0, DH), dq, reduce="add")
     return dk0, dk1
 
 
@@ -100,7 +100,9 @@ def bwd_kernel_d256(Q, K, V, DO, DK, DV, DQA, LSE2, Delta2, S, SK, H, G, SP, HG,
                     CAUSAL: kit.constexpr, QSTAGES: kit.constexpr, DOSTAGES: kit.constexpr = 1,
                     LPT: kit.constexpr = True):
     """One program per BN keys of one K/V head (grid as `bwd_kernel`'s); num_warps = 12: a
-    producer warpgroup and the two consumer roles above. DQA: dQ rows (B*H*S, D), fp32.
+    producer warpgroup and the two consumer roles above. Q, dO: (B*H, S, D), K, V:
+    (B*H_kv, SK, D), DQA: dQ (B*H, S, D) fp32, all copied per head (tiles past a head's end
+    read zeros, stores there are dropped: no other head's NaN or inf reaches this one's).
     LSE2, Delta2: (B*H, SP)."""
     if CAUSAL and LPT:   # longest first, in groups of HG K/V heads (as bwd_kernel)
         nkv = kit.cdiv(SK, BN)
@@ -135,20 +137,20 @@ def bwd_kernel_d256(Q, K, V, DO, DK, DV, DQA, LSE2, Delta2, S, SK, H, G, SP, HG,
     n = G * nq
     if kit.warpgroup_id() == 0:                    # producer
         kit.setmaxnreg(24)
-        kit.tma_load(k[0], K, (kvbh * SK + n0, 0), kv_ready[0])
-        kit.tma_load(k[1], K, (kvbh * SK + n0, DH), kv_ready[0])
-        kit.tma_load(v, V, (kvbh * SK + n0, 0), kv_ready[0])
+        kit.tma_load(k[0], K, (kvbh, n0, 0), kv_ready[0])       # keys past SK: zeros
+        kit.tma_load(k[1], K, (kvbh, n0, DH), kv_ready[0])
+        kit.tma_load(v, V, (kvbh, n0, 0), kv_ready[0])
         for t in range(n):
             s = t % QSTAGES
             bh = bh0 + t // nq
             m0 = (first + t % nq) * BM
             kit.mbarrier_wait(q_empty[s], t // QSTAGES % 2 ^ 1)
-            kit.tma_load(q[2 * s], Q, (bh * S + m0, 0), q_ready[s])
-            kit.tma_load(q[2 * s + 1], Q, (bh * S + m0, DH), q_ready[s])
+            kit.tma_load(q[2 * s], Q, (bh, m0, 0), q_ready[s])  # queries past S: zeros
+            kit.tma_load(q[2 * s + 1], Q, (bh, m0, DH), q_ready[s])
             kit.tma_load(lse_s[s], LSE2, (bh, m0), q_ready[s])
             u = t % DOSTAGES
             kit.mbarrier_wait(do_empty[u], t // DOSTAGES % 2 ^ 1)
-            kit.tma_load(do[u], DO, (bh * S + m0, 0), do_ready[u])
+            kit.tma_load(do[u], DO, (bh, m0, 0), do_ready[u])
             kit.tma_load(dlt_s[u], Delta2, (bh, m0), do_ready[u])
     else:
         kit.setmaxnreg(240)

@@ -34,7 +34,7 @@ from kitjit import launcher as _launcher
 
 # absolute: kitjit.compile_aot loads this file by its path
 from kitjit.nn._host import Rows, Site, int_facts, on_reset, workspace
-from kitjit.nn.attention import _rows, softmax, store_out
+from kitjit.nn.attention import _heads, _rows, softmax, store_out
 
 LOG2E = 1.4426950408889634
 MAX_SPLITS = 128          # the combine kernel holds all splits of a row in registers
@@ -47,7 +47,7 @@ FUSE_MAX = 8192
 
 
 @kit.jit
-def decode_block(q, k, v, ready, K, V, acc, m_i, l_i, qpos, j, start, end, kv0, n_kv,
+def decode_block(q, k, v, ready, K, V, acc, m_i, l_i, qpos, j, start, end, bkv, n_kv,
                  qk_scale, BM: kit.constexpr, BN: kit.constexpr, STAGES: kit.constexpr,
                  MASK: kit.constexpr, CAUSAL: kit.constexpr):
     """Block j of the chunk (keys start + j*BN ...): S = Q Kᵀ, online softmax (keys at or past
@@ -59,8 +59,8 @@ def decode_block(q, k, v, ready, K, V, acc, m_i, l_i, qpos, j, start, end, kv0, 
                                  CAUSAL)
     acc = kit.mma(p.to(V.dtype.element_ty), v[s], acc * alpha[:, None])
     if j + STAGES < n_kv:                          # both MMAs are done with stage s: refill
-        kit.tma_load(k[s], K, (kv0 + (j + STAGES) * BN, 0), ready[s])
-        kit.tma_load(v[s], V, (kv0 + (j + STAGES) * BN, 0), ready[s])
+        kit.tma_load(k[s], K, (bkv, start + (j + STAGES) * BN, 0), ready[s])
+        kit.tma_load(v[s], V, (bkv, start + (j + STAGES) * BN, 0), ready[s])
     return acc, m_i, l_i
 
 
@@ -69,7 +69,8 @@ def decode_kernel(Q, K, V, O, L, Out, Lse, Cnt, n_rows, R, SK, Sq, H, G, chunk, 
                   BM: kit.constexpr, BN: kit.constexpr, D: kit.constexpr,
                   CAUSAL: kit.constexpr, STAGES: kit.constexpr, SPLIT: kit.constexpr,
                   FUSED: kit.constexpr, NS: kit.constexpr, RB: kit.constexpr):
-    """Q: (B*H*Sq, D) rows, K and V: (B*H_kv*SK, D) rows. One program per (key chunk, tile of
+    """Q: (B*H*Sq, D) rows, K and V: (B*H_kv, SK, D), copied per K/V head (the last chunk's
+    tile past SK reads zeros, not the next head's keys). One program per (key chunk, tile of
     the R = G*Sq query rows of a group, batch * K/V head). SPLIT: O and L are fp32 partials
     (splits, B*H*Sq, D) and (splits, B*H*Sq), else the output and its LSE. FUSED (with
     SPLIT): the last program of a (row tile, K/V head) to finish, counted in Cnt (int32, one
@@ -96,22 +97,21 @@ def decode_kernel(Q, K, V, O, L, Out, Lse, Cnt, n_rows, R, SK, Sq, H, G, chunk, 
     v = kit.shared((STAGES, BN, D), V.dtype.element_ty)
     q_ready = kit.mbarriers(1)
     ready = kit.mbarriers(STAGES)
-    kv0 = bkv * SK + start
     kit.tma_load(q, Q, (g0 + r0, 0), q_ready[0])   # rows past the group: masked at the store
     for s in kit.static_range(STAGES):
         if s < n_kv:
-            kit.tma_load(k[s], K, (kv0 + s * BN, 0), ready[s])
-            kit.tma_load(v[s], V, (kv0 + s * BN, 0), ready[s])
+            kit.tma_load(k[s], K, (bkv, start + s * BN, 0), ready[s])
+            kit.tma_load(v[s], V, (bkv, start + s * BN, 0), ready[s])
     m_i = kit.full((BM,), -float("inf"), kit.float32)
     l_i = kit.zeros((BM,), kit.float32)
     acc = kit.zeros((BM, D), kit.float32)
     kit.mbarrier_wait(q_ready[0], 0)
     for j in range(n_full):
         acc, m_i, l_i = decode_block(q, k, v, ready, K, V, acc, m_i, l_i, qpos, j, start, end,
-                                     kv0, n_kv, qk_scale, BM, BN, STAGES, False, CAUSAL)
+                                     bkv, n_kv, qk_scale, BM, BN, STAGES, False, CAUSAL)
     for j in range(n_full, n_kv):
         acc, m_i, l_i = decode_block(q, k, v, ready, K, V, acc, m_i, l_i, qpos, j, start, end,
-                                     kv0, n_kv, qk_scale, BM, BN, STAGES, True, CAUSAL)
+                                     bkv, n_kv, qk_scale, BM, BN, STAGES, True, CAUSAL)
     if SPLIT:
         store_out(O + (split * n_rows + g0) * D, L + split * n_rows + g0, acc, m_i, l_i, rows,
                   0, R, D)
@@ -319,7 +319,7 @@ class Route:
         self.tdev = torch.device("cuda", device) if device >= 0 else torch.device("cpu")
         self.oshape, self.lshape = (B, H, S, D), (B, H, S)
         self.empty = B * H * S * D == 0
-        self.qrows, self.kvrows = B * H * S, B * Hkv * SK
+        self.qrows, self.kvheads, self.SK = B * H * S, B * Hkv, SK
         self.esize = torch.empty((), dtype=dtype).element_size()
         n_rows = args[0]
         self.n_rows = n_rows
@@ -375,8 +375,8 @@ class Route:
         if qr.ptr != qp or kr.ptr != kp or vr.ptr != vp:
             D, e = self.D, self.esize
             qr = qr if qr.ptr == qp else Rows(qp, self.qrows, D, e)
-            kr = kr if kr.ptr == kp else Rows(kp, self.kvrows, D, e)
-            vr = vr if vr.ptr == vp else Rows(vp, self.kvrows, D, e)
+            kr = kr if kr.ptr == kp else Rows(kp, self.SK, D, e, self.kvheads)
+            vr = vr if vr.ptr == vp else Rows(vp, self.SK, D, e, self.kvheads)
             self.rows = qr, kr, vr
         if self.splits == 1:
             split.fn(self.grid, qr, kr, vr, *self.pad, qp, kp, vp, op, lp, op, lp, lp,
@@ -402,7 +402,8 @@ class Route:
         launches the split and combine kernels there, as zeroed counters would need a memset
         node in the graph)."""
         D = self.D
-        q2, k2, v2 = (_rows(t, D) for t in (q, k, v))
+        q2 = _rows(q, D)
+        k2, v2 = (_heads(t, D) for t in (k, v))
         o = torch.empty(self.oshape, device=self.tdev, dtype=self.dtype)
         lse = torch.empty(self.lshape, device=self.tdev, dtype=torch.float32)
         if self.empty:

@@ -267,17 +267,26 @@ _TMA_BY_SIZE = {1: 0, 2: 1, 4: 2, 8: 4}  # UINT8/16/32/64: a copy is a copy (zer
 
 
 def encode_tiled(data_type: int, ptr: int, rows: int, cols: int, row_bytes: int,
-                 box_rows: int, box_cols: int, swizzle: int) -> tuple[Any, int]:
+                 box_rows: int, box_cols: int, swizzle: int,
+                 batch: tuple[int, int] | None = None) -> tuple[Any, int]:
     """cuTensorMapEncodeTiled for a 2-d row-major region (rows x cols elements, rows
     `row_bytes` apart) and a box of box_rows x box_cols: (the object that owns the 128-byte
-    CUtensorMap, its host address). Pure host work (no context, no GPU); kitjit.testing's
-    FakeDriver replaces it on machines without libcuda. Raises DriverError."""
+    CUtensorMap, its host address). `batch` = (count, bytes apart): `count` such regions,
+    a 3-d map whose box is one region deep (a box past `rows` reads zeros, not the next
+    region). Pure host work (no context, no GPU); kitjit.testing's FakeDriver replaces it
+    on machines without libcuda. Raises DriverError."""
     from cuda.bindings import driver as cu
 
     u64, u32 = cu.cuuint64_t, cu.cuuint32_t
+    dims, strides = [u64(cols), u64(rows)], [u64(row_bytes)]
+    box, estr = [u32(box_cols), u32(box_rows)], [u32(1), u32(1)]
+    if batch is not None:
+        dims.append(u64(batch[0]))
+        strides.append(u64(batch[1]))
+        box.append(u32(1))
+        estr.append(u32(1))
     err, tmap = cu.cuTensorMapEncodeTiled(
-        cu.CUtensorMapDataType(data_type), u32(2), ptr, [u64(cols), u64(rows)],
-        [u64(row_bytes)], [u32(box_cols), u32(box_rows)], [u32(1), u32(1)],
+        cu.CUtensorMapDataType(data_type), u32(len(dims)), ptr, dims, strides, box, estr,
         cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         cu.CUtensorMapSwizzle(_SWIZZLE[swizzle]),
         cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
@@ -288,7 +297,8 @@ def encode_tiled(data_type: int, ptr: int, rows: int, cols: int, row_bytes: int,
 
 
 def cached_map(key: tuple, data_type: int, ptr: int, rows: int, cols: int, row_bytes: int,
-               box_rows: int, box_cols: int, swizzle: int) -> int:
+               box_rows: int, box_cols: int, swizzle: int,
+               batch: tuple[int, int] | None = None) -> int:
     """The address of the CUtensorMap `encode_tiled` makes from these values, cached under
     `key`, which must determine every one of them (a cached map is then never stale: the
     same key encodes the same 128 bytes). When full the cache starts over but keeps the
@@ -297,8 +307,12 @@ def cached_map(key: tuple, data_type: int, ptr: int, rows: int, cols: int, row_b
     hit = _TMAP_CACHE.get(key)
     if hit is not None:
         return hit[1]
-    owner, addr = encode_tiled(data_type, ptr, rows, cols, row_bytes, box_rows, box_cols,
-                               swizzle)
+    if batch is None:  # (the 2-d call as before: kitjit.testing's fake records its values)
+        owner, addr = encode_tiled(data_type, ptr, rows, cols, row_bytes, box_rows, box_cols,
+                                   swizzle)
+    else:
+        owner, addr = encode_tiled(data_type, ptr, rows, cols, row_bytes, box_rows, box_cols,
+                                   swizzle, batch)
     if len(_TMAP_CACHE) >= _TMAP_MAX:
         global _TMAP_OLD
         _TMAP_OLD = dict(_TMAP_CACHE)
@@ -328,6 +342,32 @@ def tensor_map(t: Any, box_rows: int, box_cols: int, swizzle: int, dtype: str) -
     except DriverError as e:
         raise DriverError(f"{e} for shape {tuple(t.shape)} box [{box_rows}, {box_cols}]"
                           ) from None
+
+
+def tensor_map3(t: Any, box_rows: int, box_cols: int, swizzle: int, dtype: str) -> int:
+    """`tensor_map` for a 3-d tensor (batch, rows, cols) copied by boxes of one batch entry
+    (kit.tma_load's (batch, row, col) coordinates): the map's third dimension keeps each
+    entry's rows apart, so TMA reads zeros past an entry's last row (attention's K and V
+    tiles past a head's last key)."""
+    ptr = t.data_ptr()
+    key = (ptr, t.shape, t.stride(), box_rows, box_cols, swizzle, dtype)
+    hit = _TMAP_CACHE.get(key)
+    if hit is not None:
+        return hit[1]
+    e = t.element_size()
+    if t.dim() != 3 or t.stride(2) != 1 or ptr % 16 or (t.stride(1) * e) % 16 or \
+            (t.stride(0) * e) % 16:
+        raise ValueError(f"a tensor copied by TMA with (batch, row, col) coordinates must be "
+                         f"3-d, contiguous in its last dim, 16-byte aligned, with rows and "
+                         f"batch entries a multiple of 16 bytes apart; got shape "
+                         f"{tuple(t.shape)}, strides {tuple(t.stride())}, address {ptr:#x}")
+    try:
+        return cached_map(key, _DTYPES_TMA[dtype], ptr, t.shape[1], t.shape[2],
+                          t.stride(1) * e, box_rows, box_cols, swizzle,
+                          (t.shape[0], t.stride(0) * e))
+    except DriverError as err:
+        raise DriverError(f"{err} for shape {tuple(t.shape)} box [1, {box_rows}, "
+                          f"{box_cols}]") from None
 
 
 def descriptor_map(d: Any, box_rows: int, box_cols: int, swizzle: int, dtype: str) -> int:
