@@ -14,6 +14,7 @@ from typing import Any
 from kitjit.ir import libm
 from kitjit.ir import ops as O
 from kitjit.ir.core import Value
+from kitjit.ir.libm_typed import TYPED
 from kitjit.ir.registry import typing_rule
 from kitjit.ir.types import (
     DType,
@@ -32,6 +33,7 @@ from kitjit.language.extra.libdevice import SUPPORTED as LIBDEVICE
 
 from .base import describe, literal_range_error, promote, typed_number, weak_dtype
 from .call_rules import Call, call_rule
+from .libdevice_typed import typed_libdevice
 
 
 class ElementwiseOps:
@@ -417,6 +419,8 @@ def _libdevice(c: Call) -> Any:
     args = list(c["args"])
     what = f"libdevice.{name}"
     fn = LIBDEVICE[name]
+    if fn in TYPED:
+        return typed_libdevice(c.b, fn, args, what)
     nargs = libm.FNS[fn].nargs
     if len(args) != nargs:
         raise c.err(f"{what} takes {nargs} argument{'s' if nargs > 1 else ''}, got {len(args)}")

@@ -11,10 +11,13 @@ functions (glibc, < 1 ulp; libdevice's double versions are within 2 ulp).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
+
+from .libm_round import MODES, directed_arith, directed_sqrt
 
 
 def _torch64(name: str) -> Callable:
@@ -114,6 +117,57 @@ def _logb(x: np.ndarray) -> np.ndarray:
                                               np.where(np.isnan(x), np.nan, e)))
 
 
+def _sinpi(x):
+    """sin(pi x) with the argument reduced exactly (x mod 2, then onto [-1/2, 1/2])."""
+    r = np.fmod(x, 2.0)                       # exact, sign of x
+    r = np.where(r > 1, r - 2, np.where(r < -1, r + 2, r))
+    r = np.where(r > 0.5, 1 - r, np.where(r < -0.5, -1 - r, r))
+    return np.where(np.isinf(x), np.nan, np.sin(np.pi * r) + 0 * x)
+
+
+def _cospi(x):
+    r = np.abs(np.fmod(x, 2.0))
+    r = np.where(r > 1, 2 - r, r)             # cos(pi r), r in [0, 1]
+    out = np.where(r <= 0.25, np.cos(np.pi * r), _sinpi(0.5 - r))
+    return np.where(np.isinf(x), np.nan, out)
+
+
+def _per_element(f: Callable, special: Callable) -> Callable:
+    def one(v):
+        try:
+            return f(v)
+        except (ValueError, OverflowError):
+            return special(v)
+    vec = np.frompyfunc(one, 1, 1)
+    return lambda x: np.asarray(vec(np.asarray(x, np.float64))).astype(np.float64)
+
+
+def _gamma_special(v):  # math.gamma raised: a pole, overflow or -inf
+    if v == 0:
+        return math.copysign(math.inf, v)
+    if v > 0:
+        return math.inf
+    if v == -math.inf or v == math.floor(v):
+        return math.nan
+    return 0.0 if math.floor(v) % 2 == 0 else -0.0  # underflow far left
+
+
+def _remainder(x, y):
+    def one(a, b):
+        try:
+            return math.remainder(a, b)
+        except ValueError:  # x infinite or y zero
+            return math.nan
+    return np.frompyfunc(one, 2, 1)(x, y).astype(np.float64)
+
+
+def _norm(*xs):
+    r = xs[0] * 0.0
+    for x in xs:
+        r = np.hypot(r, x)
+    return r
+
+
 _F64: dict[str, Callable] = {
     "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "rint": np.rint,
     "nearbyint": np.rint, "fabs": np.abs, "round": _round,
@@ -138,6 +192,18 @@ _F64: dict[str, Callable] = {
     "saturatef": lambda x: np.where(np.isnan(x), 0.0, np.clip(x, 0.0, 1.0)),
     "rsqrt_rn": lambda x: 1.0 / np.sqrt(x),
     "fast_expf": np.exp, "fast_logf": np.log,
+    "fast_sinf": np.sin, "fast_cosf": np.cos, "fast_tanf": np.tan, "fast_log2f": np.log2,
+    "fast_log10f": np.log10, "fast_exp10f": lambda x: np.power(10.0, x),
+    "fast_powf": lambda x, y: np.exp2(y * np.log2(x)),  # ex2(y * lg2(x)): specials too
+    "remainder": _remainder, "scalbn": lambda x, n: np.ldexp(x, np.asarray(n, np.int32)),
+    "sinpi": _sinpi, "cospi": _cospi,
+    "norm3d": _norm, "norm4d": _norm,
+    "rnorm3d": lambda *xs: 1.0 / _norm(*xs), "rnorm4d": lambda *xs: 1.0 / _norm(*xs),
+    "erfcinv": lambda y: -_torch64("ndtri")(np.asarray(y) / 2) / math.sqrt(2.0),
+    "lgamma": _torch64("gammaln"),
+    "tgamma": _per_element(math.gamma, _gamma_special),
+    "j0": _torch64("bessel_j0"), "j1": _torch64("bessel_j1"),
+    "y0": _torch64("bessel_y0"), "y1": _torch64("bessel_y1"),
 }
 
 _PRED = {"isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite,
@@ -152,6 +218,13 @@ def math_fn(fn: str, f32: bool) -> Callable:
         return _fma(f32)
     if fn in ("div_rz", "div_rd", "div_ru"):
         return _directed_div(fn[-2:], f32)
+    op, _, mode = fn.rpartition("_")
+    if fn == "fma_rn":
+        return _fma(f32)
+    if mode in MODES and op in ("add", "sub", "mul", "rcp", "fma"):
+        return directed_arith(op, mode, f32)
+    if mode in MODES and op == "sqrt" and fn != "sqrt_rn":
+        return directed_sqrt(mode, f32)
     if fn == "fast_dividef":
         return _fast_dividef
     if fn == "nextafter":  # in the operands' own precision, not float64's
