@@ -64,14 +64,16 @@ RANGES = {"fast_log2f": (0.01, 100.0), "fast_log10f": (0.01, 100.0),
           "fast_powf": (0.05, 8.0), "fast_exp10f": (-8.0, 8.0), "fast_sinf": (-6.0, 6.0),
           "fast_cosf": (-6.0, 6.0), "fast_tanf": (-1.2, 1.2), "erfcinv": (0.001, 1.999),
           "lgamma": (-6.0, 30.0), "tgamma": (-6.0, 30.0), "y0": (0.01, 30.0),
-          "y1": (0.01, 30.0)}
+          "y1": (0.01, 30.0), "jn": (-30.0, 30.0), "yn": (0.01, 30.0),
+          "erfcx": (-12.0, 40.0), "normcdf": (-40.0, 10.0), "cyl_bessel_i0": (-100.0, 100.0),
+          "cyl_bessel_i1": (-100.0, 100.0)}
 FLOAT_FNS = sorted(n for n in ld.SUPPORTED if n not in TYPED and n in libm.FNS and n in (
     *(f"{op}_{m}" for op in ("add", "sub", "mul", "rcp", "fma") for m in ("rn", "rz", "rd",
                                                                            "ru")),
     "sqrt_rz", "sqrt_rd", "sqrt_ru", "fast_sinf", "fast_cosf", "fast_tanf", "fast_log2f",
     "fast_log10f", "fast_exp10f", "fast_powf", "remainder", "scalbn", "sinpi", "cospi",
     "norm3d", "rnorm3d", "norm4d", "rnorm4d", "erfcinv", "lgamma", "tgamma", "j0", "j1", "y0",
-    "y1"))
+    "y1", "jn", "yn", "erfcx", "normcdf", "cyl_bessel_i0", "cyl_bessel_i1"))
 
 
 def _ints(dt: str, g) -> np.ndarray:
@@ -118,6 +120,8 @@ def _inputs(fn: str, args: tuple[str, ...]) -> list[np.ndarray]:
             x = _ints(dt, g)
             if fn == "scalbn":
                 x = (x % 300 - 150).astype(NP[dt])
+            if fn in ("jn", "yn"):
+                x = (x % 12 - 1).astype(NP[dt])  # orders -1 (NaN, as CUDA) to 10
             out.append(np.roll(x, 5 * i))
     return out
 
@@ -229,7 +233,13 @@ def _mp(name: str):
             "y0": lambda x: mpmath.bessely(0, x), "y1": lambda x: mpmath.bessely(1, x),
             "tgamma": mpmath.gamma, "lgamma": lambda x: mpmath.re(mpmath.loggamma(x)),
             "sinpi": lambda x: mpmath.sinpi(x), "cospi": lambda x: mpmath.cospi(x),
-            "erfcinv": lambda y: mpmath.erfinv(1 - mpmath.mpf(y))}[name]
+            "erfcinv": lambda y: mpmath.erfinv(1 - mpmath.mpf(y)),
+            "erfcx": lambda x: mpmath.erfc(x) * mpmath.exp(x * x),
+            "normcdf": lambda x: mpmath.erfc(-x / mpmath.sqrt(2)) / 2,
+            "cyl_bessel_i0": lambda x: mpmath.besseli(0, x),
+            "cyl_bessel_i1": lambda x: mpmath.besseli(1, x),
+            "jn": lambda n, x: mpmath.besselj(n, x) if n >= 0 else mpmath.nan,
+            "yn": lambda n, x: mpmath.bessely(n, x) if n >= 0 else mpmath.nan}[name]
 
 
 _F64 = {
@@ -255,10 +265,11 @@ def _float_ref(fn: str, xs: list[np.ndarray]) -> np.ndarray:
     mpmath.mp.prec = 80
     f = _mp(fn)
     out = []
-    for v in xs[0].astype(np.float64):
+    orders = [int(n) for n in xs[0]] if len(xs) == 2 else [None] * len(xs[0])
+    for n, v in zip(orders, xs[-1].astype(np.float64)):
         try:
-            out.append(float(f(mpmath.mpf(float(v)))) if np.isfinite(v) and abs(v) < 1e6
-                       else np.nan)
+            a = (n, mpmath.mpf(float(v))) if n is not None else (mpmath.mpf(float(v)),)
+            out.append(float(f(*a)) if np.isfinite(v) and abs(v) < 1e6 else np.nan)
         except (ValueError, ZeroDivisionError, TypeError):
             out.append(np.nan)
     return np.array(out)

@@ -122,7 +122,7 @@ class ElementwiseLowering(LoweringBase):
             self.set(op.result, [self.b.call(callee, list(xs)) for xs in zip(*regs)])
             return
         spec = libm.FNS[fn]
-        t = llvm_type(op.operands[0].dtype)
+        t = llvm_type(next(v.dtype for i, v in enumerate(op.operands) if i not in spec.int_args))
         if spec.inline:
             f = lambda *xs: self.inline_math(fn, t, *xs)  # noqa: E731
         else:

@@ -323,4 +323,5 @@ def math(op: Op, ctx: _Ctx) -> Callable:
     fn = op.attrs["fn"]
     if fn in TYPED:
         return typed_fn(fn, tuple(v.dtype.name for v in op.operands), op.result.dtype.name)
-    return math_fn(fn, op.operands[0].dtype.bits == 32)
+    ft = next(v.dtype for v in op.operands if v.dtype.is_floating())  # (jn: int order first)
+    return math_fn(fn, ft.bits == 32)

@@ -99,6 +99,9 @@ FNS: dict[str, Fn] = {
     # Bessel functions: 9 ulp for |x| < 8, else an absolute 2.2e-6 (fp32; fp64 is tighter)
     "j0": Fn(ulp=9, abs=2.2e-6), "j1": Fn(ulp=9, abs=2.2e-6),
     "y0": Fn(ulp=9, abs=2.2e-6), "y1": Fn(ulp=9, abs=2.2e-6),
+    # order n first (an int32); CUDA bounds them for n = 128 only (absolute 2.2e-6, fp32)
+    "jn": Fn(2, int_args=(0,), ulp=16, abs=2.2e-6), "yn": Fn(2, int_args=(0,), ulp=16,
+                                                              abs=2.2e-6),
 }
 
 

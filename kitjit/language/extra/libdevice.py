@@ -35,8 +35,10 @@ SUPPORTED = {
     "copysign": "copysign", "div_rn": "div_rn", "div_rz": "div_rz", "div_rd": "div_rd",
     "div_ru": "div_ru", "fast_expf": "fast_expf", "fast_logf": "fast_logf",
     "fast_dividef": "fast_dividef",
-    # (erfcx, normcdf, cyl_bessel_i0/i1: their GPU results disagreed with the interpreter's
-    # float64 references on the H200, 2026-11-28: not offered until that is understood)
+    # erfcx, normcdf, cyl_bessel_i0/i1 were withdrawn after the H200 run of 2026-11-28: the
+    # interpreter's torch references were wrong (ndtr(-10) = 0, i0(inf) = NaN); now mpmath
+    "erfcx": "erfcx", "normcdf": "normcdf", "cyl_bessel_i0": "cyl_bessel_i0",
+    "cyl_bessel_i1": "cyl_bessel_i1",
     "erfinv": "erfinv", "normcdfinv": "normcdfinv", "rcbrt": "rcbrt",
     "logb": "logb", "fdim": "fdim", "rhypot": "rhypot", "saturatef": "saturatef",
     "rsqrt_rn": "rsqrt_rn", "nextafter": "nextafter",
@@ -50,10 +52,10 @@ SUPPORTED.update({n: n for n in (
     "sqrt_rz", "sqrt_rd", "sqrt_ru", "fast_sinf", "fast_cosf", "fast_tanf", "fast_log2f",
     "fast_log10f", "fast_exp10f", "fast_powf", "remainder", "scalbn", "sinpi", "cospi",
     "norm3d", "rnorm3d", "norm4d", "rnorm4d", "erfcinv", "lgamma", "tgamma", "j0", "j1", "y0",
-    "y1")})
+    "y1", "jn", "yn")})
 
-# The rest of Triton's libdevice (triton/language/extra/cuda/libdevice.py)
-TRITON_OTHERS = ("yn", "jn", "erfcx", "normcdf", "cyl_bessel_i0", "cyl_bessel_i1")
+# The rest of Triton's libdevice (triton/language/extra/cuda/libdevice.py): none left
+TRITON_OTHERS: tuple[str, ...] = ()
 
 _doc = __doc__
 for _name in SUPPORTED:
