@@ -11,7 +11,9 @@ the double version); fp16/bf16 and integer tiles compute in fp32 (Triton refuses
 fp16/bf16 results round back. Predicates (isnan, isinf, finitef, isfinited, signbit) return
 int32 0/1. libdevice.sqrt on fp32 is sqrt.approx.f32 (1 ulp; as in Triton, whose
 NVVMReflect also leaves __CUDA_PREC_SQRT at 0): sqrt_rn is the correctly rounded one.
-A Triton libdevice name kitjit lacks is a "not supported yet" CompileError.
+The integer, conversion and bit functions (clz, mulhi, float2int_rn, ull2double_ru, llrint,
+...) take Triton's overloads exactly (kitjit/ir/libm_typed.py) and are exact in the
+interpreter, as are the rounding-mode ones (add_rz, fma_ru, sqrt_rd, rcp_rn, ...).
 """
 
 from __future__ import annotations
