@@ -246,8 +246,9 @@ def _reduce_fn(c: Call) -> Any:
 def _bitwise(c: Call) -> Any:
     what = f"kit.{c.name}"
     xs, multi = c.b.combine_inputs(what, c["input"])
-    if multi or not xs[0].dtype.is_int() or xs[0].dtype.is_bool():
+    if multi or not xs[0].dtype.is_int() and not xs[0].dtype.is_bool():
         raise c.err(f"{what} needs an integer tile, got {_describe(c['input'])}")
+    # (a bool tile reduces in int1, as Triton's: xor_sum is the parity, reduce_or any)
     if c.name == "reduce_or" and c["axis"] is None:
         raise c.err("kit.reduce_or needs an axis (as Triton's)")
     region = _binary_region(c, what, "xor" if c.name == "xor_sum" else "or", xs[0].dtype)
