@@ -10,9 +10,9 @@ arithmetic wrongly). Here the same kernels run in kitjit's interpreter (and with
 the GPU) and must give the same dtype and values, or raise where Triton raises.
 
 Known differences, not in the table: arithmetic on two bool tiles (int1 in both; the values
-are Triton's GPU code's, tests/test_triton_semantics_matrix.py); a bool assigned to a name next to bf16 (Triton: fp32); operations Triton
-refuses that kitjit computes (`/` of ints of mixed signedness, `//` on floats, shifts of
-bools).
+are Triton's GPU code's, tests/test_triton_semantics_matrix.py); a bool assigned to a name
+next to bf16 (Triton: fp32); operations Triton refuses that kitjit computes (`/` of ints of
+mixed signedness, `//` on floats).
 """
 
 from __future__ import annotations
