@@ -253,3 +253,22 @@ def _bitwise(c: Call) -> Any:
         raise c.err("kit.reduce_or needs an axis (as Triton's)")
     region = _binary_region(c, what, "xor" if c.name == "xor_sum" else "or", xs[0].dtype)
     return c.b.reduce_combine(xs, c.const("axis"), region, bool(c.const("keep_dims")))[0]
+
+
+@call_rule("item", lambda input: None)
+def _item(c: Call) -> Any:
+    """Triton's x.item(): a single-element tile as a scalar, by reducing its axes with a
+    combine that returns the element unchanged (max of a float with itself, or of an
+    integer), so the dtype stays."""
+    x = c["input"]
+    if not isinstance(x, Value):
+        return x
+    if x.type.is_scalar:
+        return x
+    if x.type.is_shared or x.dtype.is_ptr():
+        raise c.err(f"x.item() needs a register tile of numbers, got {_describe(x)}")
+    if x.type.numel != 1:
+        raise c.err(f"x.item() needs a single-element tile, got {_describe(x)}",
+                    "as Triton's: 'can only unsplat single-element tensors'")
+    name = "maximum" if x.dtype.is_floating() else "or"
+    return c.b.reduce_combine([x], None, _binary_region(c, "x.item()", name, x.dtype))[0]
