@@ -486,3 +486,11 @@ def test_item_of_many_elements_is_an_error():
 def test_item_compiles_for_sm90a():
     ck = kit.compile_aot(__file__, "item_kernel", ["*fp32:16", "*fp32:16"], {})
     assert ck.metadata["spills"] == 0
+
+
+@pytest.mark.gpu
+def test_item_on_gpu():
+    for v, want in ((3.5, 13.5), (float("nan"), float("nan"))):
+        y = torch.full((4,), 7.0, device="cuda")
+        item_kernel[(1,)](torch.tensor([v], device="cuda"), y)
+        torch.testing.assert_close(y.cpu(), torch.full((4,), want), equal_nan=True)

@@ -168,6 +168,18 @@ def _norm(*xs):
     return r
 
 
+def _rnorm(*xs):
+    """1 / norm, scaled by the largest |x| so that it neither overflows nor underflows early
+    (rnorm3d of three DBL_MAX is a subnormal, not 1 / inf)."""
+    m = np.max([np.abs(np.asarray(x, np.float64)) for x in xs], axis=0)
+    with np.errstate(all="ignore"):
+        ok = np.isfinite(m) & (m > 0)
+        ms = np.where(ok, m, 1.0)
+        s = np.sqrt(np.sum([(np.asarray(x, np.float64) / ms) ** 2 for x in xs], axis=0))
+        r = (1.0 / s) / ms
+    return np.where(ok, r, 1.0 / _norm(*xs))
+
+
 def _mp(name: str) -> Callable:
     """A special function in mpmath at 80 bits (torch depends on sympy, which brings mpmath),
     rounded once to a double, elementwise: correctly rounded where the libdevice function
@@ -243,7 +255,7 @@ _F64: dict[str, Callable] = {
     "remainder": _remainder, "scalbn": lambda x, n: np.ldexp(x, np.asarray(n, np.int32)),
     "sinpi": _sinpi, "cospi": _cospi,
     "norm3d": _norm, "norm4d": _norm,
-    "rnorm3d": lambda *xs: 1.0 / _norm(*xs), "rnorm4d": lambda *xs: 1.0 / _norm(*xs),
+    "rnorm3d": _rnorm, "rnorm4d": _rnorm,
     "erfcinv": lambda y: -_torch64("ndtri")(np.asarray(y) / 2) / math.sqrt(2.0),
     "lgamma": _torch64("gammaln"),
     "tgamma": _per_element(math.gamma, _gamma_special),
