@@ -1,12 +1,15 @@
 """numpy semantics of the `math` op's functions (kitjit/ir/libm.py).
 
-fp32 operands are widened to float64, the function runs there (numpy, or torch's float64
-special functions where numpy has none: erf, erfc) and the result rounds once to fp32. For
+fp32 operands are widened to float64, the function runs there (numpy; torch's float64
+special functions where numpy has none: erf, erfc, erfinv, ndtri, lgamma, Bessel j0/j1/y0/y1;
+mpmath at 80 bits for erfcx, normcdf, cyl_bessel_i0/i1, jn, yn, where torch's float64
+versions lose accuracy or get infinities wrong) and the result rounds once to fp32. For
 the correctly rounded functions (sqrt_rn, div_rn, fma and the exact ones) that is the exact
 fp32 answer (53 >= 2*24+2 bits; fma rounds to odd first); for the rest it is within 1 ulp of
-the true value, and libdevice on the GPU is within its documented bound (libm.FNS[...].ulp)
-of it. NaN, infinities and signed zeros follow C99 in both. fp64 runs numpy's double
-functions (glibc, < 1 ulp; libdevice's double versions are within 2 ulp).
+the true value, and libdevice on the GPU is within its documented bound (libm.FNS[...].ulp,
+.abs) of it. The functions with a named rounding mode (add_rz, fma_ru, sqrt_rd, ...) are
+rounded exactly (libm_round.py). NaN, infinities and signed zeros follow C99 in both. fp64
+runs numpy's double functions (glibc, < 1 ulp; libdevice's double versions are within 2 ulp).
 """
 
 from __future__ import annotations

@@ -14,7 +14,9 @@ interpreter computes in float64 and rounds once to fp32, so it is correctly roun
 
 Known difference: on fp64, libdevice's hypot overflows to inf within a few ulp of the
 largest double (hypot(DBL_MAX, 1.0) is inf on the GPU), where the interpreter gives the true
-value, DBL_MAX.
+value, DBL_MAX (norm3d/norm4d may do the same: their GPU test leaves such inputs out).
+libdevice's functions with other operand or result types (clz, float2int_rn, ...) are in
+libm_typed.py.
 """
 
 from __future__ import annotations
