@@ -508,3 +508,36 @@ def test_gpu_matches_interpreter(fn, args, ret, monkeypatch):
     inf = np.isinf(want)
     assert np.array_equal(got[inf], want[inf]), what
     _close(got, want, ret, spec.ulp, spec.abs, what)
+
+
+@kit.jit
+def scalar_kernel(Y, Z, n):
+    p = kit.program_id(0) + n  # run-time scalars: 0-d in the interpreter
+    a = ld.clz(p) + ld.popc(p) + ld.brev(p) + ld.ffs(p) + ld.byte_perm(p, p, 0x3210) + \
+        ld.double2hiint(ld.hiloint2double(p, p))
+    f = ld.float2int_rd(p.to(kit.float32) * 0.5) + ld.llround(p.to(kit.float32)).to(kit.int32)
+    kit.store(Y, a + f)
+    x = p.to(kit.float32)
+    kit.store(Z, ld.add_rz(x, 0.1) + ld.jn(2, x) + ld.erfcx(x) + ld.erf(x) + ld.fma_rn(x, x, x))
+
+
+def _scalar_case(device: str) -> None:
+    y = torch.full((1,), -7, dtype=torch.int32, device=device)
+    z = torch.full((1,), float("nan"), device=device)
+    scalar_kernel[(1,)](y, z, 5)
+    assert y.item() == 29 + 2 - 0x60000000 + 1 + 5 + 5 + 2 + 5
+    import mpmath
+
+    want = float(np.float32(5.1)) + \
+        float(mpmath.besselj(2, 5)) + float(mpmath.exp(25) * mpmath.erfc(5)) + \
+        float(mpmath.erf(5)) + 30.0
+    assert abs(z.item() - want) < 2e-6, (z.item(), want)  # (5.1 rounds down to fp32: rz)
+
+
+def test_scalar_operands():
+    _scalar_case("cpu")
+
+
+@pytest.mark.gpu
+def test_scalar_operands_gpu():
+    _scalar_case("cuda")

@@ -322,6 +322,11 @@ def math(op: Op, ctx: _Ctx) -> Callable:
     libdevice's integer and conversion functions exactly (interpreter/libm_typed.py)."""
     fn = op.attrs["fn"]
     if fn in TYPED:
-        return typed_fn(fn, tuple(v.dtype.name for v in op.operands), op.result.dtype.name)
-    ft = next(v.dtype for v in op.operands if v.dtype.is_floating())  # (jn: int order first)
-    return math_fn(fn, ft.bits == 32)
+        f = typed_fn(fn, tuple(v.dtype.name for v in op.operands), op.result.dtype.name)
+    else:
+        ft = next(v.dtype for v in op.operands if v.dtype.is_floating())  # (jn: order first)
+        f = math_fn(fn, ft.bits == 32)
+
+    def shaped(*xs):  # scalars stay 0-d (torch and frompyfunc paths return 1-d or floats)
+        return np.asarray(f(*xs)).reshape(np.broadcast_shapes(*(np.shape(x) for x in xs)))
+    return shaped

@@ -56,7 +56,7 @@ def _fma_exact(x, y, z):
         if np.isinf(c) and np.isfinite(a) and np.isfinite(b):
             return c
         return a * b + c
-    return np.frompyfunc(one, 3, 1)(x, y, z).astype(np.float64)
+    return np.asarray(np.frompyfunc(one, 3, 1)(x, y, z)).astype(np.float64)
 
 
 def _fma(f32: bool) -> Callable:
@@ -98,7 +98,7 @@ def _directed_div(mode: str, f32: bool) -> Callable:
         elif mode == "ru" and fc < q:
             c = np.nextafter(c, ft(np.inf))
         return c
-    return lambda x, y: np.frompyfunc(one, 2, 1)(x, y).astype(ft)
+    return lambda x, y: np.asarray(np.frompyfunc(one, 2, 1)(x, y)).astype(ft)
 
 
 def _fast_dividef(x, y):
@@ -161,7 +161,7 @@ def _remainder(x, y):
             return math.remainder(a, b)
         except ValueError:  # x infinite or y zero
             return math.nan
-    return np.frompyfunc(one, 2, 1)(x, y).astype(np.float64)
+    return np.asarray(np.frompyfunc(one, 2, 1)(x, y)).astype(np.float64)
 
 
 def _norm(*xs):
@@ -224,7 +224,7 @@ def _mp(name: str) -> Callable:
         with mpmath.workprec(80):
             return float(f(*[int(a) for a in args[:-1]], mpmath.mpf(v)))
     nargs = 2 if name in ("jn", "yn") else 1
-    return lambda *xs: np.frompyfunc(one, nargs, 1)(*xs).astype(np.float64)
+    return lambda *xs: np.asarray(np.frompyfunc(one, nargs, 1)(*xs)).astype(np.float64)
 
 
 _F64: dict[str, Callable] = {
