@@ -347,7 +347,7 @@ def _check_case(fn, args, ret, xs, got) -> None:
         with np.errstate(all="ignore"):  # .ftz: subnormal inputs and results are zeros
             r = 1.0 / np.where(np.abs(x) < tiny, np.copysign(0.0, x), x)
         _close(got, np.where(np.abs(r) < tiny, 0.0, r), "fp64", 0, 0, what)
-        # (its GPU error bound, 2**-19 relative, is the GPU test's business)
+        # (its GPU error bound, 2**-18 relative, is the GPU test's business)
     elif fn in TYPED:
         want = [_int_ref(fn, args, ret, *(int(x[i]) for x in xs)) for i in range(N)]
         assert [int(v) for v in got] == want, what
@@ -488,7 +488,7 @@ def test_gpu_matches_interpreter(fn, args, ret, monkeypatch):
     if fn == "rcp64h":  # rcp.approx.ftz.f64
         fin = np.isfinite(want) & (want != 0)
         assert np.array_equal(np.isnan(got), np.isnan(want)), what
-        assert np.all(np.abs(got[fin] - want[fin]) <= 2.0 ** -19 * np.abs(want[fin])), what
+        assert np.all(np.abs(got[fin] - want[fin]) <= 2.0 ** -18 * np.abs(want[fin])), what
         return
     spec = libm.FNS.get(fn)
     if fn.startswith("fast_"):  # no bound outside the range (sin.approx of 1e30, ...)

@@ -3,7 +3,7 @@
 All but rcp64h are exact on the GPU, and these give the same bits: integer functions as
 their PTX instructions define them (clz, popc, brev, prmt, mul.hi, sad, ...), conversions
 rounded exactly in their mode (libm_round.py), saturating to the destination's range with
-NaN -> 0 as cvt does. rcp64h is rcp.approx.ftz.f64 (relative error < 2**-19 on the GPU;
+NaN -> 0 as cvt does. rcp64h is rcp.approx.ftz.f64 (relative error ~2**-19 on the GPU;
 here 1/x with its flush of subnormal inputs and results).
 """
 
