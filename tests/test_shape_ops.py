@@ -457,3 +457,40 @@ def test_relabeled_layouts_keep_each_threads_elements(parent, case):
                 want = pick(tuple(a ^ b for a, b in zip(c, td)))
                 have = (j, tuple(a ^ b for a, b in zip(sreg[i], ts)))
                 assert have == want, (lane, warp, c)
+
+
+@kit.jit
+def item_kernel(X, Y):
+    x = kit.load(X + kit.arange(0, 1))
+    b = (x > 0).reshape(1, 1).item()
+    kit.store(Y + kit.arange(0, 4), x.item() + kit.zeros([4], kit.float32) +
+              b.to(kit.float32) * 10)
+
+
+def test_item_is_the_one_element():
+    """Triton's x.item(): a single-element tile as a scalar of its dtype (NaN kept)."""
+    for v, want in ((3.5, 13.5), (-2.0, -2.0), (float("nan"), float("nan"))):
+        y = torch.full((4,), 7.0)
+        item_kernel[(1,)](torch.tensor([v]), y)
+        torch.testing.assert_close(y, torch.full((4,), want), equal_nan=True)
+
+
+def test_item_of_many_elements_is_an_error():
+    @kit.jit
+    def k(X, Y):
+        kit.store(Y, kit.load(X + kit.arange(0, 2)).item())
+    with pytest.raises(CompileError, match="single-element tile"):
+        k[(1,)](torch.zeros(2), torch.zeros(1))
+
+
+def test_item_compiles_for_sm90a():
+    ck = kit.compile_aot(__file__, "item_kernel", ["*fp32:16", "*fp32:16"], {})
+    assert ck.metadata["spills"] == 0
+
+
+@pytest.mark.gpu
+def test_item_on_gpu():
+    for v, want in ((3.5, 13.5), (float("nan"), float("nan"))):
+        y = torch.full((4,), 7.0, device="cuda")
+        item_kernel[(1,)](torch.tensor([v], device="cuda"), y)
+        torch.testing.assert_close(y.cpu(), torch.full((4,), want), equal_nan=True)

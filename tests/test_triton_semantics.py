@@ -9,10 +9,10 @@ compiler's semantic.py); bf16 rows keep only the dtype (Triton's interpreter com
 arithmetic wrongly). Here the same kernels run in kitjit's interpreter (and with -m gpu on
 the GPU) and must give the same dtype and values, or raise where Triton raises.
 
-Known differences, not in the table: arithmetic on two bool tiles (Triton keeps int1, kitjit
-computes in int32); a bool assigned to a name next to bf16 (Triton: fp32); operations Triton
-refuses that kitjit computes (`/` of ints of mixed signedness, `//` on floats, shifts of
-bools).
+Known differences, not in the table: arithmetic on two bool tiles (int1 in both; the values
+are Triton's GPU code's, tests/test_triton_semantics_matrix.py); a bool assigned to a name
+next to bf16 (Triton: fp32); operations Triton refuses that kitjit computes (`/` of ints of
+mixed signedness, `//` on floats).
 """
 
 from __future__ import annotations

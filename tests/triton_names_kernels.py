@@ -28,6 +28,12 @@ def item_kernel(x_ptr, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def missing_name_kernel(x_ptr, BLOCK: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, BLOCK))
+    tl.store(x_ptr + tl.arange(0, BLOCK), tl.bitonic_merge(x, 0, 1))
+
+
+@triton.jit
 def inline_asm_kernel(x_ptr, y_ptr, o_ptr, p_ptr, n, BLOCK: tl.constexpr):
     """o = max(x, y) + 1 (fp32, pack 1); p = the bytes of b shifted (u8 x 4 in one register)."""
     offs = tl.arange(0, BLOCK)

@@ -12,6 +12,7 @@ import llvmlite.ir as ir
 from kitjit.ir import libm
 from kitjit.ir import ops as O
 from kitjit.ir.core import Op
+from kitjit.ir.libm_typed import TYPED, signature
 from kitjit.ir.registry import lowering
 from kitjit.ir.types import DType
 from kitjit.ir.types import float32 as _F32
@@ -112,24 +113,34 @@ class ElementwiseLowering(LoweringBase):
         """A libm function (kitjit/ir/libm.py): one instruction where PTX has it, else a
         call of libdevice's `__nv_*` (linked by backend/compiler.py)."""
         fn = op.attrs["fn"]
-        spec = libm.FNS[fn]
-        t = llvm_type(op.operands[0].dtype)
         regs = [self.get(v) for v in op.operands]
+        if fn in TYPED:  # integer/conversion functions: the overload's libdevice symbol
+            sig = signature(fn, tuple(v.dtype.name for v in op.operands))
+            self._need_libdevice(fn, op)
+            callee = self.intr.get(sig.symbol, llvm_type(op.result.dtype),
+                                   [llvm_type(v.dtype) for v in op.operands])
+            self.set(op.result, [self.b.call(callee, list(xs)) for xs in zip(*regs)])
+            return
+        spec = libm.FNS[fn]
+        t = llvm_type(next(v.dtype for i, v in enumerate(op.operands) if i not in spec.int_args))
         if spec.inline:
             f = lambda *xs: self.inline_math(fn, t, *xs)  # noqa: E731
         else:
-            from ..libdevice import HINT, find_libdevice
-
-            if find_libdevice() is None:
-                from kitjit.frontend.errors import CompileError
-
-                raise CompileError(f"libdevice.10.bc, which has {fn}, was not found", op.loc,
-                                   HINT)
+            self._need_libdevice(fn, op)
             sym = libm.symbol(fn, t is F64)
             fnty = [I32 if i in spec.int_args else t for i in range(spec.nargs)]
             callee = self.intr.get(sym, t, fnty)
             f = lambda *xs: self.b.call(callee, list(xs))  # noqa: E731
         self.set(op.result, [f(*xs) for xs in zip(*regs)])
+
+    @staticmethod
+    def _need_libdevice(fn: str, op: Op) -> None:
+        from ..libdevice import HINT, find_libdevice
+
+        if find_libdevice() is None:
+            from kitjit.frontend.errors import CompileError
+
+            raise CompileError(f"libdevice.10.bc, which has {fn}, was not found", op.loc, HINT)
 
     def inline_math(self, fn: str, t, *xs):
         b = self.b

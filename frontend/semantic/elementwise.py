@@ -14,6 +14,7 @@ from typing import Any
 from kitjit.ir import libm
 from kitjit.ir import ops as O
 from kitjit.ir.core import Value
+from kitjit.ir.libm_typed import TYPED
 from kitjit.ir.registry import typing_rule
 from kitjit.ir.types import (
     DType,
@@ -32,6 +33,7 @@ from kitjit.language.extra.libdevice import SUPPORTED as LIBDEVICE
 
 from .base import describe, literal_range_error, promote, typed_number, weak_dtype
 from .call_rules import Call, call_rule
+from .libdevice_typed import typed_libdevice
 
 
 class ElementwiseOps:
@@ -158,11 +160,24 @@ class ElementwiseOps:
         if opname in ("and", "or", "xor", "shl", "shr") and dt.is_floating():
             raise self.error(f"bitwise '{_SYMBOL[opname]}' needs integer or bool operands, "
                              f"got {dt}", "convert with .to(kit.int32) first")
-        if opname in ("shl", "shr") and dt.is_bool():
-            raise self.error("shifts need integer operands, got bool")
-        if dt.is_bool() and opname in ("add", "sub", "mul", "floordiv", "mod", "div"):
-            a, b = self.cast(a, int32), self.cast(b, int32)
+        if dt.is_bool() and opname in _BOOL_ARITH:
+            return self._bool_arith(opname, a, b)
         return self.emit1(opname, [a, b], a.type)
+
+    def _bool_arith(self, opname: str, a: Value, b: Value) -> Value:
+        """Two int1 tiles stay int1, as Triton types them, with the values of Triton's GPU
+        code (LLVM's i1 arithmetic, one bit that wraps): + and - are xor, * is and. Where
+        that code is undefined (a // 0, a % 0, a shift by 1, past i1's width) kitjit gives
+        what Triton's interpreter gives where it gives a bool: a // b is a & b, a % b is 0
+        (a % 1 is 0), a >> b is a & ~b; a << b is a & ~b too (Triton's interpreter gives the
+        int 2 for 1 << 1, its GPU a poison value)."""
+        if opname in ("add", "sub"):
+            return self.emit1("xor", [a, b], a.type)
+        if opname in ("mul", "floordiv"):
+            return self.emit1("and", [a, b], a.type)
+        if opname == "mod":
+            return self.emit1("xor", [a, a], a.type)
+        return self.emit1("and", [a, self.emit1("not", [b], b.type)], a.type)  # shl, shr
 
     def _float_operands(self, a, b):
         def f(x, other):
@@ -334,6 +349,9 @@ class ElementwiseOps:
         return list(op.results)
 
 
+# int1 with int1: Triton keeps int1 (ElementwiseOps._bool_arith gives the values)
+_BOOL_ARITH = frozenset({"add", "sub", "mul", "floordiv", "mod", "shl", "shr"})
+
 # Triton's fp8 results (an fp8 type with itself); kitjit computes them in fp32
 _FP8_ARITH = frozenset({"add", "sub", "mul", "div", "mod", "floordiv", "minimum", "maximum"})
 
@@ -417,6 +435,8 @@ def _libdevice(c: Call) -> Any:
     args = list(c["args"])
     what = f"libdevice.{name}"
     fn = LIBDEVICE[name]
+    if fn in TYPED:
+        return typed_libdevice(c.b, fn, args, what)
     nargs = libm.FNS[fn].nargs
     if len(args) != nargs:
         raise c.err(f"{what} takes {nargs} argument{'s' if nargs > 1 else ''}, got {len(args)}")

@@ -246,9 +246,29 @@ def _reduce_fn(c: Call) -> Any:
 def _bitwise(c: Call) -> Any:
     what = f"kit.{c.name}"
     xs, multi = c.b.combine_inputs(what, c["input"])
-    if multi or not xs[0].dtype.is_int() or xs[0].dtype.is_bool():
+    if multi or not xs[0].dtype.is_int() and not xs[0].dtype.is_bool():
         raise c.err(f"{what} needs an integer tile, got {_describe(c['input'])}")
+    # (a bool tile reduces in int1, as Triton's: xor_sum is the parity, reduce_or any)
     if c.name == "reduce_or" and c["axis"] is None:
         raise c.err("kit.reduce_or needs an axis (as Triton's)")
     region = _binary_region(c, what, "xor" if c.name == "xor_sum" else "or", xs[0].dtype)
     return c.b.reduce_combine(xs, c.const("axis"), region, bool(c.const("keep_dims")))[0]
+
+
+@call_rule("item", lambda input: None)
+def _item(c: Call) -> Any:
+    """Triton's x.item(): a single-element tile as a scalar, by reducing its axes with a
+    combine that returns the element unchanged (max of a float with itself, or of an
+    integer), so the dtype stays."""
+    x = c["input"]
+    if not isinstance(x, Value):
+        return x
+    if x.type.is_scalar:
+        return x
+    if x.type.is_shared or x.dtype.is_ptr():
+        raise c.err(f"x.item() needs a register tile of numbers, got {_describe(x)}")
+    if x.type.numel != 1:
+        raise c.err(f"x.item() needs a single-element tile, got {_describe(x)}",
+                    "as Triton's: 'can only unsplat single-element tensors'")
+    name = "maximum" if x.dtype.is_floating() else "or"
+    return c.b.reduce_combine([x], None, _binary_region(c, "x.item()", name, x.dtype))[0]

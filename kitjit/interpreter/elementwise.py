@@ -10,11 +10,13 @@ import numpy as np
 
 from kitjit.ir import ops as O
 from kitjit.ir.core import Op
+from kitjit.ir.libm_typed import TYPED
 from kitjit.ir.registry import semantics
 from kitjit.ir.types import DType, bfloat16, float16, int16, uint16
 
 from .compiler import pure
 from .libm import math_fn
+from .libm_typed import typed_fn
 from .numeric import (
     _fixer,
     _int_bounds,
@@ -316,5 +318,15 @@ def umulhi(op: Op, ctx: _Ctx) -> Callable:
 @semantics("math")
 @pure
 def math(op: Op, ctx: _Ctx) -> Callable:
-    """libm functions (kitjit/ir/libm.py), in float64 rounded once: see interpreter/libm.py."""
-    return math_fn(op.attrs["fn"], op.operands[0].dtype.bits == 32)
+    """libm functions (kitjit/ir/libm.py), in float64 rounded once: see interpreter/libm.py;
+    libdevice's integer and conversion functions exactly (interpreter/libm_typed.py)."""
+    fn = op.attrs["fn"]
+    if fn in TYPED:
+        f = typed_fn(fn, tuple(v.dtype.name for v in op.operands), op.result.dtype.name)
+    else:
+        ft = next(v.dtype for v in op.operands if v.dtype.is_floating())  # (jn: order first)
+        f = math_fn(fn, ft.bits == 32)
+
+    def shaped(*xs):  # scalars stay 0-d (torch and frompyfunc paths return 1-d or floats)
+        return np.asarray(f(*xs)).reshape(np.broadcast_shapes(*(np.shape(x) for x in xs)))
+    return shaped

@@ -1,20 +1,26 @@
 """numpy semantics of the `math` op's functions (kitjit/ir/libm.py).
 
-fp32 operands are widened to float64, the function runs there (numpy, or torch's float64
-special functions where numpy has none: erf, erfc) and the result rounds once to fp32. For
+fp32 operands are widened to float64, the function runs there (numpy; torch's float64
+special functions where numpy has none: erf, erfc, erfinv, ndtri, lgamma, Bessel j0/j1/y0/y1;
+mpmath at 80 bits for erfcx, normcdf, cyl_bessel_i0/i1, jn, yn, where torch's float64
+versions lose accuracy or get infinities wrong) and the result rounds once to fp32. For
 the correctly rounded functions (sqrt_rn, div_rn, fma and the exact ones) that is the exact
 fp32 answer (53 >= 2*24+2 bits; fma rounds to odd first); for the rest it is within 1 ulp of
-the true value, and libdevice on the GPU is within its documented bound (libm.FNS[...].ulp)
-of it. NaN, infinities and signed zeros follow C99 in both. fp64 runs numpy's double
-functions (glibc, < 1 ulp; libdevice's double versions are within 2 ulp).
+the true value, and libdevice on the GPU is within its documented bound (libm.FNS[...].ulp,
+.abs) of it. The functions with a named rounding mode (add_rz, fma_ru, sqrt_rd, ...) are
+rounded exactly (libm_round.py). NaN, infinities and signed zeros follow C99 in both. fp64
+runs numpy's double functions (glibc, < 1 ulp; libdevice's double versions are within 2 ulp).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
+
+from .libm_round import MODES, directed_arith, directed_sqrt
 
 
 def _torch64(name: str) -> Callable:
@@ -50,7 +56,7 @@ def _fma_exact(x, y, z):
         if np.isinf(c) and np.isfinite(a) and np.isfinite(b):
             return c
         return a * b + c
-    return np.frompyfunc(one, 3, 1)(x, y, z).astype(np.float64)
+    return np.asarray(np.frompyfunc(one, 3, 1)(x, y, z)).astype(np.float64)
 
 
 def _fma(f32: bool) -> Callable:
@@ -92,7 +98,7 @@ def _directed_div(mode: str, f32: bool) -> Callable:
         elif mode == "ru" and fc < q:
             c = np.nextafter(c, ft(np.inf))
         return c
-    return lambda x, y: np.frompyfunc(one, 2, 1)(x, y).astype(ft)
+    return lambda x, y: np.asarray(np.frompyfunc(one, 2, 1)(x, y)).astype(ft)
 
 
 def _fast_dividef(x, y):
@@ -114,6 +120,113 @@ def _logb(x: np.ndarray) -> np.ndarray:
                                               np.where(np.isnan(x), np.nan, e)))
 
 
+def _sinpi(x):
+    """sin(pi x) with the argument reduced exactly (x mod 2, then onto [-1/2, 1/2])."""
+    r = np.fmod(x, 2.0)                       # exact, sign of x
+    r = np.where(r > 1, r - 2, np.where(r < -1, r + 2, r))
+    r = np.where(r > 0.5, 1 - r, np.where(r < -0.5, -1 - r, r))
+    return np.where(np.isinf(x), np.nan, np.sin(np.pi * r) + 0 * x)
+
+
+def _cospi(x):
+    r = np.abs(np.fmod(x, 2.0))
+    r = np.where(r > 1, 2 - r, r)             # cos(pi r), r in [0, 1]
+    out = np.where(r <= 0.25, np.cos(np.pi * r), _sinpi(0.5 - r))
+    return np.where(np.isinf(x), np.nan, out)
+
+
+def _per_element(f: Callable, special: Callable) -> Callable:
+    def one(v):
+        try:
+            return f(v)
+        except (ValueError, OverflowError):
+            return special(v)
+    vec = np.frompyfunc(one, 1, 1)
+    return lambda x: np.asarray(vec(np.asarray(x, np.float64))).astype(np.float64)
+
+
+def _gamma_special(v):  # math.gamma raised: a pole, overflow or -inf
+    if v == 0:
+        return math.copysign(math.inf, v)
+    if v > 0:
+        return math.inf
+    if v == -math.inf or v == math.floor(v):
+        return math.nan
+    return 0.0 if math.floor(v) % 2 == 0 else -0.0  # underflow far left
+
+
+def _remainder(x, y):
+    def one(a, b):
+        try:
+            return math.remainder(a, b)
+        except ValueError:  # x infinite or y zero
+            return math.nan
+    return np.asarray(np.frompyfunc(one, 2, 1)(x, y)).astype(np.float64)
+
+
+def _norm(*xs):
+    r = xs[0] * 0.0
+    for x in xs:
+        r = np.hypot(r, x)
+    return r
+
+
+def _rnorm(*xs):
+    """1 / norm, scaled by the largest |x| so that it neither overflows nor underflows early
+    (rnorm3d of three DBL_MAX is a subnormal, not 1 / inf)."""
+    m = np.max([np.abs(np.asarray(x, np.float64)) for x in xs], axis=0)
+    with np.errstate(all="ignore"):
+        ok = np.isfinite(m) & (m > 0)
+        ms = np.where(ok, m, 1.0)
+        s = np.sqrt(np.sum([(np.asarray(x, np.float64) / ms) ** 2 for x in xs], axis=0))
+        r = (1.0 / s) / ms
+    return np.where(ok, r, 1.0 / _norm(*xs))
+
+
+def _mp(name: str) -> Callable:
+    """A special function in mpmath at 80 bits (torch depends on sympy, which brings mpmath),
+    rounded once to a double, elementwise: correctly rounded where the libdevice function
+    is within a few ulp, with none of the float64 shortcuts' losses (torch.special.ndtr(-10)
+    is 0, not 7.6e-24; its i0/i1 of inf are NaN and its i0 overflows past 713). Slow (~0.1-2
+    ms an element): these are rare in kernels."""
+    import mpmath
+
+    def erfcx(v):
+        if v > 1e100:  # mpmath's erfc overflows there; the next term is 1/(2 v**2) smaller
+            return 1 / (v * mpmath.sqrt(mpmath.pi))
+        return mpmath.inf if v < -1e100 else mpmath.exp(v * v) * mpmath.erfc(v)
+
+    def normcdf(v):
+        return (0 if v < 0 else 1) if abs(v) > 1e100 else mpmath.ncdf(v)
+
+    def bessel(kind: str, n, v):
+        if n < 0 or kind == "y" and v < 0:
+            return mpmath.nan
+        if abs(v) > 1e100:  # |J_n|, |Y_n| < 1e-50 there
+            return 0
+        if kind == "y" and v == 0:
+            return -mpmath.inf
+        return (mpmath.besselj if kind == "j" else mpmath.bessely)(n, v)
+
+    def besseli(n, v):
+        if mpmath.isinf(v):
+            return mpmath.inf if n == 0 or v > 0 else -mpmath.inf
+        return mpmath.besseli(n, v)
+
+    f = {"erfcx": erfcx, "normcdf": normcdf,
+         "cyl_bessel_i0": lambda v: besseli(0, v), "cyl_bessel_i1": lambda v: besseli(1, v),
+         "jn": lambda n, v: bessel("j", n, v), "yn": lambda n, v: bessel("y", n, v)}[name]
+
+    def one(*args):
+        v = float(args[-1])
+        if v != v:
+            return math.nan
+        with mpmath.workprec(80):
+            return float(f(*[int(a) for a in args[:-1]], mpmath.mpf(v)))
+    nargs = 2 if name in ("jn", "yn") else 1
+    return lambda *xs: np.asarray(np.frompyfunc(one, nargs, 1)(*xs)).astype(np.float64)
+
+
 _F64: dict[str, Callable] = {
     "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "rint": np.rint,
     "nearbyint": np.rint, "fabs": np.abs, "round": _round,
@@ -128,9 +241,10 @@ _F64: dict[str, Callable] = {
     "atan": np.arctan, "atan2": np.arctan2, "sinh": np.sinh, "cosh": np.cosh,
     "tanh": np.tanh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
     "erf": _torch64("erf"), "erfc": _torch64("erfc"),
-    "erfinv": _torch64("erfinv"), "erfcx": _torch64("erfcx"), "normcdf": _torch64("ndtr"),
-    "normcdfinv": _torch64("ndtri"), "cyl_bessel_i0": _torch64("i0"),
-    "cyl_bessel_i1": _torch64("i1"), "rcbrt": lambda x: 1.0 / np.cbrt(x),
+    "erfinv": _torch64("erfinv"), "erfcx": _mp("erfcx"), "normcdf": _mp("normcdf"),
+    "normcdfinv": _torch64("ndtri"), "cyl_bessel_i0": _mp("cyl_bessel_i0"),
+    "cyl_bessel_i1": _mp("cyl_bessel_i1"), "jn": _mp("jn"), "yn": _mp("yn"),
+    "rcbrt": lambda x: 1.0 / np.cbrt(x),
     "logb": lambda x: _logb(np.asarray(x, np.float64)),
     "fdim": lambda x, y: np.where(np.isnan(x) | np.isnan(y), x + y,
                                   np.where(x > y, x - y, 0.0)),
@@ -138,6 +252,18 @@ _F64: dict[str, Callable] = {
     "saturatef": lambda x: np.where(np.isnan(x), 0.0, np.clip(x, 0.0, 1.0)),
     "rsqrt_rn": lambda x: 1.0 / np.sqrt(x),
     "fast_expf": np.exp, "fast_logf": np.log,
+    "fast_sinf": np.sin, "fast_cosf": np.cos, "fast_tanf": np.tan, "fast_log2f": np.log2,
+    "fast_log10f": np.log10, "fast_exp10f": lambda x: np.power(10.0, x),
+    "fast_powf": lambda x, y: np.exp2(y * np.log2(x)),  # ex2(y * lg2(x)): specials too
+    "remainder": _remainder, "scalbn": lambda x, n: np.ldexp(x, np.asarray(n, np.int32)),
+    "sinpi": _sinpi, "cospi": _cospi,
+    "norm3d": _norm, "norm4d": _norm,
+    "rnorm3d": _rnorm, "rnorm4d": _rnorm,
+    "erfcinv": lambda y: -_torch64("ndtri")(np.asarray(y) / 2) / math.sqrt(2.0),
+    "lgamma": _torch64("gammaln"),
+    "tgamma": _per_element(math.gamma, _gamma_special),
+    "j0": _torch64("bessel_j0"), "j1": _torch64("bessel_j1"),
+    "y0": _torch64("bessel_y0"), "y1": _torch64("bessel_y1"),
 }
 
 _PRED = {"isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite,
@@ -152,6 +278,13 @@ def math_fn(fn: str, f32: bool) -> Callable:
         return _fma(f32)
     if fn in ("div_rz", "div_rd", "div_ru"):
         return _directed_div(fn[-2:], f32)
+    op, _, mode = fn.rpartition("_")
+    if fn == "fma_rn":
+        return _fma(f32)
+    if mode in MODES and op in ("add", "sub", "mul", "rcp", "fma"):
+        return directed_arith(op, mode, f32)
+    if mode in MODES and op == "sqrt" and fn != "sqrt_rn":
+        return directed_sqrt(mode, f32)
     if fn == "fast_dividef":
         return _fast_dividef
     if fn == "nextafter":  # in the operands' own precision, not float64's

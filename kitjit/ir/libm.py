@@ -14,7 +14,9 @@ interpreter computes in float64 and rounds once to fp32, so it is correctly roun
 
 Known difference: on fp64, libdevice's hypot overflows to inf within a few ulp of the
 largest double (hypot(DBL_MAX, 1.0) is inf on the GPU), where the interpreter gives the true
-value, DBL_MAX.
+value, DBL_MAX (norm3d/norm4d may do the same: their GPU test leaves such inputs out).
+libdevice's functions with other operand or result types (clz, float2int_rn, ...) are in
+libm_typed.py.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ class Fn:
     int_args: tuple[int, ...] = ()  # operand positions that are int32
     pred: bool = False          # returns int32 0/1
     ulp: float = 0              # fp32 error bound on the GPU (0: correctly rounded/exact)
+    abs: float = 0              # an absolute error the GPU may have besides `ulp` (Bessel,
+                                # lgamma near its zeros, the fast_* approximations)
 
 
 FNS: dict[str, Fn] = {
@@ -73,6 +77,33 @@ FNS: dict[str, Fn] = {
     "fast_expf": Fn(f32="__nv_fast_expf", f64="", ulp=2),
     "fast_logf": Fn(f32="__nv_fast_logf", f64="", ulp=2),
     "fast_dividef": Fn(2, f32="__nv_fast_fdividef", f64="", ulp=2),
+    # sin.approx/cos.approx/lg2.approx/ex2.approx with a multiply or divide: absolute error
+    # ~2**-21 (sin, cos, log2 near 1), relative ~2 ulp + |x| * 2**-22 (exp10, pow)
+    "fast_sinf": Fn(f32="__nv_fast_sinf", f64="", ulp=2, abs=2.0 ** -20),
+    "fast_cosf": Fn(f32="__nv_fast_cosf", f64="", ulp=2, abs=2.0 ** -20),
+    "fast_tanf": Fn(f32="__nv_fast_tanf", f64="", ulp=4, abs=2.0 ** -17),  # (|x| < 1.2)
+    "fast_log2f": Fn(f32="__nv_fast_log2f", f64="", ulp=2, abs=2.0 ** -21),
+    "fast_log10f": Fn(f32="__nv_fast_log10f", f64="", ulp=2, abs=2.0 ** -21),
+    "fast_exp10f": Fn(f32="__nv_fast_exp10f", f64="", ulp=64),
+    "fast_powf": Fn(2, f32="__nv_fast_powf", f64="", ulp=64),
+    # IEEE operations in a named rounding mode: exact (the interpreter rounds exactly)
+    **{f"{op}_{m}": Fn(n, f32=f"__nv_{p}{op}{s}_{m}", f64=f"__nv_{d}{op}_{m}")
+       for op, n, p, d, s in (("add", 2, "f", "d", ""), ("sub", 2, "f", "d", ""),
+                              ("mul", 2, "f", "d", ""), ("rcp", 1, "f", "d", ""),
+                              ("fma", 3, "", "", "f"))
+       for m in ("rn", "rz", "rd", "ru")},
+    **{f"sqrt_{m}": Fn(f32=f"__nv_fsqrt_{m}", f64=f"__nv_dsqrt_{m}") for m in ("rz", "rd", "ru")},
+    "remainder": Fn(2), "scalbn": Fn(2, int_args=(1,)),
+    "sinpi": Fn(ulp=2), "cospi": Fn(ulp=2),
+    "norm3d": Fn(3, ulp=2), "rnorm3d": Fn(3, ulp=2), "norm4d": Fn(4, ulp=2),
+    "rnorm4d": Fn(4, ulp=2),
+    "erfcinv": Fn(ulp=6), "lgamma": Fn(ulp=6, abs=2.0 ** -20), "tgamma": Fn(ulp=10),
+    # Bessel functions: 9 ulp for |x| < 8, else an absolute 2.2e-6 (fp32; fp64 is tighter)
+    "j0": Fn(ulp=9, abs=2.2e-6), "j1": Fn(ulp=9, abs=2.2e-6),
+    "y0": Fn(ulp=9, abs=2.2e-6), "y1": Fn(ulp=9, abs=2.2e-6),
+    # order n first (an int32); CUDA bounds them for n = 128 only (absolute 2.2e-6, fp32)
+    "jn": Fn(2, int_args=(0,), ulp=16, abs=2.2e-6), "yn": Fn(2, int_args=(0,), ulp=16,
+                                                              abs=2.2e-6),
 }
 
 

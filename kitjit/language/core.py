@@ -104,3 +104,9 @@ from .triton_names import language_attr as _language_attr  # noqa: E402
 from .triton_names import module_getattr as _module_getattr  # noqa: E402
 
 __getattr__ = _module_getattr("kitjit.language.core", "triton.language.core", _language_attr)
+
+
+@builtin
+def item(input):
+    """The one element of a single-element tile as a scalar (Triton's `x.item()`); a
+    scalar is returned as it is."""
