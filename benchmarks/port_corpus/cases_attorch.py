@@ -5,9 +5,8 @@ compares outputs, input gradients and parameter gradients. Sizes ragged and smal
 from __future__ import annotations
 
 import torch
-from torch import nn
-
 from harness import check, close, rnd, source
+from torch import nn
 
 case = source("attorch", "attorch", skip_init=("attorch",))
 
