@@ -1,0 +1,38 @@
+"""The port corpus's harness (benchmarks/port_corpus) stays working: a handful of its cases
+(those marked `quick`), each a public package's Triton kernel run with only its imports
+swapped, checked against float64 torch. Sources not fetched into `.corpus/` skip (CI does not
+fetch: `python benchmarks/port_corpus/fetch.py` does)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks", "port_corpus"))
+
+import harness  # noqa: E402
+import run  # noqa: E402
+
+QUICK = run.select(None, None, quick=True)
+
+
+def _params(device):
+    return [pytest.param(c, device, id=f"{c.source}-{c.name}-{device}",
+                         marks=[pytest.mark.gpu] if device == "cuda" else [])
+            for c in QUICK]
+
+
+@pytest.mark.parametrize("case, device", _params("cpu") + _params("cuda"))
+def test_corpus_case(case, device):
+    if not harness.cache_present(case.source):
+        pytest.skip(f"{case.source} not fetched: python benchmarks/port_corpus/fetch.py "
+                    f"--only {case.source}")
+    r = run.run_case(case, device, tune_all=False)
+    assert r["status"] == "passed", r.get("traceback", r)
+
+
+def test_quick_cases_cover_every_source():
+    assert {c.source for c in QUICK} == set(harness.SOURCES)
