@@ -47,6 +47,8 @@ class Source:
     package: str
     skip_init: tuple[str, ...] = ()
     setup: Callable[[str], None] | None = None  # per-case patches after the swap is on
+    stubs: Callable[[], dict[str, types.ModuleType]] | None = None  # absent dependencies
+    env: dict[str, str] = field(default_factory=dict)  # the package's own switches
     cases: list[Case] = field(default_factory=list)
 
 
@@ -54,9 +56,11 @@ SOURCES: dict[str, Source] = {}
 
 
 def source(name: str, package: str, skip_init: tuple[str, ...] = (),
-           setup: Callable[[str], None] | None = None) -> Callable:
+           setup: Callable[[str], None] | None = None,
+           stubs: Callable[[], dict[str, types.ModuleType]] | None = None,
+           env: dict[str, str] | None = None) -> Callable:
     """Declares a source; returns its `case(name, quick=False)` decorator."""
-    src = SOURCES.setdefault(name, Source(name, package, skip_init, setup))
+    src = SOURCES.setdefault(name, Source(name, package, skip_init, setup, stubs, env or {}))
 
     def case(case_name: str, quick: bool = False) -> Callable:
         def deco(fn: Callable) -> Callable:
@@ -164,6 +168,14 @@ def _on_cpu(f: Callable) -> Callable:
     return factory
 
 
+class _FakeCudaDevice(contextlib.nullcontext):
+    """`torch.cuda.device(i)` on the CPU: a no-op context with the index it was given."""
+
+    def __init__(self, device: Any = 0) -> None:
+        super().__init__()
+        self.idx = getattr(device, "index", device) or 0
+
+
 @contextlib.contextmanager
 def cpu_as_h100():
     """CUDA-only host queries answered as an H100's; 'cuda' allocations made on the CPU."""
@@ -178,7 +190,7 @@ def cpu_as_h100():
         get_device_properties=lambda *a, **k: props,
         get_device_name=lambda *a, **k: props.name,
         current_device=lambda: 0, device_count=lambda: 1, set_device=lambda *a: None,
-        device=lambda *a, **k: contextlib.nullcontext(),
+        device=_FakeCudaDevice,
         synchronize=lambda *a, **k: None)
     facts = {n: _on_cpu(getattr(torch, n)) for n in _FACTORIES}
     to = torch.Tensor.to
@@ -193,6 +205,9 @@ def cpu_as_h100():
         st.enter_context(patched(torch.cuda, **cuda))
         st.enter_context(patched(torch, **facts))
         st.enter_context(patched(torch.Tensor, to=tensor_to, cuda=lambda self, *a, **k: self))
+        if not hasattr(torch._C, "_cuda_getCurrentRawStream"):  # CPU builds lack it
+            torch._C._cuda_getCurrentRawStream = lambda index: 0
+            st.callback(delattr, torch._C, "_cuda_getCurrentRawStream")
         yield
 
 
@@ -215,6 +230,35 @@ def counting_interpreter_launches(count: LaunchCount):
 
     with patched(interp, run=counted):
         yield
+
+
+@contextlib.contextmanager
+def stub_modules(mods: dict[str, types.ModuleType]):
+    """Modules a package imports but its kernels do not need, stood in for meanwhile."""
+    old = {n: sys.modules.get(n) for n in mods}
+    sys.modules.update(mods)
+    try:
+        yield
+    finally:
+        for n, m in old.items():
+            if m is None:
+                sys.modules.pop(n, None)
+            else:
+                sys.modules[n] = m
+
+
+@contextlib.contextmanager
+def env_vars(values: dict[str, str]):
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @contextlib.contextmanager
@@ -245,6 +289,9 @@ def environment(src: Source, device: str, tune_all: bool = False,
                 st.enter_context(counting_interpreter_launches(count or LaunchCount()))
             elif not tune_all:
                 st.enter_context(first_config_on_gpu())
+            st.enter_context(env_vars(src.env))
+            if src.stubs is not None:
+                st.enter_context(stub_modules(src.stubs()))
             st.enter_context(swapped(src.package, skip_init=src.skip_init))
             if src.setup is not None:
                 src.setup(device)
