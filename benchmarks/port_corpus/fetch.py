@@ -9,6 +9,9 @@ GitHub. `--update` pins each source to its mirror's HEAD instead and rewrites th
 
     python benchmarks/port_corpus/fetch.py [--only SOURCE] [--mirrors /work/.mirror] [--update]
 
+Also copies the pure-Python dependencies in DEPS into `.corpus/_deps/` (the harness puts it
+on sys.path), so `.corpus/` alone carries to a machine without network access.
+
 Nothing is fetched in CI: the corpus tests skip where `.corpus/` is absent.
 """
 
@@ -75,6 +78,24 @@ def fetch_source(name: str, entry: dict, mirrors: str, update: bool, tmp: str) -
     return {**entry, "commit": commit, "files": files, "bytes": total}
 
 
+# Pure-Python packages the corpus's sources import that a GPU machine may lack (it cannot
+# reach a registry): copied from this machine's installation into .corpus/_deps/.
+DEPS = ("einops", "packaging")
+
+
+def copy_deps() -> None:
+    import importlib
+
+    out = os.path.join(CACHE, "_deps")
+    for name in DEPS:
+        mod = importlib.import_module(name)
+        src = os.path.dirname(mod.__file__)
+        dest = os.path.join(out, name)
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        print(f"_deps      {name} {getattr(mod, '__version__', '?')} (from {src})")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", action="append", help="a source name (repeatable)")
@@ -95,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             if entry["commit"] != manifest[name]["commit"] and not args.update:
                 return 1
             manifest[name] = entry
+    copy_deps()
     if args.update:
         with open(MANIFEST, "w") as f:
             json.dump(manifest, f, indent=1)

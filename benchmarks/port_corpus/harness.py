@@ -280,7 +280,8 @@ def environment(src: Source, device: str, tune_all: bool = False,
     if not cache_present(src.name):
         raise FileNotFoundError(f"{path} absent: python benchmarks/port_corpus/fetch.py "
                                 f"--only {src.name}")
-    sys.path[:0] = [path, deps]
+    sys.path.insert(0, path)
+    sys.path.append(deps)  # only where the machine lacks them
     try:
         with contextlib.ExitStack() as st:
             st.enter_context(poisoned())
