@@ -377,3 +377,48 @@ def _solve_tril(imp, device):
 
     check(lambda a: m.solve_tril(a, output_dtype=torch.float32), ref, (a,),
           rtol=1e-3, atol=1e-3)
+
+
+def rwkv6_ref(r, k, v, w, u, h0, scale):
+    """float64 RWKV-6: o_t = scale r_t^T (h + diag(u) k_t v_t^T); h <- h exp(w_t) + k_t v_t^T
+    (w per key channel, log space; u per head and key)."""
+    h, outs = h0.clone(), []
+    for i in range(r.shape[1]):
+        kv = k[:, i][..., None] * v[:, i][..., None, :]
+        outs.append(torch.einsum("bhk,bhkv->bhv", r[:, i] * scale, h + u[None, ..., None] * kv))
+        h = h * w[:, i].exp()[..., None] + kv
+    return torch.stack(outs, 1), h
+
+
+def _rwkv6(fn, final_state_grad=True):
+    def run(imp, device):
+        f = getattr(imp("fla.ops.rwkv6"), fn)
+        r, k, v, _, h0 = inputs(device)
+        w = F.logsigmoid(rnd(B, T, H, K, device=device) + 2)
+        u = rnd(H, K, device=device, scale=0.5)
+        check(lambda *a: f(*a[:5], scale=0.25, initial_state=a[5], output_final_state=True),
+              lambda *a: rwkv6_ref(*a, 0.25), (r, k, v, w, u, h0),
+              grad_of=(0, 1, 2, 3, 4, 5), rtol=2e-3, atol=2e-3,
+              outputs=None if final_state_grad else (0,))
+    return run
+
+
+# fused_recurrent_rwkv6's backward takes no gradient of the final state (no dht argument)
+case("rwkv6_fused_recurrent")(_rwkv6("fused_recurrent_rwkv6", final_state_grad=False))
+case("rwkv6_chunk")(_rwkv6("chunk_rwkv6"))
+
+
+@case("rebased_parallel")
+def _rebased(imp, device):
+    f = imp("fla.ops.rebased").parallel_rebased
+    q, k = rnd(B, T, H, 16, device=device), rnd(B, T, H, 16, device=device)
+    v = rnd(B, T, H, V, device=device)
+
+    def ref(q, k, v):  # causal (scale q.k)^2 attention, unnormalized (normalized, the
+        # first rows' gradients are ill-conditioned: o / (s^2 + 1e-6) with s^2 near 0)
+        s = torch.einsum("bihd,bjhd->bhij", q * 0.25, k) ** 2
+        s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool, device=q.device).tril(), 0)
+        return torch.einsum("bhij,bjhd->bihd", s, v)
+
+    check(lambda q, k, v: f(q, k, v, use_scale=True, use_normalize=False), ref, (q, k, v),
+          grad_of=(0, 1, 2), rtol=2e-3, atol=2e-3)
