@@ -84,3 +84,28 @@ def _grpo_lsm(imp, device):
     from harness import close
 
     close(got, want, "log_p", 1e-4, 1e-4)
+
+
+@case("fused_moe")
+def _fused_moe(imp, device):
+    m = imp(f"{OPS}.fused_moe")
+    t, e, h, inter, k = 37, 4, 48, 40, 2
+    x = rnd(t, h, device=device)
+    gate_up = rnd(e, 2 * inter, h, device=device, scale=0.2)
+    down = rnd(e, h, inter, device=device, scale=0.2)
+    logits = torch.randn(t, e, device=device)
+    idx = torch.topk(logits, k, dim=-1).indices.to(torch.int32)
+    wts = torch.softmax(torch.gather(logits, 1, idx.long()), dim=-1)
+
+    def ref(x, gate_up, down, idx, wts):  # every token through its k experts, weighted
+        out = torch.zeros_like(x)
+        for j in range(k):
+            for ex in range(e):
+                sel = idx[:, j] == ex
+                g, u = (x[sel] @ gate_up[ex].T).chunk(2, -1)
+                y = (F.silu(g) * u) @ down[ex].T
+                out = out.index_add(0, sel.nonzero()[:, 0], y * wts[sel, j, None])
+        return out
+
+    check(m.LigerFusedMoEFunction.apply, ref, (x, gate_up, down, idx, wts),
+          grad_of=(0, 1, 2, 4), rtol=1e-3, atol=1e-3)
