@@ -120,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="where the results go")
     ap.add_argument("--tune", choices=("first", "all"), default="first")
     ap.add_argument("-v", action="store_true", help="print each failure's traceback")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="seconds: start no case after this (the rest reported as not run)")
     args = ap.parse_args(argv)
     if args.device == "cpu":
         os.environ["KITJIT_INTERPRET"] = "1"
@@ -128,22 +130,33 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"not fetched (skipped): {missing}: python benchmarks/port_corpus/fetch.py")
         cases = [c for c in cases if c.source not in missing]
+    path = args.json or os.path.join(CACHE, f"results-{args.device}.json")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     results, t0 = [], time.perf_counter()
+    skipped = []
     for c in cases:
+        if args.budget is not None and time.perf_counter() - t0 > args.budget:
+            skipped.append(f"{c.source}/{c.name}")
+            continue
         r = run_case(c, args.device, args.tune == "all")
         results.append(r)
+        write_json(path, args.device, results, skipped)  # after each case: a kill keeps them
         mark = "ok  " if r["status"] == "passed" else "FAIL"
         print(f"{mark} {r['seconds']:6.1f}s {c.source}/{c.name}"
               + ("" if r["status"] == "passed" else f": {r['reason']}"), flush=True)
         if args.v and r["status"] != "passed":
             print(r["traceback"])
+    write_json(path, args.device, results, skipped)
     print(f"\n{args.device}, {time.perf_counter() - t0:.0f} s")
     print(table(results))
-    path = args.json or os.path.join(CACHE, f"results-{args.device}.json")
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    if skipped:
+        print(f"not run (past --budget): {len(skipped)}: {' '.join(skipped)}")
+    return 0 if all(r["status"] == "passed" for r in results) and not skipped else 1
+
+
+def write_json(path: str, device: str, results: list[dict], skipped: list[str]) -> None:
     with open(path, "w") as f:
-        json.dump({"device": args.device, "results": results}, f, indent=1)
-    return 0 if all(r["status"] == "passed" for r in results) else 1
+        json.dump({"device": device, "results": results, "not_run": skipped}, f, indent=1)
 
 
 if __name__ == "__main__":
