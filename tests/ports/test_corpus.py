@@ -36,3 +36,19 @@ def test_corpus_case(case, device):
 
 def test_quick_cases_cover_every_source():
     assert {c.source for c in QUICK} == set(harness.SOURCES)
+
+
+def test_harness_poisons_and_counts(tmp_path, monkeypatch):
+    """Inside a case's environment torch.empty is NaN-filled and a CPU case that launches no
+    kitjit kernel fails (a package's torch fallback would otherwise pass unseen)."""
+    import torch
+
+    os.makedirs(tmp_path / "fake")
+    (tmp_path / "fake" / "COMMIT").write_text("none\n")
+    monkeypatch.setattr(harness, "CACHE", str(tmp_path))
+    src = harness.Source("fake", "fake_corpus_pkg")
+    monkeypatch.setitem(harness.SOURCES, "fake", src)
+    with harness.environment(src, "cpu"):
+        assert torch.empty(8).isnan().all()
+    r = run.run_case(harness.Case("fake", "no_kernel", lambda imp, device: None), "cpu", False)
+    assert r["status"] == "failed" and "no kernel ran" in r["reason"]
