@@ -68,7 +68,8 @@ def inputs(device, gate=None, delta=False):
 
 
 def _linear_family(fn_path, gate=None, delta=False, gate_kw=None, beta_kw="beta",
-                   state=True, kw=None, tol=2e-3, dtype=torch.float32, backward=True):
+                   state=True, kw=None, tol=2e-3, dtype=torch.float32, backward=True,
+                   qk_l2norm=False):
     """A case for `fla.ops.<mod>.<fn>(q, k, v, [gate], [beta], scale=, initial_state=,
     output_final_state=)` against `recurrence`, forward and backward (q, k, v, gates, h0)."""
     mod, fn = fn_path.rsplit(".", 1)
@@ -88,6 +89,8 @@ def _linear_family(fn_path, gate=None, delta=False, gate_kw=None, beta_kw="beta"
             return f(q, k, v, scale=scale, **named, **(kw or {}))
 
         def ref(q, k, v, *rest):
+            if qk_l2norm:  # the kernel normalizes q and k itself
+                q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
             gates = dict(zip([gate] if gate else [], rest))
             return recurrence(q, k, v, scale, gk=gates.get("gk"), g=gates.get("g"),
                               beta=rest[len(gates)] if delta else None,
@@ -422,3 +425,72 @@ def _rebased(imp, device):
 
     check(lambda q, k, v: f(q, k, v, use_scale=True, use_normalize=False), ref, (q, k, v),
           grad_of=(0, 1, 2), rtol=2e-3, atol=2e-3)
+
+
+@case("lightning_attn_chunk")
+def _lightning(imp, device):
+    f = imp("fla.ops.lightning_attn").chunk_lightning_attn
+    q, k, v, _, h0 = inputs(device)
+    gamma = -(8 / H * (1 - 1 / 4)) * torch.arange(H, dtype=torch.float64)  # layer 1 of 4
+
+    def ref(q, k, v, h0):
+        return recurrence(q, k, v, 0.2, g=gamma.to(q.device).expand(B, T, H), h0=h0)
+
+    check(lambda q, k, v, h0: f(q, k, v, 1, 4, scale=0.2, initial_state=h0,
+                                output_final_state=True),
+          ref, (q, k, v, h0), grad_of=(0, 1, 2, 3), rtol=2e-3, atol=2e-3)
+
+
+@case("attn_parallel_window")
+def _attn_window(imp, device):
+    f = imp("fla.ops.attn").parallel_attn
+    q, k, v = (rnd(B, T, H, K, device=device) for _ in range(3))
+    check(lambda q, k, v: f(q, k, v, scale=0.3, window_size=17),
+          lambda q, k, v: attn_ref(q, k, v, 0.3, window=17), (q, k, v), grad_of=(0, 1, 2),
+          rtol=2e-3, atol=2e-3)
+
+
+@case("gated_delta_product_chunk")
+def _gdp(imp, device):
+    f = imp("fla.ops.gated_delta_product").chunk_gated_delta_product
+    nh = 2  # Householder steps per token: k, v, beta are [B, T * nh, H, *]
+    q = rnd(B, T, H, K, device=device)
+    k = F.normalize(rnd(B, T * nh, H, K, device=device), dim=-1)
+    v, beta = rnd(B, T * nh, H, V, device=device), torch.rand(B, T * nh, H, device=device)
+    g = F.logsigmoid(rnd(B, T, H, device=device) + 2)
+    h0 = rnd(B, H, K, V, device=device)
+    # fla refuses float32 here ("does not support float32. Please use bfloat16")
+    q, k, v, g, beta = (x.to(torch.bfloat16) for x in (q, k, v, g, beta))
+
+    def ref(q, k, v, g, beta, h0):
+        h, outs = h0, []
+        for i in range(T):
+            h = h * g[:, i].exp()[..., None, None]
+            for j in range(i * nh, i * nh + nh):
+                u = (v[:, j] - torch.einsum("bhk,bhkv->bhv", k[:, j], h)) * beta[:, j][..., None]
+                h = h + k[:, j][..., None] * u[..., None, :]
+            outs.append(torch.einsum("bhk,bhkv->bhv", q[:, i] * 0.2, h))
+        return torch.stack(outs, 1), h
+
+    check(lambda q, k, v, g, beta, h0: f(q, k, v, g, beta, nh, scale=0.2, initial_state=h0,
+                                         output_final_state=True),
+          ref, (q, k, v, g, beta, h0), grad_of=(0, 2, 3, 4, 5), rtol=1e-1, atol=1e-1)
+
+
+case("gated_delta_rule_chunk_l2norm")(
+    _linear_family("gated_delta_rule.chunk_gated_delta_rule", "g", delta=True,
+                   kw={"use_qk_l2norm_in_kernel": True}, qk_l2norm=True))
+
+
+@case("simple_gla_chunk_g_gamma")
+def _simple_gla_gamma(imp, device):
+    f = imp("fla.ops.simple_gla").chunk_simple_gla
+    q, k, v, _, h0 = inputs(device)
+    gamma = -torch.rand(H, device=device) * 0.2 - 0.01  # a fixed log decay per head
+
+    def ref(q, k, v, h0):
+        return recurrence(q, k, v, 0.2, g=gamma.double().expand(B, T, H), h0=h0)
+
+    check(lambda q, k, v, h0: f(q, k, v, g_gamma=gamma, scale=0.2, initial_state=h0,
+                                output_final_state=True),
+          ref, (q, k, v, h0), grad_of=(0, 1, 2, 3), rtol=2e-3, atol=2e-3)
