@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from harness import check, close, rnd, source
+from corpus_harness import check, close, rnd, source
 
 case = source("applied_ai", "kernels")
 TRITON = "kernels.triton"

@@ -5,7 +5,7 @@ compares outputs, input gradients and parameter gradients. Sizes ragged and smal
 from __future__ import annotations
 
 import torch
-from harness import check, close, rnd, source
+from corpus_harness import check, close, rnd, source
 from torch import nn
 
 case = source("attorch", "attorch", skip_init=("attorch",))

@@ -14,7 +14,7 @@ import re
 
 import torch
 import torch.nn.functional as F
-from harness import CACHE, check, rnd, source
+from corpus_harness import CACHE, check, rnd, source
 
 
 def _setup(device: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from harness import check, rnd, source
+from corpus_harness import check, rnd, source
 
 case = source("kernl", "kernl", skip_init=("kernl", "kernl.implementations"))
 

@@ -11,7 +11,7 @@ import types
 
 import torch
 import torch.nn.functional as F
-from harness import check, rnd, source, swapped_import
+from corpus_harness import check, rnd, source, swapped_import
 
 
 def _setup(device: str) -> None:
@@ -81,7 +81,7 @@ def _grpo_lsm(imp, device):
     ids = torch.randint(0, 3001, (3, 11), device=device)
     got = m.fused_selective_log_softmax(logits, ids, temperature=0.9)
     want = (logits[:, :-1].double() / 0.9).log_softmax(-1).gather(-1, ids[..., None])[..., 0]
-    from harness import close
+    from corpus_harness import close
 
     close(got, want, "log_p", 1e-4, 1e-4)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from harness import check, rnd, source
+from corpus_harness import check, rnd, source
 
 case = source("mamba", "mamba_ssm", skip_init=("mamba_ssm", "mamba_ssm.ops"))
 TRITON = "mamba_ssm.ops.triton"
@@ -65,7 +65,7 @@ def _ssu(imp, device):
                                         Bm.double(), Cm.double(), D.double(), z.double(),
                                         dt_bias.double(), dt_softplus=True)
     got = m.selective_state_update(state, x, dt, A, Bm, Cm, D, z, dt_bias, dt_softplus=True)
-    from harness import close
+    from corpus_harness import close
 
     close(got, want, "output", 1e-4, 1e-4)
     close(state, ref_state, "state", 1e-4, 1e-4)

@@ -13,7 +13,7 @@ import types
 
 import torch
 import torch.nn.functional as F
-from harness import check, close, rnd, source
+from corpus_harness import check, close, rnd, source
 
 
 def _module(name: str, **attrs) -> types.ModuleType:

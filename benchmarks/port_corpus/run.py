@@ -22,8 +22,8 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import harness  # noqa: E402
-from harness import CACHE, ROOT, SOURCES  # noqa: E402
+import corpus_harness as harness  # noqa: E402
+from corpus_harness import CACHE, ROOT, SOURCES  # noqa: E402
 
 CASE_MODULES = ("cases_attorch", "cases_fla", "cases_unsloth", "cases_liger", "cases_kernl",
                 "cases_mamba", "cases_applied_ai")

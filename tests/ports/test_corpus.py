@@ -13,8 +13,14 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks", "port_corpus"))
 
-import harness  # noqa: E402
-import run  # noqa: E402
+import importlib.util  # noqa: E402
+
+import corpus_harness as harness  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location(  # run.py under a name no other test uses
+    "port_corpus_run", os.path.join(ROOT, "benchmarks", "port_corpus", "run.py"))
+run = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(run)
 
 QUICK = run.select(None, None, quick=True)
 
