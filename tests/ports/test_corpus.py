@@ -58,3 +58,13 @@ def test_harness_poisons_and_counts(tmp_path, monkeypatch):
         assert torch.empty(8).isnan().all()
     r = run.run_case(harness.Case("fake", "no_kernel", lambda imp, device: None), "cpu", False)
     assert r["status"] == "failed" and "no kernel ran" in r["reason"]
+
+
+def test_gpu_runs_take_the_first_config():
+    """The GPU harness's untimed tuning reaches the autotuner's module function (the name
+    `kitjit.autotune` is the decorator, not the module)."""
+    at = sys.modules["kitjit.autotune"]
+    before = at._gpu_target
+    with harness.first_config_on_gpu():
+        assert at._gpu_target([]) is None
+    assert at._gpu_target is before
