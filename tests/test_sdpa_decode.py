@@ -80,15 +80,17 @@ def test_decode_kernels(name, fused, poison):
 
 def test_plan_fuses_when_the_tile_fits():
     """One launch where the last program can hold all (split, row) partials of its tile
-    (FUSE_MAX): B8 (4 splits x 4 rows); not B1 (32 splits), where the combine kernel, one
-    program per row, merged faster on an H100."""
+    (FUSE_MAX): B8 (2 splits x 4 rows) and B1 (16 x 4); with more splits (asked for) the
+    combine kernel, one program per row, merged faster on an H100."""
     meta = AD._plan(8, 32, 8, 1, 4096, 128, False, None, None, None, 132)[3]
-    assert meta["SPLIT"] and meta["FUSED"] and (meta["NS"], meta["RB"]) == (4, 4)
+    assert meta["SPLIT"] and meta["FUSED"] and (meta["NS"], meta["RB"]) == (2, 4)
     meta = AD._plan(8, 32, 8, 1, 4096, 128, False, None, None, None, 132, False)[3]
     assert meta["SPLIT"] and not meta["FUSED"]
     meta = AD._plan(1, 32, 8, 1, 4096, 128, False, None, None, None, 132)[3]
+    assert meta["SPLIT"] and meta["FUSED"] and (meta["NS"], meta["RB"]) == (16, 4)
+    meta = AD._plan(1, 32, 8, 1, 4096, 128, False, 32, None, None, 132)[3]
     assert meta["SPLIT"] and not meta["FUSED"]
-    meta = AD._plan(1, 32, 8, 1, 4096, 128, False, None, None, None, 132, True)[3]
+    meta = AD._plan(1, 32, 8, 1, 4096, 128, False, 32, None, None, 132, True)[3]
     assert meta["FUSED"] and (meta["NS"], meta["RB"]) == (32, 4)     # asked for: fused
     # 16 query rows per head x G=4: 64 live rows, too many splits for one tile: the kernel
     meta = AD._plan(1, 32, 8, 16, 4096, 128, False, None, None, None, 132)[3]
@@ -207,8 +209,8 @@ def test_decode_errors():
 
 
 @pytest.mark.parametrize("programs,blocks,want", [
-    (8, 64, range(24, 34)),        # B=1, H_kv 8, 4096 keys: about a wave of 264 programs
-    (64, 512, range(4, 6)),        # B=8, 32768 keys
+    (8, 64, range(12, 17)),        # B=1, H_kv 8, 4096 keys: about a wave of 132 programs
+    (64, 512, range(2, 3)),        # B=8, 32768 keys
     (512, 512, range(1, 2)),       # B=64: already two waves, no split
     (8, 1, range(1, 2)),           # one block: nothing to split
     (1, 1000, range(100, 129)),    # one group: at most MAX_SPLITS

@@ -92,8 +92,15 @@ def _check_pair(x: str, y: str, device: str) -> list[str]:
     z = torch.full((4 * len(rows),), math.nan, dtype=torch.float64, device=device)
     _pair_kernel(x, y)[(1,)](values(x, "a").to(device), values(y, "b").to(device), z)
     got = z.cpu().view(-1, 4).tolist()
+    # an integer // or % by zero is undefined on the GPU (Triton's interpreter, which made
+    # the table, gives numpy's 0): not compared there
+    ints = not any(n.startswith(("fp", "bf", "f8")) for n in (x, y))
+    zero = [v == 0 for v in values(y, "b").tolist()]
     bad = []
     for (op, want), g in zip(rows, got):
+        if device != "cpu" and ints and op in ("fdiv", "mod") and "z" in want:
+            want = {"z": [None if zb else w for w, zb in zip(want["z"], zero)]}
+            g = [math.nan if zb else v for v, zb in zip(g, zero)]
         if "z" in want and not all(
                 (w is None and math.isnan(v)) or (w is not None and (
                     v == w or abs(v - w) <= 1e-6 * abs(w))) for v, w in zip(g, want["z"])):

@@ -179,10 +179,13 @@ def combine_kernel(Op, Lp, O, L, n_rows, n_splits, NS: kit.constexpr, D: kit.con
 @functools.lru_cache(maxsize=1024)
 def num_splits(n_programs: int, n_blocks: int, n_sms: int) -> int:
     """How many key chunks per (group tile, K/V head): `n_programs` programs without a split,
-    `n_blocks` key blocks each, `n_sms` SMs (two programs fit on one). Enough programs for
-    about one full wave, no more (each split costs a Q load, a partial store and the combine's
-    read), and the count whose last wave is fullest when several come close."""
-    slots = 2 * n_sms
+    `n_blocks` key blocks each, `n_sms` SMs. Enough programs for about one per SM, no more
+    (each split costs a Q load, a partial store and the combine's read), and the count whose
+    last wave is fullest when several come close. Two programs fit on an SM, but one per SM
+    streams as fast and halves the splits: on an H200 (2026-11-29, benchmarks/NOTES.md)
+    B1 Skv 4K/16K/32K went 37.1/31.6/40.4 -> 27.9/25.0/39.2 us and B8 38.0/135.4/263.5 ->
+    37.1/127.5/247.8 us against the earlier two-per-SM target (not re-measured on an H100)."""
+    slots = n_sms
     if n_programs >= slots or n_blocks <= 1:
         return 1
     best, best_eff = 1, 0.0
