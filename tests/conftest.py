@@ -99,6 +99,22 @@ def cache_dir(_kitjit_env):
     return _kitjit_env
 
 
+@pytest.fixture(scope="module")
+def memo_layout_check():
+    """kitjit.ir.layout_check.problems() checks the layout of every value of a kernel, thread
+    by thread; a kernel holds many values of few layouts (the 192-row attention kernels of
+    tests/test_three_consumers.py: 552 values, 8 layouts, ~7 s each), so modules that check
+    big kernels memoize `lin_problems`, a pure function of a frozen LinearLayout and the warp
+    count, for the module: every value is still checked, each distinct layout computed once."""
+    from kitjit.ir import layout_check
+
+    memo = functools.lru_cache(maxsize=None)(layout_check.lin_problems)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(layout_check, "lin_problems",
+                   lambda lin, warps=None: list(memo(lin, warps)))
+        yield
+
+
 _SHADOWED: list = []
 
 
