@@ -9,6 +9,8 @@
   machine, so the CPU suite means the same thing everywhere.
 - Without torch installed (`NO_TORCH`), test modules that import torch are not collected and
   a test that reaches an import of torch is reported as skipped ("needs torch").
+- Tests marked `slow` (long checks: the fuzzer's CI slice) run only with `--slow`; CI runs
+  them in a step of their own (`.ci/run`: `pytest --slow -m slow tests`).
 - Options: `--fuzz-minutes N` / `--fuzz-seed S` / `--fuzz-report DIR` (the long fuzz run,
   tests/test_fuzz_long.py); `--shadow` (gpu tests: every launch also runs in the
   interpreter and is compared, tests/fuzz/shadow.py).
@@ -34,6 +36,8 @@ def pytest_addoption(parser):
                      help="replay the fuzz batch of this seed (from a fuzz report; repeatable)")
     parser.addoption("--fuzz-report", default=None,
                      help="folder for the long fuzz run's report and shrunk kernels")
+    parser.addoption("--slow", action="store_true", default=False,
+                     help="also run the tests marked slow (CI: a step of their own)")
     parser.addoption("--shadow", action="store_true", default=False,
                      help="gpu tests: run every kernel launch also in the interpreter and "
                           "compare (the differential mode, tests/fuzz/shadow.py)")
@@ -55,6 +59,8 @@ def _gpu_available() -> bool:
 def pytest_configure(config):
     config.addinivalue_line("markers", "multigpu: needs two or more GPUs (skipped with fewer)")
     config.addinivalue_line("markers", "fuzz: long fuzzing runs (need --fuzz-minutes N)")
+    config.addinivalue_line("markers", "slow: long checks, run only with --slow (CI runs "
+                                       "them in a step of their own)")
 
 
 @functools.cache
@@ -67,6 +73,11 @@ def _gpu_count() -> int:
 
 
 def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--slow"):
+        skip_slow = pytest.mark.skip(reason="slow: runs with --slow (CI: .ci/run's slow step)")
+        for item in items:
+            if item.get_closest_marker("slow"):
+                item.add_marker(skip_slow)
     if any(item.get_closest_marker("gpu") for item in items) and not _gpu_available():
         skip = pytest.mark.skip(reason="needs an NVIDIA GPU usable by torch and kitjit "
                                        "(kitjit.testing.has_gpu() is False)")
@@ -97,6 +108,22 @@ def _kitjit_env(request, tmp_path, monkeypatch):
 def cache_dir(_kitjit_env):
     """The test's private KITJIT_CACHE_DIR (it may not exist yet)."""
     return _kitjit_env
+
+
+@pytest.fixture(scope="module")
+def memo_layout_check():
+    """kitjit.ir.layout_check.problems() checks the layout of every value of a kernel, thread
+    by thread; a kernel holds many values of few layouts (the 192-row attention kernels of
+    tests/test_three_consumers.py: 552 values, 8 layouts, ~7 s each), so modules that check
+    big kernels memoize `lin_problems`, a pure function of a frozen LinearLayout and the warp
+    count, for the module: every value is still checked, each distinct layout computed once."""
+    from kitjit.ir import layout_check
+
+    memo = functools.lru_cache(maxsize=None)(layout_check.lin_problems)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(layout_check, "lin_problems",
+                   lambda lin, warps=None: list(memo(lin, warps)))
+        yield
 
 
 _SHADOWED: list = []

@@ -485,6 +485,7 @@ class _Tty(io.StringIO):
 
 
 def test_progress_line_on_a_tty(fake_gpu, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "120")   # the line is cut to the terminal's width
     tty = _Tty()
     monkeypatch.setattr(sys, "stderr", tty)
     Autotuner(add_kernel, CONFIGS, key=["n"], do_bench=FakeBench({128: 0.3, 256: 0.1, 512: 0.2})

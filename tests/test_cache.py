@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import os
 import time
 import warnings
 
+import child_procs
 import pytest
 
 from kitjit import cache as cache_mod
@@ -438,11 +438,11 @@ def _put_same(root: str, barrier, results) -> None:
 
 
 def test_concurrent_put_same_key(tmp_path):
-    ctx = mp.get_context("spawn")
+    ctx = child_procs.Children()
     root = str(tmp_path / "shared")
     barrier = ctx.Barrier(8)
     results = ctx.Queue()
-    procs = [ctx.Process(target=_put_same, args=(root, barrier, results)) for _ in range(8)]
+    procs = [ctx.Process(_put_same, (root, barrier, results)) for _ in range(8)]
     oks = _run_all(procs, results, len(procs))
     assert oks == [True] * 8
     kc = KernelCache(root)
@@ -472,12 +472,12 @@ def _reader(root: str, barrier, results) -> None:
 
 
 def test_readers_never_see_half_an_entry(tmp_path):
-    ctx = mp.get_context("spawn")
+    ctx = child_procs.Children()
     root = str(tmp_path / "shared")
     barrier = ctx.Barrier(4)
     results = ctx.Queue()
-    procs = [ctx.Process(target=_writer, args=(root, s, barrier)) for s in (0, 1)]
-    procs += [ctx.Process(target=_reader, args=(root, barrier, results)) for _ in range(2)]
+    procs = [ctx.Process(_writer, (root, s, barrier)) for s in (0, 1)]
+    procs += [ctx.Process(_reader, (root, barrier, results)) for _ in range(2)]
     seen = _run_all(procs, results, 2)
     assert seen == [40, 40]
 

@@ -320,6 +320,7 @@ def test_dot3d_acc_stays_in_registers(arch, BB):
     assert not moved, moved
 
 
+@pytest.mark.usefixtures("memo_layout_check")
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 @pytest.mark.parametrize("kernel", ["bmm", "bmm_acc", "attention"])
 def test_dot3d_layouts_check(arch, kernel):

@@ -10,7 +10,6 @@ Compiles need no GPU: `JITFunction.compile` for sm_90a; the autotuner sees a fak
 from __future__ import annotations
 
 import importlib
-import multiprocessing as mp
 import os
 import pathlib
 import subprocess
@@ -19,6 +18,7 @@ import time
 import uuid
 import warnings
 
+import child_procs
 import pytest
 import torch
 
@@ -91,14 +91,14 @@ def _rank(root: str, work: str, barrier, results) -> None:
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
-    """Run N_PROCS spawned ranks once for the tests that read what they did."""
+    """Run N_PROCS ranks (tests/child_procs.py) once for the tests that read what they did."""
     tmp = tmp_path_factory.mktemp("ranks")
     root, work = tmp / "cache", tmp / "work"
     work.mkdir()
-    ctx = mp.get_context("spawn")
+    ctx = child_procs.Children()
     barrier = ctx.Barrier(N_PROCS)
     results = ctx.Queue()
-    procs = [ctx.Process(target=_rank, args=(str(root), str(work), barrier, results))
+    procs = [ctx.Process(_rank, (str(root), str(work), barrier, results))
              for _ in range(N_PROCS)]
     for p in procs:
         p.start()

@@ -48,6 +48,7 @@ def test_twelve_warp_layouts_hold_each_element_once():
     assert Mma(8, 1).to_linear((128, 128)).warp == ((16, 0), (32, 0), (64, 0))
 
 
+@pytest.mark.usefixtures("memo_layout_check")
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("turns", [True, False], ids=["turns", "overlap"])
 def test_attention_192_layouts(causal, turns):
