@@ -173,9 +173,11 @@ def _int_ref(fn: str, args: tuple[str, ...], ret: str, *vals: int) -> int:
     raise KeyError(fn)
 
 
-def _to_int_ref(x: float, mode: str, dst: str, ret: str) -> int:
-    if math.isnan(x):
-        return 0
+def _to_int_ref(x: float, mode: str, dst: str, ret: str, src: str = "fp32") -> int:
+    if math.isnan(x):   # the H200's answers (tests/test_libdevice_recorded.py)
+        if src == "fp32" and dst in ("i32", "u32"):
+            return 0
+        return _wrap(1 << (64 if dst in ("i64", "u64") else 32) - 1, ret)
     lo, hi = {"i32": (-(2 ** 31), 2 ** 31 - 1), "u32": (0, 2 ** 32 - 1),
               "i64": (-(2 ** 63), 2 ** 63 - 1), "u64": (0, 2 ** 64 - 1)}[dst]
     if math.isinf(x):
@@ -319,7 +321,7 @@ def _check_case(fn, args, ret, xs, got) -> None:
                     q = Fraction(float(x)) if src.startswith("fp") else Fraction(int(x))
                     assert _rounded_ok(r, q, mode, NP[dst]), (what, x, r)
         else:
-            want = [_to_int_ref(float(x), mode, dst, ret) for x in xs[0]]
+            want = [_to_int_ref(float(x), mode, dst, ret, src) for x in xs[0]]
             assert [int(v) for v in got] == want, what
     elif fn in ("llrint", "llround", "ilogb"):
         for x, r in zip(xs[0].astype(np.float64), got):
@@ -329,7 +331,7 @@ def _check_case(fn, args, ret, xs, got) -> None:
             elif fn == "llrint":
                 w = _to_int_ref(x, "rn", "i64", "i64")
             else:
-                w = 0 if np.isnan(x) else _to_int_ref(
+                w = _to_int_ref(
                     math.copysign(math.floor(abs(Fraction(x)) + Fraction(1, 2)), x)
                     if np.isfinite(x) else x, "rz", "i64", "i64")
             assert int(r) == w, (what, x, r, w)

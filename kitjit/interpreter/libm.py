@@ -59,6 +59,21 @@ def _fma_exact(x, y, z):
     return np.asarray(np.frompyfunc(one, 3, 1)(x, y, z)).astype(np.float64)
 
 
+def gpu_nan_sign(f: Callable, f32: bool) -> Callable:
+    """`f` with the sign a GPU gives a NaN it makes from non-NaN operands (inf * 0,
+    sqrt(-1), remainder(inf, y)): + in fp32, - in fp64 (H200, 2026-11-29). numpy's come
+    from x86, whose default NaN is negative; math.nan is positive."""
+    def g(*xs):
+        r = np.asarray(f(*xs))
+        made = np.isnan(r) & ~np.any([np.isnan(np.asarray(x, np.float64)) for x in xs],
+                                     axis=0)
+        if not np.any(made):
+            return r
+        nan = r.dtype.type(np.nan)
+        return np.where(made, nan if f32 else -nan, r).astype(r.dtype)
+    return g
+
+
 def _fma(f32: bool) -> Callable:
     if not f32:
         return _fma_exact
@@ -274,17 +289,17 @@ def math_fn(fn: str, f32: bool) -> Callable:
     """The numpy function of `fn` on fp32 (f32=True) or fp64 operands."""
     if fn in _PRED:
         return _pred(_PRED[fn])
-    if fn == "fma":
-        return _fma(f32)
+    if fn in ("fma", "fma_rn"):
+        return gpu_nan_sign(_fma(f32), f32)
+    if fn == "remainder":
+        return gpu_nan_sign(_remainder, f32)
     if fn in ("div_rz", "div_rd", "div_ru"):
         return _directed_div(fn[-2:], f32)
     op, _, mode = fn.rpartition("_")
-    if fn == "fma_rn":
-        return _fma(f32)
     if mode in MODES and op in ("add", "sub", "mul", "rcp", "fma"):
-        return directed_arith(op, mode, f32)
+        return gpu_nan_sign(directed_arith(op, mode, f32), f32)
     if mode in MODES and op == "sqrt" and fn != "sqrt_rn":
-        return directed_sqrt(mode, f32)
+        return gpu_nan_sign(directed_sqrt(mode, f32), f32)
     if fn == "fast_dividef":
         return _fast_dividef
     if fn == "nextafter":  # in the operands' own precision, not float64's

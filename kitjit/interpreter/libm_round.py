@@ -168,10 +168,13 @@ _NP = {"i32": np.int32, "u32": np.uint32, "i64": np.int64, "u64": np.uint64,
        "fp32": np.float32, "fp64": np.float64}
 
 
-def float_to_int(mode: str, dst: str, ret: str) -> Callable:
+def float_to_int(mode: str, dst: str, ret: str, src: str = "fp32") -> Callable:
     """cvt.{rni,rzi,rmi,rpi}.<dst>.f32/f64: round to an integer in `mode`, saturate to the
-    destination's range, NaN -> 0; the bits returned as Triton's result dtype `ret`."""
+    destination's range; the bits returned as Triton's result dtype `ret`. NaN: 0 from fp32
+    to 32 bits, else the destination's top bit alone (0x80000000, 0x8000000000000000,
+    unsigned too), as an H200 gives (2026-11-29)."""
     lo, hi = _INT_RANGE[dst]
+    top = not (src == "fp32" and dst in ("i32", "u32"))
     rnd = {"rn": np.rint, "rz": np.trunc, "rd": np.floor, "ru": np.ceil}[mode]
 
     def f(x):
@@ -183,6 +186,11 @@ def float_to_int(mode: str, dst: str, ret: str) -> Callable:
         out = np.where(ok, np.where(ok, t, 0).astype(out.dtype), out)
         out = np.where(t >= float(hi) + 1, out.dtype.type(hi), out)
         out = np.where(t < lo, out.dtype.type(lo) if lo else out.dtype.type(0), out)
+        if top:
+            w = 8 * _NP[dst]().itemsize
+            nan = np.array(2 ** (w - 1), np.uint64).astype(out.dtype) if dst == "u64" else \
+                np.array(-(2 ** (w - 1)) if dst[0] == "i" else 2 ** (w - 1)).astype(out.dtype)
+            out = np.where(np.isnan(x), nan, out)
         return out.astype(_NP[dst]).view(_NP[ret]) if _NP[dst]().itemsize == \
             _NP[ret]().itemsize else out.astype(_NP[ret])
     return f

@@ -121,7 +121,7 @@ def _llround(x):
     t = np.trunc(x)
     with np.errstate(invalid="ignore"):
         r = np.where(np.abs(x - t) >= 0.5, t + np.sign(x), t)
-    return float_to_int("rz", "i64", "i64")(r)
+    return float_to_int("rz", "i64", "i64", "fp64")(r)
 
 
 def _rcp64h(x):
@@ -141,7 +141,7 @@ def typed_fn(fn: str, args: tuple[str, ...], ret: str) -> Callable:
             if src == "fp64":
                 return double_to_float(mode)
             return int_to_float(mode, src, dst)
-        return float_to_int(mode, dst, ret)
+        return float_to_int(mode, dst, ret, src)
     w = 64 if args[0] in ("i64", "u64") else 32
     signed = args[0] in ("i32", "i64")
     if fn == "clz":
@@ -168,7 +168,7 @@ def typed_fn(fn: str, args: tuple[str, ...], ret: str) -> Callable:
     if fn in ("hadd", "rhadd"):
         return _halfadd(signed, fn == "rhadd")
     if fn == "llrint":
-        return float_to_int("rn", "i64", "i64")
+        return float_to_int("rn", "i64", "i64", args[0])
     if fn == "llround":
         return _llround
     if fn == "ilogb":

@@ -60,14 +60,11 @@ SUPPORTED.update({n: n for n in (
 # the interpreter disagreed on some inputs (NaN/inf/out-of-range conversions, rounding-mode
 # mul/fma/sqrt, the Bessel and gamma functions), so they say "not supported yet" until the
 # interpreter is shown to give the GPU's answer. Their lowering and interpreter code stay.
-WITHDRAWN = frozenset({
-    *(f"{a}2{b}_{m}" for a in ("double", "float") for b in ("ll", "ull")
-      for m in ("rn", "rz", "rd", "ru")),
-    *(f"double2{b}_{m}" for b in ("int", "uint") for m in ("rn", "rz", "rd", "ru")),
-    "llrint", "llround", *(f"{op}_{m}" for op in ("mul", "fma") for m in ("rn", "rz", "rd",
-                                                                         "ru")),
-    "sqrt_rz", "sqrt_rd", "sqrt_ru", "erfcinv", "erfcx", "tgamma", "remainder",
-    "j0", "j1", "y0", "y1", "jn", "yn"})
+# (The conversions, mul/fma/sqrt with a rounding mode and remainder disagreed only on NaN:
+# NaN to a 64-bit or from-double integer, and the sign of a NaN made from non-NaN operands;
+# the interpreter now gives the GPU's answers recorded then, tests/test_libdevice_recorded.py,
+# and they are back, not yet re-run on a GPU.)
+WITHDRAWN = frozenset({"erfcinv", "erfcx", "tgamma", "j0", "j1", "y0", "y1", "jn", "yn"})
 for _name in WITHDRAWN:
     SUPPORTED.pop(_name, None)
 
