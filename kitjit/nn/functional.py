@@ -239,6 +239,11 @@ def _torch_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enabl
         return call()
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    if attn_mask.dim() < 2 and key.dim() >= 2 and query.dim() >= 2 and \
+            (attn_mask.dim() == 0 or attn_mask.shape[-1] in (1, key.shape[-2])):
+        # torch's GPU kernels index a (Skv,) mask's dim -2 (IndexError, torch 2.11) where
+        # its CPU kernel broadcasts it, as documented: broadcast it to (Sq, Skv) here
+        attn_mask = attn_mask.expand(query.shape[-2], key.shape[-2])
     if attn_mask.dtype not in (torch.bool, query.dtype):
         backends = [SDPBackend.MATH]
     else:
