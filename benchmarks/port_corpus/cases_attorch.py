@@ -22,7 +22,8 @@ def layer_check(mine: nn.Module, ref: nn.Module, inputs: tuple, grad_inputs: tup
     the parameters named in `transposed` are stored transposed by attorch."""
     state = mine.state_dict()
     ref.load_state_dict({k: v.T if k in transposed else v for k, v in state.items()})
-    ref = ref.to(torch.float64)
+    dev = next(x.device for x in inputs if torch.is_tensor(x))
+    ref = ref.to(dev, torch.float64)   # (load_state_dict copies into ref's own device)
     xs = [x.detach().clone().requires_grad_(i in grad_inputs) if torch.is_tensor(x) else x
           for i, x in enumerate(inputs)]
     xr = [x.detach().to(torch.float64).requires_grad_(i in grad_inputs)
