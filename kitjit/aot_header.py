@@ -116,27 +116,32 @@ def launch_description(ck: Any, cubin_file: str | None = None) -> dict[str, Any]
         if dtype not in _TMA_DTYPES or t["swizzle"] not in _TMA_SWIZZLE:
             raise HeaderError(f"TMA descriptor of '{src}' has dtype {dtype} / swizzle "
                               f"{t['swizzle']}, which the header cannot encode yet")
-        if t.get("batched"):
-            raise HeaderError(f"TMA descriptor of '{src}' is 3-d (kit.tma_load with (batch, "
-                              "row, col)), which the header cannot encode yet")
+        batched = bool(t.get("batched"))
         rows, cols = t["box"]
+        e = _ELEM_BYTES[dtype]
         params.append({
             "name": f"{src}_desc", "c_name": _c_name(f"{src}_desc", used),
             "kind": "tma_descriptor", "c_type": "CUtensorMap", "size": 128, "align": 64,
             "by_value": True, "for_param": src, "dtype": dtype,
-            "box": [rows, cols], "swizzle": t["swizzle"],
+            "box": [rows, cols], "swizzle": t["swizzle"], "batched": batched,
             # the cuTensorMapEncodeTiled arguments kitjit's launcher uses for a 2-d
-            # row-major tensor of `rows x cols` elements, `row_stride` elements apart
-            "encode": {"data_type": _TMA_DTYPES[dtype], "rank": 2,
-                       "global_dim": ["cols", "rows"], "global_strides": ["row_stride * "
-                                                                          f"{_ELEM_BYTES[dtype]}"],
-                       "box_dim": [cols, rows], "element_strides": [1, 1],
+            # row-major tensor of `rows x cols` elements, `row_stride` elements apart; a
+            # batched one (kit.tma_load with (batch, row, col)) is `batch` such tensors,
+            # `batch_stride` elements apart, and its box one entry deep (rows past an
+            # entry's end read zeros)
+            "encode": {"data_type": _TMA_DTYPES[dtype], "rank": 3 if batched else 2,
+                       "global_dim": ["cols", "rows"] + (["batch"] if batched else []),
+                       "global_strides": [f"row_stride * {e}"] +
+                       ([f"batch_stride * {e}"] if batched else []),
+                       "box_dim": [cols, rows] + ([1] if batched else []),
+                       "element_strides": [1, 1] + ([1] if batched else []),
                        "interleave": "CU_TENSOR_MAP_INTERLEAVE_NONE",
                        "swizzle": _TMA_SWIZZLE[t["swizzle"]],
                        "l2_promotion": "CU_TENSOR_MAP_L2_PROMOTION_L2_256B",
                        "oob_fill": "CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE"},
             "requires": "tensor 16-byte aligned, contiguous rows, row stride a multiple of "
-                        "16 bytes"})
+                        "16 bytes" + (", batch stride a multiple of 16 bytes" if batched
+                                      else "")})
     try:  # a cache hit reads its stages lazily: ask, don't test `in`
         ptx = ck.asm["ptx"]
     except KeyError:
@@ -248,22 +253,34 @@ def c_header(desc: dict[str, Any], cubin: bytes, prefix: str | None = None) -> s
             continue
         e = p["encode"]
         esize = _ELEM_BYTES[p["dtype"]]
-        out += [f"/* The CUtensorMap of '{p['for_param']}': a row-major {p['dtype']} tensor of "
-                "rows x cols elements, rows row_stride elements apart",
-                " * (16-byte aligned base, row_stride * "
-                f"{esize} a multiple of 16). */",
+        n = e["rank"]
+        if n == 3:
+            what = ["batch tensors of rows x cols elements, rows row_stride and tensors "
+                    "batch_stride elements apart",
+                    f" * (16-byte aligned base, row_stride * {esize} and batch_stride * "
+                    f"{esize} multiples of 16; rows past a tensor's end read zeros). */"]
+            extra = ["    uint64_t batch, uint64_t rows, uint64_t cols, uint64_t row_stride,",
+                     "    uint64_t batch_stride) {"]
+        else:
+            what = ["rows x cols elements, rows row_stride elements apart",
+                    f" * (16-byte aligned base, row_stride * {esize} a multiple of 16). */"]
+            extra = ["    uint64_t rows, uint64_t cols, uint64_t row_stride) {"]
+        box = ", ".join(str(b) for b in e["box_dim"])
+        out += [f"/* The CUtensorMap of '{p['for_param']}': row-major {p['dtype']}, "
+                + what[0], what[1],
                 f"static inline CUresult {pre}_encode_{p['c_name']}(CUtensorMap *map, "
-                "CUdeviceptr base,",
-                "    uint64_t rows, uint64_t cols, uint64_t row_stride) {",
-                "  cuuint64_t dims[2];",
-                "  cuuint64_t strides[1];",
-                f"  cuuint32_t box[2] = {{{e['box_dim'][0]}, {e['box_dim'][1]}}};",
-                "  cuuint32_t elem[2] = {1, 1};",
+                "CUdeviceptr base,", *extra,
+                f"  cuuint64_t dims[{n}];",
+                f"  cuuint64_t strides[{n - 1}];",
+                f"  cuuint32_t box[{n}] = {{{box}}};",
+                f"  cuuint32_t elem[{n}] = {{{', '.join(['1'] * n)}}};",
                 "  dims[0] = cols;",
                 "  dims[1] = rows;",
-                f"  strides[0] = row_stride * {esize};",
-                f"  return cuTensorMapEncodeTiled(map, {e['data_type']}, 2, (void *)base, dims, "
-                "strides, box, elem,",
+                f"  strides[0] = row_stride * {esize};"]
+        if n == 3:
+            out += ["  dims[2] = batch;", f"  strides[1] = batch_stride * {esize};"]
+        out += [f"  return cuTensorMapEncodeTiled(map, {e['data_type']}, {n}, (void *)base, "
+                "dims, strides, box, elem,",
                 f"      {e['interleave']}, {e['swizzle']},",
                 f"      {e['l2_promotion']}, {e['oob_fill']});",
                 "}", ""]

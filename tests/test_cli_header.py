@@ -235,3 +235,22 @@ def test_bad_placements_are_one_line_errors(tmp_path, monkeypatch, capsys, extra
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "error" in err[0] and calls == []
     assert not list(tmp_path.glob("k.[hjc]*"))
+
+
+def test_batched_tma_descriptor_in_the_header(tmp_path):
+    """A 3-d copy (kit.tma_load with (batch, row, col), as kitjit.nn's attention uses): the
+    description and the header encode a rank-3 map whose box is one entry deep."""
+    import kitjit as kit
+
+    ck = kit.compile_aot("tests/test_tma3d.py", "box3_kernel",
+                         ["*bf16:16", "*bf16:16", "*fp32:16", "i32", "i32"],
+                         {"R": 64, "C": 64, "STORE": True}, 4, "sm_90a")
+    desc = launch_description(ck)
+    x, e = (p for p in desc["params"] if p["kind"] == "tma_descriptor")
+    assert x["batched"] and x["encode"]["rank"] == 3 and x["encode"]["box_dim"] == [64, 64, 1]
+    assert x["encode"]["global_dim"] == ["cols", "rows", "batch"]
+    assert not e["batched"] and e["encode"]["rank"] == 2
+    header = c_header(desc, b"\x7fELF")
+    assert "uint64_t batch_stride" in header and "dims[2] = batch;" in header
+    (tmp_path / "k.h").write_text(header)
+    _syntax_check(tmp_path / "k.h", tmp_path, "c")
