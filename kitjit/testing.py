@@ -4,6 +4,7 @@ and semantics, so benchmarks port by changing the import)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import statistics
@@ -18,6 +19,26 @@ __all__ = ["has_gpu", "device", "rel_error", "check", "bench", "do_bench",
 
 _RETURN_MODES = ("min", "max", "mean", "median", "all")
 _L2_FLUSH_BYTES = 256 * 1024 * 1024  # what Triton writes between runs: more than any L2
+
+
+@contextlib.contextmanager
+def poisoned_empty():
+    """While active, torch.empty* returns NaN-filled memory (the largest value for ints), so
+    a kernel that leaves part of its output unwritten fails its check instead of passing on
+    stale memory (torch's deterministic-algorithms fill)."""
+    import torch
+    import torch.utils.deterministic as det
+
+    was = torch.are_deterministic_algorithms_enabled()
+    was_warn = torch.is_deterministic_algorithms_warn_only_enabled()
+    was_fill = det.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    det.fill_uninitialized_memory = True
+    try:
+        yield
+    finally:
+        det.fill_uninitialized_memory = was_fill
+        torch.use_deterministic_algorithms(was, warn_only=was_warn)
 
 
 def has_gpu() -> bool:

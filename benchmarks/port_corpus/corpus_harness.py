@@ -118,21 +118,11 @@ def rnd(*shape: int, device: str, dtype: torch.dtype = torch.float32, scale: flo
 
 # ---- the environment ---------------------------------------------------------------------
 
-@contextlib.contextmanager
 def poisoned():
     """torch.empty* returns NaN-filled memory (the largest value for ints) meanwhile."""
-    import torch.utils.deterministic as det
+    from kitjit.testing import poisoned_empty
 
-    was = torch.are_deterministic_algorithms_enabled()
-    was_warn = torch.is_deterministic_algorithms_warn_only_enabled()
-    was_fill = det.fill_uninitialized_memory
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    det.fill_uninitialized_memory = True
-    try:
-        yield
-    finally:
-        det.fill_uninitialized_memory = was_fill
-        torch.use_deterministic_algorithms(was, warn_only=was_warn)
+    return poisoned_empty()
 
 
 @contextlib.contextmanager

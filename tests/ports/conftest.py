@@ -15,7 +15,6 @@ import sys
 import types
 
 import pytest
-import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 
@@ -38,18 +37,10 @@ def _require(package: str, install: str):
 @pytest.fixture
 def poisoned():
     """torch.empty* returns NaN-filled memory for the test's duration."""
-    import torch.utils.deterministic as det
+    from kitjit.testing import poisoned_empty
 
-    was = torch.are_deterministic_algorithms_enabled()
-    was_warn = torch.is_deterministic_algorithms_warn_only_enabled()
-    was_fill = det.fill_uninitialized_memory
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    det.fill_uninitialized_memory = True
-    try:
+    with poisoned_empty():
         yield
-    finally:
-        det.fill_uninitialized_memory = was_fill
-        torch.use_deterministic_algorithms(was, warn_only=was_warn)
 
 
 @pytest.fixture
