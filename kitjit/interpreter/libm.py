@@ -199,7 +199,7 @@ def _rnorm(*xs):
 
 
 def _mp(name: str) -> Callable:
-    """A special function in mpmath at 80 bits (torch depends on sympy, which brings mpmath),
+    """A special function in mpmath at 80 bits (a dependency of kitjit's),
     rounded once to a double, elementwise: correctly rounded where the libdevice function
     is within a few ulp, with none of the float64 shortcuts' losses (torch.special.ndtr(-10)
     is 0, not 7.6e-24; its i0/i1 of inf are NaN and its i0 overflows past 713). Slow (~0.1-2

