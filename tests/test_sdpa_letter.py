@@ -59,9 +59,16 @@ def same_as_torch(q, k, v, *args, **kw) -> torch.Tensor | None:
         # torch's GPU kernels refuse some masks its documented semantics (and its CPU
         # kernel) accept: a 1-d (Skv,) mask, an fp32 mask with bf16 inputs (H200, torch
         # 2.11); kitjit's fallback computes them (math kernel): held to torch's CPU answer
+        # held to torch's CPU answer; where its CPU fused kernel refuses too (a 1-d mask,
+        # torch 2.11 with bf16), to its math kernel, the documented semantics
         cpu = {n: (x.cpu() if isinstance(x, torch.Tensor) else x) for n, x in kw.items()}
         theirs, cerr = outcome(F.scaled_dot_product_attention, q.cpu(), k.cpu(), v.cpu(),
                                *args, **cpu)
+        if cerr is not None and kw["attn_mask"].dim() < 2:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            with sdpa_kernel([SDPBackend.MATH]):
+                theirs, cerr = outcome(F.scaled_dot_product_attention, q.cpu(), k.cpu(),
+                                       v.cpu(), *args, **cpu)
         if cerr is None:
             theirs, terr = theirs.to(q.device), None
     if terr is not None:

@@ -241,8 +241,9 @@ def _torch_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enabl
 
     if attn_mask.dim() < 2 and key.dim() >= 2 and query.dim() >= 2 and \
             (attn_mask.dim() == 0 or attn_mask.shape[-1] in (1, key.shape[-2])):
-        # torch's GPU kernels index a (Skv,) mask's dim -2 (IndexError, torch 2.11) where
-        # its CPU kernel broadcasts it, as documented: broadcast it to (Sq, Skv) here
+        # torch's fused kernels (GPU; CPU for fp32/bf16) index a (Skv,) mask's dim -2
+        # (IndexError, torch 2.11-2.13) where its math kernel broadcasts it, as documented:
+        # broadcast it to (Sq, Skv) here (the documented answer, not torch's error)
         attn_mask = attn_mask.expand(query.shape[-2], key.shape[-2])
     if attn_mask.dtype not in (torch.bool, query.dtype):
         backends = [SDPBackend.MATH]
