@@ -156,7 +156,7 @@ def _linear_gelu(imp, device):
     ref = nn.Sequential(nn.Linear(45, 70), nn.GELU())
     a_state = {"0." + k: v for k, v in a.state_dict().items()}
     ref.load_state_dict({k: v.T if k == "0.weight" else v for k, v in a_state.items()})
-    ref = ref.double()
+    ref = ref.double().to(device)
     x = rnd(3, 11, 45, device=device)
     close(a(x), ref(x.double()), "output", 1e-3, 1e-3)
 

@@ -5,7 +5,8 @@ token: what every chunked/parallel kernel must equal) or plain torch; fla's own 
 functions compute in float32, so they are not used as references. Layout [B, T, H, K];
 T ragged against the 64-token chunks. Harness: fla's `__init__` files of `fla`, `fla.ops`,
 `fla.modules`, `fla.layers`, `fla.models` are not run (they import transformers); the empty
-`fla` package gets the `__version__` its `__init__` defines (fla.utils imports it).
+`fla` package gets the `__version__` its `__init__` defines (fla.utils imports it); fla's
+guard against Triton 3.4-3.7.0's Hopper bug is lifted (see `_setup`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ def _setup(device: str) -> None:
     with open(os.path.join(CACHE, "fla", "fla", "__init__.py")) as f:
         version = re.search(r'__version__ = "([^"]+)"', f.read()).group(1)
     importlib.import_module("fla").__version__ = version
+    # fla refuses Triton 3.4-3.7.0 on Hopper for its gated chunk backward (a bug of Triton's
+    # compiler, fla #640); kitjit reports Triton 3.6's language but is not that compiler:
+    # the guard is lifted (kernel text unchanged) so the result is checked instead
+    for name in ("fla.utils._compat", "fla.utils"):
+        importlib.import_module(name).TRITON_ABOVE_3_7_1 = True
 
 
 case = source("fla", "fla", skip_init=("fla", "fla.ops", "fla.modules", "fla.layers",
