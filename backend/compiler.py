@@ -13,6 +13,8 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 
+from kitjit.frontend.errors import AssemblerError
+
 from . import libdevice
 
 logger = logging.getLogger("kitjit.compiler")
@@ -201,7 +203,8 @@ def _nvjitlink(ptx: str, arch: str, name: str) -> tuple[bytes, Resources]:
             n = nvjitlink.get_error_log_size(h)
             buf = bytearray(n)
             nvjitlink.get_error_log(h, buf)
-            raise RuntimeError(f"nvJitLink failed: {e}\n{buf.decode(errors='replace')}") from e
+            raise AssemblerError(f"nvJitLink failed: {e}\n{buf.decode(errors='replace')}") \
+                from e
         size = nvjitlink.get_linked_cubin_size(h)
         cubin = bytearray(size)
         nvjitlink.get_linked_cubin(h, cubin)
@@ -233,7 +236,7 @@ def _ptxas(ptx: str, arch: str, exe: str) -> tuple[bytes, Resources]:
         p = subprocess.run([exe, f"-arch={arch}", "-O3", "-v", src, "-o", out],
                            capture_output=True, text=True)
         if p.returncode:
-            raise RuntimeError(f"ptxas failed:\n{p.stderr}")
+            raise AssemblerError(f"ptxas failed:\n{p.stderr}")
         with open(out, "rb") as f:
             cubin = f.read()
     res = parse_ptxas_log(p.stderr + p.stdout)

@@ -7,7 +7,12 @@ import linecache
 from kitjit.ir.core import Loc
 
 
-class CompileError(Exception):
+class KitjitError(Exception):
+    """The base of the errors kitjit raises about a kernel (Triton's `triton.TritonError`):
+    `except triton.TritonError` around a launch catches the same family."""
+
+
+class CompileError(KitjitError):
     """A mistake in a kernel, reported at the user's own line before anything runs."""
 
     def __init__(self, message: str, loc: Loc | None = None, hint: str | None = None,
@@ -66,6 +71,15 @@ class OutOfResources(CompileError):
                  hint: str | None = None):
         self.required, self.limit, self.name = required, limit, name
         super().__init__(message, None, hint)
+
+class StaticAssertionError(CompileError):
+    """A `kit.static_assert` that failed (Triton's `CompileTimeAssertionFailure`)."""
+
+
+class AssemblerError(KitjitError, RuntimeError):
+    """ptxas or nvJitLink refused the PTX of a kernel (Triton's `PTXASError`): a kitjit bug
+    or a user's inline assembly. Names the kernel; the assembler's log is in the message."""
+
 
 class InternalCompilerError(RuntimeError):
     """A bug in kitjit, not in the kernel: names the kernel and the stage; the original

@@ -66,6 +66,7 @@ except ModuleNotFoundError as _e:  # kitjit imports (and compiles) without torch
 from .autotune import Autotuner, Config, Heuristics, autotune, heuristics  # noqa: E402
 from .constexpr_fn import constexpr_function, must_use_result  # noqa: E402
 from .frontend.errors import CompileError as CompilationError  # noqa: E402  (triton's name)
+from .frontend.errors import KitjitError as TritonError  # noqa: E402  (triton's name)
 from .jit import CompiledKernel, JITFunction, compile_aot, interpret_mode, jit  # noqa: E402
 from .language import *  # noqa: E402,F403
 from .language import __all__ as _lang_all  # noqa: E402
@@ -77,7 +78,7 @@ __all__ = ["jit", "JITFunction", "CompiledKernel", "compile_aot", "interpret_mod
            "autotune", "Autotuner", "Config", "heuristics", "Heuristics", "set_allocator",
            "runtime", "custom_op", "testing", "compiler", "knobs", "tools", "graph",
            "distributed", "__version__", "__kitjit_version__", "constexpr_function",
-           "must_use_result", "CompilationError",
+           "must_use_result", "CompilationError", "TritonError", "OutOfResources",
            *_lang_all]
 
 

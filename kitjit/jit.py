@@ -681,12 +681,14 @@ _MISSING = object()
 
 
 def _guard(kernel: str, stage: str, thunk):
-    from kitjit.frontend.errors import CompileError, InternalCompilerError
+    from kitjit.frontend.errors import AssemblerError, CompileError, InternalCompilerError
 
     try:
         return thunk()
     except CompileError as e:  # the message points at the user's line: no compiler frames
         raise e.with_traceback(None) from None
+    except AssemblerError as e:  # Triton's PTXASError: libraries catch it to drop a config
+        raise AssemblerError(f"{stage} kernel '{kernel}': {e}") from e
     except RecursionError as e:
         raise InternalCompilerError(kernel, stage, e) from e
     except Exception as e:

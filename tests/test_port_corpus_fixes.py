@@ -271,6 +271,39 @@ def test_out_of_resources_is_tritons_exception():
     assert e.value.required > 64 and e.value.name == "shared memory"
 
 
+@kit.jit
+def _static_fails(X, BLOCK: kit.constexpr):
+    kit.static_assert(BLOCK % 32 == 0, "BLOCK must be a multiple of 32")
+    kit.store(X + kit.arange(0, BLOCK), kit.zeros((BLOCK,), kit.float32))
+
+
+@kit.jit
+def _bad_asm(X, BLOCK: kit.constexpr):
+    i = kit.arange(0, BLOCK)
+    y = kit.inline_asm_elementwise("not.an.instruction $0, $1;", "=r,r", [i],
+                                   dtype=kit.int32, is_pure=True, pack=1)
+    kit.store(X + i, y)
+
+
+def test_tritons_error_classes():
+    """The exceptions libraries catch by Triton's names: TritonError the base of kitjit's
+    errors, static_assert's CompileTimeAssertionFailure, the assembler's PTXASError."""
+    import kitjit.compiler.errors as cerrors
+    import kitjit.runtime.autotuner as autotuner
+    import kitjit.runtime.errors as errors
+
+    assert kit.TritonError is errors.TritonError is cerrors.TritonError
+    assert issubclass(kit.CompilationError, kit.TritonError)
+    assert issubclass(kit.OutOfResources, kit.TritonError)
+    assert autotuner.OutOfResources is kit.OutOfResources
+    assert autotuner.PTXASError is errors.PTXASError
+    assert issubclass(errors.PTXASError, kit.TritonError)
+    with pytest.raises(cerrors.CompileTimeAssertionFailure, match="multiple of 32"):
+        _static_fails.compile([("*fp32", 16)], (48,), 4, "sm_90a")
+    with pytest.raises(errors.PTXASError, match="_bad_asm"):
+        _bad_asm.compile([("*i32", 16)], (32,), 4, "sm_90a")
+
+
 # ------------------------------------------------------------------ int8 dot, out_dtype
 @kit.jit
 def _mm_small(A, B, C, M, N, K, KIND: kit.constexpr, BM: kit.constexpr, BN: kit.constexpr,

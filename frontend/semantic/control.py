@@ -70,7 +70,10 @@ class ControlOps:
 def _static_assert(c: Call) -> Any:
     cond = c.const("cond")
     if not cond:
-        raise c.err(f"static assertion failed{': ' + str(c['msg']) if c['msg'] else ''}")
+        from kitjit.frontend.errors import StaticAssertionError
+
+        e = c.err(f"static assertion failed{': ' + str(c['msg']) if c['msg'] else ''}")
+        raise StaticAssertionError(e.message, e.loc, e.hint)
     return None
 
 

@@ -17,8 +17,11 @@ from typing import Any
 
 from kitjit.autotune import Autotuner as _Base
 from kitjit.autotune import Config, Heuristics, autotune, heuristics
+from kitjit.frontend.errors import AssemblerError as PTXASError
+from kitjit.frontend.errors import OutOfResources
 
-__all__ = ["Autotuner", "Config", "Heuristics", "autotune", "heuristics"]
+__all__ = ["Autotuner", "Config", "Heuristics", "OutOfResources", "PTXASError", "autotune",
+           "heuristics"]
 
 
 class Autotuner(_Base):

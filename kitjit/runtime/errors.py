@@ -1,11 +1,13 @@
 """Triton's module path `triton.runtime.errors`: the exceptions libraries catch around
 launches (`except triton.runtime.errors.OutOfResources:` to retry with smaller tiles)."""
 
-from kitjit.frontend.errors import CompileError, OutOfResources
+from kitjit.frontend.errors import AssemblerError, CompileError, KitjitError, OutOfResources
 
 CompilationError = CompileError  # Triton's name for a kernel that does not compile
+TritonError = KitjitError        # the base of them all
+PTXASError = AssemblerError      # the assembler refused a kernel's PTX
 
-__all__ = ["CompilationError", "OutOfResources"]
+__all__ = ["CompilationError", "OutOfResources", "PTXASError", "TritonError"]
 
 
 from kitjit.language.triton_names import module_getattr  # noqa: E402
