@@ -92,7 +92,7 @@ class Config:
                              "supported yet; kitjit launches one CTA per program (clusters: "
                              "Config(..., cluster=(x, y, z)))")
         if cluster is not None:
-            from .jit import check_cluster
+            from .launch_options import check_cluster
 
             check_cluster("Config", cluster)
         if maxnreg is not None and (not isinstance(maxnreg, int) or isinstance(maxnreg, bool)

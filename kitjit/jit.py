@@ -14,7 +14,6 @@ interpreter instead.
 from __future__ import annotations
 
 import ast
-import collections
 import dataclasses
 import functools
 import hashlib
@@ -28,6 +27,7 @@ from typing import Any
 
 from . import __kitjit_version__
 from . import launcher as _launcher
+from .compiled_kernel import CompiledKernel, _LazyAsm
 from .ir.types import TileType, dtype_from_name
 from .jit_meta import (  # noqa: F401  (_kind: kitjit.testing reads it here)
     _assemble,
@@ -39,6 +39,7 @@ from .jit_meta import (  # noqa: F401  (_kind: kitjit.testing reads it here)
     _tma_meta,
 )
 from .jit_triton_attrs import KernelParam, TritonJITAttrs
+from .launch_options import _check_arch_option, _check_options, _check_runs_on, cluster_entry
 from .launcher import (
     MISSING_ARG,
     _arg_spec,
@@ -47,7 +48,6 @@ from .launcher import (
     _grid3,
     _make_launch_record,
     _make_runner,
-    flat_kinds,
     slow_record,
 )
 
@@ -73,115 +73,6 @@ def interpret_mode() -> bool:
         logger.warning("kitjit: %s; running kernels in the CPU interpreter "
                        "(KITJIT_INTERPRET=1 silences this)", driver.unavailable_reason())
     return True
-
-
-class _Metadata(dict):
-    """A kernel's metadata: a dict whose keys also read as attributes (Triton's
-    `kernel.metadata.shared`)."""
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-
-class CompiledKernel:
-    """One specialization: every stage (`asm['tir' | 'llir' | 'ptx' | 'cubin']`), its
-    metadata, its loaded function per device, and its parameter block per thread.
-    `kernel.warmup(...)` returns one: `ck[grid](*args)` launches it (Triton's form, every
-    argument by position, constexprs included)."""
-
-    def __init__(self, name: str, asm: dict[str, Any], metadata: dict[str, Any]):
-        self.name = name
-        self.asm = asm
-        self.metadata = _Metadata(metadata)
-        self._warm: tuple | None = None  # (JITFunction, launch options) from warmup
-        self.num_warps = metadata["num_warps"]
-        self.threads = 32 * self.num_warps
-        self.shared = metadata.get("shared", 0)
-        self.arg_kinds: list[str] = metadata["arg_kinds"]  # per runtime param, or "const"
-        self.runtime_index = [i for i, k in enumerate(self.arg_kinds) if k != "const"]
-        self.functions: dict[int, int] = {}
-        self._tls = threading.local()  # params(): each thread's own block
-        # the launches' parameter blocks not in use (`_new_fast`): a deque, whose pop and
-        # append are atomic and, unlike a list's going between 0 and 1 items, never realloc
-        self._free: collections.deque[tuple] = collections.deque()
-        self._load_lock = threading.Lock()
-
-    @property
-    def n_regs(self) -> int:
-        return self.metadata.get("registers", 0)
-
-    @property
-    def n_spills(self) -> int:
-        return self.metadata.get("spills", 0)
-
-    def function(self, device: int) -> int:
-        """The kernel's function handle on `device`, its module loaded there on first use
-        (once, also when several threads ask at the same time)."""
-        f = self.functions.get(device)
-        if f is None:
-            with self._load_lock:
-                f = self.functions.get(device)
-                if f is None:
-                    from .runtime import driver
-
-                    _, f = driver.load_function(self.asm["cubin"], self.name, self.shared,
-                                                device)
-                    self.functions[device] = f
-        return f
-
-    def params(self):
-        """The calling thread's own parameter block (its layout: field names, where the TMA
-        descriptors start). Launches do not fill it: each takes a block of its own off
-        `_free` (`_new_fast`)."""
-        try:
-            return self._tls.block
-        except AttributeError:
-            return self._new_params()
-
-    def _new_params(self):
-        from .runtime.driver import ParamBlock
-
-        block = ParamBlock(flat_kinds(self.arg_kinds), len(self.metadata.get("tma", [])),
-                           bool(self.metadata.get("scratch")))
-        self._tls.block = block
-        return block
-
-    def _new_fast(self) -> tuple:
-        """(struct, void* array, its address) of a new parameter block: what the launcher
-        takes when the kernel's free list of blocks (`_free`) is empty, and then puts there
-        after its launch (so there are as many blocks as launches ever ran at once)."""
-        from .runtime.driver import ParamBlock
-
-        block = ParamBlock(flat_kinds(self.arg_kinds), len(self.metadata.get("tma", [])),
-                           bool(self.metadata.get("scratch")))
-        return (block.struct, block.ptrs, block.address)
-
-    def _init_handles(self) -> None:
-        """Triton's: load the module (on the current GPU; nothing to do without one)."""
-        from .runtime import driver
-
-        if driver.available():
-            import torch
-
-            f = self.function(torch.cuda.current_device())
-            if not self.metadata.get("registers"):  # the assembler's log said nothing
-                self.metadata["registers"] = driver.function_registers(f)
-
-    def __getitem__(self, grid):
-        """`ck[grid](*args)`: launch a kernel that `warmup` returned, with its options."""
-        if self._warm is None:
-            raise RuntimeError(f"{self.name}: only a kernel from kernel.warmup(...) launches "
-                               "with ck[grid](...); launch the @kit.jit function instead")
-        jf, opts = self._warm  # (an option that is also a parameter binds by position)
-        return functools.partial(jf._launch, grid,
-                                 **{k: v for k, v in opts.items() if k not in jf.params})
-
-    def __repr__(self) -> str:
-        return (f"<CompiledKernel {self.name} warps={self.num_warps} regs={self.n_regs} "
-                f"spills={self.n_spills} shared={self.shared}>")
 
 
 class JITFunction(TritonJITAttrs):
@@ -660,23 +551,6 @@ class JITFunction(TritonJITAttrs):
         return None
 
 
-class _LazyAsm(dict):
-    """Stages read from the disk entry only when asked for."""
-
-    _FILES = {"tir": "kernel.tir", "llir": "kernel.ll", "ptx": "kernel.ptx"}
-
-    def __init__(self, entry, initial):
-        super().__init__(initial)
-        self.entry = entry
-
-    def __missing__(self, k):
-        if k in self._FILES:
-            v = self.entry.text(self._FILES[k])
-            self[k] = v
-            return v
-        raise KeyError(k)
-
-
 _MISSING = object()
 
 
@@ -757,132 +631,6 @@ def _param_names(jf: JITFunction, names, what: str) -> set[str]:
     return out
 
 
-def _check_options(name: str, maxnreg, num_ctas, launch_pdl, cluster=None) -> None:
-    """The launch options kitjit takes, checked on a miss (they are part of the key).
-
-    `num_ctas` is Triton's: on sm_90 Triton launches each program as a cluster of num_ctas
-    CTAs and splits the program's tiles over them (CTA layouts), so one program runs on
-    several SMs. kitjit keeps one CTA per program and takes clusters explicitly instead:
-    `cluster=(x, y, z)` groups the programs of the grid into clusters whose CTAs reach each
-    other through `kit.cluster_*` ops (ranks, cluster barriers). num_ctas must therefore
-    stay 1."""
-    if maxnreg is not None and (not isinstance(maxnreg, int) or isinstance(maxnreg, bool)
-                                or not 16 <= maxnreg <= 255):
-        raise ValueError(f"{name}: maxnreg is a cap on registers per thread, an int from 16 "
-                         f"to 255 (or None); got {maxnreg!r}")
-    if num_ctas != 1:
-        raise ValueError(f"{name}: num_ctas={num_ctas!r} (Triton's split of one program over "
-                         "a cluster of CTAs) is not supported; kitjit launches one CTA per "
-                         "program (num_ctas=1): use cluster=(x, y, z) to group programs "
-                         "into thread-block clusters")
-    if cluster is not None:
-        check_cluster(name, cluster)
-    if launch_pdl not in (False, True, 0, 1):
-        raise ValueError(f"{name}: launch_pdl takes True or False, got {launch_pdl!r}")
-
-
-def check_cluster(name: str, cluster) -> None:
-    """`cluster=`: a tuple of 1 to 3 positive ints, at most 16 CTAs in all (more than 8 is
-    non-portable: Hopper allows 16 where the kernel's resources let it)."""
-    ok = isinstance(cluster, tuple) and 1 <= len(cluster) <= 3 and all(
-        isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in cluster)
-    if not ok:
-        raise ValueError(f"{name}: cluster takes a tuple of 1 to 3 positive ints, the CTAs "
-                         f"per thread-block cluster along x, y, z; got {cluster!r}")
-    n = 1
-    for c in cluster:
-        n *= c
-    if n > 16:
-        raise ValueError(f"{name}: cluster={cluster!r} has {n} CTAs; a thread-block cluster "
-                         "holds at most 8 CTAs (portable), 16 on Hopper (non-portable)")
-
-
-def cluster_entry(ptx: str, cluster: tuple[int, int, int]) -> str:
-    """The PTX with `.reqnctapercluster x, y, z` and `.explicitcluster` in the kernel's
-    entry directives (after `.maxntid`): the kernel must be launched in clusters of that
-    shape, and %cluster_ctarank etc. mean what they say."""
-    x, y, z = cluster
-    out, done = [], False
-    for line in ptx.splitlines(keepends=True):
-        out.append(line)
-        if not done and line.lstrip().startswith(".maxntid"):
-            out.append(f".reqnctapercluster {x}, {y}, {z}\n.explicitcluster\n")
-            done = True
-    if not done:
-        raise RuntimeError("kitjit: no .maxntid in the kernel's PTX to put the cluster "
-                           "directives after")
-    return "".join(out)
-
-
-def _check_arch_option(name: str, arch) -> None:
-    from .toolchain import SUPPORTED_ARCHS
-
-    if arch is not None and arch not in SUPPORTED_ARCHS:
-        raise ValueError(f"{name}: arch={arch!r} is not a target kitjit compiles for (use one "
-                         f"of {', '.join(SUPPORTED_ARCHS)}, or None for the GPU's own)")
-
-
-def _check_runs_on(name: str, arch: str, device_arch: str) -> None:
-    """`arch`'s PTX runs on a GPU of `device_arch` when that GPU is at least as new, and
-    sm_90a code only on sm_90 itself."""
-    from .toolchain import compute_capability
-
-    want, have = compute_capability(arch), compute_capability(device_arch)
-    if have is None or want is None or want > have or \
-            (arch.endswith("a") and want != have):
-        raise ValueError(f"{name}: arch={arch!r} code cannot run on this GPU "
-                         f"({device_arch})")
-
-
-def compile_aot(path: str, kernel_name: str, signature: list[str], constexprs: dict,
-                num_warps: int = 4, arch: str = "sm_90a",
-                maxnreg: int | None = None) -> CompiledKernel:
-    """Compile a kernel from a file for `arch` without a GPU and leave it in the cache.
-
-    `signature`: one entry per run-time parameter, in order, optionally `name:type`; types
-    are '*bf16', 'i32', 'fp32', 'i1', ...; ':16' after a type promises 16-divisibility
-    (alignment for pointers), as Triton writes it.
-    """
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"_kitjit_aot_{abs(hash(path))}", path)
-    if spec is None or spec.loader is None:
-        raise ValueError(f"cannot import {path}")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    jf = getattr(mod, kernel_name, None)
-    if not isinstance(jf, JITFunction):
-        raise ValueError(f"{path} has no @kit.jit function named '{kernel_name}'")
-    if len(signature) != len(jf.runtime_params):
-        raise ValueError(f"{kernel_name} has {len(jf.runtime_params)} run-time parameters "
-                         f"({', '.join(jf.runtime_params)}), the signature gives "
-                         f"{len(signature)}")
-    specs = []
-    for name, entry in zip(jf.runtime_params, signature):
-        parts = entry.strip().split(":")
-        if parts[0] in jf.runtime_params:
-            if parts[0] != name:
-                raise ValueError(f"signature entry '{entry}' is for '{parts[0]}', expected "
-                                 f"'{name}' at that place")
-            parts = parts[1:]
-        if not parts or len(parts) > 2 or (len(parts) == 2 and parts[1] not in ("1", "16")):
-            raise ValueError(f"bad signature entry '{entry}' (write *bf16, i32:16, n:i32)")
-        try:
-            dtype_from_name(parts[0])
-        except KeyError:
-            raise ValueError(f"unknown type '{parts[0]}' for '{name}' (use *bf16, i32, fp32, "
-                             "...)") from None
-        specs.append((parts[0], 16 if len(parts) == 2 and parts[1] == "16" else 1))
-    import inspect
-
-    defaults = {n: p.default for n, p in inspect.signature(jf.fn).parameters.items()
-                if p.default is not p.empty}
-    constexprs = {**{c: defaults[c] for c in jf.constexprs if c in defaults}, **constexprs}
-    missing = [c for c in jf.constexprs if c not in constexprs]
-    if missing:
-        raise ValueError(f"missing constexpr values: {', '.join(missing)}")
-    consts = tuple(constexprs[c] for c in jf.constexprs)
-    return jf.compile(specs, consts, num_warps, arch, maxnreg=maxnreg)
-
+from .aot import compile_aot  # noqa: E402  (it needs JITFunction)
 
 __all__ = ["jit", "JITFunction", "CompiledKernel", "compile_aot", "interpret_mode"]

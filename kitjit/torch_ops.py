@@ -86,7 +86,7 @@ def traced_launch(jf, grid, *args, **kwargs):
     the eager launch binds them (a parameter named like a launch option takes the keyword,
     which is then the option too), the launch options checked, the grid evaluated, and one
     `kitjit::launch` call in the graph carrying the options."""
-    from .jit import _check_arch_option, _check_options
+    from .launch_options import _check_arch_option, _check_options
     from .launcher import LAUNCH_OPTIONS
 
     opts = {o: kwargs.get(o, d) for o, d in LAUNCH_OPTIONS.items()}

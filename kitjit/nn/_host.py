@@ -42,7 +42,7 @@ from typing import Any
 import torch
 
 from .. import launcher as _launcher
-from ..jit import CompiledKernel
+from ..compiled_kernel import CompiledKernel
 
 __all__ = ["Rows", "Site", "int_facts", "workspace", "reset", "on_reset"]
 
