@@ -1,6 +1,6 @@
 """Matrix products on tensor cores: kit.dot (mma.sync) and kit.mma (Hopper wgmma).
 
-Call rules: kit.dot, kit.mma.
+Call rules: kit.dot, kit.dot_scaled (frontend/semantic/dot_scaled.py), kit.mma.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from kitjit.ir.core import Op, Value
 from kitjit.ir.registry import typing_rule
 from kitjit.ir.types import bfloat16, float8e4nv, float8e5, float16, float32, int8
 
-from . import dot_batched, dot_f32, dot_int8
+from . import dot_batched, dot_f32, dot_int8, dot_scaled
 from .base import _describe, _shape, is_pow2
 from .call_rules import Call, call_rule
 
@@ -151,6 +151,17 @@ def _dot(c: Call) -> Any:
     if precision is None and tf32 is not None:
         precision = "tf32" if tf32 else "ieee"
     return c.b.dot(c["input"], c["other"], c["acc"], precision, c.const("out_dtype"))
+
+
+@call_rule("dot_scaled", lambda lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format,
+           acc=None, fast_math=False, lhs_k_pack=True, rhs_k_pack=True, out_dtype=float32: None)
+def _dot_scaled(c: Call) -> Any:
+    consts = {k: c.const(k) for k in ("lhs_format", "rhs_format", "fast_math", "lhs_k_pack",
+                                      "rhs_k_pack", "out_dtype")}
+    return dot_scaled.scaled_dot(c.b, c["lhs"], c["lhs_scale"], consts["lhs_format"], c["rhs"],
+                                 c["rhs_scale"], consts["rhs_format"], c["acc"],
+                                 consts["fast_math"], consts["lhs_k_pack"],
+                                 consts["rhs_k_pack"], consts["out_dtype"])
 
 
 @call_rule("mma", lambda a, b, acc, pending=0: None)
