@@ -260,6 +260,8 @@ def _bad(A, U, H, C, WHICH: kit.constexpr):
         y = kit.dot_scaled(u, s, "e4m3", u, s1, "e4m3")
     elif WHICH == "k":
         y = kit.dot_scaled(u, s1, "e2m1", u, s1, "e4m3")
+    elif WHICH == "acc":
+        y = kit.dot_scaled(u, s1, "e4m3", u, s1, "e4m3", kit.zeros((32, 16), kit.float32))
     else:
         y = kit.dot_scaled(u, s1, "e4m3", u, s1, "e4m3", out_dtype=kit.float16)
     kit.store(C + r32[:, None] * 32 + r32[None, :], y)
@@ -269,7 +271,8 @@ def _bad(A, U, H, C, WHICH: kit.constexpr):
     ("pair", "bf16 with fp16 is not supported"), ("format", "lhs_format must be one of"),
     ("kpack", "lhs_k_pack=False is only for e2m1"), ("dtype", "takes a .* tile, got fp16"),
     ("scale", r"lhs_scale must be a tile of shape \[32, 1\]"),
-    ("k", "holds K = 64 .* K = 32"), ("out", "out_dtype must be kit.float32")])
+    ("k", "holds K = 64 .* K = 32"), ("out", "out_dtype must be kit.float32"),
+    ("acc", r"acc must be an fp32 tile of shape \[32, 32\]")])
 def test_errors_at_the_user_line(which, msg):
     """What Triton refuses (bf16 x fp16 on Hopper, unknown formats, k_pack=False off e2m1,
     non-float32 out_dtype) and shape mismatches: a CompileError at the kit.dot_scaled line."""
@@ -321,3 +324,18 @@ def test_gpu_matches_interpreter(fa, fb, kpa, kpb, monkeypatch):
     monkeypatch.setenv("KITJIT_INTERPRET", "1")
     want = _run(fa, fb, a, sa, b, sb, M, N, K, kpa, kpb, acc=acc)
     _check(got, want.double(), bound, 2 * K)
+
+
+@pytest.mark.gpu
+def test_gpu_matches_triton_dot_scaled():
+    """Where the real Triton is installed: kit.dot_scaled and tl.dot_scaled on the same
+    inputs agree (benchmarks/dot_scaled_vs_triton.py, which prints the table)."""
+    pytest.importorskip("triton")
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "dot_scaled_vs_triton.py"
+    spec = importlib.util.spec_from_file_location("dot_scaled_vs_triton", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main() == 0

@@ -22,6 +22,9 @@ The steps, in Triton's order and rounding:
 - NaN scales: where s == 255 the operand is NaN (so its rows / columns of the result are NaN);
   with `fast_math=True` that select is skipped, as in Triton: the product is value * inf
   (inf, or NaN for a zero value).
+
+Beyond Triton on Hopper: `*_k_pack=False` (e2m1 packed along M / N) works here, where Triton
+3.6's sm_90 compiler fails an assertion. Not yet: 3-d tiles, e4m3 scales (nvfp4, one per 16).
 """
 
 from __future__ import annotations
@@ -182,6 +185,14 @@ def scaled_dot(b: Any, lhs: Any, lhs_scale: Any, lhs_format: Any, rhs: Any, rhs_
                       f"elements per row but rhs ({rhs_format}, {_shape(rhs.shape)}) holds "
                       f"K = {k2} per column",
                       "e2m1 tiles hold two elements per uint8 along the packed dim")
+    if m < 16 or k < 16 or n < 8:
+        raise b.error(f"kit.dot_scaled needs M >= 16, K >= 16 and N >= 8 (tensor-core tile "
+                      f"16x8x16), got M={m}, N={n}, K={k}",
+                      "pad the block sizes up and mask the edges")
+    if acc is not None and (not isinstance(acc, Value) or acc.shape != (m, n)
+                            or acc.dtype is not float32):
+        raise b.error(f"kit.dot_scaled: acc must be an fp32 tile of shape [{m}, {n}], got "
+                      f"{_describe(acc)}", f"start it as kit.zeros(({m}, {n}), kit.float32)")
     ctype = float16 if "fp16" in (lhs_format, rhs_format) else bfloat16
     a = _upcast(b, lhs, lhs_format, lhs_dim, ctype)
     w = _upcast(b, rhs, rhs_format, rhs_dim, ctype)

@@ -29,4 +29,5 @@ def dot_scaled(lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format, acc=None,
     bf16 with fp16 is refused, as by Triton's sm_90 compiler), multiplied by its scale in that
     type (Triton's bits: s = 0 is 0.0, not 2**-127), then kit.dot. A scale of 255 makes its
     32 operand values NaN; fast_math=True skips that select (Triton's fast_math), leaving
-    value * inf. out_dtype must be kit.float32; 2-d tiles only for now."""
+    value * inf. out_dtype must be kit.float32; 2-d tiles only for now. (*_k_pack=False
+    works here; Triton 3.6's sm_90 compiler cannot build it.)"""
