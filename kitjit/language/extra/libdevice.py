@@ -56,12 +56,13 @@ SUPPORTED.update({n: n for n in (
     "norm3d", "rnorm3d", "norm4d", "rnorm4d", "erfcinv", "lgamma", "tgamma", "j0", "j1", "y0",
     "y1", "jn", "yn")})
 
-# Withdrawn after the H200 run of 2026-11-29 (benchmarks/NOTES.md, session 7): the GPU and
-# the interpreter disagreed beyond these functions' bounds, so they say "not supported yet"
-# until the interpreter is shown to give the GPU's answer (lowering and interpreter code
-# stay). The others that disagreed then did so only on NaN, now as the GPU
-# (tests/test_libdevice_recorded.py).
-WITHDRAWN = frozenset({"erfcinv", "erfcx", "tgamma", "j0", "j1", "y0", "y1", "jn", "yn"})
+# Functions that stay "not supported yet" until the interpreter is shown to give the GPU's
+# answer (none today). erfcinv, erfcx, tgamma and the Bessel functions, withdrawn after
+# session 7's H200 run, are back: the interpreter now gives libdevice's own answer on its
+# special cases and the true value elsewhere (kitjit/interpreter/libm_special.py), within
+# CUDA's documented bounds of an H200's (tests/libdevice_bounds.py,
+# tests/data/libdevice_h200_special.json).
+WITHDRAWN: frozenset[str] = frozenset()
 for _name in WITHDRAWN:
     SUPPORTED.pop(_name, None)
 
