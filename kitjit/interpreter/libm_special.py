@@ -108,11 +108,12 @@ def _miller_blows_up(n: int, x: float, f32: bool) -> float | None:
         x_ = ft(x)
         two_x = ft(2) / x_
         scale = ft(1e-15)
+        big = np.float32(1e15) if f32 else 1e15  # (fp64 compares |float(jim1)| to it)
         jip1, lam, s, ji1 = ft(0), ft(0), ft(0), ft(1)
         for i in range(start, 0, -1):
             step = (ft(2 * i) / x_) if f32 else ft(i) * two_x
             jim1 = step * ji1 - jip1
-            if abs(np.float32(jim1)) > 1e15:
+            if abs(np.float32(jim1)) > big:
                 jim1, ji1, lam, s = jim1 * scale, ji1 * scale, lam * scale, s * scale
             jip1, ji1 = ji1, jim1
             if i - 1 == n:
