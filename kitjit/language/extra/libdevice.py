@@ -6,7 +6,9 @@ function is CUDA's libdevice (linked from the `nvidia-cuda-nvcc` wheel's libdevi
 one instruction where PTX has it (rint, fma, sqrt.rn, div.rn, min/max, ...), with libdevice's
 error bounds (fp32: tanh 2 ulp, erf 2 ulp, pow 4 ulp, ... see libm.FNS); the interpreter
 computes in float64 and rounds once, so the two agree within those bounds, and exactly on
-NaN, infinities, zeros and the exact functions. fp32 and fp64 tiles are accepted (fp64 calls
+NaN, infinities, zeros and the exact functions; erfcinv, erfcx, tgamma and the Bessel
+functions give libdevice's own answer wherever its code decides one (jn(7, 0.0) is NaN,
+kitjit/interpreter/libm_special.py). fp32 and fp64 tiles are accepted (fp64 calls
 the double version); fp16/bf16 and integer tiles compute in fp32 (Triton refuses them), and
 fp16/bf16 results round back. Predicates (isnan, isinf, finitef, isfinited, signbit) return
 int32 0/1. libdevice.sqrt on fp32 is sqrt.approx.f32 (1 ulp; as in Triton, whose
