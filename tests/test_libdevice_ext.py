@@ -18,6 +18,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 import torch
+from libdevice_bounds import SPECIAL_FNS, mismatches  # (tests/ is on sys.path)
 
 import kitjit as kit
 from kitjit.ir import libm
@@ -269,6 +270,9 @@ def _float_ref(fn: str, xs: list[np.ndarray]) -> np.ndarray:
     out = []
     orders = [int(n) for n in xs[0]] if len(xs) == 2 else [None] * len(xs[0])
     for n, v in zip(orders, xs[-1].astype(np.float64)):
+        if n is not None and n >= 2 and abs(v) < 1e-30:  # libdevice's recurrence decides
+            out.append(np.nan)   # (NaN, -inf: test_libdevice_recorded.py, the H200's answers)
+            continue
         try:
             a = (n, mpmath.mpf(float(v))) if n is not None else (mpmath.mpf(float(v)),)
             out.append(float(f(*a)) if np.isfinite(v) and abs(v) < 1e6 else np.nan)
@@ -284,7 +288,7 @@ def _close(got, ref, dt: str, ulp: float, absb: float, what: str) -> None:
     fin = np.isfinite(ref) & (np.abs(ref) < f.max / 2)
     assert np.isfinite(got[fin]).all(), (what, np.nonzero(fin & ~np.isfinite(got))[0][:5])
     err = np.abs(got[fin] - ref[fin])
-    bound = (ulp + 1) * np.maximum(np.abs(ref[fin]), f.tiny) * f.eps + absb + \
+    bound = (ulp + 1) * (np.maximum(np.abs(ref[fin]), f.tiny) * f.eps) + absb + \
         f.smallest_subnormal
     bad = err > bound
     assert not bad.any(), (what, np.nonzero(fin)[0][bad][:5], got[fin][bad][:5],
@@ -491,6 +495,10 @@ def test_gpu_matches_interpreter(fn, args, ret, monkeypatch):
         fin = np.isfinite(want) & (want != 0)
         assert np.array_equal(np.isnan(got), np.isnan(want)), what
         assert np.all(np.abs(got[fin] - want[fin]) <= 2.0 ** -18 * np.abs(want[fin])), what
+        return
+    if fn in SPECIAL_FNS:  # CUDA's bounds per dtype and range; NaN signs too
+        bad = mismatches(fn, ret == "fp32", xs, got, want)
+        assert not bad, (what, len(bad), bad[:8])
         return
     spec = libm.FNS.get(fn)
     if fn.startswith("fast_"):  # no bound outside the range (sin.approx of 1e30, ...)

@@ -1,9 +1,10 @@
 """numpy semantics of the `math` op's functions (kitjit/ir/libm.py).
 
 fp32 operands are widened to float64, the function runs there (numpy; torch's float64
-special functions where numpy has none: erf, erfc, erfinv, ndtri, lgamma, Bessel j0/j1/y0/y1;
-mpmath at 80 bits for erfcx, normcdf, cyl_bessel_i0/i1, jn, yn, where torch's float64
-versions lose accuracy or get infinities wrong) and the result rounds once to fp32. For
+special functions where numpy has none: erf, erfc, erfinv, ndtri, lgamma; mpmath at 80 bits
+for normcdf, cyl_bessel_i0/i1, where torch's float64 versions lose accuracy or get
+infinities wrong; the Bessel functions, tgamma, erfcinv and erfcx, with libdevice's own
+answers on its special cases, are in libm_special.py) and the result rounds once to fp32. For
 the correctly rounded functions (sqrt_rn, div_rn, fma and the exact ones) that is the exact
 fp32 answer (53 >= 2*24+2 bits; fma rounds to odd first); for the rest it is within 1 ulp of
 the true value, and libdevice on the GPU is within its documented bound (libm.FNS[...].ulp,
@@ -21,6 +22,7 @@ from fractions import Fraction
 import numpy as np
 
 from .libm_round import MODES, directed_arith, directed_sqrt
+from .libm_special import SPECIAL, special_fn
 
 
 def _torch64(name: str) -> Callable:
@@ -150,26 +152,6 @@ def _cospi(x):
     return np.where(np.isinf(x), np.nan, out)
 
 
-def _per_element(f: Callable, special: Callable) -> Callable:
-    def one(v):
-        try:
-            return f(v)
-        except (ValueError, OverflowError):
-            return special(v)
-    vec = np.frompyfunc(one, 1, 1)
-    return lambda x: np.asarray(vec(np.asarray(x, np.float64))).astype(np.float64)
-
-
-def _gamma_special(v):  # math.gamma raised: a pole, overflow or -inf
-    if v == 0:
-        return math.copysign(math.inf, v)
-    if v > 0:
-        return math.inf
-    if v == -math.inf or v == math.floor(v):
-        return math.nan
-    return 0.0 if math.floor(v) % 2 == 0 else -0.0  # underflow far left
-
-
 def _remainder(x, y):
     def one(a, b):
         try:
@@ -206,40 +188,24 @@ def _mp(name: str) -> Callable:
     ms an element): these are rare in kernels."""
     import mpmath
 
-    def erfcx(v):
-        if v > 1e100:  # mpmath's erfc overflows there; the next term is 1/(2 v**2) smaller
-            return 1 / (v * mpmath.sqrt(mpmath.pi))
-        return mpmath.inf if v < -1e100 else mpmath.exp(v * v) * mpmath.erfc(v)
-
     def normcdf(v):
         return (0 if v < 0 else 1) if abs(v) > 1e100 else mpmath.ncdf(v)
-
-    def bessel(kind: str, n, v):
-        if n < 0 or kind == "y" and v < 0:
-            return mpmath.nan
-        if abs(v) > 1e100:  # |J_n|, |Y_n| < 1e-50 there
-            return 0
-        if kind == "y" and v == 0:
-            return -mpmath.inf
-        return (mpmath.besselj if kind == "j" else mpmath.bessely)(n, v)
 
     def besseli(n, v):
         if mpmath.isinf(v):
             return mpmath.inf if n == 0 or v > 0 else -mpmath.inf
         return mpmath.besseli(n, v)
 
-    f = {"erfcx": erfcx, "normcdf": normcdf,
-         "cyl_bessel_i0": lambda v: besseli(0, v), "cyl_bessel_i1": lambda v: besseli(1, v),
-         "jn": lambda n, v: bessel("j", n, v), "yn": lambda n, v: bessel("y", n, v)}[name]
+    f = {"normcdf": normcdf,
+         "cyl_bessel_i0": lambda v: besseli(0, v), "cyl_bessel_i1": lambda v: besseli(1, v)}[name]
 
-    def one(*args):
-        v = float(args[-1])
+    def one(v):
+        v = float(v)
         if v != v:
             return math.nan
         with mpmath.workprec(80):
-            return float(f(*[int(a) for a in args[:-1]], mpmath.mpf(v)))
-    nargs = 2 if name in ("jn", "yn") else 1
-    return lambda *xs: np.asarray(np.frompyfunc(one, nargs, 1)(*xs)).astype(np.float64)
+            return float(f(mpmath.mpf(v)))
+    return lambda x: np.asarray(np.frompyfunc(one, 1, 1)(x)).astype(np.float64)
 
 
 _F64: dict[str, Callable] = {
@@ -256,9 +222,9 @@ _F64: dict[str, Callable] = {
     "atan": np.arctan, "atan2": np.arctan2, "sinh": np.sinh, "cosh": np.cosh,
     "tanh": np.tanh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
     "erf": _torch64("erf"), "erfc": _torch64("erfc"),
-    "erfinv": _torch64("erfinv"), "erfcx": _mp("erfcx"), "normcdf": _mp("normcdf"),
+    "erfinv": _torch64("erfinv"), "normcdf": _mp("normcdf"),
     "normcdfinv": _torch64("ndtri"), "cyl_bessel_i0": _mp("cyl_bessel_i0"),
-    "cyl_bessel_i1": _mp("cyl_bessel_i1"), "jn": _mp("jn"), "yn": _mp("yn"),
+    "cyl_bessel_i1": _mp("cyl_bessel_i1"),
     "rcbrt": lambda x: 1.0 / np.cbrt(x),
     "logb": lambda x: _logb(np.asarray(x, np.float64)),
     "fdim": lambda x, y: np.where(np.isnan(x) | np.isnan(y), x + y,
@@ -274,11 +240,7 @@ _F64: dict[str, Callable] = {
     "sinpi": _sinpi, "cospi": _cospi,
     "norm3d": _norm, "norm4d": _norm,
     "rnorm3d": _rnorm, "rnorm4d": _rnorm,
-    "erfcinv": lambda y: -_torch64("ndtri")(np.asarray(y) / 2) / math.sqrt(2.0),
     "lgamma": _torch64("gammaln"),
-    "tgamma": _per_element(math.gamma, _gamma_special),
-    "j0": _torch64("bessel_j0"), "j1": _torch64("bessel_j1"),
-    "y0": _torch64("bessel_y0"), "y1": _torch64("bessel_y1"),
 }
 
 _PRED = {"isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite,
@@ -302,6 +264,12 @@ def math_fn(fn: str, f32: bool) -> Callable:
         return gpu_nan_sign(directed_sqrt(mode, f32), f32)
     if fn == "fast_dividef":
         return _fast_dividef
+    if fn in SPECIAL:  # Bessel, tgamma, erfcinv, erfcx: libdevice's special cases too
+        g = special_fn(fn, f32)
+        def g32(*xs):
+            with np.errstate(over="ignore"):
+                return g(*xs).astype(np.float32)
+        return g32 if f32 else g
     if fn == "nextafter":  # in the operands' own precision, not float64's
         t = np.float32 if f32 else np.float64
         return lambda x, y: np.nextafter(np.asarray(x, t), np.asarray(y, t))

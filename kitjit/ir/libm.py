@@ -97,11 +97,14 @@ FNS: dict[str, Fn] = {
     "sinpi": Fn(ulp=2), "cospi": Fn(ulp=2),
     "norm3d": Fn(3, ulp=2), "rnorm3d": Fn(3, ulp=2), "norm4d": Fn(4, ulp=2),
     "rnorm4d": Fn(4, ulp=2),
+    # erfcinv, tgamma and the Bessel functions: bounds per dtype and argument range in
+    # tests/libdevice_bounds.py (these are the loosest, fp32's); the interpreter gives
+    # libdevice's own answers on its special cases (kitjit/interpreter/libm_special.py)
     "erfcinv": Fn(ulp=6), "lgamma": Fn(ulp=6, abs=2.0 ** -20), "tgamma": Fn(ulp=10),
     # Bessel functions: 9 ulp for |x| < 8, else an absolute 2.2e-6 (fp32; fp64 is tighter)
     "j0": Fn(ulp=9, abs=2.2e-6), "j1": Fn(ulp=9, abs=2.2e-6),
     "y0": Fn(ulp=9, abs=2.2e-6), "y1": Fn(ulp=9, abs=2.2e-6),
-    # order n first (an int32); CUDA bounds them for n = 128 only (absolute 2.2e-6, fp32)
+    # order n first (an int32); CUDA bounds jn for n = 128 only (absolute 2.2e-6, fp32)
     "jn": Fn(2, int_args=(0,), ulp=16, abs=2.2e-6), "yn": Fn(2, int_args=(0,), ulp=16,
                                                               abs=2.2e-6),
 }

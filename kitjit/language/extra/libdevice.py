@@ -6,7 +6,9 @@ function is CUDA's libdevice (linked from the `nvidia-cuda-nvcc` wheel's libdevi
 one instruction where PTX has it (rint, fma, sqrt.rn, div.rn, min/max, ...), with libdevice's
 error bounds (fp32: tanh 2 ulp, erf 2 ulp, pow 4 ulp, ... see libm.FNS); the interpreter
 computes in float64 and rounds once, so the two agree within those bounds, and exactly on
-NaN, infinities, zeros and the exact functions. fp32 and fp64 tiles are accepted (fp64 calls
+NaN, infinities, zeros and the exact functions; erfcinv, erfcx, tgamma and the Bessel
+functions give libdevice's own answer wherever its code decides one (jn(7, 0.0) is NaN,
+kitjit/interpreter/libm_special.py). fp32 and fp64 tiles are accepted (fp64 calls
 the double version); fp16/bf16 and integer tiles compute in fp32 (Triton refuses them), and
 fp16/bf16 results round back. Predicates (isnan, isinf, finitef, isfinited, signbit) return
 int32 0/1. libdevice.sqrt on fp32 is sqrt.approx.f32 (1 ulp; as in Triton, whose
@@ -56,12 +58,13 @@ SUPPORTED.update({n: n for n in (
     "norm3d", "rnorm3d", "norm4d", "rnorm4d", "erfcinv", "lgamma", "tgamma", "j0", "j1", "y0",
     "y1", "jn", "yn")})
 
-# Withdrawn after the H200 run of 2026-11-29 (benchmarks/NOTES.md, session 7): the GPU and
-# the interpreter disagreed beyond these functions' bounds, so they say "not supported yet"
-# until the interpreter is shown to give the GPU's answer (lowering and interpreter code
-# stay). The others that disagreed then did so only on NaN, now as the GPU
-# (tests/test_libdevice_recorded.py).
-WITHDRAWN = frozenset({"erfcinv", "erfcx", "tgamma", "j0", "j1", "y0", "y1", "jn", "yn"})
+# Functions that stay "not supported yet" until the interpreter is shown to give the GPU's
+# answer (none today). erfcinv, erfcx, tgamma and the Bessel functions, withdrawn after
+# session 7's H200 run, are back: the interpreter now gives libdevice's own answer on its
+# special cases and the true value elsewhere (kitjit/interpreter/libm_special.py), within
+# CUDA's documented bounds of an H200's (tests/libdevice_bounds.py,
+# tests/data/libdevice_h200_special.json).
+WITHDRAWN: frozenset[str] = frozenset()
 for _name in WITHDRAWN:
     SUPPORTED.pop(_name, None)
 
