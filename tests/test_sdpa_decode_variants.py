@@ -34,6 +34,7 @@ VARIANTS = {  # name: attention_decode's keywords
     "pers1": dict(persistent=1),
     "pers2s3": dict(persistent=2, STAGES=3),
     "pers1s4kv": dict(persistent=1, STAGES=4, kv_barriers=True),
+    "swap": dict(swap=True),
 }
 CASES = {  # name: (B, H, Hkv, Sq, Skv, causal, extra keywords)
     "gqa4-q1-ragged": (3, 8, 2, 1, 150, False, {}),            # 3 splits, the last ragged
@@ -81,12 +82,16 @@ def test_variant_plans():
 needs_sass = pytest.mark.skipif(
     find_tool("cuobjdump") is None or find_tool("nvdisasm") is None,
     reason="cuobjdump/nvdisasm not found")
-SRC = str(ROOT.parent / "kitjit" / "nn" / "attention_decode.py")
-SASS_VARIANTS = {  # name: kernel, SEPKV, STAGES, programs per SM the shared memory must allow
-    "kvbar": ("decode_kernel", True, 2, 2),
-    "pers1s5": ("decode_persistent_kernel", False, 5, 1),
-    "pers2s2": ("decode_persistent_kernel", False, 2, 2),
-    "pers1s4kv": ("decode_persistent_kernel", True, 4, 1),
+NN = ROOT.parent / "kitjit" / "nn"
+SRC, VSRC = str(NN / "attention_decode.py"), str(NN / "decode_variants.py")
+SASS_VARIANTS = {  # name: kernel, its variant constexprs, programs per SM the shared memory
+    "kvbar": ("decode_kernel", dict(SEPKV=True), 2),               # and registers must allow
+    "pers1s5": ("decode_persistent_kernel", dict(STAGES=5), 1),
+    "pers2s2": ("decode_persistent_kernel", {}, 2),
+    "pers1s4kv": ("decode_persistent_kernel", dict(STAGES=4, SEPKV=True), 1),
+    "swap-q8": ("decode_swap_kernel", dict(BM=8), 3),
+    "swap-q64-s4": ("decode_swap_kernel", dict(BM=64, STAGES=4), 1),
+    "swap-d64-q16": ("decode_swap_kernel", dict(BM=16, D=64), 3),
 }
 
 
@@ -94,13 +99,13 @@ SASS_VARIANTS = {  # name: kernel, SEPKV, STAGES, programs per SM the shared mem
 @pytest.mark.parametrize("fused", [False, True], ids=["partials", "fused"])
 @pytest.mark.parametrize("name", list(SASS_VARIANTS))
 def test_sass_decode_variant(name, fused):
-    kernel, sepkv, stages, per_sm = SASS_VARIANTS[name]
+    kernel, extra, per_sm = SASS_VARIANTS[name]
     ptrs = ("fp32", "fp32", "bf16", "fp32", "i32") if fused else ("fp32",) * 5
     sig = ["*bf16:16"] * 3 + [f"*{t}:16" for t in ptrs] + ["i32"] * 7 + ["fp32"]
-    ck = kit.compile_aot(SRC, kernel, sig, dict(BM=64, BN=64, D=128, CAUSAL=False,
-                                                STAGES=stages, SPLIT=True, FUSED=fused,
-                                                NS=32 if fused else 1, RB=4 if fused else 1,
-                                                SEPKV=sepkv), 4, "sm_90a")
+    meta = {**dict(BM=64, BN=64, D=128, CAUSAL=False, STAGES=2, SPLIT=True, FUSED=fused,
+                   NS=32 if fused else 1, RB=4 if fused else 1), **extra}
+    ck = kit.compile_aot(SRC if kernel == "decode_kernel" else VSRC, kernel, sig, meta, 4,
+                         "sm_90a")
     try:
         ops = sass_opcodes(disassemble(ck.asm["cubin"]))
     except ToolError as e:

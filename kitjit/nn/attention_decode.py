@@ -145,167 +145,6 @@ def decode_kernel(Q, K, V, O, L, Out, Lse, Cnt, n_rows, R, SK, Sq, H, G, chunk, 
 
 
 @kit.jit
-def item_span(w, SK, Sq, chunk, n_splits, BN: kit.constexpr, CAUSAL: kit.constexpr):
-    """Work item w of the persistent kernel (w = (K/V head * row tiles + row tile) * splits +
-    split): its keys start .. end-1 and their block count."""
-    start = w % n_splits * chunk
-    end = kit.minimum(SK, start + chunk)
-    if CAUSAL:
-        end = kit.minimum(end, Sq)
-    return start, end, kit.cdiv(end - start, BN)
-
-
-@kit.jit
-def locate(w, t, step, n_items, SK, Sq, chunk, n_splits, BN: kit.constexpr,
-           CAUSAL: kit.constexpr):
-    """Block t counted from the first block of item w, walked over the items w, w + step ...
-    of this program (an item may hold fewer blocks than the ring has stages): the item that
-    holds it (n_items or past when there is none), its first key and the block in it."""
-    start, end, nk = item_span(w, SK, Sq, chunk, n_splits, BN, CAUSAL)
-    while (t >= nk) & (w < n_items):
-        t -= nk
-        w += step
-        start, end, nk = item_span(w, SK, Sq, chunk, n_splits, BN, CAUSAL)
-    return w, start, t
-
-
-@kit.jit
-def issue_kv(k, v, ready, K, V, bkv, key0, pos, STAGES: kit.constexpr, SEPKV: kit.constexpr,
-             WHICH: kit.constexpr):
-    """Keys key0 .. key0+BN-1 of K/V head bkv into stage pos % STAGES; WHICH 0: K and V,
-    1: K alone, 2: V alone (SEPKV: V on its own barrier)."""
-    s = pos % STAGES
-    if WHICH != 2:
-        kit.tma_load(k[s], K, (bkv, key0, 0), ready[s])
-    if WHICH != 1:
-        kit.tma_load(v[s], V, (bkv, key0, 0), ready[STAGES + s if SEPKV else s])
-
-
-@kit.jit
-def refill_kv(k, v, ready, K, V, w, bkv, start, n_kv, j, pos, step, n_items, SK, Sq, chunk,
-              n_splits, row_tiles, BN: kit.constexpr, STAGES: kit.constexpr,
-              CAUSAL: kit.constexpr, SEPKV: kit.constexpr, WHICH: kit.constexpr):
-    """Refill the stage of ring position pos (block j of item w) with position pos + STAGES:
-    block j + STAGES of this item, or one of this program's next items (the ring streams on
-    across items: their first blocks fly while this one's last are computed)."""
-    jj = j + STAGES
-    if jj < n_kv:
-        issue_kv(k, v, ready, K, V, bkv, start + jj * BN, pos, STAGES, SEPKV, WHICH)
-    else:
-        w2, start2, t2 = locate(w + step, jj - n_kv, step, n_items, SK, Sq, chunk, n_splits, BN,
-                                CAUSAL)
-        if w2 < n_items:
-            issue_kv(k, v, ready, K, V, w2 // n_splits // row_tiles, start2 + t2 * BN, pos,
-                     STAGES, SEPKV, WHICH)
-
-
-@kit.jit
-def persistent_block(q, k, v, ready, K, V, acc, m_i, l_i, qpos, w, bkv, j, pos, start, end,
-                     n_kv, step, n_items, SK, Sq, chunk, n_splits, row_tiles, qk_scale,
-                     BM: kit.constexpr, BN: kit.constexpr, STAGES: kit.constexpr,
-                     MASK: kit.constexpr, CAUSAL: kit.constexpr, SEPKV: kit.constexpr):
-    """decode_block for the persistent kernel: ring position pos (counted over all of this
-    program's items) holds block j of item w; its stage is refilled by refill_kv."""
-    s = pos % STAGES
-    kit.mbarrier_wait(ready[s], pos // STAGES % 2)
-    sc = kit.mma(q, k[s].T, kit.zeros((BM, BN), kit.float32))
-    if SEPKV:
-        refill_kv(k, v, ready, K, V, w, bkv, start, n_kv, j, pos, step, n_items, SK, Sq, chunk,
-                  n_splits, row_tiles, BN, STAGES, CAUSAL, SEPKV, 1)
-    p, alpha, m_i, l_i = softmax(sc, m_i, l_i, qpos, start // BN + j, end, qk_scale, BN, MASK,
-                                 CAUSAL)
-    if SEPKV:
-        kit.mbarrier_wait(ready[STAGES + s], pos // STAGES % 2)
-    acc = kit.mma(p.to(V.dtype.element_ty), v[s], acc * alpha[:, None])
-    refill_kv(k, v, ready, K, V, w, bkv, start, n_kv, j, pos, step, n_items, SK, Sq, chunk,
-              n_splits, row_tiles, BN, STAGES, CAUSAL, SEPKV, 2 if SEPKV else 0)
-    return acc, m_i, l_i
-
-
-@kit.jit
-def decode_persistent_kernel(Q, K, V, O, L, Out, Lse, Cnt, n_rows, R, SK, Sq, H, G, chunk,
-                             qk_scale, BM: kit.constexpr, BN: kit.constexpr,
-                             D: kit.constexpr, CAUSAL: kit.constexpr, STAGES: kit.constexpr,
-                             SPLIT: kit.constexpr, FUSED: kit.constexpr, NS: kit.constexpr,
-                             RB: kit.constexpr, SEPKV: kit.constexpr = False):
-    """decode_kernel's work (same arguments and outputs) on a persistent 1-d grid: program p
-    takes the items p, p + step, ... (item = (K/V head, row tile, key chunk)), with one ring
-    of K/V stages for all of them, so the next item's first blocks (and its Q, in a second Q
-    buffer) are in flight while this item's last blocks are computed: no pipeline fill per
-    item, and no wave tail of short programs (issue 12, the B64 decode shapes)."""
-    if SPLIT and not FUSED:
-        kit.gdc_launch_dependents()
-    hkv = H // G
-    row_tiles = kit.cdiv(R, BM)
-    keys = kit.minimum(SK, Sq) if CAUSAL else SK
-    n_splits = kit.cdiv(keys, chunk)
-    n_items = n_rows // R * row_tiles * n_splits   # n_rows // R: batch * K/V heads
-    step = kit.num_programs(0)
-    first = kit.program_id(0)
-    q = kit.shared((2, BM, D), Q.dtype.element_ty)  # this item's Q and the next one's
-    k = kit.shared((STAGES, BN, D), K.dtype.element_ty)
-    v = kit.shared((STAGES, BN, D), V.dtype.element_ty)
-    q_ready = kit.mbarriers(2)
-    ready = kit.mbarriers(2 * STAGES if SEPKV else STAGES)
-    if first < n_items:
-        b0 = first // n_splits // row_tiles
-        kit.tma_load(q[0], Q, ((b0 // hkv * H + b0 % hkv * G) * Sq
-                               + first // n_splits % row_tiles * BM, 0), q_ready[0])
-    for s in kit.static_range(STAGES):              # the ring's first fill, for all items
-        w1, start1, t1 = locate(first, s, step, n_items, SK, Sq, chunk, n_splits, BN, CAUSAL)
-        if w1 < n_items:
-            issue_kv(k, v, ready, K, V, w1 // n_splits // row_tiles, start1 + t1 * BN, s,
-                     STAGES, SEPKV, 0)
-    pos = 0                                         # ring positions consumed so far
-    i = 0                                           # items done so far
-    for w in range(first, n_items, step):
-        split = w % n_splits
-        bkv = w // n_splits // row_tiles
-        r0 = w // n_splits % row_tiles * BM
-        g0 = (bkv // hkv * H + bkv % hkv * G) * Sq
-        wn = w + step
-        if wn < n_items:                            # the next item's Q: its buffer is free
-            bn_ = wn // n_splits // row_tiles
-            kit.tma_load(q[(i + 1) % 2], Q, ((bn_ // hkv * H + bn_ % hkv * G) * Sq
-                                             + wn // n_splits % row_tiles * BM, 0),
-                         q_ready[(i + 1) % 2])
-        rows = r0 + kit.arange(0, BM)
-        qpos = rows % Sq
-        start, end, n_kv = item_span(w, SK, Sq, chunk, n_splits, BN, CAUSAL)
-        n_full = 0 if CAUSAL else (end - start) // BN
-        m_i = kit.full((BM,), -float("inf"), kit.float32)
-        l_i = kit.zeros((BM,), kit.float32)
-        acc = kit.zeros((BM, D), kit.float32)
-        kit.mbarrier_wait(q_ready[i % 2], i // 2 % 2)
-        qi = q[i % 2]
-        for j in range(n_full):
-            acc, m_i, l_i = persistent_block(qi, k, v, ready, K, V, acc, m_i, l_i, qpos, w, bkv,
-                                             j, pos + j, start, end, n_kv, step, n_items, SK,
-                                             Sq, chunk, n_splits, row_tiles, qk_scale, BM, BN,
-                                             STAGES, False, CAUSAL, SEPKV)
-        for j in range(n_full, n_kv):
-            acc, m_i, l_i = persistent_block(qi, k, v, ready, K, V, acc, m_i, l_i, qpos, w, bkv,
-                                             j, pos + j, start, end, n_kv, step, n_items, SK,
-                                             Sq, chunk, n_splits, row_tiles, qk_scale, BM, BN,
-                                             STAGES, True, CAUSAL, SEPKV)
-        pos += n_kv
-        i += 1
-        if SPLIT:
-            store_out(O + (split * n_rows + g0) * D, L + split * n_rows + g0, acc, m_i, l_i,
-                      rows, 0, R, D)
-            if FUSED:   # as decode_kernel: partial stores, then one acq_rel count per item
-                kit.debug_barrier()
-                tile = bkv * row_tiles + r0 // BM
-                done = kit.atomic_add(Cnt + tile, 1, sem="acq_rel", scope="gpu")
-                if done == n_splits - 1:
-                    kit.store(Cnt + tile, 0)
-                    combine_rows(O, L, Out, Lse, n_rows, g0 + r0, kit.minimum(R - r0, BM),
-                                 n_splits, NS, RB, D)
-        else:
-            store_out(O + g0 * D, L + g0, acc, m_i, l_i, rows, 0, R, D)
-
-
-@kit.jit
 def combine_rows(Op, Lp, O, L, n_rows, row0, live, n_splits, NS: kit.constexpr,
                  RB: kit.constexpr, D: kit.constexpr):
     """Rows row0 .. row0+live-1 (live <= RB) merged over their n_splits (<= NS) partials:
@@ -392,7 +231,7 @@ def _sm_count(device: int) -> int:
 def attention_decode(q, k, v, causal: bool = False, sm_scale: float | None = None,
                      splits: int | None = None, BN: int | None = None,
                      STAGES: int | None = None, pdl: bool = True, fused: bool | None = None,
-                     kv_barriers: bool = False, persistent: int = 0):
+                     kv_barriers: bool = False, persistent: int = 0, swap: bool = False):
     """Attention of q (B, H, Sq, D) against k, v (B, H_kv, SK, D), H a multiple of H_kv,
     fp16/bf16, head dim 64, 128 or 256: as `kitjit.nn.attention.attention` (same (o, lse),
     same top-left causal, same copy of inputs that are not contiguous), by split-KV; made for
@@ -404,7 +243,9 @@ def attention_decode(q, k, v, causal: bool = False, sm_scale: float | None = Non
     False: the combine kernel. Variants (issue 12, timed by benchmarks/decode_sweep.py):
     `kv_barriers`: K and V of a stage on barriers of their own, K refilled right after S = Q Kᵀ;
     `persistent`: that many programs per SM, each walking (K/V head, row tile, chunk) items
-    with one K/V ring streaming across them (0: one program per item)."""
+    with one K/V ring streaming across them (0: one program per item); `swap`: the MMAs'
+    operands swapped (Sᵀ = K Qᵀ: keys on the MMA's rows, the group's query rows on its N;
+    head dim 64 or 128)."""
     if q.dim() != 4 or k.dim() != 4 or v.shape != k.shape or k.shape[0] != q.shape[0] \
             or k.shape[3] != q.shape[3] or k.shape[1] == 0 or q.shape[1] % k.shape[1]:
         raise ValueError(f"attention_decode: q must be (B, H, S, D) and k, v (B, H_kv, SK, D) "
@@ -424,16 +265,20 @@ def attention_decode(q, k, v, causal: bool = False, sm_scale: float | None = Non
     if int(persistent) < 0:
         raise ValueError(f"attention_decode: persistent is programs per SM (>= 0), got "
                          f"{persistent}")
+    if swap and (kv_barriers or persistent or D == 256):
+        raise ValueError("attention_decode: swap=True with kv_barriers, persistent or head dim "
+                         "256 is not supported yet")
     if k.device != q.device or v.device != q.device:
         raise ValueError(f"attention_decode: q, k, v must be on one device, got {q.device}, "
                          f"{k.device}, {v.device}")
     return decode(q, k, v, causal, scale, splits, BN, STAGES, pdl, fused, bool(kv_barriers),
-                  int(persistent))
+                  int(persistent), bool(swap))
 
 
 @functools.lru_cache(maxsize=1024)
 def _plan(B: int, H: int, Hkv: int, S: int, SK: int, D: int, causal: bool, splits, BN, STAGES,
-          sms: int, fused=None, kv_barriers: bool = False, persistent: int = 0) -> tuple:
+          sms: int, fused=None, kv_barriers: bool = False, persistent: int = 0,
+          swap: bool = False) -> tuple:
     """Launch parameters of one shape (cached: decoding calls the same shapes over and over,
     and the host cost of a call is what small batches wait on)."""
     G = H // Hkv
@@ -441,6 +286,8 @@ def _plan(B: int, H: int, Hkv: int, S: int, SK: int, D: int, causal: bool, split
     BM = 64                                        # one warpgroup's WGMMA rows
     # two programs per SM (Q 64 x D and the K/V stages in shared memory, < 113 KB each)
     BN = BN or (64 if D <= 128 else 32)
+    if swap:         # the keys on the MMA's 64 rows, the tile's query rows (8 to 64) on its N
+        BM, BN = min(64, max(8, kit.next_power_of_2(R))), 64
     STAGES = STAGES or 2
     keys = min(SK, S) if causal else SK            # top-left causal: keys 0..Sq-1 at most
     n_blocks = kit.cdiv(keys, BN)
@@ -473,7 +320,7 @@ def _plan(B: int, H: int, Hkv: int, S: int, SK: int, D: int, causal: bool, split
 
 def decode(q, k, v, causal: bool, scale: float, splits=None, BN=None, STAGES=None,
            pdl: bool = True, fused: bool | None = None, kv_barriers: bool = False,
-           persistent: int = 0):
+           persistent: int = 0, swap: bool = False):
     """attention_decode without its argument checks: for callers that made them; scale is
     the softmax scale."""
     B, H, S, D = q.shape
@@ -481,8 +328,8 @@ def decode(q, k, v, causal: bool, scale: float, splits=None, BN=None, STAGES=Non
     dev = q.device
     return route(B, H, Hkv, S, SK, D, causal, scale, splits, BN, STAGES, pdl, q.dtype,
                  -1 if dev.type != "cuda" else dev.index if dev.index is not None
-                 else torch.cuda.current_device(), fused, kv_barriers, persistent)(q, k, v,
-                                                                                  True)
+                 else torch.cuda.current_device(), fused, kv_barriers, persistent,
+                 swap)(q, k, v, True)
 
 
 _WS_ALIGN = 64   # workspace regions start on 256-byte boundaries
@@ -502,11 +349,15 @@ class Route:
     kernel."""
 
     def __init__(self, B, H, Hkv, S, SK, D, causal, scale, splits, BN, STAGES, pdl, dtype,
-                 device, fused=None, kv_barriers=False, persistent=0):
+                 device, fused=None, kv_barriers=False, persistent=0, swap=False):
         grid, splits, args, meta, cmeta = _plan(B, H, Hkv, S, SK, D, causal, splits, BN,
                                                 STAGES, _sm_count(device), fused, kv_barriers,
-                                                persistent)
-        kernel = decode_persistent_kernel if persistent else decode_kernel
+                                                persistent, swap)
+        kernel = decode_kernel
+        if persistent:
+            from kitjit.nn.decode_variants import decode_persistent_kernel as kernel
+        elif swap:
+            from kitjit.nn.decode_variants import decode_swap_kernel as kernel
         self.grid, self.splits, self.D = grid, splits, D
         self.fused = meta["FUSED"]
         self.dtype, self.device = dtype, device
