@@ -7,6 +7,11 @@
   key chunk) items with one ring of K/V stages for all of them: the next item's first blocks
   and its Q fly while this item's last blocks are computed (no pipeline fill per item, no
   wave tail of short programs).
+- decode_swap_kernel: decode_kernel with the MMAs' operands swapped, Sᵀ = K Qᵀ and
+  Oᵀ += Vᵀ Pᵀ: a block's 64 keys on the MMA's rows, the tile's 8-64 query rows on its N. With
+  Sq 1 and 4 query heads per K/V head, decode_kernel's 64-row S has 60 dead rows; here the
+  tensor work and the softmax per key block are an eighth, P goes through shared memory (the
+  B operand), and the smaller footprint (Q 8 rows, 48 registers) fits 3 programs per SM.
 """
 
 from __future__ import annotations
