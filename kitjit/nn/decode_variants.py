@@ -185,12 +185,14 @@ def decode_persistent_kernel(Q, K, V, O, L, Out, Lse, Cnt, n_rows, R, SK, Sq, H,
 
 
 @kit.jit
-def swap_block(q, k, vs, pt, ready, K, V, acc0, acc1, m_i, l_i, qpos, j, start, end, bkv,
+def swap_block(q, k, vs, pt, ready, K, V, acc0, acc1, m_i, l_t, qpos, j, start, end, bkv,
                n_kv, qk_scale, NQ: kit.constexpr, BN: kit.constexpr, D: kit.constexpr,
                STAGES: kit.constexpr, MASK: kit.constexpr, CAUSAL: kit.constexpr):
     """Block j with the operands swapped: Sᵀ = K Qᵀ (keys on the MMA's 64 rows, the tile's NQ
     query rows on its N), the online softmax down the columns, Pᵀ through shared memory,
-    Oᵀ += Vᵀ Pᵀ in 64-row halves of D (acc0, acc1; acc1 unused at D 64)."""
+    Oᵀ += Vᵀ Pᵀ in 64-row halves of D (acc0, acc1; acc1 unused at D 64). The row sums stay
+    a (BN, NQ) tile l_t, summed down the columns once after the last block: a reduction
+    across the warps (shared memory, two barriers) fewer per block."""
     s = j % STAGES
     kit.mbarrier_wait(ready[s], j // STAGES % 2)
     st = kit.mma(k[s], q.T, kit.zeros((BN, NQ), kit.float32))
@@ -203,10 +205,11 @@ def swap_block(q, k, vs, pt, ready, K, V, acc0, acc1, m_i, l_i, qpos, j, start, 
     m_new = kit.maximum(m_i, kit.max(st, axis=0) * qk_scale)
     p = kit.exp2(st * qk_scale - m_new[None, :], ftz=True)
     alpha = kit.exp2(m_i - m_new, ftz=True)
-    l_i = l_i * alpha + kit.sum(p, axis=0)
+    l_t = l_t * alpha[None, :] + p
     kit.store(pt, p)                                # Pᵀ: the B operand of Oᵀ += Vᵀ Pᵀ
     kit.barrier()
-    acc0 = kit.mma(vs[s * (D // 64)].T, pt, acc0 * alpha[None, :])
+    # (D 128: both halves issued before one wait)
+    acc0 = kit.mma(vs[s * (D // 64)].T, pt, acc0 * alpha[None, :], pending=D // 128)
     if D == 128:
         acc1 = kit.mma(vs[s * 2 + 1].T, pt, acc1 * alpha[None, :])
     if j + STAGES < n_kv:                           # both MMAs are done with stage s: refill
@@ -214,7 +217,7 @@ def swap_block(q, k, vs, pt, ready, K, V, acc0, acc1, m_i, l_i, qpos, j, start, 
         kit.tma_load(k[s], K, (bkv, key0, 0), ready[s])
         for h in kit.static_range(D // 64):
             kit.tma_load(vs[s * (D // 64) + h], V, (bkv, key0, h * 64), ready[s])
-    return acc0, acc1, m_new, l_i
+    return acc0, acc1, m_new, l_t
 
 
 @kit.jit
@@ -265,18 +268,19 @@ def decode_swap_kernel(Q, K, V, O, L, Out, Lse, Cnt, n_rows, R, SK, Sq, H, G, ch
             for h in kit.static_range(D // 64):
                 kit.tma_load(vs[s * (D // 64) + h], V, (bkv, start + s * BN, h * 64), ready[s])
     m_i = kit.full((BM,), -float("inf"), kit.float32)
-    l_i = kit.zeros((BM,), kit.float32)
+    l_t = kit.zeros((BN, BM), kit.float32)
     acc0 = kit.zeros((64, BM), kit.float32)
     acc1 = kit.zeros((64, BM), kit.float32)
     kit.mbarrier_wait(q_ready[0], 0)
     for j in range(n_full):
-        acc0, acc1, m_i, l_i = swap_block(q, k, vs, pt, ready, K, V, acc0, acc1, m_i, l_i,
+        acc0, acc1, m_i, l_t = swap_block(q, k, vs, pt, ready, K, V, acc0, acc1, m_i, l_t,
                                           qpos, j, start, end, bkv, n_kv, qk_scale, BM, BN, D,
                                           STAGES, False, CAUSAL)
     for j in range(n_full, n_kv):
-        acc0, acc1, m_i, l_i = swap_block(q, k, vs, pt, ready, K, V, acc0, acc1, m_i, l_i,
+        acc0, acc1, m_i, l_t = swap_block(q, k, vs, pt, ready, K, V, acc0, acc1, m_i, l_t,
                                           qpos, j, start, end, bkv, n_kv, qk_scale, BM, BN, D,
                                           STAGES, True, CAUSAL)
+    l_i = kit.sum(l_t, axis=0)
     live = rows < R
     if SPLIT:
         o_part = O + split * n_rows * D
