@@ -8,7 +8,8 @@ persistent program walks many items: ragged key lengths, Sq 1 and 4, GQA, causal
 shorter than the ring (one key, many splits), merged in the split kernel or by the combine
 kernel. Compile-to-SASS for sm_90a (WGMMA, TMA, no spills, the shared memory the grid's
 programs per SM need); the default kernel keeps its own meta (no SEPKV key). GPU (`-m gpu`):
-the same variants at decode shapes.
+the same variants at decode shapes. `swap` (operands swapped: Sᵀ = K Qᵀ, Pᵀ through shared
+memory) is in every list.
 """
 
 from __future__ import annotations
@@ -74,9 +75,17 @@ def test_variant_plans():
     assert grid == (8 * 5,)                            # fewer items than programs
     *_, meta, _ = AD._plan(64, 32, 8, 1, 4096, 128, False, None, None, None, 132, None, True)
     assert meta["SEPKV"] is True
+    grid, *_, meta, _ = AD._plan(2, 32, 8, 1, 300, 128, False, None, None, None, 132, None,
+                                 False, 0, True)
+    assert meta["BM"] == 8 and meta["BN"] == 64 and grid[1:] == (1, 16)   # 4 rows -> N 8
+    q, k, v = base.bhsd(1, 2, 1, 64, Skv=8)
     with pytest.raises(ValueError, match="programs per SM"):
-        q, k, v = base.bhsd(1, 2, 1, 64, Skv=8)
         AD.attention_decode(q, k, v, persistent=-1)
+    with pytest.raises(ValueError, match="not supported yet"):
+        AD.attention_decode(q, k, v, swap=True, persistent=1)
+    q, k, v = base.bhsd(1, 2, 1, 256, Skv=8)
+    with pytest.raises(ValueError, match="swap=True .* head dim 256 is not supported yet"):
+        AD.attention_decode(q, k, v, swap=True)
 
 
 needs_sass = pytest.mark.skipif(
@@ -85,21 +94,21 @@ needs_sass = pytest.mark.skipif(
 NN = ROOT.parent / "kitjit" / "nn"
 SRC, VSRC = str(NN / "attention_decode.py"), str(NN / "decode_variants.py")
 SASS_VARIANTS = {  # name: kernel, its variant constexprs, programs per SM the shared memory
-    "kvbar": ("decode_kernel", dict(SEPKV=True), 2),               # and registers must allow
-    "pers1s5": ("decode_persistent_kernel", dict(STAGES=5), 1),
-    "pers2s2": ("decode_persistent_kernel", {}, 2),
-    "pers1s4kv": ("decode_persistent_kernel", dict(STAGES=4, SEPKV=True), 1),
-    "swap-q8": ("decode_swap_kernel", dict(BM=8), 3),
-    "swap-q64-s4": ("decode_swap_kernel", dict(BM=64, STAGES=4), 1),
-    "swap-d64-q16": ("decode_swap_kernel", dict(BM=16, D=64), 3),
+    # and registers must allow, merged in-kernel (fused) or partials for the combine kernel
+    "kvbar": ("decode_kernel", dict(SEPKV=True), 2, False),
+    "pers1s5": ("decode_persistent_kernel", dict(STAGES=5), 1, True),
+    "pers2s2": ("decode_persistent_kernel", {}, 2, False),
+    "pers1s4kv": ("decode_persistent_kernel", dict(STAGES=4, SEPKV=True), 1, True),
+    "swap-q8": ("decode_swap_kernel", dict(BM=8), 3, True),
+    "swap-q64-s4": ("decode_swap_kernel", dict(BM=64, STAGES=4), 1, False),
+    "swap-d64-q16": ("decode_swap_kernel", dict(BM=16, D=64), 3, False),
 }
 
 
 @needs_sass
-@pytest.mark.parametrize("fused", [False, True], ids=["partials", "fused"])
 @pytest.mark.parametrize("name", list(SASS_VARIANTS))
-def test_sass_decode_variant(name, fused):
-    kernel, extra, per_sm = SASS_VARIANTS[name]
+def test_sass_decode_variant(name):
+    kernel, extra, per_sm, fused = SASS_VARIANTS[name]
     ptrs = ("fp32", "fp32", "bf16", "fp32", "i32") if fused else ("fp32",) * 5
     sig = ["*bf16:16"] * 3 + [f"*{t}:16" for t in ptrs] + ["i32"] * 7 + ["fp32"]
     meta = {**dict(BM=64, BN=64, D=128, CAUSAL=False, STAGES=2, SPLIT=True, FUSED=fused,
