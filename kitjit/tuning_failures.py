@@ -4,9 +4,11 @@ Why: a config dropped for a reason that has nothing to do with the config (a loc
 that timed out under load, a race, an out-of-memory while timing) makes the tuning pick a
 slower winner, and a record on disk then hands that wrong answer to every later process.
 So, as in Triton, a config is skipped only for what the same source, key and GPU reproduce:
-its compile error (CompileError, which OutOfResources and a failed kit.static_assert are)
-or the assembler refusing it (AssemblerError, Triton's PTXASError). Anything else is retried
-once, alone, then raised. Every skip warns once per process, naming the config and why.
+its compile error (CompileError, which OutOfResources and a failed kit.static_assert are),
+the assembler refusing it (AssemblerError, Triton's PTXASError), or a launch refused for
+too many registers per block (Triton's OutOfResources for threads). A compile failing
+otherwise is tried once more, alone, then raised; any other failure while timing is raised.
+Every skip warns once per process, naming the config and why.
 """
 
 from __future__ import annotations
@@ -25,11 +27,21 @@ _warned: set[tuple[str, str, str]] = set()
 _warned_lock = threading.Lock()
 
 
+#: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, as kitjit.runtime.driver.check words it: a block
+#: of this config needs more registers than an SM has (Triton's OutOfResources "threads",
+#: which it raises when loading such a kernel)
+_LAUNCH_OUT_OF_RESOURCES = "(701)"
+
+
 def skippable(e: BaseException) -> bool:
     """A failure that belongs to the config (Triton skips the config for it; kitjit keeps
-    it in the tuning record): a compile error or the assembler refusing the kernel."""
+    it in the tuning record): a compile error (out of resources included), the assembler
+    refusing the kernel, or a launch refused for too many registers per block."""
     from kitjit.frontend.errors import AssemblerError, CompileError
+    from kitjit.runtime.driver import DriverError
 
+    if isinstance(e, DriverError):
+        return str(e).rstrip().endswith(_LAUNCH_OUT_OF_RESOURCES)
     return isinstance(e, (CompileError, AssemblerError))
 
 

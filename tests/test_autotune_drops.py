@@ -120,6 +120,25 @@ def test_error_while_timing_is_raised_not_skipped(cache_dir):
     assert not list((cache_dir / "tuning").rglob("*.json"))
 
 
+def test_launch_out_of_resources_is_the_configs_own(cache_dir):
+    """A block that needs more registers than an SM has: the launch fails with
+    CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, which Triton skips (OutOfResources "threads")."""
+    from kitjit.runtime.driver import DriverError
+
+    def regs(fn):
+        if fn.config.kwargs["BLOCK"] == 64:
+            raise DriverError("cuLaunchKernel: too many resources requested for launch (701)")
+        return bench(fn)
+
+    with pytest.warns(AutotuneWarning, match="BLOCK=64, num_warps=1 skipped: failed: "
+                                             "DriverError: cuLaunchKernel: too many"):
+        tuner = tune(do_bench=regs)
+    assert str(tuner.best_config) == "BLOCK=128, num_warps=1"
+    assert record(cache_dir)["BLOCK=64, num_warps=1"].startswith("failed: DriverError")
+    assert not tuning_failures.skippable(DriverError("cuLaunchKernel: an illegal memory "
+                                                     "access was encountered (700)"))
+
+
 def test_skipped_config_warns_once_with_the_reason(cache_dir):
     with pytest.warns(AutotuneWarning) as rec:
         tuner = tune(blocks=(100, *BLOCKS))     # 100: not a power of two, a CompileError
