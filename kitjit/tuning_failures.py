@@ -13,6 +13,8 @@ Every skip warns once per process, naming the config and why.
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import warnings
 
@@ -62,7 +64,19 @@ def warn_skipped(kernel: str, config: str, why: str, from_disk: bool = False) ->
         _warned.add(mark)
     where = " (as its tuning record on disk says)" if from_disk else ""
     warnings.warn(f"kitjit autotune {kernel}: config {config} skipped{where}: {why}",
-                  AutotuneWarning, stacklevel=2)
+                  AutotuneWarning, stacklevel=_callers_level())
+
+
+def _callers_level() -> int:
+    """The stacklevel of the first frame outside kitjit (the user's launch), so that the
+    warning points there; kitjit's own frame where the caller is a worker thread."""
+    kit_dir = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(2), 2   # (warn_skipped's caller is level 2)
+    while frame is not None and (
+            os.path.abspath(frame.f_code.co_filename).startswith(kit_dir)
+            or "_kit_tune" in frame.f_globals):   # (the autotuner's generated entry)
+        frame, level = frame.f_back, level + 1
+    return level if frame is not None else 2
 
 
 def with_config_note(e: BaseException, kernel: str, config: str) -> BaseException:

@@ -147,6 +147,7 @@ def test_skipped_config_warns_once_with_the_reason(cache_dir):
     assert msgs[0].startswith("kitjit autotune drop_kernel: config BLOCK=100, num_warps=1 "
                               "skipped: failed: CompileError"), msgs
     assert "power of two" in msgs[0]
+    assert all(w.filename == __file__ for w in rec)   # at the launch, not in kitjit
     assert str(tuner.best_config) == "BLOCK=64, num_warps=1"
     assert record(cache_dir)["BLOCK=100, num_warps=1"].startswith("failed: CompileError")
     with warnings.catch_warnings():
