@@ -39,9 +39,10 @@ def drop_kernel(X, Out, n, BLOCK: kit.constexpr):
 
 
 @pytest.fixture(autouse=True)
-def fake_gpu(monkeypatch):
-    monkeypatch.setattr(at, "_gpu_target",
-                        lambda args: Target("Fake GPU 80GB", "sm_90a", 232448, -1))
+def fake_gpu(request, monkeypatch):
+    if not request.node.get_closest_marker("gpu"):
+        monkeypatch.setattr(at, "_gpu_target",
+                            lambda args: Target("Fake GPU 80GB", "sm_90a", 232448, -1))
     monkeypatch.setattr(tuning_failures, "_warned", set())  # "once per process", per test
 
 
@@ -187,3 +188,25 @@ def test_llvm_targets_registered_once_under_threads(monkeypatch):
     for t in threads:
         t.join()
     assert calls[0] == 1 and peak[0] == 1
+
+
+@pytest.mark.gpu
+def test_gpu_config_whose_compile_timed_out_is_timed_and_wins(monkeypatch, cache_dir):
+    """On the GPU, with CUDA-event timing: the fast config's first compile times out; it is
+    compiled again, timed, and wins; the record has both configs timed."""
+    n = 1 << 24
+    slow, fast = Config({"BLOCK": 32}, num_warps=1), Config({"BLOCK": 2048}, num_warps=8)
+    flaky_compile(monkeypatch, lambda: TimeoutError("compile lock wait timed out"),
+                  block=2048)
+    tuner = Autotuner(drop_kernel, [slow, fast], key=["n"], warmup=5, rep=20)
+    x = torch.randn(n, device="cuda")
+    out = torch.full_like(x, float("nan"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AutotuneWarning)
+        tuner[lambda m: (kit.cdiv(n, m["BLOCK"]),)](x, out, n)
+    torch.cuda.synchronize()
+    assert torch.equal(out, 2 * x)
+    t = tuner.timings[next(iter(tuner.cache))]
+    assert tuner.best_config == fast and t[str(slow)] > 2 * t[str(fast)], t
+    assert sorted(record(cache_dir)) == sorted([str(slow), str(fast)])
+    assert all(isinstance(v, float) for v in record(cache_dir).values())
