@@ -605,6 +605,8 @@ class Autotuner:
                     compile_one(cfg)
                     ok.add(str(cfg))
                 except Exception as e:
+                    if not skippable(e) and hasattr(e, "add_note"):
+                        e.add_note(f"(the first compile of it failed too: {reason(first)})")
                     failed(cfg, e)  # raises unless it is the config's own failure now
                     progress.done += 1
             compiled = [c for c in todo if str(c) in ok]
