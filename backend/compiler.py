@@ -19,20 +19,27 @@ from . import libdevice
 
 logger = logging.getLogger("kitjit.compiler")
 _lock = threading.Lock()
+_init_lock = threading.Lock()  # (its own: libdevice calls _llvm() under _lock)
 _tm_cache: dict[str, object] = {}
 
 
 def _llvm():
+    """llvmlite with its targets registered, once per process. Under the lock: the
+    autotuner's first compiles run in threads, and LLVM's target registry is not safe to
+    fill from two threads at once."""
     import llvmlite.binding as llvm
 
-    if not getattr(_llvm, "done", False):
-        try:
-            llvm.initialize()
-        except RuntimeError:
-            pass  # llvmlite >= 0.45 initializes itself
-        llvm.initialize_all_targets()
-        llvm.initialize_all_asmprinters()
-        _llvm.done = True
+    if getattr(_llvm, "done", False):
+        return llvm
+    with _init_lock:
+        if not getattr(_llvm, "done", False):
+            try:
+                llvm.initialize()
+            except RuntimeError:
+                pass  # llvmlite >= 0.45 initializes itself
+            llvm.initialize_all_targets()
+            llvm.initialize_all_asmprinters()
+            _llvm.done = True
     return llvm
 
 

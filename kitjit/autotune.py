@@ -34,6 +34,7 @@ from typing import Any
 
 from .jit import JITFunction, interpret_mode
 from .launcher import LAUNCH_OPTIONS
+from .tuning_failures import AutotuneWarning, reason, skippable, warn_skipped, with_config_note
 from .tuning_records import (
     fmt_key,
     format_tuning_records,
@@ -48,8 +49,8 @@ from .tuning_timing import _bench_cuda, _Progress
 
 logger = logging.getLogger("kitjit.autotune")
 
-__all__ = ["Autotuner", "AutotuneError", "Config", "Heuristics", "Target", "autotune",
-           "format_tuning_records", "heuristics", "tuning_records"]
+__all__ = ["Autotuner", "AutotuneError", "AutotuneWarning", "Config", "Heuristics", "Target",
+           "autotune", "format_tuning_records", "heuristics", "tuning_records"]
 
 _LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "cluster")
 # AMD-only compiler options Triton's HIP configs carry (the tutorials' non-CUDA branch, which
@@ -206,21 +207,6 @@ def _json_value(v: Any) -> Any:
 
 def _env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in _TRUE
-
-
-def _reason(e: BaseException) -> str:
-    lines = str(e).strip().splitlines()
-    text = next((ln for ln in lines if "error:" in ln), lines[0] if lines else "")
-    text = text.split("error: ", 1)[-1].strip()
-    return f"{type(e).__name__}: {text}"[:300]
-
-
-def _persistable(e: BaseException) -> bool:
-    """Failures that the same source, key and GPU reproduce (worth remembering on disk);
-    anything else (out of memory, a bad argument) is retried by the next process."""
-    from kitjit.frontend.errors import CompileError, InternalCompilerError
-
-    return isinstance(e, (CompileError, InternalCompilerError))
 
 
 # --------------------------------------------------------------------------- the autotuner
@@ -499,9 +485,11 @@ class Autotuner:
             try:
                 ir = self.fn.build_ir(specs, consts, cfg.num_warps)
             except Exception as e:
-                if not _persistable(e):
+                if not skippable(e):
+                    with_config_note(e, self.__name__, str(cfg))
                     raise
-                notes[str(cfg)] = f"failed: {_reason(e)}"
+                notes[str(cfg)] = f"failed: {reason(e)}"
+                warn_skipped(self.__name__, str(cfg), notes[str(cfg)])
                 errors.append(e)
                 continue
             # The launch that follows builds the same IR: hand it over.
@@ -512,8 +500,6 @@ class Autotuner:
     def _no_config(self, notes: dict[str, float | str], errors: list[BaseException]
                    ) -> BaseException:
         first = errors[0] if errors else None
-        if first is not None and not _persistable(first):
-            return first  # a bad argument or an out-of-memory: the user's own error
         lines = "\n".join(f"  {c}: {r}" for c, r in notes.items())
         err = AutotuneError(f"{self.__name__}: no config compiles and runs:\n{lines}")
         err.__cause__ = first
@@ -544,12 +530,19 @@ class Autotuner:
                 if path is not None:
                     timings, from_disk, todo = timings_on_disk(path, configs)
                 if todo:
-                    new, transient = self._time_configs(todo, configs, timings, named, kw,
-                                                        grid, target, errors)
-                    if path is not None and new:
+                    new = self._time_configs(todo, configs, timings, named, kw, grid,
+                                             target, errors)
+                    missing = [str(c) for c in todo if str(c) not in new]
+                    if missing:  # never a record (nor a choice) that lacks a config
+                        raise AutotuneError(f"{self.__name__}: internal error: configs "
+                                            f"{missing} were neither timed nor failed")
+                    if path is not None:
                         write_record(path, self, keyrec, target, new, configs)
                     timings.update(new)
-                    timings.update(transient)
+        for c in configs:  # skipped for a reason on disk: said here too, once
+            t = timings.get(str(c))
+            if isinstance(t, str) and str(c) in from_disk:
+                warn_skipped(self.__name__, str(c), t, from_disk=True)
         ok = [c for c in configs if isinstance(timings.get(str(c)), float)]
         if not ok:
             raise self._no_config({str(c): timings.get(str(c), "?") for c in configs}, errors)
@@ -561,21 +554,24 @@ class Autotuner:
     def _time_configs(self, todo: list[Config], configs: list[Config],
                       timings: dict[str, float | str], named: dict[str, Any],
                       kw: dict[str, Any], grid: Any, target: Target,
-                      errors: list[BaseException]
-                      ) -> tuple[dict[str, float | str], dict[str, float | str]]:
-        """Compile `todo` in parallel, then time what compiled. Returns (results worth
-        keeping on disk, failures this process alone saw)."""
+                      errors: list[BaseException]) -> dict[str, float | str]:
+        """Compile `todo` in parallel, then time what compiled. Returns every config of
+        `todo`: its median ms, or "failed: reason" where it is the config's own failure
+        (kitjit.tuning_failures: skipped with a warning, kept on disk). A compile that fails
+        otherwise (a lock or compile timed out, a race of the parallel compiles) is tried
+        once more, alone; a second such failure, or one while timing, is raised."""
         new: dict[str, float | str] = {}
-        transient: dict[str, float | str] = {}
         known = [(t, s) for s, t in timings.items() if isinstance(t, float)
                  and s in {str(c) for c in configs}]
         progress = _Progress(self.__name__, len(configs), len(configs) - len(todo),
                              min(known) if known else None)
 
         def failed(cfg: Config, e: BaseException) -> None:
-            logger.debug("%s: config %s failed: %s", self.__name__, cfg, _reason(e))
+            if not skippable(e):
+                raise with_config_note(e, self.__name__, str(cfg))
             errors.append(e)
-            (new if _persistable(e) else transient)[str(cfg)] = f"failed: {_reason(e)}"
+            new[str(cfg)] = f"failed: {reason(e)}"
+            warn_skipped(self.__name__, str(cfg), new[str(cfg)])
 
         def compile_one(cfg: Config) -> None:
             specs, consts = self._specialize(named, kw, cfg)
@@ -585,7 +581,8 @@ class Autotuner:
             self.fn.compile(specs, consts, cfg.num_warps, target.arch, target.max_shared,
                             **extra)
 
-        compiled = []
+        ok: set[str] = set()
+        again: list[tuple[Config, BaseException]] = []
         try:
             workers = max(1, min(len(todo), os.cpu_count() or 4, 8))
             with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -593,11 +590,26 @@ class Autotuner:
                 for i, (cfg, fut) in enumerate(zip(todo, futures)):
                     try:
                         fut.result()
-                        compiled.append(cfg)
+                        ok.add(str(cfg))
                     except Exception as e:
-                        failed(cfg, e)
-                        progress.done += 1  # a config that cannot compile is done
+                        if skippable(e):
+                            failed(cfg, e)
+                            progress.done += 1  # a config that cannot compile is done
+                        else:
+                            again.append((cfg, e))
                     progress.show(f"compiled {i + 1}/{len(todo)}")
+            for cfg, first in again:  # not the config's fault: once more, alone
+                logger.warning("%s: compiling config %s failed (%s); trying it again alone",
+                               self.__name__, cfg, reason(first))
+                try:
+                    compile_one(cfg)
+                    ok.add(str(cfg))
+                except Exception as e:
+                    if not skippable(e) and hasattr(e, "add_note"):
+                        e.add_note(f"(the first compile of it failed too: {reason(first)})")
+                    failed(cfg, e)  # raises unless it is the config's own failure now
+                    progress.done += 1
+            compiled = [c for c in todo if str(c) in ok]
             saved = {n: named[n].clone() for n in self.restore_value
                      if named.get(n) is not None}
             try:
@@ -620,7 +632,7 @@ class Autotuner:
                     named[n].copy_(t)
         finally:
             progress.close()
-        return new, transient
+        return new
 
     def _retime_close_calls(self, compiled: list[Config], new: dict[str, float | str],
                             named: dict[str, Any], kw: dict[str, Any], grid: Any,

@@ -77,9 +77,9 @@ def _gpu_count() -> int:
 
 def pytest_collection_modifyitems(config, items):
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        # test_ranks' four ranks compile and autotune against each other; beside another
-        # xdist worker's load one config went missing from a rank's tuning once (CI,
-        # 2026-11-29; 6 runs of its own passed): they run in one process instead
+        # tests whose racing processes must not share the cores with another worker run in
+        # one process instead (none now: test_ranks was, until the autotuner's silent
+        # config drop it caught was fixed, tests/test_autotune_drops.py)
         skip_serial = pytest.mark.skip(reason="serial: runs without -n (CI: .ci/run's slow "
                                                "step)")
         for item in items:

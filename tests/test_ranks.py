@@ -28,7 +28,6 @@ from kitjit.cli import main as cli_main
 
 fcntl = pytest.importorskip("fcntl")
 
-pytestmark = pytest.mark.serial  # (tests/conftest.py: not beside other xdist workers)
 N_PROCS = 4
 SPECS = [("*fp32", 16), ("*fp32", 16), ("i32", 1)]
 CONFIGS_BLOCKS = (32, 64, 128)
