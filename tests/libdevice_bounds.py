@@ -28,9 +28,9 @@ _ULP = {
 # j0/j1/y0/y1: 9 ulp (fp32) / 7 ulp (fp64) for |x| < 8, otherwise an absolute 2.2e-6 /
 # 5e-12; jn: "for n = 128" an absolute 2.2e-6 / 5e-12, the only figure given, used for every
 # n >= 2; ynf: ceil(2 + 2.5 n) ulp for |x| < n, otherwise an absolute 2.2e-6; yn (fp64): an
-# absolute 5e-12 for |x| > 1.5 n, nothing given below that: the absolute 5e-12 is used from
-# |x| = n (an H200 gave yn(30, 29.5) 1.46e-13 off, ~2600 ulp, 2026-11-29) and fp32's
-# ceil(2 + 2.5 n) ulp below n. jn/yn of n = 0 and 1 are j0/j1/y0/y1 (libdevice calls them).
+# absolute 5e-12 for |x| > 1.5 n, nothing given below that: there fp32's ceil(2 + 2.5 n) ulp
+# plus the absolute 5e-12 (an H200 gave yn(30, 29.5) 1.46e-13 off, ~2600 ulp, 2026-11-29).
+# jn/yn of n = 0 and 1 are j0/j1/y0/y1 (libdevice calls them).
 _BESSEL_ULP = (9, 7)
 _BESSEL_ABS = (2.2e-6, 5e-12)
 
@@ -53,9 +53,9 @@ def bounds(fn: str, f32: bool, xs: list[np.ndarray]) -> tuple[np.ndarray, np.nda
         absb = np.where(high, _BESSEL_ABS[i], absb)
     if fn == "yn":
         high = n >= 2
-        small = x < n
+        small = x < (n if f32 else 1.5 * n)
         ulp = np.where(high, np.where(small, np.ceil(2 + 2.5 * n), 0.0), ulp)
-        absb = np.where(high, np.where(small, 0.0, _BESSEL_ABS[i]), absb)
+        absb = np.where(high, np.where(small & f32, 0.0, _BESSEL_ABS[i]), absb)
     return ulp, absb
 
 
