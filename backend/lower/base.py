@@ -379,8 +379,10 @@ class LoweringBase:
             "add": b.add, "sub": b.sub, "mul": b.mul,
             "floordiv": b.sdiv if signed else b.udiv,
             "mod": b.srem if signed else b.urem,
-            "and": b.and_, "or": b.or_, "xor": b.xor, "shl": b.shl,
-            "shr": b.ashr if signed else b.lshr,
+            "and": b.and_, "or": b.or_, "xor": b.xor,
+            "shl": lambda x, y: self.shift(b.shl, x, y, False),
+            "shr": (lambda x, y: self.shift(b.ashr, x, y, True)) if signed else
+                   (lambda x, y: self.shift(b.lshr, x, y, False)),
             "minimum": lambda x, y: b.select(
                 (b.icmp_signed if signed else b.icmp_unsigned)("<", x, y), x, y),
             "maximum": lambda x, y: b.select(
@@ -396,6 +398,18 @@ class LoweringBase:
                 return op(x, b.select(nz, y, one))
             return safe
         return ints[name]
+
+    def shift(self, op, x, y, arithmetic: bool):
+        """x shifted by y, defined for every y as the interpreter defines it (LLVM: poison
+        when y >= the width; Triton leaves it undefined): an amount past the width (a
+        negative one too, read unsigned) gives 0, or the sign for an arithmetic right
+        shift. A constant amount folds the select away."""
+        b = self.b
+        width = ir.Constant(x.type, x.type.width)
+        inside = b.icmp_unsigned("<", y, width)
+        if arithmetic:
+            return op(x, b.select(inside, y, ir.Constant(x.type, x.type.width - 1)))
+        return b.select(inside, op(x, y), ir.Constant(x.type, 0))
 
     def minmax(self, which: str, x, y):
         t = x.type
