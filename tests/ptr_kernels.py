@@ -112,6 +112,16 @@ def rtz(X, Y, n, BLOCK: kit.constexpr):
 
 
 @kit.jit
+def rtne(X, Y, n, BLOCK: kit.constexpr):
+    """Y (fp16 or bf16) = X narrowed to nearest even, spelled out (a cvt.rn kept where it is
+    written: kitjit/nn/attention.py's PACKED)."""
+    o = kit.program_id(0) * BLOCK + kit.arange(0, BLOCK)
+    m = o < n
+    x = kit.load(X + o, mask=m)
+    kit.store(Y + o, x.to(Y.dtype.element_ty, fp_downcast_rounding="rtne"), mask=m)
+
+
+@kit.jit
 def scalars(X, Y, n, FLAG: kit.constexpr, BLOCK: kit.constexpr):
     """Y = where(FLAG, X / float32(n), int32(X)) + a float32 scalar, `tl.float32(n)`-style."""
     o = kit.program_id(0) * BLOCK + kit.arange(0, BLOCK)

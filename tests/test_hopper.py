@@ -388,6 +388,25 @@ def test_sass_attention_turns(D, BN, stages, split, causal):
     assert c.ptx.count("mbarrier.init") >= 1 + 2 * kv, "K and V barriers"
 
 
+@needs_sass
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("D,BN,split", [(128, 128, False), (256, 64, True)], ids=["D128", "D256"])
+def test_sass_attention_packed(D, BN, split, causal):
+    """PACKED (P converted where written, kept 16-bit through the loop) and BOUND (the
+    causal mask as one bound): no PRMT repacking P's halves (the default has 32 a block at
+    D=128), no spills, the same MMAs."""
+    c = sass(ATTN_SRC, "attention_ws_kernel", attn_sig("bf16"),
+             dict(BM=128, BN=BN, D=D, CAUSAL=causal, STAGES=2 if split else 3, CONSUMERS=2,
+                  TURNS=True, SPLIT=split, PACKED=True, BOUND=causal), 12)
+    ss = c.find(rf"HGMMA\.64x{BN}x16\.F32\.BF16 R\d+, gdesc\[")
+    rs = c.find(rf"HGMMA\.64x{D}x16\.F32\.BF16 R\d+, R\d+, gdesc\[")
+    assert ss and rs and len(ss) + len(rs) == len(c.hgmma()), c.hgmma()
+    assert c.has("UTMALDG") and c.has("MUFU.EX2") and not c.has("HMMA"), c.summary()
+    c.assert_no_spills()
+    assert not c.has("PRMT"), c.summary()
+    assert re.search(r"cvt\.rn\.bf16\.f32 %rs\d+, %r\d+;", c.ptx), "the pinned cvt"
+
+
 # ----------------------------------------------------------------------------- roles
 WS_SASS = {  # kernel: the constexprs its host wrapper launches it with
     "matmul_wsp": dict(BM=128, BN=256, BK=64, STAGES=4, GROUP=8),
@@ -537,8 +556,14 @@ def test_interp_attention_wrapper(B, H, S, D, causal, g, cfg, poison):
     (1, 2, 130, 64, True, 1, dict(BM=64, BN=64, STAGES=3, OVERLAP=True)),
     (1, 1, 40, 64, True, 1, dict(BM=64, BN=64, STAGES=3, OVERLAP=True)),  # one block
     (1, 2, 100, 128, False, 1, dict(BM=128, BN=64, STAGES=2)),            # plain consumer
+    # issue 20's variants (benchmarks/fwd_variants.py): P converted where written, the
+    # causal mask as one bound; ragged S (2 row tiles, a masked last block)
+    (1, 2, 200, 128, True, 1, dict(BM=128, BN=128, STAGES=3, TURNS=True, PACKED=True,
+                                   BOUND=True)),
+    (1, 2, 200, 64, False, 2, dict(BM=192, BN=128, STAGES=3, num_warps=12, TURNS=True,
+                                   PACKED=True)),
 ], ids=["causal-g2", "full-stages3", "D128-default", "overlap-g2", "overlap-causal",
-        "overlap-one-block", "D128-plain"])
+        "overlap-one-block", "D128-plain", "D128-packed-bound", "D64-192-packed"])
 def test_interp_attention_ws(B, H, S, D, causal, g, cfg, poison):
     q, k, v = qkv(B, H, S, D, g, torch.bfloat16, seed=6)
     o, lse = attn_ex.attention(q, k, v, causal, ws=True, **cfg)

@@ -18,6 +18,7 @@ from ptr_kernels import (
     fp8_io,
     fp8_roundtrip,
     gather_rows,
+    rtne,
     rtz,
     scalars,
     td_scale,
@@ -189,6 +190,22 @@ def test_fp_downcast_rounding_rtz(dst, gpu=False):
     torch.testing.assert_close(y.cpu(), exp, equal_nan=True, atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("dst", [torch.float16, torch.bfloat16])
+def test_fp_downcast_rounding_rtne(dst, gpu=False):
+    """Spelled-out 'rtne' (one cvt.rn an element, kept where written) is the default
+    conversion: overflow to inf, NaN, subnormals and ties as torch's own."""
+    dev = _dev(gpu)
+    n = 500
+    x = torch.randn(n, dtype=torch.float64) * torch.logspace(-40, 6, n, dtype=torch.float64)
+    x = x.float()
+    x[:6] = torch.tensor([70000.0, -1e30, float("inf"), float("nan"), 1.0 + 2.0 ** -11,
+                          -0.0])
+    y = torch.full((n,), float("nan"), dtype=dst, device=dev)
+    rtne[(triton_cdiv(n, 128),)](x.to(dev), y, n, BLOCK=128)
+    torch.testing.assert_close(y.cpu(), x.to(dst), equal_nan=True, atol=0, rtol=0)
+    assert torch.equal(y.cpu()[5:6].view(torch.int16), x[5:6].to(dst).view(torch.int16))
+
+
 # ----------------------------------------------------------------------------- fp8
 def _fp8_inputs(n, scale):
     x = torch.randn(n) * scale
@@ -299,6 +316,10 @@ def test_sass_pointer_casts_and_rtz():
     assert any(o.startswith("LDG") for o in ops)
     ptx, ops = _compile("rtz", ["*fp32:16", "*fp16:16", "i32"], {"BLOCK": 256})
     assert "cvt.rz.f16.f32" in ptx
+    for dt, name in (("fp16", "f16"), ("bf16", "bf16")):
+        ptx, ops = _compile("rtne", ["*fp32:16", f"*{dt}:16", "i32"], {"BLOCK": 256})
+        assert f"cvt.rn.{name}.f32 %" in ptx, "rtne: the pinned cvt.rn (inline asm)"
+        assert any(o.startswith("F2F") for o in ops), ops
 
 
 # ----------------------------------------------------------------------------- GPU
@@ -311,6 +332,7 @@ def test_gpu_pointers_and_fp8():
     test_bitcast(gpu=True)
     for dst in (torch.float16, torch.bfloat16):
         test_fp_downcast_rounding_rtz(dst, gpu=True)
+        test_fp_downcast_rounding_rtne(dst, gpu=True)
     for name in ("e4nv", "e5"):
         for src in (torch.float32, torch.float16, torch.bfloat16):
             test_fp8_conversions(name, src, gpu=True)

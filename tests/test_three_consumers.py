@@ -30,7 +30,7 @@ ATTN_SIG = ["*bf16:16"] * 4 + ["*fp32:16", "i32:16", "i32:16", "i32", "i32", "fp
 
 def attn_consts(causal, stages=2, turns=True, BN=128):
     return dict(BM=192, BN=BN, D=64, CAUSAL=causal, STAGES=stages, CONSUMERS=3,
-                OVERLAP=not turns, TURNS=turns, SPLIT=False)
+                OVERLAP=not turns, TURNS=turns, SPLIT=False, PACKED=False, BOUND=False)
 
 
 def test_twelve_warp_layouts_hold_each_element_once():

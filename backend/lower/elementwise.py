@@ -177,6 +177,9 @@ class ElementwiseLowering(LoweringBase):
             f = lambda x: self.b.bitcast(x, td)  # noqa: E731
         elif op.attrs.get("rounding") == "rtz":
             f = self.rtz_fn(src, dst)
+        elif op.attrs.get("rounding") == "rtne":   # fp32 -> fp16/bf16, pinned (rn_pinned)
+            self.set(op.result, self.rn_pinned(self.get(op.operands[0]), dst))
+            return
         elif src.is_fp8() or dst.is_fp8():
             f = fp8_cast_fn(self, src, dst)
         elif src.is_ptr() or dst.is_ptr():
@@ -209,6 +212,17 @@ class ElementwiseLowering(LoweringBase):
                     ptx[2], [x], side_effect=False)
             return b.bitcast(r, td) if dst.bits == 16 else r
         return f
+
+    def rn_pinned(self, xs: list, dst: DType) -> list:
+        """fp32 -> fp16/bf16 written out with fp_downcast_rounding='rtne': the default's
+        rounding, as one cvt.rn per element that LLVM neither moves nor folds. A plain
+        fptrunc of a loop-carried tile is turned by LLVM into an fp32 phi converted at the
+        loop's top: twice the registers carried, and ptxas packs them early into swapped
+        halves (32 PRMT a block in kitjit/nn/attention.py's overlapped loop). (Pairs as
+        cvt.rn.bf16x2 gave the same instructions there but 16 bytes of spills.)"""
+        b, td = self.b, llvm_type(dst)
+        cvt = f"cvt.rn.{'bf16' if dst.name == 'bf16' else 'f16'}.f32 $0, $1;"
+        return [b.bitcast(asm(b, I16, cvt, "=h,f", [x]), td) for x in xs]
 
     def cast_fn(self, src: DType, dst: DType):
         b = self.b

@@ -58,9 +58,9 @@ class ElementwiseOps:
             if not (src.is_floating() and dtype.is_floating() and dtype.bits < src.bits):
                 raise self.error(f"fp_downcast_rounding applies to float downcasts only, not "
                                  f"{src} to {dtype}")
-            if rounding == "rtne":
-                rounding = None
-            elif dtype.is_fp8():
+            if rounding == "rtne" and not (src.bits == 32 and dtype.bits == 16):
+                rounding = None   # the default; fp32 -> fp16/bf16 keeps it (rn_pinned)
+            elif rounding == "rtz" and dtype.is_fp8():
                 raise self.error("fp_downcast_rounding='rtz' to fp8 is not supported yet",
                                  "fp8 conversions round to nearest even (cvt.rn.satfinite)")
         if src is dtype:

@@ -18,13 +18,18 @@ from kitjit.nn._host import Rows, Site, int_facts, on_reset, workspace
 
 @kit.jit
 def softmax(sc, m_i, l_i, rows, j, SK, qk_scale, BN: kit.constexpr, MASK: kit.constexpr,
-            CAUSAL: kit.constexpr):
+            CAUSAL: kit.constexpr, BOUND: kit.constexpr = False):
     """Online softmax of raw scores block j: P, the rescale of what came before, m, l.
-    Keys at or past SK are masked; causal is top-left aligned (query i sees keys 0..i)."""
+    Keys at or past SK are masked; causal is top-left aligned (query i sees keys 0..i).
+    BOUND: the causal mask as one bound a row, key <= min(row, SK - 1) (SASS, D=128, a
+    diagonal block: ISETP 96 -> 64, FSEL 128 -> 64 a thread)."""
     if MASK:                                       # ragged tail or causal diagonal only
         cols = j * BN + kit.arange(0, BN)
-        keep = cols[None, :] < SK
-        if CAUSAL:
+        if CAUSAL and BOUND:
+            keep = cols[None, :] <= kit.minimum(rows, SK - 1)[:, None]
+        else:
+            keep = cols[None, :] < SK
+        if CAUSAL and not BOUND:
             keep = keep & (cols[None, :] <= rows[:, None])
         sc = kit.where(keep, sc, -float("inf"))
     m_new = kit.maximum(m_i, kit.max(sc, axis=1) * qk_scale)      # log2 domain (scale > 0)
@@ -53,14 +58,28 @@ def attend(q, k, v, ready, empty, K, V, acc, m_i, l_i, rows, j, n_kv, kvh, SK, q
 
 
 @kit.jit
+def pack_p(p, dtype: kit.constexpr, PACKED: kit.constexpr):
+    """P in the MMA's 16-bit type. PACKED: spelled fp_downcast_rounding='rtne' (the same
+    rounding), which kitjit lowers to one cvt.rn an element kept where written; LLVM moves
+    the plain conversion of the loop-carried P to the loop's top (an fp32 phi), and ptxas
+    packs it there into swapped halves: 32 PRMT a block (SASS, D=128: 517 -> 488
+    instructions a block, the causal diagonal's 681 -> 620)."""
+    if PACKED:
+        return p.to(dtype, fp_downcast_rounding="rtne")
+    return p.to(dtype)
+
+
+@kit.jit
 def overlapped(q, k, v, ready, empty, acc, p, m_i, l_i, rows, j, SK, qk_scale, wg,
                BM: kit.constexpr, BN: kit.constexpr, STAGES: kit.constexpr,
                MASK: kit.constexpr, CAUSAL: kit.constexpr, TURNS: kit.constexpr,
-               CONSUMERS: kit.constexpr, SPLIT: kit.constexpr):
+               CONSUMERS: kit.constexpr, SPLIT: kit.constexpr, PACKED: kit.constexpr,
+               BOUND: kit.constexpr):
     """Block j, FA3-style: S_j = Q K_jᵀ and O += P_{j-1} V_{j-1} issued together; the
     softmax of S_j runs under the second MMA. TURNS: consumer warpgroup wg issues both only
     in its turn and passes the turn on before waiting for them. SPLIT: K and V stages have
-    barriers of their own (V's at STAGES + s): K_j's stage is freed once S_j is done."""
+    barriers of their own (V's at STAGES + s): K_j's stage is freed once S_j is done.
+    PACKED: P is converted where written (pack_p); BOUND: see softmax."""
     s, vs = j % STAGES, (j - 1) % STAGES
     kit.mbarrier_wait(ready[s], j // STAGES % 2)
     if SPLIT:
@@ -73,7 +92,8 @@ def overlapped(q, k, v, ready, empty, acc, p, m_i, l_i, rows, j, SK, qk_scale, w
     else:
         sc = kit.mma(q, k[s].T, kit.zeros((BM, BN), kit.float32), pending=1)
         acc = kit.mma(p, v[vs], acc, pending=1)   # S_j is done on return
-    p, alpha, m_i, l_i = softmax(sc, m_i, l_i, rows, j, SK, qk_scale, BN, MASK, CAUSAL)
+    p, alpha, m_i, l_i = softmax(sc, m_i, l_i, rows, j, SK, qk_scale, BN, MASK, CAUSAL,
+                                 BOUND)
     if SPLIT:
         kit.mbarrier_arrive(empty[s])              # K_j: S_j is done
         acc = acc * alpha[:, None]                 # waits for P_{j-1} V_{j-1}
@@ -81,7 +101,7 @@ def overlapped(q, k, v, ready, empty, acc, p, m_i, l_i, rows, j, SK, qk_scale, w
     else:
         acc = acc * alpha[:, None]                 # waits for P_{j-1} V_{j-1}
         kit.mbarrier_arrive(empty[vs])
-    return acc, p.to(v.dtype), m_i, l_i
+    return acc, pack_p(p, v.dtype, PACKED), m_i, l_i
 
 
 @kit.jit
@@ -89,7 +109,8 @@ def consume_overlapped(q, k, v, ready, empty, O, L, m0, bh, S, SK, n_full, n_kv,
                        BM: kit.constexpr, BN: kit.constexpr, D: kit.constexpr,
                        CAUSAL: kit.constexpr, STAGES: kit.constexpr,
                        TURNS: kit.constexpr = False, CONSUMERS: kit.constexpr = 2,
-                       SPLIT: kit.constexpr = False):
+                       SPLIT: kit.constexpr = False, PACKED: kit.constexpr = False,
+                       BOUND: kit.constexpr = False):
     """consume(), overlapped: 3 stages keep the loads ahead (stage j-1 is freed late).
 
     TURNS (FA3's scheduler barrier): the consumer warpgroups issue their MMAs in turn, so
@@ -111,18 +132,18 @@ def consume_overlapped(q, k, v, ready, empty, O, L, m0, bh, S, SK, n_full, n_kv,
         sc = kit.mma(q, k[0].T, kit.zeros((BM, BN), kit.float32))
     p, _, m_i, l_i = softmax(sc, kit.full((BM,), -float("inf"), kit.float32),
                              kit.zeros((BM,), kit.float32), rows, 0, SK, qk_scale, BN, True,
-                             CAUSAL)
+                             CAUSAL, BOUND)
     if SPLIT:
         kit.mbarrier_arrive(empty[0])
-    p, acc = p.to(v.dtype), kit.zeros((BM, D), kit.float32)
+    p, acc = pack_p(p, v.dtype, PACKED), kit.zeros((BM, D), kit.float32)
     for j in range(1, n_full):
         acc, p, m_i, l_i = overlapped(q, k, v, ready, empty, acc, p, m_i, l_i, rows, j, SK,
                                       qk_scale, wg, BM, BN, STAGES, False, CAUSAL, TURNS,
-                                      CONSUMERS, SPLIT)
+                                      CONSUMERS, SPLIT, PACKED, BOUND)
     for j in range(kit.maximum(n_full, 1), n_kv):
         acc, p, m_i, l_i = overlapped(q, k, v, ready, empty, acc, p, m_i, l_i, rows, j, SK,
                                       qk_scale, wg, BM, BN, STAGES, True, CAUSAL, TURNS,
-                                      CONSUMERS, SPLIT)
+                                      CONSUMERS, SPLIT, PACKED, BOUND)
     vs = (n_kv - 1) % STAGES
     if SPLIT:
         kit.mbarrier_wait(ready[STAGES + vs], (n_kv - 1) // STAGES % 2)
@@ -206,7 +227,8 @@ def attention_ws_kernel(Q, K, V, O, L, S, SK, H, G, qk_scale, BM: kit.constexpr,
                         BN: kit.constexpr, D: kit.constexpr, CAUSAL: kit.constexpr,
                         STAGES: kit.constexpr, CONSUMERS: kit.constexpr,
                         OVERLAP: kit.constexpr = False, TURNS: kit.constexpr = False,
-                        SPLIT: kit.constexpr = False):
+                        SPLIT: kit.constexpr = False, PACKED: kit.constexpr = False,
+                        BOUND: kit.constexpr = False):
     """A producer warpgroup (TMA) and CONSUMERS warpgroups of 64 query rows each; OVERLAP:
     FA3's intra-warpgroup overlap, TURNS: that and its scheduler barrier, SPLIT: with K and
     V on barriers of their own (consume_overlapped)."""
@@ -255,7 +277,8 @@ def attention_ws_kernel(Q, K, V, O, L, S, SK, H, G, qk_scale, BM: kit.constexpr,
         kit.mbarrier_wait(q_ready[0], 0)
         if OVERLAP or TURNS or SPLIT:
             consume_overlapped(q, k, v, ready, empty, O, L, m0, bh, S, SK, n_full, n_kv,
-                               qk_scale, BM, BN, D, CAUSAL, STAGES, TURNS, CONSUMERS, SPLIT)
+                               qk_scale, BM, BN, D, CAUSAL, STAGES, TURNS, CONSUMERS, SPLIT,
+                               PACKED, BOUND)
         else:
             consume(q, k, v, ready, empty, K, V, O, L, m0, bh, kvh, S, SK, n_full, n_kv,
                     qk_scale, BM, BN, D, CAUSAL, STAGES, True)
@@ -321,9 +344,10 @@ class Route:
             cfg = dict(STAGES=2, num_warps={64: 4, 192: 12}.get(config["BM"], 8))
         cfg.update(config)
         ws = cfg.pop("ws", False)  # producer warpgroup + consumers (kit.warpgroup_id roles)
-        if not ws and any(cfg.pop(n, False) for n in ("OVERLAP", "TURNS", "SPLIT")):
-            raise ValueError("attention: OVERLAP, TURNS and SPLIT need the warp-specialized "
-                             "kernel (ws=True)")
+        if not ws and any(cfg.pop(n, False) for n in ("OVERLAP", "TURNS", "SPLIT", "PACKED",
+                                                      "BOUND")):
+            raise ValueError("attention: OVERLAP, TURNS, SPLIT, PACKED and BOUND need the "
+                             "warp-specialized kernel (ws=True)")
         if cfg.get("TURNS") and (cfg["BM"], cfg["num_warps"]) not in ((128, 8), (192, 12)):
             raise ValueError("attention: TURNS takes two or three consumer warpgroups of 64 "
                              f"rows (BM=128, num_warps=8 or BM=192, num_warps=12), got {cfg}")
