@@ -136,6 +136,27 @@ def test_the_model_ranks_level2_for_gqa_and_times_it():
     assert any(gr.params.get("FORM") == "wgmma" for c in picked for gr in c[2])
 
 
+@pytest.mark.parametrize("bps", [3.35e12, 4.8e12], ids=["h100", "h200"])
+def test_the_search_times_the_hand_kernels_configuration(monkeypatch, bps):
+    """Long key chunks are step-bound (a key tile a step): the search times what the hand
+    decode kernel runs (BN 64, 2 stages, splits filling the SMs once: 2) and BN 128, with
+    no more splits than two programs an SM; BN 32's 512 steps model slower than BN 64's
+    256 (measured 348 against 248 us on an H200, where the bytes alone take ~230)."""
+    from kitjit.graph import space
+
+    monkeypatch.setattr(space, "bandwidth", lambda: bps)
+    for g in (gqa(8, 32, 8, 32768, 128), seed(64, 128, 4096)):
+        picked = [c[2][0].params for c in search.pick(search.candidates(g), 16)]
+        l2 = [p for p in picked if p.get("FORM") == "wgmma"]
+        assert any(p["BN"] == 64 and p["SPLIT"] == 2 and p["STAGES"] == 2 for p in l2), l2
+        assert any(p["BN"] == 128 for p in l2), l2
+        assert max(p["SPLIT"] for p in l2) <= 4, l2
+    grp = plan.partitions(gqa(8, 32, 8, 32768, 128))[0][1][0]
+    ratio = space.cost(grp, _l2(BN=32, SPLIT=2, STAGES=4)) \
+        / space.cost(grp, _l2(BN=64, SPLIT=2, STAGES=2))
+    assert ratio > (1.1 if bps > 4e12 else 1.0)   # (an H100's bandwidth bounds both more)
+
+
 needs_sass = pytest.mark.skipif(
     find_tool("cuobjdump") is None or find_tool("nvdisasm") is None,
     reason="cuobjdump/nvdisasm not found")
