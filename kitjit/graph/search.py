@@ -22,7 +22,7 @@ import torch
 from .. import __kitjit_version__
 from ..cache import KernelCache, disk_cache_enabled
 from ..testing import has_gpu
-from . import plan, space
+from . import advisories, plan, space
 from .graph import VIEWS, KernelGraph
 from .module import module_source
 from .progress import Progress
@@ -270,7 +270,8 @@ def superoptimize(g: KernelGraph, budget: float = 120.0, trials: int = 3, cache:
             f"({mode}); budget {budget:g}s")
     work = pathlib.Path(tempfile.mkdtemp(prefix="kitjit-graph-"))
     stats = {"candidates": len(cands), "classes": len(classes), "tried": 0, "verified": 0,
-             "failed": 0, "spilled": 0, "timed": 0, "failures": [], "timings": []}
+             "failed": 0, "spilled": 0, "timed": 0, "failures": [], "timings": [],
+             "advisories": {}}   # candidate #: the assembler's notes (advisories.py)
     ok: list = []        # (score, est, src, name, groups, mod)
     spilled: list = []   # verified, but their kernels spill registers
     try:
@@ -290,7 +291,11 @@ def superoptimize(g: KernelGraph, budget: float = 120.0, trials: int = 3, cache:
             path = work / f"cand{i}.py"
             path.write_text(src)
             mod = _import(path)
-            why = verify(g, mod, sets)
+            notes: list[str] = []
+            with advisories.held(notes):   # compiled here: ptxas's notes on a mere try
+                why = verify(g, mod, sets)
+            if notes:
+                stats["advisories"][f"#{i + 1}"] = notes
             if why is None and gpu and (spills := sum(ck.n_spills for ck in resources(mod))):
                 # correct but spilling: kept only as a last resort, never timed
                 stats["spilled"] += 1
@@ -306,12 +311,15 @@ def superoptimize(g: KernelGraph, budget: float = 120.0, trials: int = 3, cache:
             score = est
             if gpu:
                 try:
-                    score = _time(mod, sets.sets[0][0])
+                    with advisories.held(notes):
+                        score = _time(mod, sets.sets[0][0])
                 except Exception as e:  # noqa: BLE001 (a run that fails when timed)
                     stats["failed"] += 1
                     stats["failures"].append(f"{name}: timing failed: {e}")
                     bar.step(f"#{i + 1} dropped: timing failed ({type(e).__name__})")
                     continue
+                if notes:
+                    stats["advisories"][f"#{i + 1}"] = notes
                 stats["timed"] += 1
                 stats["timings"].append((round(score * 1e6, 2), round(est * 1e6, 2), name,
                                          [gr.params for gr in groups]))
