@@ -181,6 +181,34 @@ def test_fused_split_sass_sm90a():
     assert ck.metadata["spills"] == 0 and not re.search(r"\b(LDL|STL)\b", text)
 
 
+@pytest.mark.skipif(__import__("kitjit.tools", fromlist=["find_tool"]).find_tool("nvdisasm")
+                    is None, reason="cuobjdump/nvdisasm not found")
+def test_unsplit_fp16_epilogue_keeps_wgmmas_in_flight():
+    """rms_norm + linear's matmul without split-K (row kernel first): its accumulators leave
+    the k-loop in flight and go to fp16. ptxas serialized every WGMMA of the loop there
+    (C7514: a DEPBAR after each HGMMA; 24-25 us against 17 on an H200); the wait that
+    retires them now passes them through x + -0.0, so the loop's HGMMAs issue together."""
+    import re
+
+    import kitjit as kit
+    from kitjit.tools import ToolError, disassemble
+
+    g = ex("graph_rmsnorm_linear").build(16, 1024, 512)
+    i = [name for name, _ in plan.partitions(g)].index("row(rms_norm) | matmul(matmul)")
+    src = module_source(g, _with(g, i, 1, _wg(BN=64, SPLIT=1, STAGES=6, M=16)), "s")
+    path = pathlib.Path(__import__("tempfile").mkdtemp()) / "unsplit_sass.py"
+    path.write_text(src)
+    ck = kit.compile_aot(str(path), "k1_matmul", ["*fp16:16"] * 3, {}, 4, arch="sm_90a")
+    assert not any("C7514" in w for w in ck.metadata.get("ptxas_warnings", []))
+    try:
+        text = disassemble(ck.asm["cubin"])
+    except ToolError as e:
+        pytest.skip(str(e))
+    hg = len(re.findall(r"HGMMA\.64x16x16\.F32", text))
+    bars = len(re.findall(r"WARPGROUP\.DEPBAR", text))
+    assert hg == 4 and bars < hg, (hg, bars)      # BK 64: 4 HGMMAs a k-step, one wait
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 @pytest.mark.parametrize("split", [2, 4])
