@@ -76,9 +76,10 @@ def _verify(g, params) -> str | None:
     (lambda: gqa(2, 12, 2, 80, 32), _l2(BN=16, SPLIT=3, STAGES=3, FUSE=True)),  # 6 of 8 rows
     (lambda: gqa(1, 160, 2, 40, 16), _l2(BN=16, SPLIT=2, FUSE=True)),   # two row blocks
     (lambda: seed(3, 32, 104), _l2(PACK=False, SPLIT=4, FUSE=True)),
+    (lambda: gqa(1, 4, 2, 200, 32), _l2(BN=128, SPLIT=2, FUSE=True)),   # ragged 128-key tile
 ], ids=["split2", "split1", "stages4", "unpacked", "split3", "rowblocks", "bf16",
         "kcols-split2", "kcols-split1", "fused", "fused-ragged-rows", "fused-rowblocks",
-        "fused-kcols"])
+        "fused-kcols", "bn128-fused"])
 def test_level2_attention_matches_reference(build, params):
     g = build()
     assert cw.eligible(plan.partitions(g)[0][1][0])
