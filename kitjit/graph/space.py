@@ -45,6 +45,11 @@ KEEP = 3.0                 # candidates modelled within KEEP x the best survive 
 NORM_A_SLOWDOWN = 3.5
 # (level 1 ran 2-6x its modelled time too, unevenly: a flat factor on it pushed the measured
 # winners of GQA B1 and LoRA out of the timed set, so none is applied; NOTES.md, session 5)
+# Where a skinny matmul group also has the level-2 form, its level-1 forms ran 4-6x their
+# model on an H200 (rms_norm + linear 16x4096x6144: 71-97 us against 17-20; gated MLP
+# 8x4096x4096: 84-147 against 22-25; 2026-11-29) and took half the timed set from level 2's
+# variants: this much more for them there (LoRA, which level 2 does not take, keeps none)
+LEVEL1_BESIDE_L2 = 3.0
 # Attention: the hand-written level-2 decode (kitjit/nn/attention_decode.py, TMA ring + WGMMA)
 # streams K/V at ~3.0 TB/s on the H100; the generated level-1 forms reached 0.8-1.4 (the FMA
 # form 1.2-1.4, mma.sync 0.3-0.8; NOTES.md, session 5): their ceilings in the model
@@ -263,6 +268,8 @@ def cost(grp: Group, p: dict) -> float:
     t += waves * LATENCY_S + (kernels - 1) * LAUNCH_S + tail
     if p.get("FORM") == "wgmma" and grp.prologue is not None:
         t *= NORM_A_SLOWDOWN
+    elif grp.kind == "matmul" and p.get("FORM") is None and codegen_wgmma.eligible(grp):
+        t *= LEVEL1_BESIDE_L2
     if grp.kind == "attention" and p["FORM"] == "wgmma":   # ties: the smaller ring
         t *= 1 + 0.02 * codegen_attn_wgmma.smem_bytes(grp, p) / SMEM_BYTES
     return t * (1 + 0.05 * regs / MAX_REGS)   # ties: the lighter kernel (spills, residency)
