@@ -205,9 +205,13 @@ def test_unsplit_fp16_epilogue_keeps_wgmmas_in_flight():
     assert "kit.gdc_launch_dependents()" in row.split("def k0_row")[1]
     assert mm.index("kit.gdc_wait()") < mm.index("kit.tma_load(xs[s]") \
         and mm.index("kit.tma_load(w0s[s]") < mm.index("kit.gdc_wait()")
-    assert "num_warps=4, launch_pdl=t3.is_cuda)" in src
+    assert "num_warps=4, launch_pdl=_pdl(t3))" in src
     ck = kit.compile_aot(str(path), "k1_matmul", ["*fp16:16"] * 3, {}, 4, arch="sm_90a")
     assert "griddepcontrol.wait" in ck.asm["ptx"]
+    row90 = kit.compile_aot(str(path), "k0_row", ["*fp16:16"] * 3, {}, 4, arch="sm_90a")
+    row80 = kit.compile_aot(str(path), "k0_row", ["*fp16:16"] * 3, {}, 4, arch="sm_80")
+    assert "griddepcontrol.launch_dependents" in row90.asm["ptx"]
+    assert "griddepcontrol" not in row80.asm["ptx"]     # no PDL below sm_90: a no-op
     assert not any("C7514" in w for w in ck.metadata.get("ptxas_warnings", []))
     try:
         text = disassemble(ck.asm["cubin"])

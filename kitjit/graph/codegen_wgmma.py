@@ -251,9 +251,9 @@ def choices(group) -> list[dict]:
 
 
 def _pdl_option(pdl: bool, x: str) -> str:
-    """The launch option of a programmatic dependent (on a GPU: the interpreter runs
-    kernels one after the other)."""
-    return f", launch_pdl={x}.is_cuda" if pdl else ""
+    """The launch option of a programmatic dependent (module.py's _pdl: on sm_90 and later;
+    the interpreter runs kernels one after the other)."""
+    return f", launch_pdl=_pdl({x})" if pdl else ""
 
 
 def _ring_and_k_start(e, stages: int, bn: int, split: int, k_part: int) -> None:
