@@ -169,7 +169,8 @@ needs_sass = pytest.mark.skipif(
     (lambda: seed(64, 128, 4096), _l2(PACK=False, BN=64, SPLIT=2, STAGES=2), 7),
     (lambda: gqa(8, 32, 8, 32768, 128), _l2(BN=64, STAGES=2), 4),
     (lambda: gqa(1, 32, 8, 4096, 128), _l2(BN=64, SPLIT=16, STAGES=2, FUSE=True), 8),
-], ids=["gqa-split", "seed-kcols", "gqa-nosplit", "gqa-fused"])
+    (lambda: seed(64, 128, 4096), _l2(PACK=False, BN=128, SPLIT=2, STAGES=2, FUSE=True), 8),
+], ids=["gqa-split", "seed-kcols", "gqa-nosplit", "gqa-fused", "seed-kcols-bn128"])
 def test_sass_sm90a(build, params, nargs):
     """TMA loads of Q, K and V, both products on WGMMA (no mma.sync), no spills; FUSE: a
     GPU-scope atomic on the counter."""
@@ -242,7 +243,11 @@ def test_qk_norm_then_level2_attention(fuse):
     (lambda: gqa(2, 32, 8, 4000, 128), _l2(BN=64, SPLIT=8, STAGES=3)),          # ragged keys
     (lambda: seed(64, 128, 4096), _l2(PACK=False, BN=64, SPLIT=4, STAGES=2, FUSE=True)),
     (lambda: gqa(1, 32, 8, 1024, 64, dtype=kit.bfloat16), _l2(BN=128, SPLIT=4, FUSE=True)),
-], ids=["gqa-fused", "gqa-ragged-combine", "seed-fused", "gqa-bf16-d64"])
+    # BN 128, which the search now times: K as columns (a [128, 128] box), ragged keys
+    (lambda: seed(64, 128, 4096), _l2(PACK=False, BN=128, SPLIT=2, STAGES=2, FUSE=True)),
+    (lambda: gqa(2, 32, 8, 4000, 128), _l2(BN=128, SPLIT=2, STAGES=2, FUSE=True)),
+], ids=["gqa-fused", "gqa-ragged-combine", "seed-fused", "gqa-bf16-d64", "seed-bn128",
+        "gqa-bn128-ragged"])
 def test_gpu_level2_attention(build, params):
     """The level-2 kernels on the GPU, called again and again (the FUSE counters go back to
     0; the split programs race there, not in the interpreter)."""
