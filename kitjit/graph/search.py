@@ -384,7 +384,7 @@ def _entry_name(g: KernelGraph) -> str:
 def _header(g: KernelGraph, name: str, groups, est: float) -> str:
     return (f"kitjit.graph kernels for graph {g.signature()[:16]} ({name}).\n\n"
             + "\n".join(f"k{j}: {grp.describe()}" for j, grp in enumerate(groups))
-            + f"\ncost model: {est * 1e6:.1f} us on an H100")
+            + f"\ncost model: {est * 1e6:.1f} us ({space.bandwidth() / 1e12:.2f} TB/s DRAM)")
 
 
 def _time(mod, ins) -> float:
