@@ -267,6 +267,26 @@ def _sdpa_variants(wl, sets) -> dict:
     return out
 
 
+def _hand_variant(wl, sets) -> dict:
+    """kitjit's hand-written decode kernel (kitjit/nn/attention_decode.py, its own splits
+    and tiles) on SDPA's layout, timed beside the rest (not a bar): the kernel whose shape
+    kit.graph's level-2 attention form has."""
+    from kitjit.nn.attention_decode import attention_decode
+
+    by_set = {id(s[0]): wl["sdpa"](*s) for s in sets}
+
+    def fn(*s):
+        (q, k, v), kw = by_set[id(s[0])]
+        return attention_decode(q, k, v, sm_scale=kw["scale"])[0]
+    try:
+        fn(*sets[0])
+        _sync()
+    except Exception as e:  # noqa: BLE001 (a shape it does not take)
+        print(f"  hand decode kernel: {type(e).__name__}: {str(e)[:120]}", flush=True)
+        return {}
+    return {"hand:decode": fn}
+
+
 def run_workload(name: str, args, compile_state: dict) -> dict:
     wl = WORKLOADS[name]()
     g = wl["graph"]
@@ -321,6 +341,7 @@ def run_workload(name: str, args, compile_state: dict) -> dict:
             print(f"  torch.compile failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
     if "sdpa" in wl:
         variants.update(_sdpa_variants(wl, sets))
+        variants.update(_hand_variant(wl, sets))
     times = time_variants(variants, sets, rounds=args.rounds, warm=args.warm,
                           seconds=args.seconds)
     res["times_ms"] = times

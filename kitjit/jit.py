@@ -506,7 +506,8 @@ class JITFunction(TritonJITAttrs):
                 self.parsed.file, self.parsed.first_line)
         for w in res.warnings:  # (once per compile, not on cache hits: see the metadata)
             logger.warning("kernel '%s' for %s, %d warps: %s: %s", fn.name, arch, num_warps,
-                           meta["assembler"], w)
+                           meta["assembler"], w,   # (kit.graph's search holds these back)
+                           extra={"kitjit_assembler_note": f"{fn.name}: {w}"})
         logger.debug("compile %s [%s] for %s, %d warps: cache miss (key %s), compiled in "
                      "%.3f s: %d registers, %d bytes spilled, %d bytes shared, %s",
                      self.__name__, _spec_text(specs, consts, self), arch, num_warps, key[:12],

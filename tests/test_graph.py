@@ -147,7 +147,7 @@ def test_cost_model():
     kv = 2 * 64 * 4096 * 128 * 2
     ranked = space.ranked(grp)
     best_s, best = ranked[0]
-    assert best_s >= kv / space.HBM_BPS                     # never under the floor
+    assert best_s >= kv / space.bandwidth()                 # never under the floor
     assert best["SPLIT"] > 1                               # 64 heads do not fill 132 SMs
     assert all(s <= space.KEEP * best_s for s, _ in ranked)
     one = dict(best, SPLIT=1, STAGES=1)
@@ -281,3 +281,32 @@ def test_benchmark_script_without_gpu():
                 times_ms={"kitjit": (0.010, 0.02), "eager": (0.012, 0.05)})]
     rows = gb.table(res).splitlines()
     assert rows[1].split()[-1] == "ok" and rows[2].split()[-1] == "miss"
+
+
+def test_assembler_notes_on_candidates_are_held_back(monkeypatch, caplog):
+    """ptxas's performance notes (C7514 ...) on a candidate the search merely tries go to
+    its stats, not to the user; KITJIT_GRAPH_ADVISORIES=1 lets them through; other
+    records of kitjit.jit pass either way."""
+    import logging
+
+    from kitjit.graph import advisories
+
+    log = logging.getLogger("kitjit.jit")
+    note = {advisories.NOTE: "k1_matmul: (C7514) Potential Performance Loss"}
+    monkeypatch.delenv("KITJIT_GRAPH_ADVISORIES", raising=False)
+    sink: list = []
+    with caplog.at_level(logging.INFO, logger="kitjit.jit"):
+        with advisories.held(sink):
+            log.warning("kernel %s: %s", "k1_matmul", "(C7514)", extra=note)
+            log.warning("kernel %s: %s", "k1_matmul", "(C7514)", extra=note)
+            log.warning("something else")
+        assert sink == ["k1_matmul: (C7514) Potential Performance Loss"]
+        assert [r.getMessage() for r in caplog.records] == ["something else"]
+        caplog.clear()
+        monkeypatch.setenv("KITJIT_GRAPH_ADVISORIES", "1")
+        sink = []
+        with advisories.held(sink):
+            log.warning("kernel %s: %s", "k1_matmul", "(C7514)", extra=note)
+        assert sink == [] and [r.getMessage() for r in caplog.records] == [
+            "kernel k1_matmul: (C7514)"]
+    assert not log.filters

@@ -181,6 +181,47 @@ def test_fused_split_sass_sm90a():
     assert ck.metadata["spills"] == 0 and not re.search(r"\b(LDL|STL)\b", text)
 
 
+@pytest.mark.skipif(__import__("kitjit.tools", fromlist=["find_tool"]).find_tool("nvdisasm")
+                    is None, reason="cuobjdump/nvdisasm not found")
+def test_unsplit_fp16_epilogue_keeps_wgmmas_in_flight():
+    """rms_norm + linear's matmul without split-K (row kernel first): its accumulators leave
+    the k-loop in flight and go to fp16. ptxas serialized every WGMMA of the loop there
+    (C7514: a DEPBAR after each HGMMA; 24-25 us against 17 on an H200); the wait that
+    retires them now passes them through x + -0.0, so the loop's HGMMAs issue together.
+    After the row kernel it is that kernel's programmatic dependent (PDL): the weights'
+    ring fills while the norm runs, x's tiles come past kit.gdc_wait on barriers of their
+    own."""
+    import re
+
+    import kitjit as kit
+    from kitjit.tools import ToolError, disassemble
+
+    g = ex("graph_rmsnorm_linear").build(16, 1024, 512)
+    i = [name for name, _ in plan.partitions(g)].index("row(rms_norm) | matmul(matmul)")
+    src = module_source(g, _with(g, i, 1, _wg(BN=64, SPLIT=1, STAGES=6, M=16)), "s")
+    path = pathlib.Path(__import__("tempfile").mkdtemp()) / "unsplit_sass.py"
+    path.write_text(src)
+    row, mm = src.split("def k1_matmul")
+    assert "kit.gdc_launch_dependents()" in row.split("def k0_row")[1]
+    assert mm.index("kit.gdc_wait()") < mm.index("kit.tma_load(xs[s]") \
+        and mm.index("kit.tma_load(w0s[s]") < mm.index("kit.gdc_wait()")
+    assert "num_warps=4, launch_pdl=_pdl(t3))" in src
+    ck = kit.compile_aot(str(path), "k1_matmul", ["*fp16:16"] * 3, {}, 4, arch="sm_90a")
+    assert "griddepcontrol.wait" in ck.asm["ptx"]
+    row90 = kit.compile_aot(str(path), "k0_row", ["*fp16:16"] * 3, {}, 4, arch="sm_90a")
+    row80 = kit.compile_aot(str(path), "k0_row", ["*fp16:16"] * 3, {}, 4, arch="sm_80")
+    assert "griddepcontrol.launch_dependents" in row90.asm["ptx"]
+    assert "griddepcontrol" not in row80.asm["ptx"]     # no PDL below sm_90: a no-op
+    assert not any("C7514" in w for w in ck.metadata.get("ptxas_warnings", []))
+    try:
+        text = disassemble(ck.asm["cubin"])
+    except ToolError as e:
+        pytest.skip(str(e))
+    hg = len(re.findall(r"HGMMA\.64x16x16\.F32", text))
+    bars = len(re.findall(r"WARPGROUP\.DEPBAR", text))
+    assert hg == 4 and bars < hg, (hg, bars)      # BK 64: 4 HGMMAs a k-step, one wait
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 @pytest.mark.parametrize("split", [2, 4])
@@ -197,6 +238,39 @@ def test_gpu_fused_split_k(split):
     for _ in range(3):
         assert search.verify(g, mod, trials) is None
     assert all(int(t.count_nonzero()) == 0 for t in mod._COUNTERS.values())
+    ins, refs = trials.sets[0]
+    mod.run(*ins)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = mod.run(*ins)[0]
+    for _ in range(3):
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert search.rel_error(out, refs[0]) < 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("split,fuse", [(1, False), (2, True)])
+def test_gpu_rmsnorm_then_pdl_matmul(split, fuse):
+    """rms_norm's row kernel, then the level-2 matmul as its programmatic dependent: the
+    weights stream before kit.gdc_wait, x after it. Right on every call (M and N not
+    multiples of the tiles) and in a CUDA graph (the capture keeps the PDL edge)."""
+    g = ex("graph_rmsnorm_linear").build(13, 4096, 1000)
+    i = [name for name, _ in plan.partitions(g)].index("row(rms_norm) | matmul(matmul)")
+    p = _wg(BN=64, SPLIT=split, STAGES=6, M=13)
+    if fuse:
+        p["FUSE"] = True
+    src = module_source(g, _with(g, i, 1, p), "gpu")
+    assert "launch_pdl=" in src
+    path = pathlib.Path(__import__("tempfile").mkdtemp()) / "pdl_gpu.py"
+    path.write_text(src)
+    mod = search._import(path)
+    trials = search.Trials(g, "cuda", 2)
+    for _ in range(3):
+        assert search.verify(g, mod, trials) is None
     ins, refs = trials.sets[0]
     mod.run(*ins)
     torch.cuda.synchronize()

@@ -79,6 +79,7 @@ class ControlLowering(LoweringBase):
             # unread, or the yielded value (a kit.mma with pending=1 retires the arg)
             if arg.id in self.inflight or y.id in self.inflight:
                 self.inflight.add(r.id)
+                self.loop_out.add(r.id)
 
     def _yields_inflight(self, region: Block, i: int) -> bool:
         y = region.ops[-1] if region.ops and region.ops[-1].name == "yield" else None
@@ -248,13 +249,18 @@ class ControlLowering(LoweringBase):
                           self.cstring(loc.func if loc and loc.func else "?"),
                           ir.Constant(ir.IntType(64), 1)])
 
+    # below sm_90 there is no griddepcontrol and no programmatic launch: grids on a stream
+    # run one after the other, so there is nothing to wait for or to release (a kernel text
+    # written for Hopper, kit.graph's, compiles there unchanged)
     @lowering("gdc_wait")
     def op_gdc_wait(self, op: Op) -> None:
-        asm(self.b, ir.VoidType(), "griddepcontrol.wait;", "~{memory}", [])
+        if not self.ampere:
+            asm(self.b, ir.VoidType(), "griddepcontrol.wait;", "~{memory}", [])
 
     @lowering("gdc_launch_dependents")
     def op_gdc_launch_dependents(self, op: Op) -> None:
-        asm(self.b, ir.VoidType(), "griddepcontrol.launch_dependents;", "~{memory}", [])
+        if not self.ampere:
+            asm(self.b, ir.VoidType(), "griddepcontrol.launch_dependents;", "~{memory}", [])
 
 
 def _print_format(dt, hex: bool):

@@ -61,8 +61,10 @@ def eligible(group) -> bool:
     return all(t.base() is t and Access.of(t).strides == (t.shape[1], 1) for t in ops)
 
 
-def wgmma_kernel(group, name: str) -> tuple[list[str], list[str]]:
-    """(source lines, launch lines) of the group's level-2 kernel (and combine kernel)."""
+def wgmma_kernel(group, name: str, pdl: bool = False) -> tuple[list[str], list[str]]:
+    """(source lines, launch lines) of the group's level-2 kernel (and combine kernel).
+    `pdl`: x is the previous kernel's output and this kernel its programmatic dependent
+    (module.py): the weights' ring fills while that kernel finishes."""
     mm0 = group.mms[0]
     M, N = mm0.shape
     x = mm0.inputs[0]
@@ -70,6 +72,7 @@ def wgmma_kernel(group, name: str) -> tuple[list[str], list[str]]:
     P = group.params
     if group.prologue is not None:
         return _norm_kernel(group, name)
+    pdl = pdl and x.base() is x
     BN, STAGES, SPLIT, nw = P["BN"], P["STAGES"], P.get("SPLIT", 1), P["num_warps"]
     MP = mp(M)
     dt = KIT_DTYPE[mm0.dtype]
@@ -86,21 +89,37 @@ def wgmma_kernel(group, name: str) -> tuple[list[str], list[str]]:
     for i, _ in enumerate(ws):
         e.line(f"w{i}s = kit.shared(({STAGES}, {BK}, {BN}), {dt})")
     _ring_and_k_start(e, STAGES, BN, SPLIT, n_k * BK)
+    # PDL: x is the kernel before's output, so its tiles land on barriers of their own
+    # (xready), loaded past kit.gdc_wait; the weights' stream starts at once
+    xbar = "xready" if pdl else "ready"
+    if pdl:
+        e.line(f"xready = kit.mbarriers({STAGES})   # stage s of x has landed")
 
     def loads(stage: str, k: str) -> list[str]:
-        return [f"kit.tma_load(xs[{stage}], {xb}, (0, {k}), ready[{stage}])"] + [
+        return [f"kit.tma_load(xs[{stage}], {xb}, (0, {k}), {xbar}[{stage}])"] + [
             f"kit.tma_load(w{i}s[{stage}], {w}, ({k}, n0), ready[{stage}])"
             for i, w in enumerate(ws)]
 
     first = min(STAGES - 1, n_k)
-    e.line(f"for s in kit.static_range({first}):   # fill the ring")
-    for ln in loads("s", f"k0 + s * {BK}"):
-        e.line("    " + ln)
+    fill = loads("s", f"k0 + s * {BK}")
+    if pdl:
+        e.line(f"for s in kit.static_range({first}):   # the weights do not wait")
+        for ln in fill[1:]:
+            e.line("    " + ln)
+        e.line("kit.gdc_wait()   # the kernel before (x's producer) has finished")
+        e.line(f"for s in kit.static_range({first}):")
+        e.line("    " + fill[0])
+    else:
+        e.line(f"for s in kit.static_range({first}):   # fill the ring")
+        for ln in fill:
+            e.line("    " + ln)
     for i, _ in enumerate(ws):
         e.line(f"acc{i} = kit.zeros(({BN}, {MP}), kit.float32)")
     e.line(f"for i in range({n_k}):")
     e.line(f"    s = i % {STAGES}")
     e.line(f"    kit.mbarrier_wait(ready[s], i // {STAGES} % 2)")
+    if pdl:
+        e.line(f"    kit.mbarrier_wait(xready[s], i // {STAGES} % 2)")
     for i, _ in enumerate(ws):
         e.line(f"    acc{i} = kit.mma(w{i}s[s].T, xs[s].T, acc{i}, pending=1)")
     if n_k > STAGES - 1:
@@ -117,13 +136,15 @@ def wgmma_kernel(group, name: str) -> tuple[list[str], list[str]]:
     args = group.args()
     grid = f"({gn}{', ' + str(SPLIT) if SPLIT > 1 else ''})"
     if SPLIT > 1:
-        return split_tail(group, name, e, grid, nw, None, batched=False,
-                          fused=P.get("FUSE", False))
+        src, launch = split_tail(group, name, e, grid, nw, None, batched=False,
+                                 fused=P.get("FUSE", False))
+        return src, [ln[:-1] + _pdl_option(pdl, xb) + ")" if ln.startswith(f"{name}[")
+                     else ln for ln in launch]
     for i, mm in enumerate(group.mms):
         e.line(f"v{mm.id} = acc{i}")
     _epilogue(e, group)
     return kernel_header(name, args) + e.lines, [
-        f"{name}[{grid}]({', '.join(args)}, num_warps={nw})"]
+        f"{name}[{grid}]({', '.join(args)}, num_warps={nw}{_pdl_option(pdl, xb)})"]
 
 
 def _norm_kernel(group, name: str) -> tuple[list[str], list[str]]:
@@ -227,6 +248,12 @@ def choices(group) -> list[dict]:
                 if split > 1:   # the last split program runs the epilogue: one launch
                     out.append(dict(p, FUSE=True))
     return out
+
+
+def _pdl_option(pdl: bool, x: str) -> str:
+    """The launch option of a programmatic dependent (module.py's _pdl: on sm_90 and later;
+    the interpreter runs kernels one after the other)."""
+    return f", launch_pdl=_pdl({x})" if pdl else ""
 
 
 def _ring_and_k_start(e, stages: int, bn: int, split: int, k_part: int) -> None:

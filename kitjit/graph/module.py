@@ -37,6 +37,19 @@ HELPERS = [
     "    return t",
     "",
     "",
+    "_PDL = {}",
+    "",
+    "",
+    "def _pdl(x):",
+    '    """Whether a kernel reading x launches as its predecessor\'s programmatic dependent',
+    '    (PDL: sm_90 and later)."""',
+    "    if not x.is_cuda:",
+    "        return False",
+    "    if x.device not in _PDL:",
+    "        _PDL[x.device] = torch.cuda.get_device_capability(x.device)[0] >= 9",
+    "    return _PDL[x.device]",
+    "",
+    "",
     "def _input(x, shape, strides, dtype):",
     "    if tuple(x.shape) != shape or x.dtype != dtype:",
     "        raise ValueError(f'expected an input of shape {shape} and {dtype}, got '",
@@ -49,16 +62,28 @@ HELPERS = [
 ]
 
 
-def group_source(grp: Group, name: str) -> tuple[list[str], list[str]]:
+def group_source(grp: Group, name: str, pdl: bool = False) -> tuple[list[str], list[str]]:
     if grp.kind == "row":
         return codegen.row_kernel(grp, name)
     if grp.kind == "matmul":
         if grp.params.get("FORM") == "wgmma":
-            return wgmma_kernel(grp, name)
+            return wgmma_kernel(grp, name, pdl)
         return matmul_kernel(grp, name)
     if grp.params.get("FORM") == "wgmma":
         return attention_wgmma_kernel(grp, name)
     return attention_kernel(grp, name)
+
+
+def _after_row(groups: list[Group], i: int) -> bool:
+    """Whether group i is a level-2 matmul right after a row kernel whose outputs are not
+    its weights: launched as that kernel's programmatic dependent (PDL), it streams the
+    weights while the row kernel (rms_norm, say) finishes and reads x past kit.gdc_wait
+    (every kernel before the row kernel finished before it started)."""
+    if i == 0 or groups[i - 1].kind != "row" or groups[i].kind != "matmul" \
+            or groups[i].params.get("FORM") != "wgmma" or groups[i].prologue is not None:
+        return False
+    made = groups[i - 1].store_ids
+    return all(mm.inputs[1].base().id not in made for mm in groups[i].mms)
 
 
 def module_source(g: KernelGraph, groups: list[Group], header: str) -> str:
@@ -71,12 +96,19 @@ def module_source(g: KernelGraph, groups: list[Group], header: str) -> str:
     for t in g.inputs:
         body.append(f"    t{t.id} = _input(t{t.id}, {t.shape}, {t.strides}, {t.dtype})")
     dev = f"t{g.inputs[0].id}.device"
+    prev_def = 0   # the line of the last kernel's `def`
     for i, grp in enumerate(groups):
         for t in grp.nodes:
             if t.id in grp.store_ids:
                 body.append(f"    t{t.id} = _empty({t.shape}, {t.dtype}, {dev})")
         name = f"k{i}_{grp.kind}"
-        src, launch = group_source(grp, name)
+        pdl = _after_row(groups, i)
+        src, launch = group_source(grp, name, pdl)
+        if pdl and any("kit.gdc_wait()" in ln for ln in src):   # the row kernel lets it in
+            kernels.insert(prev_def + 1, "    kit.gdc_launch_dependents()   # the matmul after "
+                           "may start (it reads x past kit.gdc_wait)")
+        prev_def = len(kernels) + 1 + next(j for j, ln in enumerate(src)
+                                           if ln.startswith("def "))
         kernels += [f"# {grp.describe()}", *src, "", ""]
         body += ["    " + ln for ln in launch]
     outs = []

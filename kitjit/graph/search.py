@@ -22,12 +22,12 @@ import torch
 from .. import __kitjit_version__
 from ..cache import KernelCache, disk_cache_enabled
 from ..testing import has_gpu
-from . import plan, space
+from . import advisories, plan, space
 from .graph import VIEWS, KernelGraph
 from .module import module_source
 from .progress import Progress
 
-GENERATOR_VERSION = "3"
+GENERATOR_VERSION = "4"
 TOL = {torch.float16: 1e-2, torch.bfloat16: 1e-2, torch.float32: 1e-4}
 MAX_CANDIDATES = 24
 _loaded = 0
@@ -188,8 +188,16 @@ def candidates(g: KernelGraph, per_class: int = 8) -> list:
 
 
 def _param_family(p: dict) -> str:
-    """What makes parameter sets different in kind (not just in tile size)."""
-    return ",".join(f"{k}={p[k]}" for k in ("FORM", "PACK", "STAGES", "NORM") if k in p) + (
+    """What makes parameter sets different in kind (not just in tile size). For the level-2
+    attention form the key tile BN and the split count instead of the stages: they set how
+    many steps a program's loop takes and how many programs share an SM, which the model
+    only estimates (BN 32 against 64 was 1.4x on an H200; one program per SM against two
+    1.06x), where a deeper ring past two stages changed little."""
+    if "PACK" in p and p.get("FORM") == "wgmma":
+        keys = ("FORM", "PACK", "BN", "SPLIT")
+    else:
+        keys = ("FORM", "PACK", "STAGES", "NORM")
+    return ",".join(f"{k}={p[k]}" for k in keys if k in p) + (
         ",split" if p.get("SPLIT", 1) > 1 else "") + (",fused" if p.get("FUSE") else "")
 
 
@@ -262,7 +270,8 @@ def superoptimize(g: KernelGraph, budget: float = 120.0, trials: int = 3, cache:
             f"({mode}); budget {budget:g}s")
     work = pathlib.Path(tempfile.mkdtemp(prefix="kitjit-graph-"))
     stats = {"candidates": len(cands), "classes": len(classes), "tried": 0, "verified": 0,
-             "failed": 0, "spilled": 0, "timed": 0, "failures": [], "timings": []}
+             "failed": 0, "spilled": 0, "timed": 0, "failures": [], "timings": [],
+             "advisories": {}}   # candidate #: the assembler's notes (advisories.py)
     ok: list = []        # (score, est, src, name, groups, mod)
     spilled: list = []   # verified, but their kernels spill registers
     try:
@@ -282,7 +291,11 @@ def superoptimize(g: KernelGraph, budget: float = 120.0, trials: int = 3, cache:
             path = work / f"cand{i}.py"
             path.write_text(src)
             mod = _import(path)
-            why = verify(g, mod, sets)
+            notes: list[str] = []
+            with advisories.held(notes):   # compiled here: ptxas's notes on a mere try
+                why = verify(g, mod, sets)
+            if notes:
+                stats["advisories"][f"#{i + 1}"] = notes
             if why is None and gpu and (spills := sum(ck.n_spills for ck in resources(mod))):
                 # correct but spilling: kept only as a last resort, never timed
                 stats["spilled"] += 1
@@ -298,12 +311,15 @@ def superoptimize(g: KernelGraph, budget: float = 120.0, trials: int = 3, cache:
             score = est
             if gpu:
                 try:
-                    score = _time(mod, sets.sets[0][0])
+                    with advisories.held(notes):
+                        score = _time(mod, sets.sets[0][0])
                 except Exception as e:  # noqa: BLE001 (a run that fails when timed)
                     stats["failed"] += 1
                     stats["failures"].append(f"{name}: timing failed: {e}")
                     bar.step(f"#{i + 1} dropped: timing failed ({type(e).__name__})")
                     continue
+                if notes:
+                    stats["advisories"][f"#{i + 1}"] = notes
                 stats["timed"] += 1
                 stats["timings"].append((round(score * 1e6, 2), round(est * 1e6, 2), name,
                                          [gr.params for gr in groups]))
@@ -368,7 +384,7 @@ def _entry_name(g: KernelGraph) -> str:
 def _header(g: KernelGraph, name: str, groups, est: float) -> str:
     return (f"kitjit.graph kernels for graph {g.signature()[:16]} ({name}).\n\n"
             + "\n".join(f"k{j}: {grp.describe()}" for j, grp in enumerate(groups))
-            + f"\ncost model: {est * 1e6:.1f} us on an H100")
+            + f"\ncost model: {est * 1e6:.1f} us ({space.bandwidth() / 1e12:.2f} TB/s DRAM)")
 
 
 def _time(mod, ins) -> float:

@@ -2,17 +2,22 @@
 FMA form for single rows) and the cost model that ranks and prunes it before anything is
 timed.
 
-The model is a roofline of the H100 SXM with occupancy: time = max(bytes / achieved
-bandwidth, FLOPs / rate) + a memory latency per wave of programs + a launch per extra
-kernel. Achieved bandwidth is HBM's ~3.35 TB/s, or less when too few SMs have work (each
-pulls at most ~35 GB/s) or too few bytes are in flight (Little's law: programs resident at
-once x bytes each loads per step x stages, over the ~1 us latency of a loaded memory
-system); residency comes from a register estimate. FLOPs
-go at ~800 TFLOP/s (dense bf16/fp16 WGMMA) times LEVEL1_MMA (kit.dot is mma.sync) or at
-the CUDA cores' FMA rate. It ranks candidates: the GPU's timing picks among the best."""
+The model is a roofline with occupancy, of the GPU the search runs on (an H100 SXM's
+without one): time = max(bytes / achieved bandwidth, FLOPs / rate) + a memory latency per
+wave of programs + a launch per extra kernel. Achieved bandwidth is HBM's (~3.35 TB/s on
+an H100, ~4.8 on an H200: level 2 scales by bandwidth()), or less when too few SMs have
+work (each pulls at most ~1/96 of it) or too few bytes are in flight (Little's law:
+programs resident at once x bytes each loads per step x stages, over the ~1 us latency of a
+loaded memory system); residency comes from a register estimate. The level-2 attention
+loop is also bound by its own chain of dependent steps (wait for a tile, S = Q Kᵀ, softmax,
+O += P V, a refill), one key tile a step: long key chunks of short tiles are step-bound,
+not bandwidth-bound (ATTN_STEP_S). FLOPs go at ~800 TFLOP/s (dense bf16/fp16 WGMMA) times
+LEVEL1_MMA (kit.dot is mma.sync) or at the CUDA cores' FMA rate. It ranks candidates: the
+GPU's timing picks among the best."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -21,7 +26,8 @@ from .codegen import p2
 from .codegen_attn import layout, packable
 from .plan import Group
 
-HBM_BPS = 3.35e12          # H100 SXM HBM3
+HBM_BPS = 3.35e12          # H100 SXM HBM3: the figures below are an H100's, scaled by
+                           # bandwidth() on another GPU (an H200's HBM3e: ~4.8 TB/s)
 TENSOR_FLOPS = 800e12      # dense fp16/bf16 on WGMMA
 LEVEL1_MMA = 0.5           # kit.dot (mma.sync, operands through registers): share of that
 CUDA_FLOPS = 25e12         # fp32 FMA with fp16 conversion in the loop, effective
@@ -39,11 +45,42 @@ KEEP = 3.0                 # candidates modelled within KEEP x the best survive 
 NORM_A_SLOWDOWN = 3.5
 # (level 1 ran 2-6x its modelled time too, unevenly: a flat factor on it pushed the measured
 # winners of GQA B1 and LoRA out of the timed set, so none is applied; NOTES.md, session 5)
+# Where a skinny matmul group also has the level-2 form, its level-1 forms ran 4-6x their
+# model on an H200 (rms_norm + linear 16x4096x6144: 71-97 us against 17-20; gated MLP
+# 8x4096x4096: 84-147 against 22-25; 2026-11-29) and took half the timed set from level 2's
+# variants: this much more for them there (LoRA, which level 2 does not take, keeps none)
+LEVEL1_BESIDE_L2 = 3.0
 # Attention: the hand-written level-2 decode (kitjit/nn/attention_decode.py, TMA ring + WGMMA)
 # streams K/V at ~3.0 TB/s on the H100; the generated level-1 forms reached 0.8-1.4 (the FMA
 # form 1.2-1.4, mma.sync 0.3-0.8; NOTES.md, session 5): their ceilings in the model
 ATTN_L2_BPS = 3.0e12
 ATTN_L1_BPS = 1.4e12
+# One step of the level-2 attention loop (a key tile: barrier wait, two dependent WGMMAs,
+# the row max / sum shuffles, the refill) takes ATTN_STEP_S plus ATTN_TILE_S per 32 keys of
+# D + Dv = 256, the latter shared by the programs resident on an SM. H200 (2026-11-29,
+# graph_bench): BN 32, D 128 ran 0.68-0.70 us a step (GQA B8 S32K, 512 steps a program:
+# 348 us; seed decode 64 steps: 44.9 us) where the bytes alone would take 250 and 31 us;
+# the hand kernel's BN 64 ran <= 0.97 us a step (248 us, 256 steps, bandwidth-bound)
+ATTN_STEP_S = 0.40e-6
+ATTN_TILE_S = 0.28e-6
+# the step chain and the memory stream overlap, not perfectly: the smaller of the two
+# counts this much on top of the larger (so fewer, longer steps win a bandwidth-bound tie)
+ATTN_OVERLAP = 0.15
+
+
+@functools.cache
+def bandwidth() -> float:
+    """DRAM bytes/s of the GPU the search runs on (HBM_BPS without one): the model's
+    bandwidths scale by bandwidth() / HBM_BPS."""
+    from ..testing import get_dram_gbps, has_gpu
+
+    if not has_gpu():
+        return HBM_BPS
+    try:
+        bps = get_dram_gbps() * 1e9
+    except Exception:  # noqa: BLE001 (a driver that does not say: the H100's figures)
+        return HBM_BPS
+    return bps if 1e11 < bps < 1e14 else HBM_BPS
 
 
 def _nbytes(t) -> int:
@@ -129,7 +166,18 @@ def _attn_choices(grp: Group) -> list[dict]:
             if registers(grp, p) <= REG_LIMIT:
                 out.append(p)
     grp.params = {}
-    return out + codegen_attn_wgmma.choices(grp)
+    return out + [p for p in codegen_attn_wgmma.choices(grp) if _splits_needed(grp, p)]
+
+
+def _splits_needed(grp: Group, p: dict) -> bool:
+    """Level-2 attention: splits up to the first count whose programs fill the SMs, and
+    one doubling past it (two programs an SM). More only add partials to merge: the hand
+    decode kernel's one program per SM beat two per SM on an H200 (248 against 264 us, GQA
+    B8 S32K), and the model, which sees co-resident programs overlap, would crowd the
+    timed set with them."""
+    L = layout(_with(grp, p))
+    base = -(-L["R"] // p["BM"]) * L["NB"]
+    return p["SPLIT"] == 1 or base * (p["SPLIT"] // 2) < SMS
 
 
 def cost(grp: Group, p: dict) -> float:
@@ -137,8 +185,12 @@ def cost(grp: Group, p: dict) -> float:
     loads = sum(_nbytes(x) for x in grp.loads())
     stores = sum(_nbytes(t) for t in grp.nodes if t.id in grp.store_ids)
     nw, stages = p["num_warps"], p.get("STAGES", 1)
-    kernels, flops, rate, peak = 1, 0.0, TENSOR_FLOPS * LEVEL1_MMA, HBM_BPS
-    tail = 0.0
+    # level 2 (TMA rings) streams at the GPU's bandwidth; level 1 ran 2-6x its modelled time
+    # on both H100 and H200, unevenly, so its figures stay the H100's (a faster GPU would
+    # only crowd the timed set with it)
+    scale = bandwidth() / HBM_BPS if p.get("FORM") == "wgmma" else 1.0
+    kernels, flops, rate, peak = 1, 0.0, TENSOR_FLOPS * LEVEL1_MMA, HBM_BPS * scale
+    tail, steps = 0.0, None
     if grp.kind == "row":
         C = grp.space[grp.axis]
         rows = math.prod(grp.space) // C
@@ -196,7 +248,10 @@ def cost(grp: Group, p: dict) -> float:
             if p.get("FUSE"):   # no combine launch; the last program reads after the others
                 kernels, tail = 1, LATENCY_S
         step = BN * (D + Dv) * 2
-        peak = ATTN_L2_BPS if l2 else ATTN_L1_BPS
+        nblk = -(-N // BN)
+        peak = (ATTN_L2_BPS if l2 else ATTN_L1_BPS) * scale
+        if l2:   # key tiles a program walks, and one step's work (per 32 keys, D + Dv 256)
+            steps = (-(-nblk // split), BN / 32 * (D + Dv) / 256)
     regs = min(MAX_REGS, registers(grp, p))
     per_sm = max(1, min(REGS_SM // int(regs * 32 * nw), WARPS_SM // nw, CTAS_SM))
     if grp.kind == "attention" and p["FORM"] == "wgmma":
@@ -204,11 +259,19 @@ def cost(grp: Group, p: dict) -> float:
     resident = min(progs, SMS * per_sm)
     waves = -(-progs // (SMS * per_sm))
     busy = min(1.0, progs / SMS)
-    bw = min(peak, min(progs, SMS) * SM_BPS, resident * step * stages / LATENCY_S)
+    bw = min(peak, min(progs, SMS) * SM_BPS * scale, resident * step * stages / LATENCY_S)
     t = max((loads + stores) / bw, flops / rate / busy)
+    if steps is not None:   # the loop's chain of steps, programs sharing an SM in parallel
+        co = min(per_sm, -(-progs // SMS))
+        t_loop = waves * steps[0] * (ATTN_STEP_S + co * steps[1] * ATTN_TILE_S)
+        t = max(t, t_loop) + ATTN_OVERLAP * min(t, t_loop)
     t += waves * LATENCY_S + (kernels - 1) * LAUNCH_S + tail
     if p.get("FORM") == "wgmma" and grp.prologue is not None:
         t *= NORM_A_SLOWDOWN
+    elif grp.kind == "matmul" and p.get("FORM") is None and codegen_wgmma.eligible(grp):
+        t *= LEVEL1_BESIDE_L2
+    if grp.kind == "attention" and p["FORM"] == "wgmma":   # ties: the smaller ring
+        t *= 1 + 0.02 * codegen_attn_wgmma.smem_bytes(grp, p) / SMEM_BYTES
     return t * (1 + 0.05 * regs / MAX_REGS)   # ties: the lighter kernel (spills, residency)
 
 

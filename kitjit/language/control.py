@@ -43,11 +43,14 @@ def debug_barrier():
 @builtin
 def gdc_wait():
     """Programmatic dependent launch: waits until the grids this one depends on have
-    finished or called kit.gdc_launch_dependents (PTX `griddepcontrol.wait`, sm_90+). A
-    no-op in the interpreter, which runs grids one after the other."""
+    finished and their writes are visible (PTX `griddepcontrol.wait`, sm_90+;
+    kit.gdc_launch_dependents in them only lets this grid start early). A no-op in the
+    interpreter, which runs grids one after the other, and below sm_90, which has no
+    programmatic launch."""
 
 
 @builtin
 def gdc_launch_dependents():
     """Programmatic dependent launch: lets a dependent grid start early (PTX
-    `griddepcontrol.launch_dependents`, sm_90+). A no-op in the interpreter."""
+    `griddepcontrol.launch_dependents`, sm_90+). A no-op in the interpreter and below
+    sm_90."""
