@@ -183,13 +183,14 @@ def test_fused_split_sass_sm90a():
 
 @pytest.mark.skipif(__import__("kitjit.tools", fromlist=["find_tool"]).find_tool("nvdisasm")
                     is None, reason="cuobjdump/nvdisasm not found")
-def test_unsplit_fp16_epilogue_keeps_wgmmas_in_flight():
+def test_unsplit_fp16_epilogue_after_the_row_kernel():
     """rms_norm + linear's matmul without split-K (row kernel first): its accumulators leave
     the k-loop in flight and go to fp16. ptxas serialized every WGMMA of the loop there
-    (C7514: a DEPBAR after each HGMMA; 24-25 us against 17 on an H200); the wait that
-    retires them now passes them through x + -0.0, so the loop's HGMMAs issue together.
-    After the row kernel it is that kernel's programmatic dependent (PDL): the weights'
-    ring fills while the norm runs, x's tiles come past kit.gdc_wait on barriers of their
+    (C7514: a DEPBAR after each HGMMA; 24-25 us against 17 on an H200). Passing them
+    through x + -0.0 at the retiring wait avoids it, but changed the matmul example's PTX
+    too: withheld until measured on the examples (benchmarks/NOTES.md, session 8), so the
+    C7514 is still expected here. After the row kernel it is that kernel's programmatic
+    dependent (PDL): the weights' ring fills while the norm runs, x's tiles come past kit.gdc_wait on barriers of their
     own."""
     import re
 
@@ -212,14 +213,12 @@ def test_unsplit_fp16_epilogue_keeps_wgmmas_in_flight():
     row80 = kit.compile_aot(str(path), "k0_row", ["*fp16:16"] * 3, {}, 4, arch="sm_80")
     assert "griddepcontrol.launch_dependents" in row90.asm["ptx"]
     assert "griddepcontrol" not in row80.asm["ptx"]     # no PDL below sm_90: a no-op
-    assert not any("C7514" in w for w in ck.metadata.get("ptxas_warnings", []))
     try:
         text = disassemble(ck.asm["cubin"])
     except ToolError as e:
         pytest.skip(str(e))
     hg = len(re.findall(r"HGMMA\.64x16x16\.F32", text))
-    bars = len(re.findall(r"WARPGROUP\.DEPBAR", text))
-    assert hg == 4 and bars < hg, (hg, bars)      # BK 64: 4 HGMMAs a k-step, one wait
+    assert hg == 4, hg      # BK 64: 4 HGMMAs a k-step (serialized for now: the docstring)
 
 
 @pytest.mark.gpu

@@ -109,7 +109,6 @@ class LoweringBase:
         self.inflight: set[int] = set()
         self.groups: list[int] = []
         self.carried: set[int] = set()  # loop-carried values (for-loop body arguments)
-        self.loop_out: set[int] = set()  # accumulators still in flight as their loop exits
         self.retired_here: set[int] = set()  # read early (wgmma_done) in the current block
         self.scratch_base = 0
         self.static_bytes = 0
@@ -429,14 +428,7 @@ class LoweringBase:
         regs = self.get(v)
         n = len(regs)
         ret = ir.LiteralStructType([F32] * n)
-        text = f"wgmma.wait_group.sync.aligned {pending};"
-        if pending == 0 and v.id in self.loop_out:
-            # an accumulator leaving its k-loop: ptxas serializes every wgmma of the loop
-            # (C7514, a DEPBAR after each HGMMA) when a conversion (cvt.rn.f16.f32 of an
-            # fp16 epilogue) reads the registers, even past this wait; x + -0.0, exact for
-            # every x, one FADD a register once, keeps the loop's MMAs in flight together
-            text += "".join(f" add.f32 ${i}, ${i}, 0f80000000;" for i in range(n))
-        r = asm(self.b, ret, text,
+        r = asm(self.b, ret, f"wgmma.wait_group.sync.aligned {pending};",
                 ",".join(["=f"] * n + [str(i) for i in range(n)]) + ",~{memory}", regs)
         self.vals[v.id] = [self.b.extract_value(r, i) for i in range(n)]
         if pending == 0:

@@ -79,7 +79,6 @@ class ControlLowering(LoweringBase):
             # unread, or the yielded value (a kit.mma with pending=1 retires the arg)
             if arg.id in self.inflight or y.id in self.inflight:
                 self.inflight.add(r.id)
-                self.loop_out.add(r.id)
 
     def _yields_inflight(self, region: Block, i: int) -> bool:
         y = region.ops[-1] if region.ops and region.ops[-1].name == "yield" else None
