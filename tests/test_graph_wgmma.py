@@ -190,7 +190,8 @@ def test_unsplit_fp16_epilogue_after_the_row_kernel():
     through x + -0.0 at the retiring wait avoids it, but changed the matmul example's PTX
     too: withheld until measured on the examples (benchmarks/NOTES.md, session 8), so the
     C7514 is still expected here. After the row kernel it is that kernel's programmatic
-    dependent (PDL): the weights' ring fills while the norm runs, x's tiles come past kit.gdc_wait on barriers of their
+    dependent (PDL): the weights' ring fills while the norm runs, x's tiles come past
+    kit.gdc_wait on barriers of their
     own."""
     import re
 
