@@ -111,8 +111,15 @@ class DotLowering(LoweringBase):
         if lb.transposed:  # B stored [N, K], K contiguous (K-major, imm-trans-b = 0)
             db = self._desc_const(16, 8 * sb, sb)
             trans_b = 0
-        else:  # B stored [K, N], N contiguous (MN-major, imm-trans-b = 1): column chunks
+        elif sb:  # B stored [K, N], N contiguous (MN-major, imm-trans-b = 1): column chunks
             db = self._desc_const(K * sb, 8 * sb, sb)
+            trans_b = 1
+        else:  # MN-major, unswizzled: N 8 of a 16-bit type, rows of 16 bytes, so each 8-row
+            # core matrix is 128 contiguous bytes and the next along K (LBO) is 128 on
+            if N * e != 16:  # (SharedLayout swizzles every wider power-of-two row)
+                raise LoweringError(f"kit.mma: an unswizzled [K, N] B operand of {N * e}-byte "
+                                    f"rows is not supported yet")
+            db = self._desc_const(128, K * 16, 0)
             trans_b = 1
         if fp8 and (a_regs or not lb.transposed or la.transposed):  # the typing rule's check
             raise LoweringError("kit.mma: fp8 operands must both be K-major shared tiles")
@@ -177,8 +184,8 @@ class DotLowering(LoweringBase):
                     a_off = (k0 // ca) * M * sa + r0 * sa + (k0 % ca) * e
                 if lb.transposed:
                     b_off = (k0 // cb) * N * sb + (k0 % cb) * e
-                else:
-                    b_off = k0 * sb
+                else:  # K rows of `sb` bytes (unswizzled: of N * e = 16 bytes)
+                    b_off = k0 * (sb or 16)
                 if a_regs:
                     ins = a_ops + [step(b_desc0, b_off), self.c32(1)]
                 else:
