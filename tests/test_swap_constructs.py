@@ -113,7 +113,8 @@ def ring(Q, K, V, C, n_kv, NQ: kit.constexpr, STAGES: kit.constexpr):
         s = j % STAGES
         kit.mbarrier_wait(ready[s], j // STAGES % 2)
         st = kit.mma(k[s], q.T, kit.zeros((64, NQ), kit.float32))
-        kit.store(pt, st)
+        kit.barrier()   # every warp is past the last block's MMAs reading pt (in swap_block:
+        kit.store(pt, st)   # the barriers of the column max's cross-warp reduction)
         kit.barrier()
         acc0 = kit.mma(vs[s * 2].T, pt, acc0, pending=1)
         acc1 = kit.mma(vs[s * 2 + 1].T, pt, acc1)
