@@ -13,7 +13,9 @@ and failed on an H200 with relative error ~1):
   TMA refill of the stage they read.
 
 Each runs in the interpreter and (`-m gpu`) on the device against float64 torch, on random
-inputs, outputs poisoned with NaN. CPU: the N 8 B descriptor's constant in the PTX.
+inputs, outputs poisoned with NaN. CPU: the N 8 B descriptor's constant in the PTX, and
+every B address a descriptor and K step make (the PTX ISA's canonical layouts) against
+where the tile's SharedLayout stores the element, for both majors and every swizzle.
 """
 
 from __future__ import annotations
@@ -22,8 +24,11 @@ import pathlib
 
 import pytest
 import torch
+from kitjit.backend.lower.dot import DotLowering
+from kitjit.backend.lower.tma import TmaLowering
 
 import kitjit as kit
+from kitjit.ir.layouts import SharedLayout, shared_layout
 from kitjit.testing import has_gpu, rel_error
 
 HERE = pathlib.Path(__file__)
@@ -190,6 +195,55 @@ def test_ptx_unswizzled_b_descriptor():
     assert str(desc) in ptx or hex(desc) in ptx.lower(), "the N 8 B descriptor's LBO/SBO"
     assert ptx.count("m64n8k16.f32.bf16.bf16") == 4
     assert "p, 1, 1, 0, 1; }" in ptx, "imm-trans-b = 1: B stored [K, N]"
+
+
+def canonical_b(desc: int, start: int, k: int, n: int, e: int, trans_b: int) -> int:
+    """Byte address WGMMA reads element (k, n) of a K step's B from, given the descriptor's
+    LBO/SBO/swizzle and the step's start: the PTX ISA's canonical layouts (T elements of 16
+    bytes, c 16-byte units of a swizzle row; "Shared memory matrix layout"), then the
+    swizzle, XOR of address bits 4.. with bits 7.. (tiles are 1024-byte aligned)."""
+    lbo, sbo = (desc >> 16 & 0x3FFF) << 4, (desc >> 32 & 0x3FFF) << 4
+    sw = {0: 0, 1: 128, 2: 64, 3: 32}[desc >> 62]
+    t, c = 16 // e, max(sw // 16, 1)
+    if trans_b:   # MN-major: ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO)), swizzled
+        #           ((T,c,m),(8,k)):((1,T,LBO),(cT,SBO))
+        if sw:
+            a = n % t * e + n // t % c * 16 + n // (t * c) * lbo + k % 8 * sw + k // 8 * sbo
+        else:
+            a = n % t * e + n // t * sbo + k % 8 * 16 + k // 8 * lbo
+    elif sw:      # K-major: ((8,m),(T,2k)):((cT,SBO),(1,T)), K within a swizzle row
+        a = n % 8 * sw + n // 8 * sbo + k * e
+    else:         # ((8,m),(T,2k)):((1T,SBO),(1,LBO))
+        a = n % 8 * 16 + n // 8 * sbo + k % t * e + k // t * lbo
+    a += start
+    return a ^ ((a >> 7) & (c - 1)) << 4 if sw else a
+
+
+B_CASES = [(kit.bfloat16, False, n, 64) for n in (8, 16, 32, 64, 128, 256)] + [
+    (kit.bfloat16, True, n, k) for n, k in ((8, 64), (16, 128), (64, 64), (128, 32))] + [
+    (kit.float8e4nv, True, 64, 128)]
+
+
+@pytest.mark.parametrize("dtype,kmajor,N,K", B_CASES)
+def test_b_descriptor_addresses(dtype, kmajor, N, K):
+    """Every element WGMMA reads for B (per K step: the descriptor and the step's offset)
+    is where kit.store / TMA put it (the tile's SharedLayout): the N 8 case read rows 0-7
+    for every K step before (LBO = SBO = 0, step 0)."""
+    e = dtype.itemsize
+    R, C = (N, K) if kmajor else (K, N)                       # the stored tile
+    lay = shared_layout((R, C), dtype)
+    lb = SharedLayout(lay.swizzle, lay.chunk, transposed=kmajor)
+    desc, trans_b, offs = DotLowering.b_operand(lb, K, N, e)
+    assert trans_b == int(not kmajor)
+    kw = 32 // e
+    for i, k0 in enumerate(range(0, K, kw)):
+        for k in range(kw):
+            for n in range(N):
+                r, c = (n, k0 + k) if kmajor else (k0 + k, n)
+                want = TmaLowering.smem_const_offset(lay, R, C, e, r, c)
+                got = canonical_b(desc, offs[i], k, n, e, trans_b)
+                assert got == want, (f"{dtype} {'K' if kmajor else 'MN'}-major N{N} K{K} "
+                                     f"{lay}: B[{k0 + k}, {n}] read at {got}, stored at {want}")
 
 
 # ============================================================================ GPU
