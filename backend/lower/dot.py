@@ -68,6 +68,25 @@ class DotLowering(LoweringBase):
                                 f"256 KB; use fewer rows")
         return ((lbo >> 4) & 0x3FFF) << 16 | ((sbo >> 4) & 0x3FFF) << 32 | mode << 62
 
+    @classmethod
+    def b_operand(cls, lb, K: int, N: int, e: int) -> tuple[int, int, list[int]]:
+        """B's descriptor constant (LBO, SBO, swizzle mode), imm-trans-b and the byte offset
+        of each K step (32 bytes of K) in the tile; pure, so that tests/test_swap_constructs.py
+        checks the addresses they make against the tile's layout on the CPU."""
+        kw = 32 // e
+        sb, cb = lb.swizzle, lb.chunk
+        if lb.transposed:  # B stored [N, K], K contiguous (K-major, imm-trans-b = 0)
+            return (cls._desc_const(16, 8 * sb, sb), 0,
+                    [(k0 // cb) * N * sb + (k0 % cb) * e for k0 in range(0, K, kw)])
+        if sb:  # B stored [K, N], N contiguous (MN-major, imm-trans-b = 1): column chunks
+            return cls._desc_const(K * sb, 8 * sb, sb), 1, [k0 * sb for k0 in range(0, K, kw)]
+        # MN-major, unswizzled: N 8 of a 16-bit type, rows of 16 bytes, so each 8-row core
+        # matrix is 128 contiguous bytes and the next along K (LBO) 128 bytes on
+        if N * e != 16:  # (SharedLayout swizzles every wider power-of-two row)
+            raise LoweringError(f"kit.mma: an unswizzled [K, N] B operand of {N * e}-byte "
+                                f"rows is not supported yet")
+        return cls._desc_const(128, K * 16, 0), 1, [k0 * 16 for k0 in range(0, K, kw)]
+
     def _desc(self, addr, const: int):
         b = self.b
         a = b.zext(b.and_(b.lshr(addr, self.c32(4)), self.c32(0x3FFF)), I64)
@@ -107,13 +126,7 @@ class DotLowering(LoweringBase):
         if trans_a and 64 % ca:
             raise LoweringError(f"kit.mma: a transposed A operand of {ca}-column chunks")
         da = self._desc_const(K * sa, 8 * sa, sa) if trans_a else self._desc_const(16, 8 * sa, sa)
-        sb, cb = lb.swizzle, lb.chunk
-        if lb.transposed:  # B stored [N, K], K contiguous (K-major, imm-trans-b = 0)
-            db = self._desc_const(16, 8 * sb, sb)
-            trans_b = 0
-        else:  # B stored [K, N], N contiguous (MN-major, imm-trans-b = 1): column chunks
-            db = self._desc_const(K * sb, 8 * sb, sb)
-            trans_b = 1
+        db, trans_b, b_offs = self.b_operand(lb, K, N, e)
         if fp8 and (a_regs or not lb.transposed or la.transposed):  # the typing rule's check
             raise LoweringError("kit.mma: fp8 operands must both be K-major shared tiles")
         wg = b.lshr(self.warp, self.c32(2))
@@ -175,10 +188,7 @@ class DotLowering(LoweringBase):
                     a_off = r0 // ca * K * sa + k0 * sa
                 else:
                     a_off = (k0 // ca) * M * sa + r0 * sa + (k0 % ca) * e
-                if lb.transposed:
-                    b_off = (k0 // cb) * N * sb + (k0 % cb) * e
-                else:
-                    b_off = k0 * sb
+                b_off = b_offs[k0 // kw]
                 if a_regs:
                     ins = a_ops + [step(b_desc0, b_off), self.c32(1)]
                 else:
