@@ -117,3 +117,18 @@ def test_refused_as_triton(key):
 def test_as_triton_gpu():
     bad = [b for x in NAMES for rhs in RHS for b in _check(x, rhs, "cuda")]
     assert not bad, "\n".join(bad)
+
+
+@kit.jit
+def _shr_u64(X, s, Z, BLOCK: kit.constexpr):
+    i = kit.arange(0, BLOCK)
+    kit.store(Z + i, kit.load(X + i) >> s)
+
+
+def test_wide_shift_amount_reaches_the_gpu_whole():
+    """u64 >> an i64 amount of 2**40 is 0 (the interpreter's rule): NVPTX folds the
+    out-of-range select into PTX's shr but passes it only the amount's low 32 bits (2**40
+    read as 0: x unchanged on an H200), so the lowering clamps the amount in 64 bits first."""
+    ck = _shr_u64.compile([("*u64", 16), ("i64", 1), ("*u64", 16)], (128,), 4, "sm_90a")
+    ptx = ck.asm["ptx"]
+    assert "setp.lt.u64" in ptx and "min.u64" in ptx, ptx

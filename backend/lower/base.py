@@ -409,7 +409,10 @@ class LoweringBase:
         inside = b.icmp_unsigned("<", y, width)
         if arithmetic:
             return op(x, b.select(inside, y, ir.Constant(x.type, x.type.width - 1)))
-        return b.select(inside, op(x, y), ir.Constant(x.type, 0))
+        # the amount clamped to the width first: NVPTX folds the select into PTX's shr/shl
+        # (which give 0 past the width) but passes it only the amount's low 32 bits
+        clamped = b.select(inside, y, width)
+        return b.select(inside, op(x, clamped), ir.Constant(x.type, 0))
 
     def minmax(self, which: str, x, y):
         t = x.type
