@@ -936,3 +936,19 @@ def test_setmaxnreg_budgets_plan_ctas_per_sm(P, C, ctas, cap):
 def test_setmaxnreg_budgets_over_the_cta_are_an_error():
     with pytest.raises(CompileError, match="would wait forever"):
         _budgets_ptx(24, 248)          # 128 x (24 + 496) = 66560 > 384 x 168
+
+
+@pytest.mark.parametrize("config", [
+    dict(PACKED=True), dict(ws=True, PACKED=True), dict(ws=True, BOUND=True),
+    dict(BM=128, BN=128, STAGES=3, num_warps=8, ws=True, PACKED=True),
+    dict(BM=64, BN=128, TURNS=True)])
+def test_attention_config_that_would_be_ignored_is_refused(config, monkeypatch):
+    """A knob the chosen kernel does not read is an error, never silently dropped: PACKED
+    and BOUND act on the overlapped consumers only (the plain warp-specialized consumer and
+    the non-ws kernel would ignore them)."""
+    from kitjit.nn.attention import attention
+
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    q = torch.randn(1, 1, 64, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="PACKED|TURNS|ws=True"):
+        attention(q, q, q, **config)

@@ -348,6 +348,10 @@ class Route:
                                                       "BOUND")):
             raise ValueError("attention: OVERLAP, TURNS, SPLIT, PACKED and BOUND need the "
                              "warp-specialized kernel (ws=True)")
+        if (cfg.get("PACKED") or cfg.get("BOUND")) and not any(
+                cfg.get(n) for n in ("OVERLAP", "TURNS", "SPLIT")):
+            raise ValueError("attention: PACKED and BOUND act on the overlapped consumers "
+                             "(OVERLAP, TURNS or SPLIT), not the plain warp-specialized one")
         if cfg.get("TURNS") and (cfg["BM"], cfg["num_warps"]) not in ((128, 8), (192, 12)):
             raise ValueError("attention: TURNS takes two or three consumer warpgroups of 64 "
                              f"rows (BM=128, num_warps=8 or BM=192, num_warps=12), got {cfg}")
