@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from .frontend.errors import KitjitError
 from .jit import JITFunction, interpret_mode
 from .tuning_failures import AutotuneWarning, reason, skippable, warn_skipped, with_config_note
 from .tuning_records import (
@@ -58,8 +59,9 @@ _AMD_OPTIONS = frozenset({"matrix_instr_nonkdim", "waves_per_eu", "kpack"})
 _TRUE = ("1", "true", "yes", "on")
 
 
-class AutotuneError(RuntimeError):
-    """No candidate config could be compiled or run."""
+class AutotuneError(KitjitError, RuntimeError):
+    """No candidate config could be compiled or run, or pruning left none (Triton's
+    `AutotunerError`)."""
 
 
 class Config:

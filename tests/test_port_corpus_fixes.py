@@ -298,6 +298,10 @@ def test_tritons_error_classes():
     assert autotuner.OutOfResources is kit.OutOfResources
     assert autotuner.PTXASError is errors.PTXASError
     assert issubclass(errors.PTXASError, kit.TritonError)
+    from kitjit.autotune import AutotuneError
+
+    assert errors.AutotunerError is autotuner.AutotunerError is AutotuneError
+    assert issubclass(AutotuneError, kit.TritonError)
     with pytest.raises(cerrors.CompileTimeAssertionFailure, match="multiple of 32"):
         _static_fails.compile([("*fp32", 16)], (48,), 4, "sm_90a")
     with pytest.raises(errors.PTXASError, match="_bad_asm"):

@@ -15,13 +15,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from kitjit.autotune import AutotuneError as AutotunerError
 from kitjit.autotune import Autotuner as _Base
 from kitjit.autotune import Config, Heuristics, autotune, heuristics
 from kitjit.frontend.errors import AssemblerError as PTXASError
 from kitjit.frontend.errors import OutOfResources
 
-__all__ = ["Autotuner", "Config", "Heuristics", "OutOfResources", "PTXASError", "autotune",
-           "heuristics"]
+__all__ = ["Autotuner", "AutotunerError", "Config", "Heuristics", "OutOfResources",
+           "PTXASError", "autotune", "heuristics"]
 
 
 class Autotuner(_Base):

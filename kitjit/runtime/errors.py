@@ -7,9 +7,17 @@ CompilationError = CompileError  # Triton's name for a kernel that does not comp
 TritonError = KitjitError        # the base of them all
 PTXASError = AssemblerError      # the assembler refused a kernel's PTX
 
-__all__ = ["CompilationError", "OutOfResources", "PTXASError", "TritonError"]
+__all__ = ["CompilationError", "OutOfResources", "PTXASError", "TritonError"]  # + AutotunerError
+
+
+def __getattr__(name: str):
+    if name == "AutotunerError":  # kitjit.autotune imports this module's package: on use
+        from kitjit.autotune import AutotuneError
+
+        return AutotuneError
+    return _missing(name)
 
 
 from kitjit.language.triton_names import module_getattr  # noqa: E402
 
-__getattr__ = module_getattr("kitjit.runtime.errors", "triton.runtime.errors")
+_missing = module_getattr("kitjit.runtime.errors", "triton.runtime.errors")
