@@ -496,3 +496,28 @@ def test_int_literals_next_to_int_tiles_as_tritons():
     from kitjit.frontend.errors import CompileError
     with pytest.raises(CompileError, match="Scalar 2654435761 is out of range"):
         _big_literal[(1,)](x, BLOCK=64)
+
+
+# ------------------------------------------------------------------ tl.extra.cuda registers
+@kit.jit
+def _sregs(X, T):
+    i = kit.arange(0, 16)
+    t0 = tl.extra.cuda.globaltimer()
+    kit.store(X + i, i * 0 + tl.extra.cuda.smid())
+    t1 = tl.extra.cuda.globaltimer()
+    kit.store(T + kit.arange(0, 2), kit.where(kit.arange(0, 2) == 0, t0, t1))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cuda_smid_and_globaltimer(device):
+    """Triton's tl.extra.cuda.smid() (int32: the SM) and globaltimer() (int64 ns, each read
+    where it stands): 0 and the host's clock in the interpreter; %smid and two
+    %globaltimer reads in the PTX."""
+    x = torch.full((16,), -1, dtype=torch.int32, device=device)
+    t = torch.full((2,), -1, dtype=torch.int64, device=device)
+    _sregs[(1,)](x, t)
+    n_sms = torch.cuda.get_device_properties(0).multi_processor_count if x.is_cuda else 1
+    assert x.min() == x.max() and 0 <= int(x[0]) < n_sms
+    assert 0 < int(t[0]) <= int(t[1])
+    ptx = _sregs.compile([("*i32", 16), ("*i64", 16)], (), 4, "sm_90a").asm["ptx"]
+    assert ptx.count("%globaltimer") == 2 and ptx.count("%smid") == 1

@@ -251,6 +251,14 @@ class ControlLowering(LoweringBase):
     # below sm_90 there is no griddepcontrol and no programmatic launch: grids on a stream
     # run one after the other, so there is nothing to wait for or to release (a kernel text
     # written for Hopper, kit.graph's, compiles there unchanged)
+    @lowering("read_sreg")
+    def op_read_sreg(self, op: Op) -> None:
+        if op.attrs["name"] == "smid":   # which SM: fixed for the program, may be CSE'd
+            r = asm(self.b, ir.IntType(32), "mov.u32 $0, %smid;", "=r", [], side_effect=False)
+        else:                            # a clock: each read where it stands
+            r = asm(self.b, ir.IntType(64), "mov.u64 $0, %globaltimer;", "=l", [])
+        self.set(op.result, [r])
+
     @lowering("gdc_wait")
     def op_gdc_wait(self, op: Op) -> None:
         if not self.ampere:

@@ -12,7 +12,7 @@ from typing import Any
 
 from kitjit.ir.core import Block, Op, Value
 from kitjit.ir.registry import typing_rule
-from kitjit.ir.types import TileType
+from kitjit.ir.types import TileType, int32, int64
 
 from .base import describe
 from .call_rules import Call, call_rule
@@ -63,6 +63,13 @@ class ControlOps:
     @typing_rule("gdc_launch_dependents")
     def gdc_launch_dependents(self) -> None:
         self.emit("gdc_launch_dependents", [], [])
+
+    @typing_rule("read_sreg")
+    def read_sreg(self, name: str) -> Value:
+        """A special register: %smid (the SM running this program, int32) or %globaltimer
+        (the GPU's nanosecond clock, int64)."""
+        return self.emit1("read_sreg", [], TileType(int32 if name == "smid" else int64),
+                          {"name": name})
 
 
 # -------------------------------------------------------------------- kit.<name> calls
@@ -138,6 +145,20 @@ def _gdc_wait(c: Call) -> Any:
 @call_rule("gdc_launch_dependents", lambda: None)
 def _gdc_launch_dependents(c: Call) -> Any:
     return c.b.gdc_launch_dependents()
+
+
+@call_rule("cuda.smid", lambda: None)
+def _smid(c: Call) -> Any:
+    """Triton's tl.extra.cuda.smid(): the SM this program runs on (int32; 0 in the
+    interpreter, which runs programs one after another)."""
+    return c.b.read_sreg("smid")
+
+
+@call_rule("cuda.globaltimer", lambda: None)
+def _globaltimer(c: Call) -> Any:
+    """Triton's tl.extra.cuda.globaltimer(): the GPU's global nanosecond timer (int64; the
+    host's time.time_ns() in the interpreter), read where it stands (never hoisted)."""
+    return c.b.read_sreg("globaltimer")
 
 
 @call_rule("cuda.num_warps", lambda: None)

@@ -5,6 +5,7 @@ holds a wait, see `_Compiler.blocks`), which yields where its region waits."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -269,6 +270,17 @@ def assert_(comp: _Compiler, op: Op) -> Handler:
         shown = ", ".join(str(b) for b in bad[:8]) + (" ..." if len(bad) > 8 else "")
         raise DeviceAssertError(f"{where}kit.device_assert failed: {msg or 'assertion'}\n"
                                 f"  in program {ctx.pid}, at {len(bad)} element(s): {shown}")
+    return h
+
+
+@semantics("read_sreg")
+def read_sreg(comp: _Compiler, op: Op) -> Handler:
+    """%smid is 0 (one SM runs the programs one after another); %globaltimer the host's
+    nanosecond clock."""
+    r, name = op.result.id, op.attrs["name"]
+
+    def h(env: Env) -> None:
+        env[r] = np.int32(0) if name == "smid" else np.int64(time.time_ns())
     return h
 
 

@@ -59,6 +59,8 @@ yield      *values                        -                                     
 print      *values                        prefix, hex (kit.device_print / print)     -
 assert     cond                           msg (kit.device_assert)                    -
 gdc_wait, gdc_launch_dependents  -        - (griddepcontrol)                         -
+read_sreg  -                              name: smid | globaltimer (Triton's            i32 |
+                                          tl.extra.cuda.smid / globaltimer)           i64
 cluster_id, cluster_ctaid  -                axis (a CTA's place in its cluster:        i32
                                           thread-block clusters, `cluster=` launch)
 cluster_ctarank, num_cluster_ctas  -      -                                          i32
@@ -134,7 +136,7 @@ declare("tma", "smem_store", "smem_load")
 declare("tma", "tma_desc_create")
 declare("control", "for", "if")
 declare("control", "while")
-declare("control", "print", "assert", "gdc_wait", "gdc_launch_dependents")
+declare("control", "print", "assert", "gdc_wait", "gdc_launch_dependents", "read_sreg")
 declare("core", "hint", "assume")
 declare("control", "yield", made_by="frontend/codegen (the end of a for/if region)")
 declare("shape", "permute", "reshape", "join", "split", "cat", "flip", "gather")

@@ -11,5 +11,9 @@ num_warps = namespaced("cuda.num_warps", "tl.extra.cuda.num_warps(): the kernel'
                        "(a compile-time int)")
 num_threads = namespaced("cuda.num_threads", "tl.extra.cuda.num_threads(): 32 * num_warps "
                          "(a compile-time int)")
+smid = namespaced("cuda.smid", "tl.extra.cuda.smid(): the SM running this program (int32; 0 "
+                  "in the interpreter)")
+globaltimer = namespaced("cuda.globaltimer", "tl.extra.cuda.globaltimer(): the GPU's "
+                         "nanosecond timer (int64; time.time_ns() in the interpreter)")
 
 __getattr__ = _module_getattr("kitjit.language.extra.cuda", "triton.language.extra.cuda")
