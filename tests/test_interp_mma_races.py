@@ -28,9 +28,11 @@ def randn(*shape, seed=0):
 
 
 @kit.jit
-def two_pending(A, C, M: kit.constexpr, K: kit.constexpr, OVER: kit.constexpr):
+def two_pending(A, C, M: kit.constexpr, K: kit.constexpr, OVER: kit.constexpr,
+                TMA: kit.constexpr):
     """C[:M] = A0 @ A0.T and C[M:] = A1 @ A1.T by two MMAs in flight together; reading the
-    first's result waits for it alone, then a kit.store overwrites stage OVER."""
+    first's result waits for it alone, then a kit.store (TMA: a TMA load) overwrites stage
+    OVER."""
     x = kit.shared((2, M, K), A.dtype.element_ty)
     bar = kit.mbarriers(1)
     kit.tma_load(x[0], A, (0, 0), bar[0])
@@ -41,15 +43,19 @@ def two_pending(A, C, M: kit.constexpr, K: kit.constexpr, OVER: kit.constexpr):
     q = kit.mma(x[1], x[1].T, z, pending=2)
     rm = kit.arange(0, M)
     kit.store(C + rm[:, None] * M + rm[None, :], p)  # wait_group 1: q runs on
-    kit.store(x[OVER], kit.zeros((M, K), kit.float32))
+    if TMA:
+        kit.tma_load(x[OVER], A, (M, 0), bar[0])
+        kit.mbarrier_wait(bar[0], 1)
+    else:
+        kit.store(x[OVER], kit.zeros((M, K), kit.float32))
     kit.store(C + (M + rm[:, None]) * M + rm[None, :], q)
 
 
-def run_two_pending(over):
+def run_two_pending(over, tma=False):
     M = K = 64
     a = randn(2 * M, K, seed=1)
     c = torch.full((2 * M, M), float("nan"))
-    two_pending[(1,)](a, c, M=M, K=K, OVER=over, num_warps=4)
+    two_pending[(1,)](a, c, M=M, K=K, OVER=over, TMA=tma, num_warps=4)
     a0, a1 = a[:M].double(), a[M:].double()
     return c, torch.cat([a0 @ a0.T, a1 @ a1.T])
 
@@ -64,8 +70,15 @@ def test_store_over_the_newer_of_two_mmas_is_a_race():
     assert "two_pending" in msg and "kit.store(x[OVER]" in msg
 
 
-def test_store_over_the_retired_mma_passes():
-    c, ref = run_two_pending(0)
+def test_tma_load_over_the_newer_of_two_mmas_is_a_race():
+    with pytest.raises(RaceError, match=r"this TMA load overwrites shared memory that the "
+                                        r"kit.mma at .*\(issued with pending=2\)"):
+        run_two_pending(1, tma=True)
+
+
+@pytest.mark.parametrize("tma", [False, True])
+def test_store_over_the_retired_mma_passes(tma):
+    c, ref = run_two_pending(0, tma)
     assert not torch.isnan(c).any()
     assert rel_error(c, ref) < 1e-5
 
@@ -158,7 +171,8 @@ def test_overwrite_by_another_warpgroup(retire):
 
 
 @pytest.mark.parametrize("name,sig,consts,waits", [
-    ("two_pending", ["*bf16:16", "*fp32:16"], dict(M=64, K=64, OVER=0), ["2", "2", "1", "0"]),
+    ("two_pending", ["*bf16:16", "*fp32:16"], dict(M=64, K=64, OVER=0, TMA=False),
+     ["2", "2", "1", "0"]),
     ("carried", ["*bf16:16", "*bf16:16", "*fp32:16", "i32", "i32"],
      dict(BM=64, BN=64, BK=32, STAGES=2), ["1", "1", "0"])])
 def test_the_backend_waits_as_the_interpreter_assumes(name, sig, consts, waits):
