@@ -17,9 +17,11 @@ arrays; a stage `a[s]` and a transpose `t.T` are views that alias them). A TMA d
 argument is a strided numpy view of the tensor's memory; `tma_load` copies a box from it at
 once (zero outside the tensor) and `tma_store` writes one back (dropping what falls outside),
 and `barrier()` has nothing to do. `wgmma` computes at issue, but an MMA issued with
-`pending=p` counts as in flight until p later groups are issued or its result is read: a TMA
-load that overwrites shared memory an in-flight MMA reads is a race on the GPU, and raises
-`RaceError` here.
+`pending=p` counts as in flight until p later groups are issued or a read of an MMA result
+retires it with the same `wgmma.wait_group n` the backend puts there (`mma_waits`: reading
+an MMA's result retires it and older ones, not the MMAs issued after it): a TMA load or
+kit.store (of any role) that overwrites shared memory an in-flight MMA reads is a race on
+the GPU, and raises `RaceError` here.
 
 mbarriers keep their real state (PTX semantics): arrivals still expected in the current
 phase (`kit.mbarriers(n, arrivals=k)`), a transaction byte count, and the number of
@@ -50,7 +52,8 @@ writing.
 
 Layout of this package: `numeric` (dtypes, bf16), `errors` (what the interpreter raises and
 the first lines of its messages), `sync` (roles, mbarriers, the scheduler, race and deadlock
-detection), `compiler` (`_Compiler`, hoisting, `run`), and one module per op family of
+detection), `compiler` (`_Compiler`, hoisting, `run`), `mma_waits` (which MMAs a read of
+an MMA result retires), and one module per op family of
 kitjit/ir/ops.py holding the semantics of its ops: `core`, `elementwise`, `memory`,
 `reduction`, `scan`, `shape`, `dot`, `tma`, `control`.
 

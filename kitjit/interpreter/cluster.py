@@ -199,12 +199,12 @@ class _ClusterRun:
             view = dst if r == ctx.rank else np.lib.stride_tricks.as_strided(
                 a.reshape(-1)[lo // a.itemsize:], dst.shape, dst.strides)
             bar = ba.reshape(-1)[blo // ba.itemsize]
-            for mma, x, y, _ in peer.inflight:  # a peer's MMA may still read the tile
+            for mma, x, y, k in peer.inflight:  # a peer's MMA may still read the tile
                 if x is not None and np.may_share_memory(view, x) or \
                         y is not None and np.may_share_memory(view, y):
                     from .sync import _race
 
-                    _race(op, mma, peer)
+                    _race(op, mma, peer, k)
             w = peer.smem_write(op, view, key if r == ctx.rank else 0, bar)
             copy(view)
             if r != ctx.rank:

@@ -20,6 +20,7 @@ from kitjit.ir.core import Block, Function, Op
 from kitjit.ir.registry import semantics_of
 
 from .memory import _Memory
+from .mma_waits import mma_waits
 from .sync import _Ctx, _Role
 
 Env = dict[int, Any]
@@ -68,13 +69,13 @@ class _Compiler:
     Regions that run as roles are compiled as generator functions instead (`gblock`): they
     yield a `_Wait` each time they find the phase they wait for not yet completed."""
 
-    def __init__(self, mem: _Memory, ctx: _Ctx, mma_values: frozenset[int] = frozenset(),
+    def __init__(self, mem: _Memory, ctx: _Ctx, mma_waits: dict[int, int] | None = None,
                  num_warps: int = 4):
         self.mem = mem
         self.ctx = ctx
         self.hoisted: list[Handler] = []
         self.varying: set[int] = set()
-        self.mma_values = mma_values
+        self.mma_waits = mma_waits or {}  # id(op) -> n: see mma_waits.py
         self.role = _Role(0, max(1, -(-num_warps // 4)), 0)  # who runs what is compiled
         self.n_roles = 0
         self._blocks: dict[int, bool] = {}
@@ -93,9 +94,9 @@ class _Compiler:
         if op.name == "yield":
             return None
         h = self.op(op)
-        if self.mma_values and op.name not in ("wgmma", "for") and \
-                any(v.id in self.mma_values for v in op.operands):
-            h = _retiring(h, self.ctx, self.role.key)
+        n = self.mma_waits.get(id(op))
+        if n is not None:
+            h = _retiring(h, self.ctx, self.role.key, n)
         hoist = op.name not in _NOT_HOISTABLE and \
             not any(v.id in self.varying for v in op.operands)
         if hoist:
@@ -157,23 +158,27 @@ def _nothing(env: Env) -> None:
     pass
 
 
-def _retiring(h: Handler, ctx: _Ctx, key: int) -> Handler:
-    """`h` reads the result of an MMA: the compiler waits for every MMA the role (`key`)
-    has in flight first."""
+def _retiring(h: Handler, ctx: _Ctx, key: int, n: int) -> Handler:
+    """`h` reads the result of an MMA: the compiler waits first (wgmma.wait_group n) for
+    every MMA the role (`key`) has in flight but the newest `n` (mma_waits.py)."""
     def retire(env: Env) -> None:
         fl = ctx.inflight
         if fl:
-            for e in fl:
-                if e[3] == key:
-                    ctx.retire(e)
-            fl[:] = [e for e in fl if e[3] != key]
+            mine = [i for i, e in enumerate(fl) if e[3] == key]
+            for i in reversed(mine[:max(len(mine) - n, 0)]):
+                ctx.retire(fl.pop(i))
         h(env)
     return retire
 
 
+def _mma_waits(fn: Function) -> dict[int, int]:
+    """The wait before each op that reads an MMA result (see mma_waits.py)."""
+    return mma_waits(fn, _mma_values(fn))
+
+
 def _mma_values(fn: Function) -> frozenset[int]:
     """Values that may hold an MMA result: wgmma results and what loops and branches carry
-    them to (an over-approximation: reading one retires every MMA in flight)."""
+    them to (an over-approximation)."""
     vals: set[int] = set()
     ops = [op for op in fn.walk() if op.name in ("wgmma", "for", "if")]
     if not any(op.name == "wgmma" for op in ops):
@@ -279,7 +284,7 @@ def _execute(fn: Function, grid: tuple[int, int, int], mem: _Memory,
             execute_clusters(fn, grid, mem, c, lambda ctx: _compile_cta(fn, mem, ctx))
         return
     ctx = _Ctx(grid)
-    comp = _Compiler(mem, ctx, _mma_values(fn), int(fn.attrs.get("num_warps", 4)))
+    comp = _Compiler(mem, ctx, _mma_waits(fn), int(fn.attrs.get("num_warps", 4)))
     ctx.roles[0] = comp.role
     body = comp.block(fn.body)
     base: Env = {v.id: x for v, x in zip(fn.args, mem.values)}
@@ -300,7 +305,7 @@ def _execute(fn: Function, grid: tuple[int, int, int], mem: _Memory,
 def _compile_cta(fn: Function, mem: _Memory, ctx: _Ctx) -> tuple[list[Handler], Env]:
     """The body's handlers for one CTA's context, and its environment with the arguments
     and the hoisted values (a cluster's CTAs each run their own)."""
-    comp = _Compiler(mem, ctx, _mma_values(fn), int(fn.attrs.get("num_warps", 4)))
+    comp = _Compiler(mem, ctx, _mma_waits(fn), int(fn.attrs.get("num_warps", 4)))
     ctx.roles[0] = comp.role
     body = comp.block(fn.body)
     base: Env = {v.id: x for v, x in zip(fn.args, mem.values)}

@@ -272,14 +272,7 @@ class _Ctx:
         for mma in self.inflight:
             for v in mma[1:3]:
                 if v is not None and np.may_share_memory(v, view):
-                    self.shape, self.lanes_total = (), 1
-                    at = f" at {mma[0].loc}" if mma[0].loc else ""
-                    raise RaceError(
-                        _where(op, self, "race on shared memory") +
-                        f"\n  this kit.store overwrites shared memory that the kit.mma{at} "
-                        f"(issued with pending={mma[0].attrs.get('pending', 0)}) may still be "
-                        "reading\n  hint: store after an MMA with a smaller `pending` (or a "
-                        "read of its result) retires it, or store into another stage")
+                    _race(op, mma[0], self, mma[3], "kit.store")
         self._overwrite(op, region, key, "this kit.store")
         w = _Write(None, op, key)
         w.needed = self.vc[key][key]
@@ -416,11 +409,18 @@ def _deadlock(ctx: _Ctx, waits: list[_Wait]) -> DeadlockError:
     return DeadlockError(msg + f"\n  {_PARITY_HINT}")
 
 
-def _race(op: Op, mma: Op, ctx: _Ctx) -> None:
+def _race(op: Op, mma: Op, ctx: _Ctx, key: int = 0, what: str = "TMA load") -> None:
+    """`op` (a `what`) writes shared memory that `mma`, issued by role `key`, may still read:
+    it is in flight until a wgmma.wait_group of that role retires it."""
     ctx.shape, ctx.lanes_total = (), 1
     at = f" at {mma.loc}" if mma.loc else ""
+    role = ctx.roles.get(key)
+    who = f" in {role}" if role is not None and key != 0 else ""
     raise RaceError(
         _where(op, ctx, "race on shared memory") +
-        f"\n  this TMA load overwrites shared memory that the kit.mma{at} (issued with "
-        f"pending={mma.attrs.get('pending', 0)}) may still be reading"
-        "\n  hint: issue the load after an MMA with a smaller `pending`, or add stages")
+        f"\n  this {what} overwrites shared memory that the kit.mma{at}{who} (issued with "
+        f"pending={mma.attrs.get('pending', 0)}) may still be reading: nothing has retired "
+        "that MMA yet (a later kit.mma of its warpgroup with a smaller `pending`, or a read "
+        "of its result, waits for it)"
+        f"\n  hint: {'load' if 'load' in what else 'store'} after that MMA is retired, or "
+        "into another stage")

@@ -126,10 +126,10 @@ def tma_load(comp: _Compiler, op: Op) -> Handler:
         r0, c0 = int(env[r_id]), int(env[c_id])
         _check_box(op, ctx, t, r0, c0, "load")
         t = _entry(t, n_ids, env, op, ctx)
-        for mma, a, b, _ in ctx.inflight:
+        for mma, a, b, who in ctx.inflight:
             if a is not None and np.may_share_memory(dst, a) or \
                     b is not None and np.may_share_memory(dst, b):
-                _race(op, mma, ctx)
+                _race(op, mma, ctx, who)
         bar = env[b_id][()]
         if mask is not None:  # into each CTA of the mask (interpreter/cluster.py)
             ctx.sched.multicast(ctx, op, dst, env[b_id], mask, nbytes,

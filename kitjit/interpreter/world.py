@@ -61,7 +61,7 @@ def _program_order(launches: list[_Launch]) -> list[tuple[int, tuple[int, int, i
 
 def run_together(launches: list[_Launch]) -> None:
     """Run every program of every launch as coroutines until all end (or none can move)."""
-    from .compiler import _Compiler, _mma_values
+    from .compiler import _Compiler, _mma_waits
 
     setups = []
     try:
@@ -69,7 +69,7 @@ def run_together(launches: list[_Launch]) -> None:
             mem = la.mem = _Memory(la.fn, la.args)
             mem.add_tensors(la.extra)
             ctx = _Ctx(la.grid)
-            comp = _Compiler(mem, ctx, _mma_values(la.fn), int(la.fn.attrs.get("num_warps", 4)))
+            comp = _Compiler(mem, ctx, _mma_waits(la.fn), int(la.fn.attrs.get("num_warps", 4)))
             ctx.roles[0] = comp.role
             body = comp.gblock(la.fn.body)
             base = {v.id: x for v, x in zip(la.fn.args, mem.values)}
