@@ -88,6 +88,10 @@ def __getattr__(name: str):
         raise AttributeError(name)
     if name == "graph":  # not imported: torch is missing; say so
         import kitjit.graph  # noqa: F401
+    if name == "InterpreterError":  # Triton's triton.InterpreterError (imported on use)
+        from .interpreter.errors import InterpreterError
+
+        return InterpreterError
     from .language.triton_names import missing_name_message
 
     raise AttributeError(missing_name_message(name, top=True))

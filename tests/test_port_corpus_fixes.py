@@ -301,6 +301,11 @@ def test_tritons_error_classes():
     from kitjit.autotune import AutotuneError
 
     assert errors.AutotunerError is autotuner.AutotunerError is AutotuneError
+    from kitjit.interpreter.errors import DeviceAssertError, OutOfBoundsError, RaceError
+
+    assert kit.InterpreterError is errors.InterpreterError is kit.runtime.InterpreterError
+    assert all(issubclass(c, kit.InterpreterError) and issubclass(c, kit.TritonError)
+               for c in (DeviceAssertError, OutOfBoundsError, RaceError))
     assert issubclass(AutotuneError, kit.TritonError)
     with pytest.raises(cerrors.CompileTimeAssertionFailure, match="multiple of 32"):
         _static_fails.compile([("*fp32", 16)], (48,), 4, "sm_90a")
@@ -521,3 +526,19 @@ def test_cuda_smid_and_globaltimer(device):
     assert 0 < int(t[0]) <= int(t[1])
     ptx = _sregs.compile([("*i32", 16), ("*i64", 16)], (), 4, "sm_90a").asm["ptx"]
     assert ptx.count("%globaltimer") == 2 and ptx.count("%smid") == 1
+
+
+@kit.jit
+def _past_the_end(X, Y):
+    i = kit.arange(0, 32)
+    kit.store(Y + i, kit.load(X + i))   # X holds 16 elements: no mask
+
+
+def test_interpreter_error_is_catchable_by_tritons_name(monkeypatch):
+    """`except triton.runtime.errors.InterpreterError` catches what the interpreter finds
+    wrong in a run (here a load past the tensor)."""
+    import kitjit.runtime.errors as errors
+
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    with pytest.raises(errors.InterpreterError, match="out of bounds|outside"):
+        _past_the_end[(1,)](torch.ones(16), torch.empty(32))

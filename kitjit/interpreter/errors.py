@@ -8,33 +8,40 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kitjit.frontend.errors import KitjitError
 from kitjit.ir.core import Op
 
 if TYPE_CHECKING:
     from .sync import _Ctx
 
 
-class OutOfBoundsError(IndexError):
+class InterpreterError(KitjitError):
+    """The base of what the interpreter finds wrong in a kernel's run (Triton's
+    `InterpreterError`). Unlike Triton's, it does not wrap other exceptions: an error of
+    Python or numpy inside a run stays what it is."""
+
+
+class OutOfBoundsError(InterpreterError, IndexError):
     """A load or store outside every tensor argument, or a misaligned one."""
 
 
-class RaceError(RuntimeError):
+class RaceError(InterpreterError, RuntimeError):
     """Shared memory accessed with nothing ordering the access on the GPU: a TMA load over a
     tile an MMA may still read, a read before the copy into it is seen to land, or a read of
     a tile nothing has written."""
 
 
-class DeviceAssertError(AssertionError):
+class DeviceAssertError(InterpreterError, AssertionError):
     """kit.device_assert (or kit.assume) found a false element: the GPU would stop the
     kernel with an assertion failure."""
 
 
-class DeadlockError(RuntimeError):
+class DeadlockError(InterpreterError, RuntimeError):
     """Every thread of control of a program waits for an mbarrier phase that never completes:
     the kernel would hang on the GPU."""
 
 
-class MBarrierError(RuntimeError):
+class MBarrierError(InterpreterError, RuntimeError):
     """An mbarrier used in a way the GPU leaves undefined (more arrivals than a phase
     expects)."""
 

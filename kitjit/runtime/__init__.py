@@ -33,7 +33,7 @@ from . import driver, errors  # noqa: E402,F401
 
 _LAZY = {"Autotuner": "autotune", "Config": "autotune", "autotune": "autotune",
          "Heuristics": "autotune", "heuristics": "autotune", "JITFunction": "jit",
-         "OutOfResources": "runtime.errors"}
+         "OutOfResources": "runtime.errors", "InterpreterError": "runtime.errors"}
 
 
 def __getattr__(name: str):

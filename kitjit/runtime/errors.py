@@ -7,7 +7,8 @@ CompilationError = CompileError  # Triton's name for a kernel that does not comp
 TritonError = KitjitError        # the base of them all
 PTXASError = AssemblerError      # the assembler refused a kernel's PTX
 
-__all__ = ["CompilationError", "OutOfResources", "PTXASError", "TritonError"]  # + AutotunerError
+# and, imported on use, AutotunerError and InterpreterError
+__all__ = ["CompilationError", "OutOfResources", "PTXASError", "TritonError"]
 
 
 def __getattr__(name: str):
@@ -15,6 +16,10 @@ def __getattr__(name: str):
         from kitjit.autotune import AutotuneError
 
         return AutotuneError
+    if name == "InterpreterError":  # what the interpreter finds wrong in a run
+        from kitjit.interpreter.errors import InterpreterError
+
+        return InterpreterError
     return _missing(name)
 
 
