@@ -185,12 +185,7 @@ def _entry(t: _TmaTensor, n_ids: list, env: Env, op: Op, ctx: _Ctx) -> Any:
         return t
     n = int(env[n_ids[0]])
     if op.name == "tma_store" and n < 0:   # as a negative row or column (_check_box)
-        ctx.shape, ctx.lanes_total = (), 1
-        raise OutOfBoundsError(
-            _where(op, ctx, "out-of-bounds TMA store") +
-            f"\n  the box starts at batch entry {n} of '{t.name}': a TMA store may run past "
-            "the end of a tensor (that part is dropped) but not start before it, or the GPU "
-            "stops the kernel with an illegal instruction")
+        _store_before_start(op, ctx, f"batch entry {n} of '{t.name}'")
     try:
         e = t.batch(n)
     except TypeError as err:
@@ -286,12 +281,16 @@ def _check_box(op: Op, ctx: _Ctx, t: _TmaTensor, r0: int, c0: int, what: str) ->
             f"TMA box must start a multiple of 16 bytes into a row (a multiple of {16 // e} "
             f"{t.dt} elements), or the GPU stops the kernel with an illegal instruction")
     if what == "store" and (r0 < 0 or c0 < 0):
-        ctx.shape, ctx.lanes_total = (), 1
-        raise OutOfBoundsError(
-            _where(op, ctx, "out-of-bounds TMA store") +
-            f"\n  the box starts at ({r0}, {c0}) of '{t.name}': a TMA store may run past the "
-            "end of a tensor (that part is dropped) but not start before it, or the GPU stops "
-            "the kernel with an illegal instruction")
+        _store_before_start(op, ctx, f"({r0}, {c0}) of '{t.name}'")
+
+
+def _store_before_start(op: Op, ctx: _Ctx, start: str) -> None:
+    ctx.shape, ctx.lanes_total = (), 1
+    raise OutOfBoundsError(
+        _where(op, ctx, "out-of-bounds TMA store") +
+        f"\n  the box starts at {start}: a TMA store may run past the end of a tensor (that "
+        "part is dropped) but not start before it, or the GPU stops the kernel with an "
+        "illegal instruction")
 
 
 @semantics("tma_desc_create")

@@ -38,13 +38,8 @@ def row_map(t: Any, box_rows: int, box_cols: int, swizzle: int, dtype: str) -> i
     buf[0] = ptr
     buf[1] = t.shape[0] | (t.shape[1] << 32)
     buf[2] = t.stride(0) * e
-    if len(_CACHE) > 4096:  # keep the previous generation alive (another thread may be
-        global _OLD         # about to launch with one of its buffers)
-        _OLD = dict(_CACHE)
-        _CACHE.clear()
-    addr = ctypes.addressof(buf)
-    _CACHE[key] = (buf, addr)
-    return addr
+    _keep(key, buf)
+    return ctypes.addressof(buf)
 
 
 def row_map3(t: Any, box_rows: int, box_cols: int, swizzle: int, dtype: str) -> int:
