@@ -3,7 +3,7 @@ which config is fastest where the default trails FA4: D=64 and the long S=16384 
 
     python benchmarks/fwd_variants.py [d64|d128|s16k|d256|all] [config,config,...]
 
-The second argument keeps only the named configs (the peers always run). Session 9's
+The second argument keeps only the named configs (the peers always run). Session 8's
 variants (CPU-prepared, SASS-checked; benchmarks/NOTES.md): `packed` (P converted where
 written and carried as bf16: no PRMT repacking, 517 -> 488 SASS instructions a block at
 D=128), `packed_bound` (that, and the causal diagonal's mask as one bound a row) and
