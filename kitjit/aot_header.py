@@ -43,6 +43,9 @@ _TMA_DTYPES = {d: "CU_TENSOR_MAP_DATA_TYPE_" + e for d, e in (
     ("u8", "UINT8"), ("i32", "INT32"))}
 _TMA_SWIZZLE = {0: "CU_TENSOR_MAP_SWIZZLE_NONE", 32: "CU_TENSOR_MAP_SWIZZLE_32B",
                 64: "CU_TENSOR_MAP_SWIZZLE_64B", 128: "CU_TENSOR_MAP_SWIZZLE_128B"}
+_L2_PROMOTION = {0: "CU_TENSOR_MAP_L2_PROMOTION_NONE", 64: "CU_TENSOR_MAP_L2_PROMOTION_L2_64B",
+                 128: "CU_TENSOR_MAP_L2_PROMOTION_L2_128B",
+                 256: "CU_TENSOR_MAP_L2_PROMOTION_L2_256B"}
 _ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp64": 8, "u8": 1, "i32": 4}
 _PTX_SIZES = {"8": 1, "16": 2, "32": 4, "64": 8}
 _C_KEYWORDS = frozenset(
@@ -137,7 +140,7 @@ def launch_description(ck: Any, cubin_file: str | None = None) -> dict[str, Any]
                        "element_strides": [1, 1] + ([1] if batched else []),
                        "interleave": "CU_TENSOR_MAP_INTERLEAVE_NONE",
                        "swizzle": _TMA_SWIZZLE[t["swizzle"]],
-                       "l2_promotion": "CU_TENSOR_MAP_L2_PROMOTION_L2_256B",
+                       "l2_promotion": _L2_PROMOTION[t.get("l2", 256)],
                        "oob_fill": "CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE"},
             "requires": "tensor 16-byte aligned, contiguous rows, row stride a multiple of "
                         "16 bytes" + (", batch stride a multiple of 16 bytes" if batched

@@ -59,7 +59,8 @@ def _meta_problem(meta: dict) -> str | None:
         if not (isinstance(t, dict) and isinstance(t.get("param"), int)
                 and isinstance(t.get("box"), list) and len(t["box"]) == 2
                 and all(isinstance(b, int) for b in t["box"])
-                and isinstance(t.get("swizzle"), int) and isinstance(t.get("dtype"), str)):
+                and isinstance(t.get("swizzle"), int) and isinstance(t.get("dtype"), str)
+                and t.get("l2", 256) in (0, 64, 128, 256)):
             return "a 'tma' record is malformed"
     return None
 
@@ -76,6 +77,8 @@ def _tma_meta(param: int, entry: dict) -> dict:
         meta["desc"] = True
     if entry.get("rank") == 3:  # a (batch, rows, cols) tensor, a box of one batch entry
         meta["batched"] = True
+    if entry.get("l2", 256) != 256:  # kit.tma_load(..., l2_promotion=): the L2 request size
+        meta["l2"] = entry["l2"]
     if "kind" in entry:  # "rows": a row descriptor, below sm_90 (kitjit/runtime/ampere.py)
         meta["kind"] = entry["kind"]
     return meta

@@ -232,8 +232,9 @@ def _make_launcher(jf: JITFunction, ck: CompiledKernel, device: int, consts: tup
         rows = t.get("kind") == "rows"
         tmap = ("_rowmap3" if t.get("batched") else "_rowmap") if rows else "_tmapd" if \
             t.get("desc") else "_tmap3" if t.get("batched") else "_tmap"
+        l2 = f", {t['l2']}" if t.get("l2", 256) != 256 and not rows else ""
         sets.append(f"    _ptrs[{block.desc_base + j}] = {tmap}({names[t['param']]}, "
-                    f"{t['box'][0]}, {t['box'][1]}, {t['swizzle']}, '{t['dtype']}')")
+                    f"{t['box'][0]}, {t['box'][1]}, {t['swizzle']}, '{t['dtype']}'{l2})")
     if ck.metadata.get("scratch"):  # CUtensorMaps the kernel builds: per program, per launch
         sets.append(f"    _scr = _scratch({ck.metadata['scratch']} * g0 * g1 * g2, _DEV, "
                     "stream)")

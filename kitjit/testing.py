@@ -342,11 +342,11 @@ class FakeDriver:
             self._n_desc[handle] = self._n_desc.get(cubin, 0)
         return 0xAA00 + device, handle
 
-    def _encode_tiled(self, *values):
+    def _encode_tiled(self, *values, **kw):
         import ctypes
 
         with self._lock:
-            self.encodings.append(values)
+            self.encodings.append(values + ((kw,) if kw else ()))
             m = (ctypes.c_uint64 * 16)(len(self.encodings) - 1)  # 128 bytes, as a CUtensorMap
             self._maps.append(m)
         return m, ctypes.addressof(m)

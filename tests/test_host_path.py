@@ -64,6 +64,9 @@ def test_tensor_map_key_has_everything_the_encoding_reads(encoder):
     assert enc(wide, "bf16") == (BF16, ptr, 64, 128, 512, 64, 64, 128)
     assert enc(bf, "bf16", box=(32, 64)) == (BF16, ptr, 64, 128, 256, 32, 64, 128)
     assert enc(bf, "bf16", box=(64, 32), swz=64) == (BF16, ptr, 64, 128, 256, 64, 32, 64)
+    # the L2 promotion (kit.tma_load(..., l2_promotion=)): a map of its own
+    l2 = encoder.encoding_of(driver.tensor_map(bf, 64, 64, 128, "bf16", 0))
+    assert l2 == (BF16, ptr, 64, 128, 256, 64, 64, 128, {"l2": 0})
     n = len(encoder.encodings)
     # asked again: the cached maps, nothing encoded
     assert enc(bf, "bf16") == (BF16, ptr, 64, 128, 256, 64, 64, 128)
@@ -175,9 +178,10 @@ def test_sdpa_decode_direct_launches_pass_what_the_checked_one_does(fake):
         assert len({*s["values"][3:8]}) == 5    # partials, LSEs, sink, counters: apart
     e = 2
     heads = (B * Hkv, SK * D * e)               # K, V: 3-d maps, one head per box
+    stream = {"l2": 0}                          # the K/V cache: no L2 promotion (streamed)
     assert s1["tma"] == [(BF16, q.data_ptr(), B * H, D, D * e, 64, 64, 128),
-                         (BF16, k.data_ptr(), SK, D, D * e, 64, 64, 128, heads),
-                         (BF16, v.data_ptr(), SK, D, D * e, 64, 64, 128, heads)]
+                         (BF16, k.data_ptr(), SK, D, D * e, 64, 64, 128, heads, stream),
+                         (BF16, v.data_ptr(), SK, D, D * e, 64, 64, 128, heads, stream)]
     assert outs[1].data_ptr() != outs[2].data_ptr()         # a new output every call
     assert all(o.shape == q.shape and o.dtype == q.dtype and o.is_contiguous()
                for o in outs)
@@ -199,7 +203,7 @@ def test_sdpa_decode_direct_launches_pass_what_the_checked_one_does(fake):
         (sh,), = pairs(fake, n2, 1)
         assert sh["function"] != s1["function"]
         assert sh["tma"] == [(FP16, qh.data_ptr(), B * H, D, D * e, 64, 64, 128)] + \
-            [(FP16, t.data_ptr(), SK, D, D * e, 64, 64, 128, heads) for t in (kh, vh)]
+            [(FP16, t.data_ptr(), SK, D, D * e, 64, 64, 128, heads, stream) for t in (kh, vh)]
 
     # a longer cache: its own rows; a strided K (a view of a wider tensor): copied first,
     # never passed by its own address

@@ -147,3 +147,51 @@ def test_box_stays_in_its_batch_entry_gpu(arch):
                           R=R, C=C, STORE=r0 >= 0 and b < 3, num_warps=4, arch=arch)
         assert torch.equal(Y.cpu().double(), _box_ref(X0, b, r0, R)), (b, r0)
         assert torch.equal(Xd.cpu().view(torch.int16), X0.view(torch.int16)), (b, r0)
+
+
+@kit.jit
+def stream_kernel(X, Y, L2: kit.constexpr):
+    """A box of X read with the given L2 promotion and written to Y (64 x 64 bf16)."""
+    x = kit.shared((64, 64), X.dtype.element_ty)
+    bars = kit.mbarriers(1)
+    kit.tma_load(x, X, (0, 0, 0), bars[0], l2_promotion=L2)
+    kit.mbarrier_wait(bars[0], 0)
+    r = kit.arange(0, 64)
+    kit.store(Y + r[:, None] * 64 + r[None, :], kit.load(x))
+
+
+def test_l2_promotion_is_the_descriptors_and_changes_no_value():
+    """kit.tma_load(..., l2_promotion=): a property of the tensor argument's descriptor (in
+    the kernel's TMA metadata, 256 by default and then absent), passed to the encoding, a
+    hint only: the interpreter's values are the same."""
+    sig = ["*bf16:16", "*bf16:16"]
+    metas = {L2: kit.compile_aot(__file__, "stream_kernel", sig, {"L2": L2}, 4,
+                                 "sm_90a").metadata["tma"] for L2 in (0, 128, 256)}
+    assert metas[0][0]["l2"] == 0 and metas[128][0]["l2"] == 128 and "l2" not in metas[256][0]
+    X = torch.randn(2, 64, 64).to(torch.bfloat16)
+    for L2 in (0, 256):
+        Y = torch.full((64, 64), float("nan"), dtype=torch.bfloat16)
+        stream_kernel[(1,)](X, Y, L2=L2, num_warps=4)
+        assert torch.equal(Y, X[0])
+
+
+def test_l2_promotion_refuses_bad_values_and_disagreement():
+    from kitjit.frontend.errors import CompileError
+
+    X = torch.zeros(2, 64, 64, dtype=torch.bfloat16)
+    Y = torch.empty(64, 64, dtype=torch.bfloat16)
+    with pytest.raises(CompileError, match="l2_promotion must be a constexpr 0, 64, 128"):
+        stream_kernel[(1,)](X, Y, L2=100, num_warps=4)
+
+    @kit.jit
+    def two(X, Y):
+        x = kit.shared((64, 64), X.dtype.element_ty)
+        bars = kit.mbarriers(1)
+        kit.tma_load(x, X, (0, 0, 0), bars[0], l2_promotion=0)
+        kit.tma_load(x, X, (1, 0, 0), bars[0])
+        kit.mbarrier_wait(bars[0], 0)
+        kit.store(Y + kit.arange(0, 64)[:, None] * 64 + kit.arange(0, 64)[None, :],
+                  kit.load(x))
+
+    with pytest.raises(CompileError, match="l2_promotion=0 elsewhere and 256 here"):
+        two[(1,)](X, Y, num_warps=4)

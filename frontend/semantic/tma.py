@@ -80,7 +80,8 @@ class TmaOps:
         return self.emit1("smem_index", [x, idx],
                           TileType(x.dtype, x.shape[1:], space="smem"))
 
-    def tma_desc_arg(self, tensor: Value, box: tuple, what: str, rank: int = 2) -> Value:
+    def tma_desc_arg(self, tensor: Value, box: tuple, what: str, rank: int = 2,
+                     l2: int = 256) -> Value:
         """The TMA descriptor kernel parameter of tensor argument `tensor` (added on first
         use; the runtime builds it from the torch tensor and the box). `rank` 3: the tensor
         is (batch, rows, cols) and a box is one batch entry's (rows, cols), so a box that
@@ -100,6 +101,13 @@ class TmaOps:
                                         "desc": d}
             if rank == 3:
                 entry["rank"] = 3
+            if l2 != 256:
+                entry["l2"] = l2
+        elif entry.get("l2", 256) != l2:
+            raise self.error(f"{what}: '{tensor.name}' is copied with l2_promotion="
+                             f"{entry.get('l2', 256)} elsewhere and {l2} here",
+                             "the promotion belongs to the tensor's descriptor: give every "
+                             "copy of it the same value")
         elif tuple(entry["box"]) != tuple(box):
             raise self.error(f"{what}: '{tensor.name}' is copied with boxes of "
                              f"{_shape(tuple(entry['box']))} elsewhere and {_shape(box)} here",
@@ -121,7 +129,7 @@ class TmaOps:
 
     @typing_rule("tma_load")
     def tma_load(self, dst: Any, tensor: Any, coords: Any, bar: Any, sync: Any = True,
-                 multicast: int | None = None) -> None:
+                 multicast: int | None = None, l2_promotion: Any = 256) -> None:
         """`multicast`: a mask of cluster CTA ranks; the box lands at the same place in each
         of their tiles and counts on each one's barrier (thread-block clusters). Each CTA of
         the mask is expected to issue its own such load (its slice) with the same mask, so
@@ -145,7 +153,10 @@ class TmaOps:
             raise self.error(f"kit.tma_load: a TMA box has at most 256 rows, and the shared "
                              f"tile has {dst.shape[0]}",
                              "load it as several tiles (stages), each of 256 rows or fewer")
-        desc = self.tma_desc_arg(tensor, dst.shape, "kit.tma_load", len(cs))
+        if isinstance(l2_promotion, bool) or l2_promotion not in (0, 64, 128, 256):
+            raise self.error(f"kit.tma_load: l2_promotion must be a constexpr 0, 64, 128 or "
+                             f"256 (bytes), got {_describe(l2_promotion)}")
+        desc = self.tma_desc_arg(tensor, dst.shape, "kit.tma_load", len(cs), l2_promotion)
         attrs = {"bytes": dst.type.numel * dst.dtype.itemsize}
         if len(cs) == 3:  # operands: dst, desc, batch, row, col, barrier
             attrs["batched"] = True
@@ -327,7 +338,8 @@ def _setmaxnreg(c: Call) -> Any:
     return None
 
 
-@call_rule("tma_load", lambda dst, tensor, coords, barrier, sync=True, multicast=None: None)
+@call_rule("tma_load", lambda dst, tensor, coords, barrier, sync=True, multicast=None,
+           l2_promotion=256: None)
 def _tma_load(c: Call) -> Any:
     mask = c.const("multicast")
     if mask is not None and (not isinstance(mask, int) or isinstance(mask, bool) or
@@ -335,7 +347,7 @@ def _tma_load(c: Call) -> Any:
         raise c.err(f"kit.tma_load: multicast takes a constexpr mask of CTA ranks (bit r for "
                     f"rank r, 1 to 0xffff), got {mask!r}")
     return c.b.tma_load(c["dst"], c["tensor"], c["coords"], c["barrier"], c.const("sync"),
-                        mask)
+                        mask, c.const("l2_promotion"))
 
 
 @call_rule("mbarrier_wait", lambda barrier, phase: None)

@@ -67,7 +67,7 @@ def named_barrier_arrive(id, threads):
 
 
 @builtin
-def tma_load(dst, tensor, coords, barrier, sync=True):
+def tma_load(dst, tensor, coords, barrier, sync=True, multicast=None, l2_promotion=256):
     """Copy the box of the 2-d `tensor` argument at `coords` (row, col) into shared tile `dst`
     with the Tensor Memory Accelerator, completing on `barrier`. Out-of-range parts of the
     box read as zero. One thread issues it; loads on the same barrier in a row share one
@@ -85,7 +85,14 @@ def tma_load(dst, tensor, coords, barrier, sync=True):
     On Ampere / Ada (sm_80 / 86 / 89, no TMA) every thread of the role copies its 16-byte
     pieces with `cp.async` and the barrier completes when all of them have landed (each
     thread arrives: `kit.mbarrier_wait` means the same on both targets). The column
-    coordinate must then be a multiple of 16 bytes."""
+    coordinate must then be a multiple of 16 bytes.
+
+    `multicast`: a mask of cluster CTA ranks that receive the box (thread-block clusters).
+    `l2_promotion` (0, 64, 128 or 256 bytes; a constexpr, one value per tensor argument):
+    the size of the L2 requests the descriptor's copies make. 256 (the default) suits tiles
+    that are reused; a stream read once (decode's K/V cache) runs ~7% faster on an H200 with
+    0 (measured, benchmarks/NOTES.md, session 9). A hint: the values loaded are the same.
+    Ignored below sm_90 (cp.async)."""
 
 
 @builtin

@@ -49,18 +49,20 @@ FUSE_MAX = 8192
 @kit.jit
 def decode_block(q, k, v, ready, K, V, acc, m_i, l_i, qpos, j, start, end, bkv, n_kv,
                  qk_scale, BM: kit.constexpr, BN: kit.constexpr, STAGES: kit.constexpr,
-                 MASK: kit.constexpr, CAUSAL: kit.constexpr, SEPKV: kit.constexpr = False):
+                 MASK: kit.constexpr, CAUSAL: kit.constexpr, SEPKV: kit.constexpr = False,
+                 L2: kit.constexpr = 0):
     """Block j of the chunk (keys start + j*BN ...): S = Q Kᵀ, online softmax (keys at or past
     `end` masked when MASK), O += P V; then refill stage j % STAGES with block j + STAGES.
     SEPKV: K and V of a stage land on barriers of their own (ready[s], ready[STAGES + s]), K's
     slot is refilled as soon as S = Q Kᵀ is done and only P V waits for V (the copy of the
-    next K flies during the softmax and P V)."""
+    next K flies during the softmax and P V). L2: the K/V copies' L2 promotion (bytes)."""
     s = j % STAGES
     kit.mbarrier_wait(ready[s], j // STAGES % 2)
     sc = kit.mma(q, k[s].T, kit.zeros((BM, BN), kit.float32))
     if SEPKV:
         if j + STAGES < n_kv:                      # S = Q Kᵀ is done with k[s]: refill it
-            kit.tma_load(k[s], K, (bkv, start + (j + STAGES) * BN, 0), ready[s])
+            kit.tma_load(k[s], K, (bkv, start + (j + STAGES) * BN, 0), ready[s],
+                         l2_promotion=L2)
     p, alpha, m_i, l_i = softmax(sc, m_i, l_i, qpos, start // BN + j, end, qk_scale, BN, MASK,
                                  CAUSAL)
     if SEPKV:
@@ -68,10 +70,13 @@ def decode_block(q, k, v, ready, K, V, acc, m_i, l_i, qpos, j, start, end, bkv, 
     acc = kit.mma(p.to(V.dtype.element_ty), v[s], acc * alpha[:, None])
     if SEPKV:
         if j + STAGES < n_kv:
-            kit.tma_load(v[s], V, (bkv, start + (j + STAGES) * BN, 0), ready[STAGES + s])
+            kit.tma_load(v[s], V, (bkv, start + (j + STAGES) * BN, 0), ready[STAGES + s],
+                         l2_promotion=L2)
     elif j + STAGES < n_kv:                        # both MMAs are done with stage s: refill
-        kit.tma_load(k[s], K, (bkv, start + (j + STAGES) * BN, 0), ready[s])
-        kit.tma_load(v[s], V, (bkv, start + (j + STAGES) * BN, 0), ready[s])
+        kit.tma_load(k[s], K, (bkv, start + (j + STAGES) * BN, 0), ready[s],
+                     l2_promotion=L2)
+        kit.tma_load(v[s], V, (bkv, start + (j + STAGES) * BN, 0), ready[s],
+                     l2_promotion=L2)
     return acc, m_i, l_i
 
 
@@ -80,7 +85,7 @@ def decode_kernel(Q, K, V, O, L, Out, Lse, Cnt, n_rows, R, SK, Sq, H, G, chunk, 
                   BM: kit.constexpr, BN: kit.constexpr, D: kit.constexpr,
                   CAUSAL: kit.constexpr, STAGES: kit.constexpr, SPLIT: kit.constexpr,
                   FUSED: kit.constexpr, NS: kit.constexpr, RB: kit.constexpr,
-                  SEPKV: kit.constexpr = False):
+                  SEPKV: kit.constexpr = False, L2: kit.constexpr = 0):
     """Q: (B*H*Sq, D) rows, K and V: (B*H_kv, SK, D), copied per K/V head (the last chunk's
     tile past SK reads zeros, not the next head's keys). One program per (key chunk, tile of
     the R = G*Sq query rows of a group, batch * K/V head). SPLIT: O and L are fp32 partials
@@ -89,7 +94,8 @@ def decode_kernel(Q, K, V, O, L, Out, Lse, Cnt, n_rows, R, SK, Sq, H, G, chunk, 
     per tile, 0 before the launch and left 0), merges the partials into Out and Lse
     (`combine_rows`: NS >= splits, RB >= the tile's live rows): one launch, no combine
     kernel. Out, Lse and Cnt are not read otherwise. SEPKV: K and V on barriers of their own
-    (decode_block)."""
+    (decode_block). L2: the K/V cache's L2 promotion: 0 (none) streams it ~7% faster than
+    TMA's usual 256 bytes on an H200 at B64 (benchmarks/NOTES.md, session 9)."""
     if SPLIT and not FUSED:   # the combine kernel (launched with PDL) may take its SMs' spare
         kit.gdc_launch_dependents()   # room now: it waits in kit.gdc_wait for this grid
     split = kit.program_id(0)
@@ -113,8 +119,9 @@ def decode_kernel(Q, K, V, O, L, Out, Lse, Cnt, n_rows, R, SK, Sq, H, G, chunk, 
     kit.tma_load(q, Q, (g0 + r0, 0), q_ready[0])   # rows past the group: masked at the store
     for s in kit.static_range(STAGES):
         if s < n_kv:
-            kit.tma_load(k[s], K, (bkv, start + s * BN, 0), ready[s])
-            kit.tma_load(v[s], V, (bkv, start + s * BN, 0), ready[STAGES + s if SEPKV else s])
+            kit.tma_load(k[s], K, (bkv, start + s * BN, 0), ready[s], l2_promotion=L2)
+            kit.tma_load(v[s], V, (bkv, start + s * BN, 0), ready[STAGES + s if SEPKV else s],
+                         l2_promotion=L2)
     m_i = kit.full((BM,), -float("inf"), kit.float32)
     l_i = kit.zeros((BM,), kit.float32)
     acc = kit.zeros((BM, D), kit.float32)
@@ -122,10 +129,11 @@ def decode_kernel(Q, K, V, O, L, Out, Lse, Cnt, n_rows, R, SK, Sq, H, G, chunk, 
     for j in range(n_full):
         acc, m_i, l_i = decode_block(q, k, v, ready, K, V, acc, m_i, l_i, qpos, j, start, end,
                                      bkv, n_kv, qk_scale, BM, BN, STAGES, False, CAUSAL,
-                                     SEPKV)
+                                     SEPKV, L2)
     for j in range(n_full, n_kv):
         acc, m_i, l_i = decode_block(q, k, v, ready, K, V, acc, m_i, l_i, qpos, j, start, end,
-                                     bkv, n_kv, qk_scale, BM, BN, STAGES, True, CAUSAL, SEPKV)
+                                     bkv, n_kv, qk_scale, BM, BN, STAGES, True, CAUSAL, SEPKV,
+                                     L2)
     if SPLIT:
         store_out(O + (split * n_rows + g0) * D, L + split * n_rows + g0, acc, m_i, l_i, rows,
                   0, R, D)

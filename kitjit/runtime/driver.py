@@ -263,18 +263,20 @@ _TMAP_MAX = 4096
 _DTYPES_TMA = {"bf16": 9, "fp16": 6, "fp32": 7, "u8": 0, "i32": 3, "fp64": 8,
                "fp8e4nv": 0, "fp8e5": 0}  # fp8 travels as bytes
 _SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
+_L2_PROMOTION = {0: 0, 64: 1, 128: 2, 256: 3}  # CU_TENSOR_MAP_L2_PROMOTION_{NONE, L2_64B, ...}
 _TMA_BY_SIZE = {1: 0, 2: 1, 4: 2, 8: 4}  # UINT8/16/32/64: a copy is a copy (zeros fill)
 
 
 def encode_tiled(data_type: int, ptr: int, rows: int, cols: int, row_bytes: int,
                  box_rows: int, box_cols: int, swizzle: int,
-                 batch: tuple[int, int] | None = None) -> tuple[Any, int]:
+                 batch: tuple[int, int] | None = None, l2: int = 256) -> tuple[Any, int]:
     """cuTensorMapEncodeTiled for a 2-d row-major region (rows x cols elements, rows
     `row_bytes` apart) and a box of box_rows x box_cols: (the object that owns the 128-byte
     CUtensorMap, its host address). `batch` = (count, bytes apart): `count` such regions,
     a 3-d map whose box is one region deep (a box past `rows` reads zeros, not the next
-    region). Pure host work (no context, no GPU); kitjit.testing's FakeDriver replaces it
-    on machines without libcuda. Raises DriverError."""
+    region). `l2`: the L2 promotion in bytes (0: none). Pure host work (no context, no
+    GPU); kitjit.testing's FakeDriver replaces it on machines without libcuda. Raises
+    DriverError."""
     from cuda.bindings import driver as cu
 
     u64, u32 = cu.cuuint64_t, cu.cuuint32_t
@@ -289,7 +291,7 @@ def encode_tiled(data_type: int, ptr: int, rows: int, cols: int, row_bytes: int,
         cu.CUtensorMapDataType(data_type), u32(len(dims)), ptr, dims, strides, box, estr,
         cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         cu.CUtensorMapSwizzle(_SWIZZLE[swizzle]),
-        cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        cu.CUtensorMapL2promotion(_L2_PROMOTION[l2]),
         cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
     if int(err):
         raise DriverError(f"cuTensorMapEncodeTiled failed ({err})")
@@ -298,7 +300,7 @@ def encode_tiled(data_type: int, ptr: int, rows: int, cols: int, row_bytes: int,
 
 def cached_map(key: tuple, data_type: int, ptr: int, rows: int, cols: int, row_bytes: int,
                box_rows: int, box_cols: int, swizzle: int,
-               batch: tuple[int, int] | None = None) -> int:
+               batch: tuple[int, int] | None = None, l2: int = 256) -> int:
     """The address of the CUtensorMap `encode_tiled` makes from these values, cached under
     `key`, which must determine every one of them (a cached map is then never stale: the
     same key encodes the same 128 bytes). When full the cache starts over but keeps the
@@ -308,8 +310,9 @@ def cached_map(key: tuple, data_type: int, ptr: int, rows: int, cols: int, row_b
     if hit is not None:
         return hit[1]
     extra = () if batch is None else (batch,)  # (kitjit.testing's fake records the values)
+    kw = {} if l2 == 256 else {"l2": l2}
     owner, addr = encode_tiled(data_type, ptr, rows, cols, row_bytes, box_rows, box_cols,
-                               swizzle, *extra)
+                               swizzle, *extra, **kw)
     if len(_TMAP_CACHE) >= _TMAP_MAX:
         global _TMAP_OLD
         _TMAP_OLD = dict(_TMAP_CACHE)
@@ -318,14 +321,15 @@ def cached_map(key: tuple, data_type: int, ptr: int, rows: int, cols: int, row_b
     return addr
 
 
-def tensor_map(t: Any, box_rows: int, box_cols: int, swizzle: int, dtype: str) -> int:
+def tensor_map(t: Any, box_rows: int, box_cols: int, swizzle: int, dtype: str,
+               l2: int = 256) -> int:
     """Address of a CUtensorMap for 2-d tensor `t` (whose element type is `dtype`, the
     kernel's: the launch specialized on it) and the box, built once per (pointer, shape,
     strides, dtype, box, swizzle) and cached: encoding costs microseconds, a dict lookup
     does not. The encoding is host-side and the pointer is unique across devices (unified
-    addressing), so one cache serves every device."""
+    addressing), so one cache serves every device. `l2`: the L2 promotion (bytes)."""
     ptr = t.data_ptr()
-    key = (ptr, t.shape, t.stride(), box_rows, box_cols, swizzle, dtype)
+    key = (ptr, t.shape, t.stride(), box_rows, box_cols, swizzle, dtype, l2)
     hit = _TMAP_CACHE.get(key)
     if hit is not None:
         return hit[1]
@@ -335,19 +339,20 @@ def tensor_map(t: Any, box_rows: int, box_cols: int, swizzle: int, dtype: str) -
                          f"{tuple(t.shape)}, strides {tuple(t.stride())}, address {ptr:#x}")
     try:
         return cached_map(key, _DTYPES_TMA[dtype], ptr, t.shape[0], t.shape[1],
-                          t.stride(0) * t.element_size(), box_rows, box_cols, swizzle)
+                          t.stride(0) * t.element_size(), box_rows, box_cols, swizzle, l2=l2)
     except DriverError as e:
         raise DriverError(f"{e} for shape {tuple(t.shape)} box [{box_rows}, {box_cols}]"
                           ) from None
 
 
-def tensor_map3(t: Any, box_rows: int, box_cols: int, swizzle: int, dtype: str) -> int:
+def tensor_map3(t: Any, box_rows: int, box_cols: int, swizzle: int, dtype: str,
+                l2: int = 256) -> int:
     """`tensor_map` for a 3-d tensor (batch, rows, cols) copied by boxes of one batch entry
     (kit.tma_load's (batch, row, col) coordinates): the map's third dimension keeps each
     entry's rows apart, so TMA reads zeros past an entry's last row (attention's K and V
     tiles past a head's last key)."""
     ptr = t.data_ptr()
-    key = (ptr, t.shape, t.stride(), box_rows, box_cols, swizzle, dtype)
+    key = (ptr, t.shape, t.stride(), box_rows, box_cols, swizzle, dtype, l2)
     hit = _TMAP_CACHE.get(key)
     if hit is not None:
         return hit[1]
@@ -361,25 +366,26 @@ def tensor_map3(t: Any, box_rows: int, box_cols: int, swizzle: int, dtype: str) 
     try:
         return cached_map(key, _DTYPES_TMA[dtype], ptr, t.shape[1], t.shape[2],
                           t.stride(1) * e, box_rows, box_cols, swizzle,
-                          (t.shape[0], t.stride(0) * e))
+                          (t.shape[0], t.stride(0) * e), l2=l2)
     except DriverError as err:
         raise DriverError(f"{err} for shape {tuple(t.shape)} box [1, {box_rows}, "
                           f"{box_cols}]") from None
 
 
-def descriptor_map(d: Any, box_rows: int, box_cols: int, swizzle: int, dtype: str) -> int:
+def descriptor_map(d: Any, box_rows: int, box_cols: int, swizzle: int, dtype: str,
+                   l2: int = 256) -> int:
     """Address of a CUtensorMap for a 2-d host TensorDescriptor `d` (its base, shape and
     strides; the box one swizzle chunk of its block), cached like `tensor_map`."""
     ptr = d.base.data_ptr()
     (rows, cols), stride = d.shape, d.strides[0]
     e = d.base.element_size()
-    key = ("desc", ptr, rows, cols, stride, e, box_rows, box_cols, swizzle, dtype)
+    key = ("desc", ptr, rows, cols, stride, e, box_rows, box_cols, swizzle, dtype, l2)
     hit = _TMAP_CACHE.get(key)
     if hit is not None:
         return hit[1]
     try:
         return cached_map(key, _DTYPES_TMA.get(dtype, _TMA_BY_SIZE[e]), ptr, rows, cols,
-                          stride * e, box_rows, box_cols, swizzle)
+                          stride * e, box_rows, box_cols, swizzle, l2=l2)
     except DriverError as err:
         raise DriverError(f"{err} for a descriptor of shape {[rows, cols]}, strides "
                           f"{list(d.strides)}, box [{box_rows}, {box_cols}]") from None
