@@ -27,7 +27,8 @@ from kitjit.nn.attention_decode import attention_decode, num_splits
 from kitjit.testing import rel_error
 
 ROUNDS = 3
-SHAPES = [(8, 16384), (8, 32768), (64, 4096), (64, 16384), (64, 32768)]
+SHAPES = [(1, 4096), (1, 32768), (8, 4096), (8, 16384), (8, 32768), (64, 4096), (64, 16384),
+          (64, 32768)]
 VARIANT_SHAPES = [(1, 4096), (8, 16384), (8, 32768), (64, 4096), (64, 16384)]
 VARIANTS = {"default": {}, "kvbar": dict(kv_barriers=True),
             "pers1s4": dict(persistent=1, STAGES=4), "pers1s5": dict(persistent=1, STAGES=5),
@@ -35,7 +36,7 @@ VARIANTS = {"default": {}, "kvbar": dict(kv_barriers=True),
             "pers1s4kv": dict(persistent=1, STAGES=4, kv_barriers=True),
             "pers1s4b": "balanced", "swap": dict(swap=True), "swaps3": dict(swap=True, STAGES=3)}
 WAVE_SHAPES = [(1, 4096), (1, 16384), (1, 32768), (8, 4096), (8, 16384), (8, 32768), (64, 4096)]
-CONFIGS = {"default": {}, "s3": dict(STAGES=3), "s4": dict(STAGES=4),
+CONFIGS = {"default": {}, "s2": dict(STAGES=2), "s3": dict(STAGES=3), "s4": dict(STAGES=4),
            "bn128": dict(BN=128), "bn128s3": dict(BN=128, STAGES=3),
            "split2": dict(splits=2), "split2s3": dict(splits=2, STAGES=3)}
 

@@ -296,7 +296,6 @@ def _plan(B: int, H: int, Hkv: int, S: int, SK: int, D: int, causal: bool, split
     BN = BN or (64 if D <= 128 else 32)
     if swap:         # the keys on the MMA's 64 rows, the tile's query rows (8 to 64) on its N
         BM, BN = min(64, max(8, kit.next_power_of_2(R))), 64
-    STAGES = STAGES or 2
     keys = min(SK, S) if causal else SK            # top-left causal: keys 0..Sq-1 at most
     n_blocks = kit.cdiv(keys, BN)
     row_tiles = kit.cdiv(R, BM)
@@ -307,6 +306,12 @@ def _plan(B: int, H: int, Hkv: int, S: int, SK: int, D: int, causal: bool, split
     splits = max(1, min(int(splits), n_blocks, MAX_SPLITS))
     chunk = kit.cdiv(n_blocks, splits) * BN
     splits = kit.cdiv(keys, chunk)                 # every split holds at least one key
+    # one program per SM or fewer: a third stage (115 KB, which would halve two-per-SM
+    # occupancy) keeps more of the stream in flight. H200, session 9, us: B1 Skv32K 39.2 ->
+    # 37.6, B8 Skv16K 126.2 -> 121.6, Skv32K 247.0 -> 237.4; B64 (two per SM) 237.7 -> 240.3
+    STAGES = STAGES or (3 if splits * row_tiles * B * Hkv <= sms and D <= 128
+                        and not (swap or persistent)
+                        else 2)
     n_rows = B * H * S
     grid = (splits, row_tiles, B * Hkv)
     if persistent:   # one 1-d grid of programs walking the splits * row_tiles * B*Hkv items
