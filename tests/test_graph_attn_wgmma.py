@@ -108,7 +108,7 @@ def test_which_groups_get_it():
 def test_generated_source_reads_as_kitjit():
     src, _ = _source(gqa(1, 32, 8, 4096, 128), _l2(BN=64, SPLIT=8, STAGES=3))
     for s in ("ks = kit.shared((3, 64, 128), kit.float16)",
-              "kit.tma_load(ks[s], t1, (b * 4096 + n0 + s * 64, 0), ready[s])",
+              "kit.tma_load(ks[s], t1, (b * 4096 + n0 + s * 64, 0), ready[s], l2_promotion=0)",
               "v7 = kit.mma(qs, ks[s].T, kit.zeros((64, 64), kit.float32))",
               "acc = kit.mma(p.to(kit.float16), vs[s], acc * alpha[:, None])",
               "kit.mbarrier_wait(ready[s], j // 3 % 2)",

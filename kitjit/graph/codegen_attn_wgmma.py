@@ -217,11 +217,15 @@ def attention_wgmma_kernel(group, name: str) -> tuple[list[str], list[str]]:
     def plus(a: str, c: str) -> str:
         return c if a == "0" else a if c == "0" else f"{a} + {c}"
 
+    # one row tile: K and V are streamed once, with no L2 promotion (as the hand decode
+    # kernel: ~7% faster at B64 on an H200, benchmarks/NOTES.md session 9)
+    once = ", l2_promotion=0" if R <= BM else ""
+
     def kv_loads(stage: str, j: str) -> list[str]:
         n = plus("n0", f"{j} * {BN}") if j != "0" else "n0"
         kc = f"({k_row}, {n})" if cols else f"({plus(k_row, n)}, 0)"
-        return [f"kit.tma_load(ks[{stage}], {kb}, {kc}, ready[{stage}])",
-                f"kit.tma_load(vs[{stage}], {vb}, ({plus(v_row, n)}, 0), ready[{stage}])"]
+        return [f"kit.tma_load(ks[{stage}], {kb}, {kc}, ready[{stage}]{once})",
+                f"kit.tma_load(vs[{stage}], {vb}, ({plus(v_row, n)}, 0), ready[{stage}]{once})"]
 
     e.line(f"kit.tma_load(qs, {qb}, ({plus(q_row, f'pm * {BM}')}, 0), q_ready[0])"
            + ("   # rows past the group's: masked at the store" if R % BM else ""))
