@@ -3,7 +3,11 @@ GPU this is, through the `arch="sm_80"` launch option: correctness at ragged siz
 poisoned with NaN, float64 references), then speed against torch's flash SDPA (FA2, itself an
 sm_80 kernel) and cuBLAS, with the Hopper path's GEMM beside it.
 
-    python benchmarks/ampere.py [--quick] [--json out.json] [--rounds 3]
+    python benchmarks/ampere.py [--quick] [--gemm-only] [--json out.json] [--rounds 3]
+
+GEMM variants: "ex" is examples/matmul_ampere.py's kernel, "pe" benchmarks/ampere_gemm.py's
+persistent one (one CTA per SM unless "2/SM"; GROUP 8 unless named); "copies only" is the
+persistent ring without its MMAs (C = 0, not checked), what the copies alone could feed.
 
 Every kernel is compiled (first launch) in a thread pool before anything is timed: the
 driver assembles the compute_80 PTX of each, which takes seconds. Variants marked "edge" are

@@ -1,7 +1,7 @@
 """Variants of examples/matmul_ampere.py's GEMM for the sm_80 code path (benchmarks/ampere.py
 times them; tests/test_ampere_gemm.py checks them in the interpreter and in SASS).
 
-`matmul_persistent_kernel`: one program per SM walks the tiles pid, pid + P, ... and the
+`matmul_persistent_kernel`: one program per SM walks the tiles pid, pid + programs, ... and the
 cp.async ring runs across tile boundaries: while a tile's last k-steps and its epilogue run,
 the copies of the next tile's first k-steps already fly (a 192 KB ring leaves room for one
 CTA per SM, so a non-persistent grid has nothing to hide each tile's ramp behind). Same
