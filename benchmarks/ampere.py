@@ -5,9 +5,9 @@ sm_80 kernel) and cuBLAS, with the Hopper path's GEMM beside it.
 
     python benchmarks/ampere.py [--quick] [--gemm-only] [--json out.json] [--rounds 3]
 
-GEMM variants: "ex" is examples/matmul_ampere.py's kernel, "pe" benchmarks/ampere_gemm.py's
-persistent one (one CTA per SM unless "2/SM"; GROUP 8 unless named); "copies only" is the
-persistent ring without its MMAs (C = 0, not checked), what the copies alone could feed.
+GEMM variants: "ex" is examples/matmul_ampere.py's kernel, "pe" its `persistent=True` one
+(one CTA per SM unless "2/SM"; GROUP 8 unless named); "copies only" is the persistent ring
+without its MMAs (C = 0, not checked), what the copies alone could feed.
 
 Every kernel is compiled (first launch) in a thread pool before anything is timed: the
 driver assembles the compute_80 PTX of each, which takes seconds. Variants marked "edge" are
@@ -38,10 +38,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import kitjit.backend.lower.ampere as sm80_lowering  # noqa: E402
 
 import kitjit as kit  # noqa: E402
-from benchmarks.ampere_gemm import matmul_persistent, matmul_persistent_kernel  # noqa: E402
 from examples.attention_ampere import fa2_kernel, reference  # noqa: E402
 from examples.matmul import matmul_kernel  # noqa: E402
-from examples.matmul_ampere import matmul_ampere_kernel  # noqa: E402
+from examples.matmul_ampere import matmul as matmul_ampere  # noqa: E402
+from examples.matmul_ampere import matmul_ampere_kernel, matmul_ampere_persistent_kernel  # noqa: E402,E501
 from kitjit.launcher import record_kernel  # noqa: E402
 from kitjit.nn.attention import attention_kernel, attention_ws_kernel  # noqa: E402
 from kitjit.testing import bench  # noqa: E402
@@ -62,8 +62,8 @@ ATTN_CONFIGS = {128: {"128x64 s1": dict(BM=128, BN=64, STAGES=1),
 ATTN_EDGE = {128: ("128x64 s1",), 64: ("128x128 s2", "128x128 s1")}
 GEMM_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192)]
 # name -> (kernel, config): matmul_ampere.py's kernel ("ampere"), its edge-path twin
-# ("edge"), benchmarks/ampere_gemm.py's persistent kernel ("persistent": one CTA per SM, or
-# CTAS per SM); GROUP (L2 swizzle) 8 unless given
+# ("edge"), its persistent kernel ("persistent": one CTA per SM, or CTAS per SM); GROUP (L2
+# swizzle) 8 unless given
 W8, W4 = dict(num_warps=8), dict(num_warps=4)
 T256 = dict(BM=256, BN=128, BK=64, STAGES=4, **W8)      # the example's choice on sm_90
 T128 = dict(BM=128, BN=256, BK=64, STAGES=4, **W8)
@@ -129,7 +129,7 @@ def fa2(q, k, v, causal, cfg, o=None, lse=None, kernel="fa2"):
 
 def gemm(a, b, cfg, arch=ARCH, c=None, kernel="ampere"):
     """kernel: "ampere" (examples/matmul_ampere.py), "edge" (its clamped twin),
-    "persistent" (benchmarks/ampere_gemm.py), "hopper" (examples/matmul.py, persistent, one
+    "persistent" (its persistent=True kernel), "hopper" (examples/matmul.py, persistent, one
     CTA per SM)."""
     M, K = a.shape
     N = b.shape[1]
@@ -137,9 +137,9 @@ def gemm(a, b, cfg, arch=ARCH, c=None, kernel="ampere"):
     cfg = dict(cfg)
     group = cfg.pop("GROUP", 8)
     if kernel == "persistent":
-        return matmul_persistent(a, b, arch=arch, c=c, GROUP=group,
-                                 ctas_per_sm=cfg.pop("CTAS", 1),
-                                 programs=cfg.pop("PROGRAMS", None), **cfg)
+        sms = torch.cuda.get_device_properties(0).multi_processor_count if DEV == "cuda" else 3
+        return matmul_ampere(a, b, arch=arch, persistent=True, c=c, GROUP=group,
+                             programs=cfg.pop("PROGRAMS", sms * cfg.pop("CTAS", 1)), **cfg)
     tiles = kit.cdiv(M, cfg["BM"]) * kit.cdiv(N, cfg["BN"])
     if kernel in ("ampere", "edge"):
         kern = matmul_ampere_kernel if kernel == "ampere" else gemm_edge
@@ -318,7 +318,7 @@ def main() -> None:
         print(f"  check roles: {type(e).__name__}: {e}")
         out["check"].append({"name": "roles", "error": str(e), "ok": False})
     for jf in (fa2_kernel, fa2_edge, matmul_ampere_kernel, gemm_edge,
-               matmul_persistent_kernel) if DEV == "cuda" else ():
+               matmul_ampere_persistent_kernel) if DEV == "cuda" else ():
         for record in jf.cache.values():
             ck = record_kernel(record)
             if ck is not None and ck.metadata.get("ptx_target"):

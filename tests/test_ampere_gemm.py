@@ -1,4 +1,5 @@
-"""The sm_80 GEMM variants of benchmarks/ampere_gemm.py (benchmarks/ampere.py times them):
+"""examples/matmul_ampere.py's persistent kernel (`persistent=True`, opt-in; benchmarks/ampere.py
+times it against the default kernel):
 the interpreter at ragged sizes (outputs poisoned with NaN, float64 references; the CPU grid
 has 3 programs, so each walks several tiles and the ring crosses tile boundaries), and their
 SASS for sm_80 and sm_89 (ptxas) and for sm_90 from the same compute_80 PTX (what the driver
@@ -15,7 +16,7 @@ import torch
 from kitjit.testing import has_gpu
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-VARIANTS = ROOT / "benchmarks" / "ampere_gemm.py"
+EXAMPLE = ROOT / "examples" / "matmul_ampere.py"
 SIG = ["*bf16:16"] * 3 + ["i32:16"] * 3
 
 
@@ -25,13 +26,10 @@ def _check(got, want, tol):
     assert err < tol, f"relative error {err:.2e}"
 
 
-def _persistent():
-    import sys
+def _persistent(a, b, **kw):
+    from examples.matmul_ampere import matmul
 
-    sys.path.insert(0, str(ROOT))
-    from benchmarks.ampere_gemm import matmul_persistent
-
-    return matmul_persistent
+    return matmul(a, b, persistent=True, **kw)
 
 
 # (M, N, K, STAGES): 3x3 tiles over 3 programs, K 7 k-steps (the ring crosses tiles);
@@ -43,7 +41,7 @@ def test_persistent_in_interpreter(M, N, K, STAGES, monkeypatch):
     a = torch.randn(M, K, generator=gen).to(torch.bfloat16)
     b = torch.randn(K, N, generator=gen).to(torch.bfloat16)
     c = torch.full((M, N), float("nan"), dtype=torch.bfloat16)
-    _persistent()(a, b, arch="sm_80", c=c, BM=64, BN=64, BK=32, STAGES=STAGES, GROUP=2,
+    _persistent(a, b, arch="sm_80", c=c, BM=64, BN=64, BK=32, STAGES=STAGES, GROUP=2,
                   num_warps=4)
     _check(c, a.double() @ b.double(), 1e-2)
 
@@ -65,8 +63,8 @@ CASES = [("sm_80", dict(BM=256, BN=128, BK=64, STAGES=4), 8),
 def _sass(arch, cfg, nw):
     from tests.test_sass import compile_example
 
-    return compile_example(VARIANTS, "matmul_persistent_kernel", SIG, dict(cfg, GROUP=8), nw,
-                           arch)
+    return compile_example(EXAMPLE, "matmul_ampere_persistent_kernel", SIG, dict(cfg, GROUP=8),
+                           nw, arch)
 
 
 def _level2(c, bars=1):
@@ -120,8 +118,7 @@ def test_example_small_config_sass(arch):
     nw = cfg.pop("num_warps")
     from tests.test_sass import compile_example
 
-    c = compile_example(ROOT / "examples" / "matmul_ampere.py", "matmul_ampere_kernel", SIG,
-                        dict(cfg, GROUP=8), nw, arch)
+    c = compile_example(EXAMPLE, "matmul_ampere_kernel", SIG, dict(cfg, GROUP=8), nw, arch)
     _level2(c, cfg["STAGES"] // 2 + 1)
     assert c.ck.metadata["spills"] == 0, c.ck.metadata
 
@@ -139,5 +136,5 @@ def test_persistent_on_gpu_sm80_path(M, N, K):
                 dict(BM=128, BN=128, BK=32, STAGES=6, num_warps=4)):
         for programs in (None, 7):
             c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-            _persistent()(a, b, arch="sm_80", c=c, programs=programs, **cfg)
+            _persistent(a, b, arch="sm_80", c=c, programs=programs, **cfg)
             _check(c, a.double() @ b.double(), 1e-2)
