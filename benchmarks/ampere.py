@@ -3,7 +3,11 @@ GPU this is, through the `arch="sm_80"` launch option: correctness at ragged siz
 poisoned with NaN, float64 references), then speed against torch's flash SDPA (FA2, itself an
 sm_80 kernel) and cuBLAS, with the Hopper path's GEMM beside it.
 
-    python benchmarks/ampere.py [--quick] [--json out.json] [--rounds 3]
+    python benchmarks/ampere.py [--quick] [--gemm-only] [--json out.json] [--rounds 3]
+
+GEMM variants: "ex" is examples/matmul_ampere.py's kernel, "pe" its `persistent=True` one
+(one CTA per SM unless "2/SM"; GROUP 8 unless named); "copies only" is the persistent ring
+without its MMAs (C = 0, not checked), what the copies alone could feed.
 
 Every kernel is compiled (first launch) in a thread pool before anything is timed: the
 driver assembles the compute_80 PTX of each, which takes seconds. Variants marked "edge" are
@@ -36,7 +40,8 @@ import kitjit.backend.lower.ampere as sm80_lowering  # noqa: E402
 import kitjit as kit  # noqa: E402
 from examples.attention_ampere import fa2_kernel, reference  # noqa: E402
 from examples.matmul import matmul_kernel  # noqa: E402
-from examples.matmul_ampere import matmul_ampere_kernel  # noqa: E402
+from examples.matmul_ampere import matmul as matmul_ampere  # noqa: E402
+from examples.matmul_ampere import matmul_ampere_kernel, matmul_ampere_persistent_kernel  # noqa: E402,E501
 from kitjit.launcher import record_kernel  # noqa: E402
 from kitjit.nn.attention import attention_kernel, attention_ws_kernel  # noqa: E402
 from kitjit.testing import bench  # noqa: E402
@@ -56,14 +61,27 @@ ATTN_CONFIGS = {128: {"128x64 s1": dict(BM=128, BN=64, STAGES=1),
                      "128x64 s2": dict(BM=128, BN=64, STAGES=2)}}
 ATTN_EDGE = {128: ("128x64 s1",), 64: ("128x128 s2", "128x128 s1")}
 GEMM_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192)]
-# name -> (kernel, config): matmul_ampere.py's kernel ("ampere"), or its edge-path twin
+# name -> (kernel, config): matmul_ampere.py's kernel ("ampere"), its edge-path twin
+# ("edge"), its persistent kernel ("persistent": one CTA per SM, or CTAS per SM); GROUP (L2
+# swizzle) 8 unless given
+W8, W4 = dict(num_warps=8), dict(num_warps=4)
+T256 = dict(BM=256, BN=128, BK=64, STAGES=4, **W8)      # the example's choice on sm_90
+T128 = dict(BM=128, BN=256, BK=64, STAGES=4, **W8)
 GEMM_CONFIGS = {
-    "128x128x32 s6 w4": ("ampere", dict(BM=128, BN=128, BK=32, STAGES=6, num_warps=4)),
-    "128x128x32 s6 w4 edge": ("edge", dict(BM=128, BN=128, BK=32, STAGES=6, num_warps=4)),
-    "128x256x32 s8 w8": ("ampere", dict(BM=128, BN=256, BK=32, STAGES=8, num_warps=8)),
-    "256x128x32 s8 w8": ("ampere", dict(BM=256, BN=128, BK=32, STAGES=8, num_warps=8)),
-    "256x128x64 s4 w8": ("ampere", dict(BM=256, BN=128, BK=64, STAGES=4, num_warps=8)),
-    "128x256x64 s4 w8": ("ampere", dict(BM=128, BN=256, BK=64, STAGES=4, num_warps=8)),
+    "ex 256x128x64 s4 w8": ("ampere", T256),
+    "ex 128x256x64 s4 w8": ("ampere", T128),
+    "ex 256x128x64 G4": ("ampere", dict(T256, GROUP=4)),
+    "ex 256x128x64 G16": ("ampere", dict(T256, GROUP=16)),
+    "ex 128x128x32 s6 w4 edge": ("edge", dict(BM=128, BN=128, BK=32, STAGES=6, **W4)),
+    "pe 256x128x64 s4 w8": ("persistent", T256),
+    "pe 128x256x64 s4 w8": ("persistent", T128),
+    "pe 256x128x64 G4": ("persistent", dict(T256, GROUP=4)),
+    "pe 256x128x64 G16": ("persistent", dict(T256, GROUP=16)),
+    "pe 256x128x32 s8 w8": ("persistent", dict(BM=256, BN=128, BK=32, STAGES=8, **W8)),
+    "pe 128x128x32 s6 w4 2/SM": ("persistent", dict(BM=128, BN=128, BK=32, STAGES=6,
+                                                    CTAS=2, **W4)),
+    # not a GEMM (C = 0, not checked): the same ring without MMAs, what the copies allow
+    "copies only, pe 256x128x64": ("persistent", dict(T256, COPY_ONLY=True)),
 }
 HOPPER_GEMM = dict(BM=128, BN=256, BK=64, STAGES=4, num_warps=8)
 DEV = "cuda"
@@ -110,19 +128,25 @@ def fa2(q, k, v, causal, cfg, o=None, lse=None, kernel="fa2"):
 
 
 def gemm(a, b, cfg, arch=ARCH, c=None, kernel="ampere"):
-    """kernel: "ampere" (examples/matmul_ampere.py), "edge" (its clamped twin), "hopper"
-    (examples/matmul.py, persistent, one CTA per SM)."""
+    """kernel: "ampere" (examples/matmul_ampere.py), "edge" (its clamped twin),
+    "persistent" (its persistent=True kernel), "hopper" (examples/matmul.py, persistent, one
+    CTA per SM)."""
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty(M, N, device=a.device, dtype=a.dtype) if c is None else c
     cfg = dict(cfg)
+    group = cfg.pop("GROUP", 8)
+    if kernel == "persistent":
+        sms = torch.cuda.get_device_properties(0).multi_processor_count if DEV == "cuda" else 3
+        return matmul_ampere(a, b, arch=arch, persistent=True, c=c, GROUP=group,
+                             programs=cfg.pop("PROGRAMS", sms * cfg.pop("CTAS", 1)), **cfg)
     tiles = kit.cdiv(M, cfg["BM"]) * kit.cdiv(N, cfg["BN"])
     if kernel in ("ampere", "edge"):
         kern = matmul_ampere_kernel if kernel == "ampere" else gemm_edge
-        kern[(tiles,)](a, b, c, M, N, K, GROUP=8, arch=arch, **cfg)
+        kern[(tiles,)](a, b, c, M, N, K, GROUP=group, arch=arch, **cfg)
         return c
     sms = torch.cuda.get_device_properties(0).multi_processor_count if DEV == "cuda" else 4
-    matmul_kernel[(min(tiles, sms),)](a, b, c, c, c, M, N, K, GROUP=8, arch=arch, **cfg)
+    matmul_kernel[(min(tiles, sms),)](a, b, c, c, c, M, N, K, GROUP=group, arch=arch, **cfg)
     return c
 
 
@@ -253,9 +277,15 @@ def main() -> None:
         check("  lse", lse, rl, 1e-4)
     ref = ga.double() @ gb.double()
     for name, (kern, cfg) in gemm_cfgs.items():
+        if cfg.get("COPY_ONLY"):
+            continue
         c = torch.full((M0, N0), float("nan"), device=DEV, dtype=torch.bfloat16)
         check(f"gemm sm_80 {name} {M0}x{N0}x{K0}", gemm(ga, gb, cfg, c=c, kernel=kern), ref,
               1e-2)
+        if kern == "persistent":   # 7 programs: each walks several tiles, the ring across
+            c = torch.full((M0, N0), float("nan"), device=DEV, dtype=torch.bfloat16)
+            check(f"gemm sm_80 {name} {M0}x{N0}x{K0}, 7 programs",
+                  gemm(ga, gb, dict(cfg, PROGRAMS=7), c=c, kernel=kern), ref, 1e-2)
     c = torch.full((M0, N0), float("nan"), device=DEV, dtype=torch.bfloat16)
     check(f"gemm Hopper path {M0}x{N0}x{K0}", gemm(ga, gb, HOPPER_GEMM, arch=None, c=c,
                                                    kernel="hopper"), ref, 1e-2)
@@ -287,7 +317,8 @@ def main() -> None:
     except Exception as e:  # a failure here must not hide the timings
         print(f"  check roles: {type(e).__name__}: {e}")
         out["check"].append({"name": "roles", "error": str(e), "ok": False})
-    for jf in (fa2_kernel, fa2_edge, matmul_ampere_kernel, gemm_edge) if DEV == "cuda" else ():
+    for jf in (fa2_kernel, fa2_edge, matmul_ampere_kernel, gemm_edge,
+               matmul_ampere_persistent_kernel) if DEV == "cuda" else ():
         for record in jf.cache.values():
             ck = record_kernel(record)
             if ck is not None and ck.metadata.get("ptx_target"):
@@ -338,7 +369,7 @@ def main() -> None:
         ms = timed(fns, args.rounds)
         res = {n: flop / ms[n] for n in gemm_cfgs}
         hop, cub = flop / ms["hopper"], flop / ms["cublas"]
-        best = max((n for n in res if "edge" not in n), key=res.get)
+        best = max((n for n in res if "edge" not in n and "copies" not in n), key=res.get)
         row = {"shape": f"{M}x{N}x{K}", "sm80": res, "best": best, "hopper": hop,
                "cublas": cub, "ratio": res[best] / cub}
         out["gemm"].append(row)
@@ -358,13 +389,18 @@ def main() -> None:
         er = f"{r['edge_ratio']:.2f}" if r["edge_ratio"] else "-"
         print(f"{r['case']:26} {r['kitjit'][r['best']]:>7.0f} ({r['best']:>12}) "
               f"{r['flash']:>9.0f} {r['ratio']:>6.2f} {er:>15}")
-    print(f"{'gemm':14} {'sm_80 best':>28} {'edge':>6} {'Hopper':>7} {'cuBLAS':>7} "
-          f"{'ratio':>6} {'Hopper/cuBLAS':>13}")
-    for r in out["gemm"]:
-        edge = max((t for n, t in r["sm80"].items() if "edge" in n), default=float("nan"))
-        print(f"{r['shape']:14} {r['sm80'][r['best']]:>6.0f} ({r['best']:>19}) {edge:>6.0f} "
-              f"{r['hopper']:>7.0f} {r['cublas']:>7.0f} {r['ratio']:>6.2f} "
-              f"{r['hopper'] / r['cublas']:>13.2f}")
+    if out["gemm"]:   # one row a variant, one column pair a shape
+        shapes = [r["shape"] for r in out["gemm"]]
+        print(f"{'gemm (ex: matmul_ampere.py, pe: persistent)':44}"
+              + "".join(f" {s:>11} {'/cuBLAS':>7}" for s in shapes))
+        rows = [(n, [r["sm80"][n] for r in out["gemm"]]) for n in out["gemm"][0]["sm80"]]
+        rows += [(n, [r[k] for r in out["gemm"]]) for n, k in (("Hopper path (WGMMA + TMA)",
+                                                                "hopper"), ("cuBLAS", "cublas"))]
+        for n, ts in rows:
+            print(f"{n:44}" + "".join(f" {t:>11.0f} {t / r['cublas']:>7.2f}"
+                                      for t, r in zip(ts, out["gemm"])))
+        for r in out["gemm"]:
+            print(f"best sm_80 GEMM at {r['shape']}: {r['best']}, {r['ratio']:.3f}x cuBLAS")
     print(f"kit.mma ceiling (ldmatrix + mma.sync from shared, no copies): {ceil:.0f}")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(out, indent=1))

@@ -12,6 +12,14 @@ threads are past step i - PREFETCH: nobody still reads the stage it overwrites, 
 needs every thread to issue copies, as on Ampere; on Hopper one thread issues TMA, so there
 it holds for one warpgroup only. examples/matmul.py is the Hopper GEMM.)
 
+`persistent=True` (opt-in, not measured yet: benchmarks/NOTES.md) launches
+`matmul_ampere_persistent_kernel` instead: one program per SM walks the tiles pid, pid +
+programs, ..., and the ring runs across tile boundaries (the next tile's first copies fly
+while this tile's last MMAs and its epilogue run; a 192 KB ring leaves room for one CTA per
+SM, so a grid of one tile a program has nothing to hide each tile's ramp behind). The
+argument above holds over the program's one stream of k-steps (`it` counts them over its
+tiles); the epilogue stores from registers, so nothing else touches shared memory.
+
 On an H100 the Ampere code path runs with `arch="sm_80"`.
 """
 
@@ -53,6 +61,65 @@ def matmul_ampere_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr,
               mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
+@kit.jit
+def tile_origin(tile, M, N, BM: kit.constexpr, BN: kit.constexpr, GROUP: kit.constexpr):
+    n_m, n_n = kit.cdiv(M, BM), kit.cdiv(N, BN)      # as above: GROUP row-blocks of C
+    first_m = tile // (GROUP * n_n) * GROUP           # swept column by column
+    rows = kit.minimum(n_m - first_m, GROUP)
+    return (first_m + tile % (GROUP * n_n) % rows) * BM, tile % (GROUP * n_n) // rows * BN
+
+
+@kit.jit
+def load_step(a, b, ready, A, B, m0, n0, kk, it, BK: kit.constexpr, STAGES: kit.constexpr):
+    s = it % STAGES                                   # past K, the copies read zeros
+    kit.tma_load(a[s], A, (m0, kk * BK), ready[s], sync=False)
+    kit.tma_load(b[s], B, (kk * BK, n0), ready[s], sync=False)
+
+
+@kit.jit
+def matmul_ampere_persistent_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr,
+                                    BK: kit.constexpr, STAGES: kit.constexpr,
+                                    GROUP: kit.constexpr, COPY_ONLY: kit.constexpr = False):
+    a = kit.shared((STAGES, BM, BK), A.dtype.element_ty)
+    b = kit.shared((STAGES, BK, BN), B.dtype.element_ty)
+    ready = kit.mbarriers(STAGES)
+    n_k = kit.cdiv(K, BK)
+    kit.assume(n_k > 0)
+    n_tiles = kit.cdiv(M, BM) * kit.cdiv(N, BN)
+    step = kit.num_programs(0)
+    first = kit.program_id(0)
+    for s in kit.static_range(STAGES // 2):          # this program's first k-steps (several
+        t = first + s // n_k * step                  # tiles when K is shorter than that)
+        if t < n_tiles:
+            m0, n0 = tile_origin(t, M, N, BM, BN, GROUP)
+            load_step(a, b, ready, A, B, m0, n0, s % n_k, s, BK, STAGES)
+    it = 0                                           # k-steps done by this program
+    for tile in range(first, n_tiles, step):
+        m0, n0 = tile_origin(tile, M, N, BM, BN, GROUP)
+        m1, n1 = tile_origin(tile + step, M, N, BM, BN, GROUP)
+        acc = kit.zeros((BM, BN), kit.float32)
+        for kk in range(n_k):
+            s = it % STAGES
+            kit.mbarrier_wait(ready[s], it // STAGES % 2)
+            if not COPY_ONLY:     # COPY_ONLY: no MMAs, C = 0 (benchmarks/ampere.py times
+                acc = kit.mma(a[s], b[s], acc)       # what the copies alone could feed)
+            j = kk + STAGES // 2
+            if j < n_k:                               # this tile's k-step j
+                load_step(a, b, ready, A, B, m0, n0, j, it + STAGES // 2, BK, STAGES)
+            elif j < 2 * n_k:                         # the next tile's first k-steps
+                if tile + step < n_tiles:
+                    load_step(a, b, ready, A, B, m1, n1, j - n_k, it + STAGES // 2, BK,
+                              STAGES)
+            elif tile + j // n_k * step < n_tiles:    # K shorter than the prefetch
+                mj, nj = tile_origin(tile + j // n_k * step, M, N, BM, BN, GROUP)
+                load_step(a, b, ready, A, B, mj, nj, j % n_k, it + STAGES // 2, BK, STAGES)
+            it += 1
+        rm = m0 + kit.arange(0, BM)
+        rn = n0 + kit.arange(0, BN)
+        kit.store(C + rm[:, None] * N + rn[None, :], acc.to(C.dtype.element_ty),
+                  mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
 # The first that fits the GPU's shared memory per block (benchmarks/NOTES.md, H100 running
 # this code path): 256x128x64 on 8 warps, 4 stages, 192 KB (an sm_90 part's 227 KB; A100s
 # have 163 KB, Ada 99 KB); 128x128x32 on 4 warps, 6 stages, 96 KB (0.90-0.95x of it).
@@ -77,17 +144,35 @@ def pick_config(device: torch.device) -> dict:
     return next((c for c in CONFIGS if stage_bytes(c) <= room), CONFIG)
 
 
-def matmul(a: torch.Tensor, b: torch.Tensor, arch: str | None = None, **config):
+def persistent_programs(tiles: int, device: torch.device, ctas_per_sm: int = 1) -> int:
+    """The persistent grid: `ctas_per_sm` programs per SM (CPU: 3, so that programs walk
+    several tiles in the interpreter too)."""
+    if device.type != "cuda":
+        return min(tiles, 3)
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    return min(tiles, torch.cuda.get_device_properties(idx).multi_processor_count
+               * ctas_per_sm)
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, arch: str | None = None, persistent: bool = False,
+           c: torch.Tensor | None = None, GROUP: int = 8, programs: int | None = None,
+           **config) -> torch.Tensor:
     """a @ b for bf16/fp16 a [M, K], b [K, N] (rows 16-byte aligned). `arch`: the target
-    (None: this GPU's; "sm_80" runs the Ampere code path on a Hopper too)."""
+    (None: this GPU's; "sm_80" runs the Ampere code path on a Hopper too). `persistent`: the
+    persistent kernel (opt-in), on `programs` programs (default: one per SM). `c`: the output
+    (default: a new tensor)."""
     M, K = a.shape
     N = b.shape[1]
     cfg = dict(pick_config(a.device), **config)
     if cfg["STAGES"] < 2:
         raise ValueError("matmul_ampere: STAGES must be at least 2 (loads run STAGES/2 ahead)")
-    c = torch.empty(M, N, device=a.device, dtype=a.dtype)
-    grid = (kit.cdiv(M, cfg["BM"]) * kit.cdiv(N, cfg["BN"]),)
-    matmul_ampere_kernel[grid](a, b, c, M, N, K, GROUP=8, arch=arch, **cfg)
+    c = torch.empty(M, N, device=a.device, dtype=a.dtype) if c is None else c
+    tiles = kit.cdiv(M, cfg["BM"]) * kit.cdiv(N, cfg["BN"])
+    if persistent:
+        grid = (min(tiles, programs) if programs else persistent_programs(tiles, a.device),)
+        matmul_ampere_persistent_kernel[grid](a, b, c, M, N, K, GROUP=GROUP, arch=arch, **cfg)
+    else:
+        matmul_ampere_kernel[(tiles,)](a, b, c, M, N, K, GROUP=GROUP, arch=arch, **cfg)
     return c
 
 
@@ -97,9 +182,11 @@ def main() -> None:
     for M, N, K in ((300, 264, 200), (128, 256, 96)):
         a = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
         b = torch.randn(K, N, device=dev, dtype=torch.bfloat16)
-        err = check(matmul(a, b, arch=arch), a.double() @ b.double(), 1e-2)
-        print(f"matmul_ampere {M}x{N}x{K}: rel err {err:.2e} "
-              f"({'GPU, ' + arch if has_gpu() else 'interpreter'})")
+        for persistent in (False, True):
+            err = check(matmul(a, b, arch=arch, persistent=persistent), a.double() @ b.double(),
+                        1e-2)
+            print(f"matmul_ampere{' persistent' if persistent else ''} {M}x{N}x{K}: rel err "
+                  f"{err:.2e} ({'GPU, ' + arch if has_gpu() else 'interpreter'})")
     if has_gpu():
         for n in (4096, 8192):
             a, b = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in "ab")
