@@ -24,6 +24,7 @@ from ..cache import KernelCache, disk_cache_enabled
 from ..testing import has_gpu
 from . import advisories, plan, space
 from .graph import VIEWS, KernelGraph
+from .host import Host
 from .module import module_source
 from .progress import Progress
 
@@ -35,17 +36,20 @@ _loaded = 0
 
 class Optimized:
     """The searched graph: call it with the inputs (torch tensors), get the outputs (a
-    list). `source()` is the generated kitjit module, runnable as-is from a file."""
+    list). `source()` is the generated kitjit module, runnable as-is from a file. Calls
+    after the first of an input signature replay a route made from it (host.py: the
+    module's `run` with its per-call Python precomputed)."""
 
     def __init__(self, module, path: pathlib.Path, info: dict):
         self.module, self.path, self.info = module, path, info
+        self.host = Host(module)
 
     def __call__(self, *args, inputs=None):
         if inputs is None:
             inputs = args
         elif args:
             raise TypeError("pass the inputs either positionally or as inputs=[...]")
-        return self.module.run(*inputs)
+        return self.host(inputs)
 
     def source(self) -> str:
         return self.path.read_text()
