@@ -199,3 +199,30 @@ def test_gpu_routed_calls_match_the_reference(split, fuse):
         torch.cuda.synchronize()
         assert search.rel_error(out, ref) < 1e-2
     assert opt.host.fast_calls == 3
+
+
+def test_outputs_that_are_views_and_a_buffer_two_outputs_share():
+    """Outputs returned as views of one buffer (a transpose and a reshape of the same row
+    kernel's output): the route allocates the buffer once per call and returns the same
+    views of it."""
+    import kitjit as kit
+
+    g = kit.graph.new_kernel_graph()
+    X = g.new_input(dims=(4, 40), dtype=kit.float32)
+    Y = g.exp(X)
+    g.mark_output(g.transpose(Y, 0, 1))
+    g.mark_output(g.reshape(Y, (8, 20)))
+    _, name, groups, _ = search.candidates(g)[0]
+    path = pathlib.Path(tempfile.mkdtemp()) / "views.py"
+    path.write_text(module_source(g, groups, "views"))
+    opt = search.Optimized(search._import(path), path, {})
+    with FakeDriver(allow_cpu=True, ir_compile=True) as fake:
+        first = opt(torch.randn(4, 40))
+        x = torch.randn(4, 40)
+        a, b = opt(x)
+        assert opt.host.fast_calls == 1
+        for got, want in zip((a, b), first):
+            assert (got.shape, got.stride(), got.storage_offset()) == \
+                (want.shape, want.stride(), want.storage_offset())
+        assert a.data_ptr() == b.data_ptr() != first[0].data_ptr()
+        assert fake.launches[-1]["values"][:2] == (x.data_ptr(), a.data_ptr())
