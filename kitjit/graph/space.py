@@ -27,6 +27,7 @@ import math
 from . import codegen_attn_wgmma, codegen_wgmma
 from .codegen import p2
 from .codegen_attn import layout, packable
+from .codegen_mm import FUSED_UNROLL
 from .plan import Group
 
 HBM_BPS = 3.35e12          # H100 SXM HBM3: the figures below are an H100's, scaled by
@@ -228,7 +229,9 @@ def cost(grp: Group, p: dict) -> float:
             kernels = 2
             stores += 2 * 4 * split * n * NB * M * N       # partials out and back in
             if p.get("FUSE"):   # no combine launch; the last program reads after the others
-                kernels, tail = 1, LATENCY_S            # (from L2: they were just written)
+                # (from L2: they were just written), FUSED_UNROLL partials at a time
+                rounds = 1 if split <= FUSED_UNROLL else -(-split // FUSED_UNROLL)
+                kernels, tail = 1, LATENCY_S * rounds
                 stores -= 4 * split * n * NB * M * N
         step = (BM * BK + n * BK * BN) * 2
         if p.get("FORM") == "wgmma":   # what each program streams through its ring
