@@ -218,11 +218,12 @@ class Route:
                 ref[i] = (f"x{slot[1]}", f"p{slot[1]}")
             elif slot[0] == "cnt":
                 ref[i] = ("None", "w[2]")
-        for i, _ in out_spec:
+        for i, _ in out_spec:   # (new_empty on an input: the device checked, and cheaper)
             if i not in ref:   # (an input, or a buffer two outputs view: there already)
                 k = len(ref)
                 self.ns[f"_OS{k}"], self.ns[f"_OD{k}"] = rec.slots[i][1:]
-                lines += [f"    o{k} = _new(_OS{k}, dtype=_OD{k}, device=_TDEV)",
+                lines += [f"    o{k} = x0.new_empty(_OS{k}, dtype=_OD{k})" if inputs else
+                          f"    o{k} = _new(_OS{k}, dtype=_OD{k}, device=_TDEV)",
                           f"    q{k} = o{k}.data_ptr()"]
                 ref[i] = (f"o{k}", f"q{k}")
         for i, off in offsets.items():
