@@ -226,3 +226,30 @@ def test_outputs_that_are_views_and_a_buffer_two_outputs_share():
                 (want.shape, want.stride(), want.storage_offset())
         assert a.data_ptr() == b.data_ptr() != first[0].data_ptr()
         assert fake.launches[-1]["values"][:2] == (x.data_ptr(), a.data_ptr())
+
+
+def test_views_of_inputs_read_by_tma():
+    """The level-2 GQA decode passes K and V as views (`t1.view(-1, 32)`) to the kernel that
+    reads them by TMA: the route passes a Region at the input's pointer, and the descriptors
+    it encodes are run()'s boxes over the new inputs."""
+    g = importlib.import_module("graph_gqa_decode").build(2, 4, 2, 48, 32)
+    _, groups = plan.partitions(g)[0]
+    c = copy.copy(groups[0])
+    c.params = dict(FORM="wgmma", PACK=True, BM=64, BN=32, SPLIT=2, STAGES=2, num_warps=4,
+                    FUSE=True)
+    src = module_source(g, [c], "gqa")
+    assert ".view(-1, 32)" in src
+    path = pathlib.Path(tempfile.mkdtemp()) / "gqa_host.py"
+    path.write_text(src)
+    opt = search.Optimized(search._import(path), path, {})
+    with FakeDriver(allow_cpu=True, ir_compile=True) as fake:
+        opt(*_inputs(g))
+        first = fake.launches[-1]
+        ins = _inputs(g)
+        out = opt(*ins)[0]
+        assert opt.host.fast_calls == 1, opt.host.why
+        last = fake.launches[-1]
+        assert last["grid"] == first["grid"]
+        assert {e[1] for e in last["tma"]} <= {t.data_ptr() for t in ins}
+        assert [e[2:] for e in last["tma"]] == [e[2:] for e in first["tma"]]
+        assert out.data_ptr() in last["values"]

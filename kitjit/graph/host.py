@@ -39,6 +39,10 @@ from ..jit import JITFunction
 
 ALIGN = 256          # bytes between the workspace's intermediates (TMA needs 16)
 _OPTIONS = {"num_warps", "launch_pdl"}   # the launch options a generated run passes
+# what else a generated run() may name (besides its kernels and torch's dtypes): its helpers,
+# the device of an input, and the views it returns or passes
+_RUN_NAMES = {"_input", "_empty", "_work", "_counters", "_pdl", "torch", "device",
+              "as_strided", "view"}
 
 
 class Region:
@@ -123,17 +127,18 @@ class _Record:
         self.note(t, ("cnt", n))
         return t
 
-    def kernel(self, jf: JITFunction):
-        rec = self
+    class Kernel:
+        """A kernel of the module, its launches noted (`k[grid](...)` as the kernel's)."""
 
-        class Launch:
-            def __getitem__(self, grid):
-                def launch(*args, **kwargs):
-                    ck = jf[grid](*args, **kwargs)
-                    rec.launches.append((jf, grid, args, kwargs, ck))
-                    return ck
-                return launch
-        return Launch()
+        def __init__(self, rec, jf: JITFunction):
+            self.rec, self.jf = rec, jf
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                ck = self.jf[grid](*args, **kwargs)
+                self.rec.launches.append((self.jf, grid, args, kwargs, ck))
+                return ck
+            return launch
 
 
 def record(mod, inputs) -> tuple[list, Route | None, str | None]:
@@ -144,9 +149,14 @@ def record(mod, inputs) -> tuple[list, Route | None, str | None]:
     ns.update(_input=rec._input, _empty=rec._empty, _work=rec._work, _counters=rec._counters)
     for name, v in vars(mod).items():
         if isinstance(v, JITFunction):
-            ns[name] = rec.kernel(v)
+            ns[name] = _Record.Kernel(rec, v)
     run = types.FunctionType(mod.run.__code__, ns, "run", mod.run.__defaults__)
     outs = run(*inputs)
+    unknown = {n for n in mod.run.__code__.co_names if n not in _RUN_NAMES and not
+               isinstance(ns.get(n), _Record.Kernel) and
+               not isinstance(getattr(torch, n, None), torch.dtype)}
+    if unknown:   # run() does something a route would not repeat (a torch op, say)
+        return outs, None, f"run() uses {sorted(unknown)}"
     if rec.bad is not None:
         return outs, None, rec.bad
     try:
@@ -167,6 +177,21 @@ def _outputs(rec: _Record, outs: list) -> list[tuple[int, tuple | None]]:
         spec.append((id(base), None if base is o else
                      (tuple(o.shape), o.stride(), o.storage_offset())))
     return spec
+
+
+def _view_pointer(a: torch.Tensor, rec: _Record, ref: dict) -> str:
+    """The replay's pointer expression of `a`, a view that run() made of one of its buffers
+    or inputs (the only tensor of the record on a's storage): that one's pointer plus a's
+    byte offset from it, fixed by the signature (run's views take constant arguments)."""
+    st = a.untyped_storage().data_ptr()
+    on = [t for t in rec.keep if id(t) in ref and ref[id(t)][1] != "w[2]"
+          and t.untyped_storage().data_ptr() == st]
+    if len(on) != 1 or a.data_ptr() < on[0].data_ptr():
+        raise _Unroutable("a tensor argument that is not a buffer of the run or one view of "
+                          "one")
+    delta = a.data_ptr() - on[0].data_ptr()
+    ptr = ref[id(on[0])][1]
+    return f"({ptr} + {delta})" if delta else ptr
 
 
 def _workspace_layout(rec: _Record, outputs: set) -> tuple[dict, int, int]:
@@ -231,7 +256,8 @@ class Route:
             lines.append(f"    {ref[i][1]} = wp + {off}")
         regions: list[tuple] = []
         for j, (jf, grid, args, kwargs, ck) in enumerate(rec.launches):
-            lines.append(self._launch_line(j, jf, grid, args, kwargs, ck, ref, regions, dev))
+            lines.append(self._launch_line(j, jf, grid, args, kwargs, ck, rec, ref, regions,
+                                           dev))
         self.ns["_R"] = [Region(-1, (), (), 0) for _ in regions]
         ret = []
         for k, (i, view) in enumerate(out_spec):
@@ -261,7 +287,7 @@ class Route:
         return lines + ["    if " + " or \\\n            ".join(checks) + ":",
                         "        return None"]
 
-    def _launch_line(self, j, jf, grid, args, kwargs, ck, ref, regions, dev) -> str:
+    def _launch_line(self, j, jf, grid, args, kwargs, ck, rec, ref, regions, dev) -> str:
         """`_L<j>(grid, a..., v...)`: the kernel's own launcher, its tensor arguments as
         the route names them (a Region for a workspace buffer read by TMA)."""
         import inspect
@@ -287,16 +313,15 @@ class Route:
         a_src, v_src = [], []
         for p, a in enumerate(rt):
             if isinstance(a, torch.Tensor):
-                if id(a) not in ref:
-                    raise _Unroutable(f"{jf.__name__}: a tensor argument not made by run")
-                t, ptr = ref[id(a)]
-                if t is None:   # a workspace buffer
-                    if p in tma:
-                        r = len(regions)
-                        regions.append((ptr, tuple(a.shape), a.stride(), a.element_size()))
-                        t = f"_r{r}"
-                    else:
-                        t = "None"
+                if id(a) in ref:
+                    t, ptr = ref[id(a)]
+                else:   # a view of a buffer or an input (x.view(-1, D)): at a fixed offset
+                    ptr = _view_pointer(a, rec, ref)
+                    t = None
+                if t is None and p in tma:   # a workspace buffer or a view: a Region
+                    r = len(regions)
+                    regions.append((ptr, tuple(a.shape), a.stride(), a.element_size()))
+                    t = f"_r{r}"
                 a_src.append(t if p in tma else "None")
                 v_src.append(ptr)
             elif a is None or isinstance(a, (bool, int, float)):
