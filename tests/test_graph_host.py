@@ -253,3 +253,19 @@ def test_views_of_inputs_read_by_tma():
         assert {e[1] for e in last["tma"]} <= {t.data_ptr() for t in ins}
         assert [e[2:] for e in last["tma"]] == [e[2:] for e in first["tma"]]
         assert out.data_ptr() in last["values"]
+
+
+def test_a_run_doing_more_than_launching_gets_no_route():
+    """A run() that also calls a torch op (here t0.abs()) would not be repeated by a route:
+    it keeps taking run()."""
+    g, opt = _rmsnorm_linear(split=1, fuse=False)
+    src = opt.path.read_text().replace("    t3 = _empty(", "    _ = t0.abs()\n    t3 = _empty(",
+                                       1)
+    assert "t0.abs()" in src
+    opt.path.write_text(src)
+    opt = search.Optimized(search._import(opt.path), opt.path, {})
+    with FakeDriver(allow_cpu=True, ir_compile=True) as fake:
+        for _ in range(2):
+            opt(*_inputs(g))
+        assert opt.host.fast_calls == 0 and len(fake.launches) == 4
+        assert "abs" in next(iter(opt.host.why.values()))
