@@ -90,6 +90,37 @@ def range_hints_kernel(X, Out, n, BLOCK: kit.constexpr):
     kit.store(Out + offs, acc)
 
 
+@kit.jit
+def unroll_kernel(X, Out, BLOCK: kit.constexpr, UNROLL: kit.constexpr):
+    offs = kit.arange(0, BLOCK)
+    acc = kit.zeros((BLOCK,), kit.float32)
+    for i in kit.range(6, loop_unroll_factor=UNROLL):
+        acc = acc * 0.5 + kit.load(X + i * BLOCK + offs)
+    kit.store(Out + offs, acc)
+
+
+def test_loop_unroll_factor_reaches_llvm():
+    """kit.range's loop_unroll_factor is LLVM loop metadata on the back edge: 1 keeps a loop
+    of constant trip count rolled (LLVM unrolls 6 steps whole by default), n unrolls it n
+    times; both run as written in the interpreter."""
+    x = rand(6 * 16)
+    ref = torch.zeros(16, dtype=torch.float64)
+    for i in range(6):
+        ref = ref * 0.5 + x.double()[i * 16:(i + 1) * 16]
+    for unroll in (1, 2):
+        out = poisoned(16, torch.float32)
+        unroll_kernel[(1,)](x, out, BLOCK=16, UNROLL=unroll)
+        close(out, ref)
+    loads = {}
+    for unroll in (None, 1, 2):
+        ck = compile_gpu(unroll_kernel, x, x, BLOCK=16, UNROLL=unroll)
+        loads[unroll] = ck.asm["ptx"].count("ld.global")
+        llir = ck.asm["llir"]
+        assert ('"llvm.loop.unroll.disable"' in llir) == (unroll == 1)
+        assert ('"llvm.loop.unroll.count", i32 2' in llir) == (unroll == 2)
+    assert loads == {None: 6, 1: 1, 2: 2}, loads
+
+
 def test_early_return_interpreter():
     for n in (64, 50):
         x = rand(n)

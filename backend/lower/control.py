@@ -71,7 +71,10 @@ class ControlLowering(LoweringBase):
         for ps, y in zip(phis, ys):
             for p, v in zip(ps, y):
                 p.add_incoming(v, end)
-        b.branch(header)
+        back = b.branch(header)
+        unroll = op.attrs.get("loop_unroll_factor")
+        if unroll is not None:
+            back.set_metadata("llvm.loop", self._unroll_md(unroll))
         b.position_at_end(exit_)
         for r, ps, arg, y in zip(op.results, phis, body.args[1:], ys_ops):
             self.vals[r.id] = ps
@@ -79,6 +82,21 @@ class ControlLowering(LoweringBase):
             # unread, or the yielded value (a kit.mma with pending=1 retires the arg)
             if arg.id in self.inflight or y.id in self.inflight:
                 self.inflight.add(r.id)
+
+    def _unroll_md(self, factor: int):
+        """The loop ID of a back edge for `kit.range(..., loop_unroll_factor=n)`: LLVM's
+        unroller leaves the loop alone for n <= 1 and unrolls it n times otherwise. (A
+        constant trip count of a few steps is unrolled whole by default: a level-2 k-loop of
+        6 steps then had ptxas serialize its WGMMAs, C7514.) The node refers to itself, as
+        loop IDs must; llvmlite's uniqued nodes cannot, so it is made by hand."""
+        m = self.module
+        opt = m.add_metadata([ir.MetaDataString(m, "llvm.loop.unroll.disable")]) \
+            if factor <= 1 else \
+            m.add_metadata([ir.MetaDataString(m, "llvm.loop.unroll.count"),
+                            ir.Constant(ir.IntType(32), factor)])
+        loop_id = ir.values.MDValue(m, [], name=str(len(m.metadata)))
+        loop_id.operands = (loop_id, opt)
+        return loop_id
 
     def _yields_inflight(self, region: Block, i: int) -> bool:
         y = region.ops[-1] if region.ops and region.ops[-1].name == "yield" else None

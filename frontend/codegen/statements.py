@@ -391,7 +391,8 @@ class StatementsMixin:
     def _range_args(self, args: list, kwargs: dict, it: ast.Call) -> tuple[list, dict]:
         """The bounds and the loop hints of `kit.range(...)` (Triton's `tl.range`). kitjit
         runs every loop as written: the hints are checked and kept on the `for` op (the tile
-        IR shows them), and do not change the code yet."""
+        IR shows them); loop_unroll_factor becomes LLVM loop metadata (backend/lower/
+        control.py), the others do not change the code yet."""
         try:
             ba = inspect.signature(kl.range).bind(*args, **kwargs)
         except TypeError as e:

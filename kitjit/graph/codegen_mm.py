@@ -183,6 +183,9 @@ def matmul_kernel(group, name: str) -> tuple[list[str], list[str]]:
     return split_tail(group, name, e, grid, nw, norm)
 
 
+FUSED_UNROLL = 4   # partials the last split program loads at once
+
+
 def split_tail(group, name: str, e: TileEmitter, grid: str, nw: int, norm: str | None,
                batched: bool = True, fused: bool = False) -> tuple[list[str], list[str]]:
     """Split-K's end of kernel `name` (its [BM, BN] accumulators acc<i> stored as fp32
@@ -226,7 +229,12 @@ def split_tail(group, name: str, e: TileEmitter, grid: str, nw: int, norm: str |
     if norm == "epi":
         c.line(f"ss = kit.zeros(({BM},), kit.float32)")
     s = "j" if fused else "sp"
-    c.line(f"for {s} in kit.static_range({SPLIT}):")
+    if fused and SPLIT > FUSED_UNROLL:   # (all unrolled, the loads of every partial are in
+        # flight at once: 11 splits took 96 registers a thread, two programs an SM)
+        c.line(f"for {s} in kit.range({SPLIT}, loop_unroll_factor={FUSED_UNROLL}):   "
+               f"# {FUSED_UNROLL} partials in flight")
+    else:
+        c.line(f"for {s} in kit.static_range({SPLIT}):")
     for i in range(nmm):
         ld = load_tile(part, (M, N), None, prm, prn)
         c.line(f"    ws_i = ws + {lin(s, nmm, i)} * {NB * M * N}"

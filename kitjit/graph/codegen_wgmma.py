@@ -26,6 +26,9 @@ from .codegen_mm import TileEmitter, _epilogue, split_tail
 
 BK = 64            # 128-byte rows of fp16/bf16: the 128-byte swizzle
 MAX_M = 64         # x's rows: WGMMA's N (and the accumulators) stay small
+MAX_SPLIT = 16     # split-K counts searched: 1..16
+STAGES = (3, 4, 6, 8, 12)
+MAX_RING = 200 * 1024   # bytes of shared memory a ring may take
 
 
 def mp(M: int) -> int:
@@ -115,7 +118,8 @@ def wgmma_kernel(group, name: str, pdl: bool = False) -> tuple[list[str], list[s
             e.line("    " + ln)
     for i, _ in enumerate(ws):
         e.line(f"acc{i} = kit.zeros(({BN}, {MP}), kit.float32)")
-    e.line(f"for i in range({n_k}):")
+    e.line(f"for i in kit.range({n_k}, loop_unroll_factor=1):   # (unrolled, ptxas "
+           "serializes the WGMMAs)")
     e.line(f"    s = i % {STAGES}")
     e.line(f"    kit.mbarrier_wait(ready[s], i // {STAGES} % 2)")
     if pdl:
@@ -184,7 +188,8 @@ def _norm_kernel(group, name: str) -> tuple[list[str], list[str]]:
     e.line(f"x = {xload('k')}")
     e.line(f"acc0 = kit.zeros(({BM}, {BN}), kit.float32)")
     e.line(f"ss = kit.zeros(({BM},), kit.float32)")
-    e.line(f"for i in range({n_k}):")
+    e.line(f"for i in kit.range({n_k}, loop_unroll_factor=1):   # (unrolled, ptxas "
+           "serializes the WGMMAs)")
     e.line(f"    s = i % {STAGES}")
     e.line(f"    kn = k + {BK}")
     e.line(f"    x_next = {xload('kn')}   # one k-step ahead")
@@ -218,36 +223,45 @@ def _norm_kernel(group, name: str) -> tuple[list[str], list[str]]:
 
 def choices(group) -> list[dict]:
     """The level-2 parameter sets of an eligible group: BN 64 (one warpgroup) or 128 (two),
-    3-6 stages within shared memory, split-K while every split keeps two k-steps, its
+    any split-K count up to 16 whose every split keeps two k-steps (so a grid can fill the
+    SMs in whole waves: a skinny matmul's column blocks alone leave most of them idle), its
     partials added by a combine kernel or (FUSE) by the last split program of each column
-    block."""
+    block; rings of 3-12 stages within shared memory and no deeper than a program's
+    k-steps (a deep ring fills with weights while the kernel before finishes, PDL)."""
     if not eligible(group):
         return []
     M, N = group.mms[0].shape
     K = group.mms[0].inputs[0].shape[-1]
-    n = len(group.mms)
     nbk = -(-K // BK)
     out = []
     pro = group.prologue is not None
     for BN in (64, 128):
         if BN > p2(N, 64):
             continue
-        stage = (BK * BN if pro else mp(M) * BK + n * BK * BN) * 2
-        for stages in (3, 4, 6):
-            if stages * stage > 200 * 1024:
+        for split in range(1, MAX_SPLIT + 1):
+            ch = -(-nbk // split)
+            if split > 1 and (ch < 2 or (split - 1) * ch >= nbk):
                 continue
-            for split in (1, 2, 4, 8, 16):
-                ch = -(-nbk // split)
-                if split > 1 and (ch < 2 or (split - 1) * ch >= nbk):
-                    continue
+            for stages in STAGES:
                 p = dict(FORM="wgmma", BM=64 if pro else mp(M), BN=BN, BK=BK, SPLIT=split,
                          STAGES=stages, num_warps=4 if pro else 4 * BN // 64)
+                if smem_bytes(group, p) > MAX_RING or (stages > 3 and stages > ch + 1):
+                    continue
                 if pro:
                     p["NORM"] = "epi"
                 out.append(p)
                 if split > 1:   # the last split program runs the epilogue: one launch
                     out.append(dict(p, FUSE=True))
     return out
+
+
+def smem_bytes(group, p: dict) -> int:
+    """Shared memory of the ring: each stage holds a [BK, BN] tile of every weight and (but
+    for the norm form, whose x is in registers) x's [MP, BK] tile."""
+    M = group.mms[0].shape[0]
+    n = len(group.mms)
+    x = 0 if group.prologue is not None else mp(M) * BK
+    return p["STAGES"] * (x + n * BK * p["BN"]) * 2
 
 
 def _pdl_option(pdl: bool, x: str) -> str:

@@ -24,10 +24,11 @@ from ..cache import KernelCache, disk_cache_enabled
 from ..testing import has_gpu
 from . import advisories, plan, space
 from .graph import VIEWS, KernelGraph
+from .host import Host
 from .module import module_source
 from .progress import Progress
 
-GENERATOR_VERSION = "4"
+GENERATOR_VERSION = "5"
 TOL = {torch.float16: 1e-2, torch.bfloat16: 1e-2, torch.float32: 1e-4}
 MAX_CANDIDATES = 24
 _loaded = 0
@@ -35,17 +36,20 @@ _loaded = 0
 
 class Optimized:
     """The searched graph: call it with the inputs (torch tensors), get the outputs (a
-    list). `source()` is the generated kitjit module, runnable as-is from a file."""
+    list). `source()` is the generated kitjit module, runnable as-is from a file. Calls
+    after the first of an input signature replay a route made from it (host.py: the
+    module's `run` with its per-call Python precomputed)."""
 
     def __init__(self, module, path: pathlib.Path, info: dict):
         self.module, self.path, self.info = module, path, info
+        self.host = Host(module)
 
     def __call__(self, *args, inputs=None):
         if inputs is None:
             inputs = args
         elif args:
             raise TypeError("pass the inputs either positionally or as inputs=[...]")
-        return self.module.run(*inputs)
+        return self.host(inputs)
 
     def source(self) -> str:
         return self.path.read_text()
@@ -168,7 +172,7 @@ def candidates(g: KernelGraph, per_class: int = 8) -> list:
         for j, rs in enumerate(ranked):
             fams: dict = {}
             for i, (_, p) in enumerate(rs):
-                fams.setdefault(_param_family(p), i)
+                fams.setdefault(_param_family(p, groups[j]), i)
             for i in fams.values():
                 picks.append([i if k == j else 0 for k in range(len(ranked))])
         for sel in picks:
@@ -181,18 +185,24 @@ def candidates(g: KernelGraph, per_class: int = 8) -> list:
                 c.params = rs[i][1]
                 gs.append(c)
             est = sum(space.cost(c, c.params) for c in gs)
-            out.append((est, name, gs, name + "|" + "|".join(_param_family(c.params)
+            out.append((est, name, gs, name + "|" + "|".join(_param_family(c.params, c)
                                                               for c in gs)))
     out.sort(key=lambda c: c[0])
     return out
 
 
-def _param_family(p: dict) -> str:
+def _param_family(p: dict, grp=None) -> str:
     """What makes parameter sets different in kind (not just in tile size). For the level-2
     attention form the key tile BN and the split count instead of the stages: they set how
     many steps a program's loop takes and how many programs share an SM, which the model
     only estimates (BN 32 against 64 was 1.4x on an H200; one program per SM against two
-    1.06x), where a deeper ring past two stages changed little."""
+    1.06x), where a deeper ring past two stages changed little. For the level-2 matmul the
+    tile BN and how many programs its busiest SM runs (column blocks x splits over the SMs):
+    whether co-resident programs share an SM's stream or add to it is the model's guess
+    (space.L2_SM_BPS), so each count is timed at its best split."""
+    if p.get("FORM") == "wgmma" and grp is not None and grp.kind == "matmul":
+        progs = -(-grp.mms[0].shape[-1] // p["BN"]) * p.get("SPLIT", 1)
+        return f"FORM=wgmma,BN={p['BN']},per_sm={-(-progs // space.SMS)}"
     if "PACK" in p and p.get("FORM") == "wgmma":
         keys = ("FORM", "PACK", "BN", "SPLIT")
     else:

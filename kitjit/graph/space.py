@@ -8,7 +8,10 @@ wave of programs + a launch per extra kernel. Achieved bandwidth is HBM's (~3.35
 an H100, ~4.8 on an H200: level 2 scales by bandwidth()), or less when too few SMs have
 work (each pulls at most ~1/96 of it) or too few bytes are in flight (Little's law:
 programs resident at once x bytes each loads per step x stages, over the ~1 us latency of a
-loaded memory system); residency comes from a register estimate. The level-2 attention
+loaded memory system); residency comes from a register estimate (and the rings' shared
+memory). A level-2 matmul is also bound by its busiest SM: the programs it runs stream
+their bytes through it at ~38 GB/s (L2_SM_BPS), so a skinny matmul fills the SMs in whole
+waves by its split count. The level-2 attention
 loop is also bound by its own chain of dependent steps (wait for a tile, S = Q Kᵀ, softmax,
 O += P V, a refill), one key tile a step: long key chunks of short tiles are step-bound,
 not bandwidth-bound (ATTN_STEP_S). FLOPs go at ~800 TFLOP/s (dense bf16/fp16 WGMMA) times
@@ -24,6 +27,7 @@ import math
 from . import codegen_attn_wgmma, codegen_wgmma
 from .codegen import p2
 from .codegen_attn import layout, packable
+from .codegen_mm import FUSED_UNROLL
 from .plan import Group
 
 HBM_BPS = 3.35e12          # H100 SXM HBM3: the figures below are an H100's, scaled by
@@ -63,6 +67,14 @@ ATTN_L1_BPS = 1.4e12
 # the hand kernel's BN 64 ran <= 0.97 us a step (248 us, 256 steps, bandwidth-bound)
 ATTN_STEP_S = 0.40e-6
 ATTN_TILE_S = 0.28e-6
+# A level-2 matmul's TMA ring: what one SM pulls at most, whatever the GPU's HBM (so not
+# scaled by bandwidth()). H200, 2026-11-29: rms_norm + linear 16x4096x6144, BN 128 split 2
+# (96 programs of 576 KB, one an SM) took ~14.5 us of its 16.7; the gated MLP 8x4096x4096,
+# BN 64 split 2 (128 programs of 576 KB) 18.9: 34-40 GB/s a program. So a skinny matmul
+# whose column blocks leave SMs idle is bound by its busiest SM, whose programs (co-resident
+# ones share it) stream their bytes at this rate: more splits or narrower blocks fill the
+# SMs, in whole waves or not at all (144 programs on 132 SMs: the busiest SM has two).
+L2_SM_BPS = 38e9
 # the step chain and the memory stream overlap, not perfectly: the smaller of the two
 # counts this much on top of the larger (so fewer, longer steps win a bandwidth-bound tie)
 ATTN_OVERLAP = 0.15
@@ -190,7 +202,7 @@ def cost(grp: Group, p: dict) -> float:
     # only crowd the timed set with it)
     scale = bandwidth() / HBM_BPS if p.get("FORM") == "wgmma" else 1.0
     kernels, flops, rate, peak = 1, 0.0, TENSOR_FLOPS * LEVEL1_MMA, HBM_BPS * scale
-    tail, steps = 0.0, None
+    tail, steps, prog_bytes = 0.0, None, 0.0
     if grp.kind == "row":
         C = grp.space[grp.axis]
         rows = math.prod(grp.space) // C
@@ -217,8 +229,14 @@ def cost(grp: Group, p: dict) -> float:
             kernels = 2
             stores += 2 * 4 * split * n * NB * M * N       # partials out and back in
             if p.get("FUSE"):   # no combine launch; the last program reads after the others
-                kernels, tail = 1, LATENCY_S
+                # (from L2: they were just written), FUSED_UNROLL partials at a time
+                rounds = 1 if split <= FUSED_UNROLL else -(-split // FUSED_UNROLL)
+                kernels, tail = 1, LATENCY_S * rounds
+                stores -= 4 * split * n * NB * M * N
         step = (BM * BK + n * BK * BN) * 2
+        if p.get("FORM") == "wgmma":   # what each program streams through its ring
+            nbk = -(-K // BK)
+            prog_bytes = step * -(-nbk // split)
     else:
         L = layout(_with(grp, p))
         R, NB = L["R"], L["NB"]
@@ -256,11 +274,17 @@ def cost(grp: Group, p: dict) -> float:
     per_sm = max(1, min(REGS_SM // int(regs * 32 * nw), WARPS_SM // nw, CTAS_SM))
     if grp.kind == "attention" and p["FORM"] == "wgmma":
         per_sm = max(1, min(per_sm, SMEM_BYTES // codegen_attn_wgmma.smem_bytes(grp, p)))
+    elif prog_bytes:
+        per_sm = max(1, min(per_sm, SMEM_BYTES // codegen_wgmma.smem_bytes(grp, p)))
     resident = min(progs, SMS * per_sm)
     waves = -(-progs // (SMS * per_sm))
     busy = min(1.0, progs / SMS)
     bw = min(peak, min(progs, SMS) * SM_BPS * scale, resident * step * stages / LATENCY_S)
     t = max((loads + stores) / bw, flops / rate / busy)
+    if prog_bytes:   # the busiest SM's programs, through their rings (Little's law below
+        busiest = -(-progs // SMS)          # L2_SM_BPS: a shallow ring on its own SM)
+        co = min(per_sm, busiest)
+        t = max(t, busiest * prog_bytes / min(L2_SM_BPS, co * step * stages / LATENCY_S))
     if steps is not None:   # the loop's chain of steps, programs sharing an SM in parallel
         co = min(per_sm, -(-progs // SMS))
         t_loop = waves * steps[0] * (ATTN_STEP_S + co * steps[1] * ATTN_TILE_S)

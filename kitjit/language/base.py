@@ -73,11 +73,12 @@ def builtin(fn):
 
 class range:  # noqa: A001 - Triton's name
     """`for i in kit.range(lo, hi, step, num_stages=..., ...)`: a loop that runs at run time,
-    as Python's `range` in a kernel, with Triton's loop hints. kitjit checks the hints and
-    keeps them on the loop's `for` op, but does not act on them yet: `num_stages` (software
-    pipelining depth), `loop_unroll_factor`, `disallow_acc_multi_buffer`, `flatten`,
-    `warp_specialize` and `disable_licm` change no code. Outside a kernel it iterates as
-    Python's range."""
+    as Python's `range` in a kernel, with Triton's loop hints. `loop_unroll_factor` reaches
+    LLVM as loop metadata: 1 (or 0) keeps the loop rolled, n unrolls it n times (without
+    it LLVM decides, and unrolls a short loop of constant trip count whole). The other hints
+    are checked and kept on the loop's `for` op but change no code yet: `num_stages`
+    (software pipelining depth), `disallow_acc_multi_buffer`, `flatten`, `warp_specialize`,
+    `disable_licm`. Outside a kernel it iterates as Python's range."""
 
     def __init__(self, arg1, arg2=None, step=None, num_stages=None, loop_unroll_factor=None,
                  disallow_acc_multi_buffer=False, flatten=False, warp_specialize=False,
