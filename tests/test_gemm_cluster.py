@@ -1,0 +1,100 @@
+"""The persistent GEMM on 2-CTA clusters with TMA multicast of B (kitjit/nn/matmul_cluster.py):
+interpreter runs at ragged sizes (a cluster's CTAs co-scheduled, races and hangs reported,
+outputs poisoned with NaN, float64 references), sm_90a SASS (HGMMA, UTMALDG with MULTICAST,
+remote mbarrier arrivals, no spills) and GPU runs against float64 (`-m gpu`)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_hopper import SMEM_MAX, assert_rows_close, is_poisoned, needs_sass, poison
+
+from kitjit.nn.matmul_cluster import matmul_cluster, matmul_cluster_kernel
+from kitjit.testing import has_gpu
+
+__all__ = ["poison"]  # the fixture, imported for the tests here
+
+SMALL = dict(BM=64, BN=64, BK=32, STAGES=3, num_warps=4)
+
+
+def _randn(*shape, seed=0, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(*shape, generator=g, dtype=torch.float64)
+    return torch.where(x.abs() < 1e-3, 0.5, x).to(torch.bfloat16).to(device)
+
+
+def _run(M, N, K, trans_b, poison, device="cpu", **kw):
+    a, b = _randn(M, K, device=device), _randn(K, N, seed=1, device=device)
+    out = matmul_cluster(a, b.t().contiguous() if trans_b else b, trans_b, **kw)
+    assert is_poisoned(out, poison)          # the output started as NaN
+    assert_rows_close(out, a.double() @ b.double(), 1e-2, f"{M}x{N}x{K} trans_b={trans_b}")
+
+
+@pytest.mark.parametrize("M,N,K,trans_b,kw", [
+    # an odd number of row blocks: the last pair's second tile lies past M (zero A,
+    # clipped stores); N and K ragged; 2 clusters walk 6 pairs, the ring across pairs
+    (200, 136, 96, False, {}),
+    (200, 136, 96, True, dict(LAG=2)),
+    (200, 136, 96, False, dict(TMA_STORE=False)),
+    # K shorter than the ring (one k-step per pair): the prologue spans pairs
+    (130, 200, 32, True, dict(clusters=1)),
+    (72, 264, 40, False, dict(clusters=3, LAG=2)),
+])
+def test_cluster_gemm_persistent_interpreter(monkeypatch, poison, M, N, K, trans_b, kw):
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    _run(M, N, K, trans_b, poison, **dict(SMALL, **kw))
+
+
+def test_cluster_gemm_persistent_two_warpgroups_interpreter(monkeypatch, poison):
+    """8 warps (two warpgroups per CTA, 4 arrivals per empty barrier), 128-row tiles."""
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    _run(300, 136, 96, False, poison, clusters=1, **dict(SMALL, BM=128, num_warps=8))
+
+
+def _sass_ops(trans_b, lag):
+    from kitjit.tools import disassemble, sass_opcodes
+
+    ck = matmul_cluster_kernel.compile(
+        [("*bf16", 16)] * 3 + [("i32", 16)] * 3,
+        (128, 256, 64, 4, 8, 2, trans_b, True, lag), 8, "sm_90a", cluster=(2, 1, 1))
+    return ck, disassemble(ck.asm["cubin"]), sass_opcodes(disassemble(ck.asm["cubin"]))
+
+
+@needs_sass
+@pytest.mark.parametrize("trans_b,lag", [(False, 1), (True, 2)])
+def test_cluster_gemm_persistent_sass(trans_b, lag):
+    ck, text, ops = _sass_ops(trans_b, lag)
+    assert ck.metadata["spills"] == 0 and ck.metadata["shared"] <= SMEM_MAX
+    assert ".reqnctapercluster 2, 1, 1" in ck.asm["ptx"]
+    # B's two column halves: two 64x128 warpgroup MMAs per 16 of K, from shared memory
+    assert text.count("HGMMA.64x128x16.F32.BF16") == 8, text.count("HGMMA")
+    assert "UTMALDG.2D.MULTICAST" in ops and "UTMALDG.2D" in ops   # B multicast, A own
+    assert "SYNCS.ARRIVE.TRANS64.RED.A1T0" in ops                  # remote empty arrivals
+    assert "UCGABAR_ARV" in ops and "UCGABAR_WAIT" in ops
+    assert "UTMASTG.2D" in ops
+    ptx = ck.asm["ptx"]
+    loop = ptx[ptx.index("wgmma.wait_group.sync.aligned 3"):]
+    # no CTA-wide bar.sync between the MMAs and the next refill: the empty barrier orders it
+    assert loop.index("mbarrier.arrive.release.cluster") < loop.index("multicast::cluster")
+    assert "bar.sync" not in loop[:loop.index("multicast::cluster")]
+
+
+# ---------------------------------------------------------------- GPU
+gpu = pytest.mark.skipif(not has_gpu(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("trans_b", [False, True])
+@pytest.mark.parametrize("lag", [1, 2])
+@pytest.mark.parametrize("M,N,K", [(1000, 1000, 1000), (4096, 4096, 512), (300, 520, 4096),
+                                   (8192, 2048, 64), (2176, 4352, 1032)])
+def test_cluster_gemm_persistent_gpu(poison, trans_b, lag, M, N, K):
+    _run(M, N, K, trans_b, poison, device="cuda", LAG=lag)
+
+
+@pytest.mark.gpu
+@gpu
+def test_cluster_gemm_persistent_gpu_direct_store_and_few_clusters(poison):
+    _run(1000, 1000, 1000, False, poison, device="cuda", TMA_STORE=False)
+    _run(3000, 1000, 1000, True, poison, device="cuda", clusters=3)
