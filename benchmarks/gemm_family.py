@@ -8,12 +8,16 @@
 - fused epilogues (examples/matmul_epilogue.py) against cuBLAS plus torch's epilogue;
 - the bf16 example (examples/matmul.py) at the Llama-3-8B/70B linear layers (QKV, O,
   gate-up, down) for M = 1, 16, 128, 4096, 16384 against cuBLAS.
+- `cluster`: the persistent GEMM on 2-CTA clusters with B multicast
+  (kitjit/nn/matmul_cluster.py) beside cuBLAS, the example's default and tma-halves, at the
+  four large shapes, B [K, N] and [N, K].
 
 Every timed variant is checked against the peer's output first. Timing: each variant runs
 for a moment before it is timed (clocks follow what ran before), medians of CUDA-event
 timings with the L2 flushed, two interleaved rounds, best of the two.
 
-    python benchmarks/gemm_family.py [--only fp8,grouped,epilogue,llm,large,skinny,probe]
+    python benchmarks/gemm_family.py [--only fp8,grouped,epilogue,llm,large,skinny,probe,
+        cluster]
         [--json out.json] [--fp8-configs NAME,...] [--no-fp8-scales]
 """
 
@@ -424,6 +428,54 @@ def bench_large() -> None:
         print(f"large geomean {name}: {results[f'large_geomean_{name}']}", flush=True)
 
 
+
+# ----------------------------------------------------------------------------- clusters
+CLUSTER_VARIANTS = {  # name -> (which kernel, its config); "bt": B given [N, K]
+    "default": ("example", {}),
+    "tma-halves s4": ("example", BF16_EPILOGUES["tma-halves s4"]),
+    "cluster lag1": ("cluster", dict(LAG=1)),
+    "cluster lag2": ("cluster", dict(LAG=2)),
+    "cluster lag1 g4": ("cluster", dict(LAG=1, GROUP=4)),
+}
+
+
+def bench_cluster() -> None:
+    """The persistent GEMM on 2-CTA clusters with B multicast (kitjit/nn/matmul_cluster.py)
+    beside cuBLAS, the example's default and its tma-halves config, B [K, N] and [N, K],
+    interleaved in one run at the four large shapes."""
+    from kitjit.nn.matmul_cluster import matmul_cluster
+
+    rows = results["cluster"] = []
+    for M, N, K in LARGE:
+        a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+        bt = b.t().contiguous()
+        ref = (a @ b).double()
+        runs = {"cublas": lambda: a @ b, "bt cublas": lambda: a @ bt.t()}
+        row = {"shape": f"{M}x{N}x{K}"}
+        for prefix, args in (("", (b, False)), ("bt ", (bt, True))):
+            for name, (which, cfg) in CLUSTER_VARIANTS.items():
+                fn = matmul_cluster if which == "cluster" else mm.matmul
+                try:
+                    if not cfg:
+                        fn(a, *args)            # tune first: only the checked call is poisoned
+                    with poisoned():
+                        out = fn(a, *args, **cfg)
+                    row[f"{prefix}{name}_err"] = checked(out.double(), ref, 1e-2, name)
+                    runs[prefix + name] = lambda fn=fn, cfg=cfg, args=args: fn(a, *args, **cfg)
+                except Exception as e:
+                    row[prefix + name] = f"failed: {type(e).__name__}: {str(e)[:160]}"
+        ms = interleaved(runs)
+        flop = 2 * M * N * K / 1e9
+        row["tflops"] = {n: round(flop / v, 1) for n, v in ms.items()}
+        row["x_cublas"] = {n: round(ms["bt cublas" if n.startswith("bt") else "cublas"] / v, 3)
+                           for n, v in ms.items() if "cublas" not in n}
+        rows.append(row)
+        print(row, flush=True)
+    for name in [p + n for p in ("", "bt ") for n in CLUSTER_VARIANTS]:
+        results[f"cluster_geomean_{name}"] = geomean(r["x_cublas"].get(name) for r in rows)
+        print(f"cluster geomean {name}: {results[f'cluster_geomean_{name}']}", flush=True)
+
 def _main_example():
     """main's examples/matmul.py, staged beside this file as _matmul_main.py for an A/B run
     (not part of the repository); None when absent."""
@@ -537,6 +589,12 @@ def table() -> str:
             out.append(f"  {r['shape']:18} {r['tflops']} {r['x_cublas']}")
         for name in BF16_EPILOGUES:
             out.append(f"  geomean {name}: {results.get(f'large_geomean_{name}')}")
+    if results.get("cluster"):
+        out.append("bf16 large shapes, 2-CTA clusters vs the example (TFLOP/s, x cuBLAS)")
+        for r in results["cluster"]:
+            out.append(f"  {r['shape']:18} {r['tflops']} {r['x_cublas']}")
+        for name in [p + n for p in ("", "bt ") for n in CLUSTER_VARIANTS]:
+            out.append(f"  geomean {name}: {results.get(f'cluster_geomean_{name}')}")
     if results.get("skinny"):
         out.append("skinny LLM shapes (us; x cuBLAS)")
         for r in results["skinny"]:
@@ -610,7 +668,8 @@ def main() -> None:
     results["torch"] = torch.__version__
     sections = {"fp8": bench_fp8, "grouped": bench_grouped, "epilogue": bench_epilogue,
                 "llm": lambda: bench_llm(start + args.llm_deadline), "probe": bench_probe,
-                "large": bench_large, "skinny": bench_skinny}
+                "large": bench_large, "skinny": bench_skinny,
+                "cluster": bench_cluster}
     for name in args.only.split(","):
         t0 = time.perf_counter()
         try:

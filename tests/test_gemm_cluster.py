@@ -39,6 +39,11 @@ def _run(M, N, K, trans_b, poison, device="cpu", **kw):
     # K shorter than the ring (one k-step per pair): the prologue spans pairs
     (130, 200, 32, True, dict(clusters=1)),
     (72, 264, 40, False, dict(clusters=3, LAG=2)),
+    # 128 columns of B: each CTA multicasts one of its two 128-byte column chunks (64
+    # columns fewer rows split instead); B in two half tiles and two MMAs (SPLIT_B=False)
+    (200, 264, 96, False, dict(BN=128)),
+    (200, 264, 96, True, dict(BN=128, SPLIT_B=False)),
+    (200, 136, 96, False, dict(SPLIT_B=False, TMA_STORE=False)),
 ])
 def test_cluster_gemm_persistent_interpreter(monkeypatch, poison, M, N, K, trans_b, kw):
     monkeypatch.setenv("KITJIT_INTERPRET", "1")
@@ -51,29 +56,37 @@ def test_cluster_gemm_persistent_two_warpgroups_interpreter(monkeypatch, poison)
     _run(300, 136, 96, False, poison, clusters=1, **dict(SMALL, BM=128, num_warps=8))
 
 
-def _sass_ops(trans_b, lag):
+def _sass_ops(trans_b, lag, split_b):
     from kitjit.tools import disassemble, sass_opcodes
 
     ck = matmul_cluster_kernel.compile(
         [("*bf16", 16)] * 3 + [("i32", 16)] * 3,
-        (128, 256, 64, 4, 8, 2, trans_b, True, lag), 8, "sm_90a", cluster=(2, 1, 1))
+        (128, 256, 64, 4, 8, 2, trans_b, True, lag, split_b), 8, "sm_90a", cluster=(2, 1, 1))
     return ck, disassemble(ck.asm["cubin"]), sass_opcodes(disassemble(ck.asm["cubin"]))
 
 
 @needs_sass
-@pytest.mark.parametrize("trans_b,lag", [(False, 1), (True, 2)])
-def test_cluster_gemm_persistent_sass(trans_b, lag):
-    ck, text, ops = _sass_ops(trans_b, lag)
+@pytest.mark.parametrize("trans_b,lag,split_b", [(False, 1, True), (True, 2, True),
+                                                 (False, 1, False)])
+def test_cluster_gemm_persistent_sass(trans_b, lag, split_b):
+    ck, text, ops = _sass_ops(trans_b, lag, split_b)
     assert ck.metadata["spills"] == 0 and ck.metadata["shared"] <= SMEM_MAX
-    assert ".reqnctapercluster 2, 1, 1" in ck.asm["ptx"]
-    # B's two column halves: two 64x128 warpgroup MMAs per 16 of K, from shared memory
-    assert text.count("HGMMA.64x128x16.F32.BF16") == 8, text.count("HGMMA")
+    ptx = ck.asm["ptx"]
+    assert ".reqnctapercluster 2, 1, 1" in ptx
+    if split_b:  # one 64x256 warpgroup MMA per 16 of K over the whole B tile, as the example
+        assert text.count("HGMMA.64x256x16.F32.BF16") == 4, text.count("HGMMA")
+        # each CTA copies its half of B: 2 of the 4 column chunks, or 128 of the 256 rows
+        # of B [N, K]; the stage expects A (16 KB) and both halves of B (32 KB)
+        fills = 4 - lag + 3                  # the prologue's and refill's three sites
+        assert ptx.count("multicast::cluster [") == fills * (1 if trans_b else 2)
+        assert "popc.b32" in ptx and "49152;" in ptx
+    else:        # B's two column halves: two 64x128 MMAs per 16 of K
+        assert text.count("HGMMA.64x128x16.F32.BF16") == 8, text.count("HGMMA")
     assert "UTMALDG.2D.MULTICAST" in ops and "UTMALDG.2D" in ops   # B multicast, A own
     assert "SYNCS.ARRIVE.TRANS64.RED.A1T0" in ops                  # remote empty arrivals
     assert "UCGABAR_ARV" in ops and "UCGABAR_WAIT" in ops
     assert "UTMASTG.2D" in ops
-    ptx = ck.asm["ptx"]
-    loop = ptx[ptx.index("wgmma.wait_group.sync.aligned 3"):]
+    loop = ptx[ptx.index("wgmma.wait_group.sync.aligned " + ("1" if split_b else "3")):]
     # no CTA-wide bar.sync between the MMAs and the next refill: the empty barrier orders it
     assert loop.index("mbarrier.arrive.release.cluster") < loop.index("multicast::cluster")
     assert "bar.sync" not in loop[:loop.index("multicast::cluster")]

@@ -173,11 +173,14 @@ class _ClusterRun:
         bar.arrive(self.ctxs[rank], op, 0, n)
 
     def multicast(self, ctx: _Ctx, op: Op, dst: np.ndarray, bars: np.ndarray, mask: int,
-                  nbytes: int, copy: Callable, key: int = 0) -> None:
+                  nbytes: int, copy: Callable, key: int = 0,
+                  part: tuple[int, int] | None = None) -> None:
         """A TMA load with `multicast=mask` issued by `ctx`'s CTA: the box lands at `dst`'s
         place in each CTA of the mask, its bytes counted on each one's copy of the barrier
         when it lands (at the issuer's next wait, as for a local copy). Like a remote
-        arrive, it releases the issuer's clock into each of those barriers."""
+        arrive, it releases the issuer's clock into each of those barriers. `part` (p, n):
+        a split load, copying part p of n of the tile `dst` (`copy` cuts it); its bytes are
+        the p-th n-th of the tile's, contiguous as the GPU lays parts out."""
         ranks = [r for r in range(16) if mask >> r & 1]
         if ranks[-1] >= self.n:
             from .errors import OutOfBoundsError, _where
@@ -205,10 +208,13 @@ class _ClusterRun:
                     from .sync import _race
 
                     _race(op, mma, peer, k)
-            w = peer.smem_write(op, view, key if r == ctx.rank else 0, bar)
+            w = peer.smem_write(op, view, key if r == ctx.rank else 0, bar, part)
             copy(view)
             if r != ctx.rank:
-                self._record(r, aid, lo, lo + view.nbytes, True, ctx.rank, op)
+                plo, phi = (lo, lo + view.nbytes) if part is None else \
+                    (lo + part[0] * view.nbytes // part[1],
+                     lo + (part[0] + 1) * view.nbytes // part[1])
+                self._record(r, aid, plo, phi, True, ctx.rank, op)
                 released.append(bar)
             ctx.copies.append((bar, nbytes, w))
         c = self.clock[ctx.rank]

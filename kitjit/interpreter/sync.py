@@ -257,11 +257,24 @@ class _Ctx:
         if sh is not None:
             sh.reads[key] = (self.vc[key][key], op)
 
-    def smem_write(self, op: Op, view: np.ndarray, key: int, bar: _MBar) -> _Write:
-        """Role `key` issues a TMA load into a shared tile; its copy lands on `bar`."""
+    def smem_write(self, op: Op, view: np.ndarray, key: int, bar: _MBar,
+                   part: tuple[int, int] | None = None) -> _Write:
+        """Role `key` issues a TMA load into a shared tile; its copy lands on `bar`. `part`
+        (p, n): a split multicast load writing part p of n of the tile: the parts of one
+        round (on the same barrier, while not all n are issued) are one write, landing in
+        the same phase of `bar`."""
         region = _region(view)
+        sh = self.shadow.get(region)
+        if part is not None and sh is not None:
+            w = sh.write
+            if w is not None and w.bar is bar and w.parts is not None and \
+                    len(w.parts) < part[1] and part[0] not in w.parts:
+                w.parts.add(part[0])
+                return w
         self._overwrite(op, region, key, "this TMA load")
         w = _Write(bar, op)
+        if part is not None:
+            w.parts = {part[0]}
         self.shadow[region] = _Shadow(w)
         return w
 
@@ -318,10 +331,11 @@ class _Write:
     a role must have seen to see it (None while the copy is in flight). Or a kit.store by
     role `writer` (bar None): `needed` is that role's clock at the store."""
 
-    __slots__ = ("bar", "op", "needed", "writer")
+    __slots__ = ("bar", "op", "needed", "writer", "parts")
 
     def __init__(self, bar: _MBar | None, op: Op, writer: int | None = None):
         self.bar, self.op, self.needed, self.writer = bar, op, None, writer
+        self.parts: set[int] | None = None  # a split multicast load: the parts issued
 
     def seen_by(self, vc: dict) -> bool:
         """Is this write visible to (ordered before) a role whose clock is `vc`?"""

@@ -67,7 +67,7 @@ def named_barrier_arrive(id, threads):
 
 
 @builtin
-def tma_load(dst, tensor, coords, barrier, sync=True):
+def tma_load(dst, tensor, coords, barrier, sync=True, multicast=None, split=False):
     """Copy the box of the 2-d `tensor` argument at `coords` (row, col) into shared tile `dst`
     with the Tensor Memory Accelerator, completing on `barrier`. Out-of-range parts of the
     box read as zero. One thread issues it; loads on the same barrier in a row share one
@@ -85,7 +85,16 @@ def tma_load(dst, tensor, coords, barrier, sync=True):
     On Ampere / Ada (sm_80 / 86 / 89, no TMA) every thread of the role copies its 16-byte
     pieces with `cp.async` and the barrier completes when all of them have landed (each
     thread arrives: `kit.mbarrier_wait` means the same on both targets). The column
-    coordinate must then be a multiple of 16 bytes."""
+    coordinate must then be a multiple of 16 bytes.
+
+    Clusters (sm_90a): `multicast=mask` lands the box in every CTA of the mask (bit r: CTA
+    rank r) at `dst`'s place, counted on each one's `barrier`; each CTA of the mask issues
+    its own load with the same mask. With `split=True`, `dst` and `coords` name the whole
+    tile that all of them need, and each CTA copies only its part: the tile cut into as many
+    parts as the mask has CTAs (part i for the CTA at position i of the mask, in rank
+    order), along whole 128-byte column chunks when a row holds several, else along rows
+    (multiples of 8); the barrier expects the whole tile. Two CTAs sharing a 64x256 bf16 B
+    tile then each copy 64x128 of it, and every MMA reads the whole tile."""
 
 
 @builtin

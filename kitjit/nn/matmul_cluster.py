@@ -43,38 +43,60 @@ def pair_origin(pair, M, N, BM: kit.constexpr, BN: kit.constexpr, GROUP: kit.con
 
 @kit.jit
 def fill(a, b, ready, empty, A, B, m0, n0, k, g, BN: kit.constexpr, STAGES: kit.constexpr,
-         TRANS_B: kit.constexpr):
+         TRANS_B: kit.constexpr, SPLIT_B: kit.constexpr):
     """Load k-step number g of this CTA (k-offset k of tile (m0, n0)) into stage g % STAGES
-    once both CTAs released that stage: own A tile, plus B's column half `rank` multicast."""
+    once both CTAs released that stage: own A tile, plus half of B multicast to both."""
     s = g % STAGES
     kit.mbarrier_wait(empty[s], g // STAGES % 2 ^ 1)   # a fresh barrier passes parity 1
-    r = kit.cluster_ctarank()
-    nh = n0 + r * (BN // 2)
     kit.tma_load(a[s], A, (m0, k), ready[s], sync=False)   # the wait ordered the readers
-    kit.tma_load(b[2 * s + r], B, (nh, k) if TRANS_B else (k, nh), ready[s], sync=False,
-                 multicast=3)
+    if SPLIT_B:        # the whole B tile's origin; this CTA copies its half of it
+        kit.tma_load(b[s], B, (n0, k) if TRANS_B else (k, n0), ready[s], sync=False,
+                     multicast=3, split=True)
+    else:              # column half `rank` into its own tile b[2s + rank]
+        r = kit.cluster_ctarank()
+        nh = n0 + r * (BN // 2)
+        kit.tma_load(b[2 * s + r], B, (nh, k) if TRANS_B else (k, nh), ready[s], sync=False,
+                     multicast=3)
 
 
 @kit.jit
 def refill(a, b, ready, empty, A, B, pair, step, n_pairs, kk, it, m0, n0, m1, n1, M, N, n_k,
            BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr, STAGES: kit.constexpr,
-           GROUP: kit.constexpr, TRANS_B: kit.constexpr, LAG: kit.constexpr):
+           GROUP: kit.constexpr, TRANS_B: kit.constexpr, LAG: kit.constexpr,
+           SPLIT_B: kit.constexpr):
     j = kk + STAGES - LAG      # the k-step (of this pair, or later ones) that refills the
     g = it + STAGES - LAG      # stage released LAG steps ago
     if j < n_k:
-        fill(a, b, ready, empty, A, B, m0, n0, j * BK, g, BN, STAGES, TRANS_B)
+        fill(a, b, ready, empty, A, B, m0, n0, j * BK, g, BN, STAGES, TRANS_B, SPLIT_B)
     elif j < 2 * n_k:
         if pair + step < n_pairs:
-            fill(a, b, ready, empty, A, B, m1, n1, (j - n_k) * BK, g, BN, STAGES, TRANS_B)
+            fill(a, b, ready, empty, A, B, m1, n1, (j - n_k) * BK, g, BN, STAGES, TRANS_B,
+                 SPLIT_B)
     elif pair + j // n_k * step < n_pairs:          # K shorter than the ring
         mj, nj = pair_origin(pair + j // n_k * step, M, N, BM, BN, GROUP)
-        fill(a, b, ready, empty, A, B, mj, nj, j % n_k * BK, g, BN, STAGES, TRANS_B)
+        fill(a, b, ready, empty, A, B, mj, nj, j % n_k * BK, g, BN, STAGES, TRANS_B, SPLIT_B)
+
+
+@kit.jit
+def store_tile(C, acc, m0, n0, M, N, BM: kit.constexpr, BN: kit.constexpr,
+               TMA_STORE: kit.constexpr):
+    out = acc.to(C.dtype.element_ty)
+    if TMA_STORE:      # two column halves through one half-size staging tile (as the
+        lo, hi = kit.split(kit.permute(kit.reshape(out, (BM, 2, BN // 2)), (0, 2, 1)))
+        kit.tma_store(C, (m0, n0), lo)          # example's TMA_STORE=2); rows past M and
+        kit.tma_store(C, (m0, n0 + BN // 2), hi)   # columns past N are clipped
+    else:
+        rm = m0 + kit.arange(0, BM)
+        rn = n0 + kit.arange(0, BN)
+        kit.store(C + rm[:, None] * N + rn[None, :], out,
+                  mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
 @kit.jit
 def store_halves(C, acc0, acc1, m0, n0, M, N, BM: kit.constexpr, BN: kit.constexpr,
                  TMA_STORE: kit.constexpr):
-    if TMA_STORE:      # through one half-size staging tile; rows past M are clipped
+    """store_tile for a tile held as two column halves (SPLIT_B=False)."""
+    if TMA_STORE:
         kit.tma_store(C, (m0, n0), acc0.to(C.dtype.element_ty))
         kit.tma_store(C, (m0, n0 + BN // 2), acc1.to(C.dtype.element_ty))
     else:
@@ -92,12 +114,17 @@ def store_halves(C, acc0, acc1, m0, n0, M, N, BM: kit.constexpr, BN: kit.constex
 def matmul_cluster_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr,
                           BK: kit.constexpr, STAGES: kit.constexpr, GROUP: kit.constexpr,
                           WG: kit.constexpr, TRANS_B: kit.constexpr = False,
-                          TMA_STORE: kit.constexpr = True, LAG: kit.constexpr = 1):
+                          TMA_STORE: kit.constexpr = True, LAG: kit.constexpr = 1,
+                          SPLIT_B: kit.constexpr = True):
     dt = A.dtype.element_ty
     a = kit.shared((STAGES, BM, BK), dt)
-    # B's two column halves per stage ([K, N] tiles, or [N, K] ones read through .T)
-    b = kit.shared((2 * STAGES, BN // 2, BK) if TRANS_B else (2 * STAGES, BK, BN // 2), dt)
-    ready = kit.mbarriers(STAGES)                     # stage s has landed here (A + both B)
+    bs = (BN, BK) if TRANS_B else (BK, BN)   # B [N, K] tiles are read through .T
+    if SPLIT_B:        # one B tile per stage, each CTA multicasting half of it
+        b = kit.shared((STAGES, bs[0], bs[1]), dt)
+    else:              # B's two column halves per stage, one MMA each
+        b = kit.shared((2 * STAGES, bs[0] // 2, bs[1]) if TRANS_B else
+                       (2 * STAGES, bs[0], bs[1] // 2), dt)
+    ready = kit.mbarriers(STAGES)                     # stage s has landed here (A + all B)
     empty = kit.mbarriers(STAGES, arrivals=2 * WG)    # both CTAs' warpgroups are done with s
     n_k = kit.cdiv(K, BK)
     kit.assume(n_k > 0)
@@ -109,27 +136,36 @@ def matmul_cluster_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr
         t = first + s // n_k * step                   # (several pairs when K is short)
         if t < n_pairs:
             m0, n0 = pair_origin(t, M, N, BM, BN, GROUP)
-            fill(a, b, ready, empty, A, B, m0, n0, s % n_k * BK, s, BN, STAGES, TRANS_B)
+            fill(a, b, ready, empty, A, B, m0, n0, s % n_k * BK, s, BN, STAGES, TRANS_B,
+                 SPLIT_B)
     it = 0                                            # k-steps done by this CTA
     for pair in range(first, n_pairs, step):
         m0, n0 = pair_origin(pair, M, N, BM, BN, GROUP)
         m1, n1 = pair_origin(pair + step, M, N, BM, BN, GROUP)
-        acc0 = kit.zeros((BM, BN // 2), kit.float32)
-        acc1 = kit.zeros((BM, BN // 2), kit.float32)
+        if SPLIT_B:
+            acc = kit.zeros((BM, BN), kit.float32)
+        else:          # acc: columns [0, BN/2), acc1: [BN/2, BN)
+            acc = kit.zeros((BM, BN // 2), kit.float32)
+            acc1 = kit.zeros((BM, BN // 2), kit.float32)
         for kk in range(n_k):
             s = it % STAGES
             kit.mbarrier_wait(ready[s], it // STAGES % 2)
-            b0 = b[2 * s].T if TRANS_B else b[2 * s]
-            b1 = b[2 * s + 1].T if TRANS_B else b[2 * s + 1]
-            acc0 = kit.mma(a[s], b0, acc0, pending=3)
-            acc1 = kit.mma(a[s], b1, acc1, pending=2)  # step it-1's two MMAs retired:
-            if it > 0:                                 # release their stage in both CTAs
+            if SPLIT_B:
+                acc = kit.mma(a[s], b[s].T if TRANS_B else b[s], acc, pending=1)
+            else:
+                acc = kit.mma(a[s], b[2 * s].T if TRANS_B else b[2 * s], acc, pending=3)
+                acc1 = kit.mma(a[s], b[2 * s + 1].T if TRANS_B else b[2 * s + 1], acc1,
+                               pending=2)
+            if it > 0:         # step it-1's MMAs retired: release its stage in both CTAs
                 kit.mbarrier_arrive(empty[(it - 1) % STAGES], cta=0)
                 kit.mbarrier_arrive(empty[(it - 1) % STAGES], cta=1)
             refill(a, b, ready, empty, A, B, pair, step, n_pairs, kk, it, m0, n0, m1, n1, M,
-                   N, n_k, BM, BN, BK, STAGES, GROUP, TRANS_B, LAG)
+                   N, n_k, BM, BN, BK, STAGES, GROUP, TRANS_B, LAG, SPLIT_B)
             it += 1
-        store_halves(C, acc0, acc1, m0, n0, M, N, BM, BN, TMA_STORE)
+        if SPLIT_B:
+            store_tile(C, acc, m0, n0, M, N, BM, BN, TMA_STORE)
+        else:
+            store_halves(C, acc, acc1, m0, n0, M, N, BM, BN, TMA_STORE)
     kit.cluster_barrier()              # no CTA leaves while its peer may still arrive on it
 
 
@@ -144,15 +180,16 @@ def _clusters(device: torch.device) -> int:
     return _SMS[device]
 
 
-CONFIG = dict(BM=128, BN=256, BK=64, STAGES=4, num_warps=8)
+CONFIG = dict(BM=128, BN=256, BK=64, STAGES=4, GROUP=8, num_warps=8)
 
 
 def matmul_cluster(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False,
                    clusters: int | None = None, **config) -> torch.Tensor:
     """a @ b (a @ b.T when trans_b: b is [N, K]) on 2-CTA clusters sharing B (sm_90a).
-    `config`: BM, BN, BK, STAGES, num_warps (default 128x256x64, 4 stages, 8 warps), LAG,
-    TMA_STORE (default: where C's rows are a multiple of 16 bytes); `clusters`: the
-    persistent grid's clusters (default: half the SMs)."""
+    `config`: BM, BN, BK, STAGES, GROUP, num_warps (default 128x256x64, 4 stages, pair-rows
+    grouped by 8, 8 warps), LAG (default 1), TMA_STORE (default: where C's rows are a
+    multiple of 16 bytes); `clusters`: the persistent grid's clusters (default: half the
+    SMs). A and B need rows of a multiple of 16 bytes (TMA)."""
     M, K = a.shape
     N = b.shape[0] if trans_b else b.shape[1]
     if b.shape[1 if trans_b else 0] != K:
@@ -165,6 +202,6 @@ def matmul_cluster(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False,
     cfg.setdefault("TMA_STORE", N * c.dtype.itemsize % 16 == 0)
     pairs = kit.cdiv(M, 2 * cfg["BM"]) * kit.cdiv(N, cfg["BN"])
     grid = (2 * min(pairs, clusters or _clusters(a.device)),)
-    matmul_cluster_kernel[grid](a, b, c, M, N, K, GROUP=8, WG=cfg["num_warps"] // 4,
+    matmul_cluster_kernel[grid](a, b, c, M, N, K, WG=cfg["num_warps"] // 4,
                                 TRANS_B=trans_b, cluster=(2, 1, 1), **cfg)
     return c
