@@ -433,10 +433,26 @@ def bench_large() -> None:
 CLUSTER_VARIANTS = {  # name -> (which kernel, its config); "bt": B given [N, K]
     "default": ("example", {}),
     "tma-halves s4": ("example", BF16_EPILOGUES["tma-halves s4"]),
-    "cluster lag1": ("cluster", dict(LAG=1)),
+    "cluster": ("cluster", {}),                          # B split, LAG 1, GROUP 8
     "cluster lag2": ("cluster", dict(LAG=2)),
-    "cluster lag1 g4": ("cluster", dict(LAG=1, GROUP=4)),
+    "cluster g4": ("cluster", dict(GROUP=4)),
+    "cluster halves": ("cluster", dict(SPLIT_B=False)),  # two N=128 MMAs per k-step
 }
+
+
+def _tuner_report(M: int, N: int, K: int) -> dict:
+    """What the example's autotuner chose at (M, N, K) for each B layout, and the time it
+    measured for every config (ms, in its own short L2-flushed bursts): beside the steady
+    figures of the same run, it says whether the default is the tuner's pick being off."""
+    tk = mm.tuned_kernel(N, torch.bfloat16)
+    out = {}
+    for key, cfg in tk.cache.items():
+        if tuple(key[:3]) == (M, N, K):
+            times = tk.timings.get(key, {})
+            out["bt" if key[3] else "b"] = {
+                "chosen": str(cfg),
+                "ms": {c: round(t, 4) if isinstance(t, float) else t for c, t in times.items()}}
+    return out
 
 
 def bench_cluster() -> None:
@@ -457,7 +473,7 @@ def bench_cluster() -> None:
             for name, (which, cfg) in CLUSTER_VARIANTS.items():
                 fn = matmul_cluster if which == "cluster" else mm.matmul
                 try:
-                    if not cfg:
+                    if which == "example" and not cfg:
                         fn(a, *args)            # tune first: only the checked call is poisoned
                     with poisoned():
                         out = fn(a, *args, **cfg)
@@ -465,6 +481,7 @@ def bench_cluster() -> None:
                     runs[prefix + name] = lambda fn=fn, cfg=cfg, args=args: fn(a, *args, **cfg)
                 except Exception as e:
                     row[prefix + name] = f"failed: {type(e).__name__}: {str(e)[:160]}"
+        row["tuner"] = _tuner_report(M, N, K)
         ms = interleaved(runs)
         flop = 2 * M * N * K / 1e9
         row["tflops"] = {n: round(flop / v, 1) for n, v in ms.items()}
@@ -593,6 +610,8 @@ def table() -> str:
         out.append("bf16 large shapes, 2-CTA clusters vs the example (TFLOP/s, x cuBLAS)")
         for r in results["cluster"]:
             out.append(f"  {r['shape']:18} {r['tflops']} {r['x_cublas']}")
+            for lay, t in r.get("tuner", {}).items():
+                out.append(f"    tuner ({lay}): {t['chosen']}  {t['ms']}")
         for name in [p + n for p in ("", "bt ") for n in CLUSTER_VARIANTS]:
             out.append(f"  geomean {name}: {results.get(f'cluster_geomean_{name}')}")
     if results.get("skinny"):

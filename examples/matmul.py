@@ -170,18 +170,19 @@ def num_sms(device) -> int:
 
 
 # the tile shape that wins depends on the problem: kit.autotune times these once per (M, N,
-# K) and GPU and keeps the winner on disk (skinny M wants small BM and more programs)
+# K, B's layout) and GPU and keeps the winner on disk (skinny M wants small BM and more
+# programs; B [K, N] and B [N, K] are different kernels, and their winners differ)
 CONFIGS = [kit.Config(dict(BM=128, BN=256, BK=64, STAGES=s), num_warps=8) for s in (3, 4)] + [
     kit.Config(dict(BM=128, BN=128, BK=64, STAGES=4), num_warps=8),
     kit.Config(dict(BM=64, BN=256, BK=64, STAGES=4), num_warps=4),
     kit.Config(dict(BM=64, BN=64, BK=64, STAGES=4), num_warps=4)]
-matmul_tuned = kit.autotune(CONFIGS, key=["M", "N", "K"])(matmul_kernel)
+matmul_tuned = kit.autotune(CONFIGS, key=["M", "N", "K", "TRANS_B"])(matmul_kernel)
 # where rows of C are a multiple of 16 bytes (TMA), the 128x256 tiles store C through the TMA
 # in two halves (H100, one run: geomean 0.962 vs 0.937 of cuBLAS over the four large shapes
 # with B [K, N], 1.000 vs 0.980 with B [N, K]; 8192x8192x1024 gains most, 5%)
 CONFIGS_TMA = [kit.Config(dict(BM=128, BN=256, BK=64, STAGES=4, TMA_STORE=2), num_warps=8)] + \
     CONFIGS[2:]
-matmul_tuned_tma = kit.autotune(CONFIGS_TMA, key=["M", "N", "K"])(matmul_kernel)
+matmul_tuned_tma = kit.autotune(CONFIGS_TMA, key=["M", "N", "K", "TRANS_B"])(matmul_kernel)
 
 
 def tuned_kernel(N: int, dtype: torch.dtype):
