@@ -108,6 +108,10 @@ def test_cluster_gemm_persistent_gpu(poison, trans_b, lag, M, N, K):
 
 @pytest.mark.gpu
 @gpu
-def test_cluster_gemm_persistent_gpu_direct_store_and_few_clusters(poison):
+def test_cluster_gemm_persistent_gpu_variants(poison):
+    """Direct stores, few clusters (many pairs each), B in two half tiles, GROUP 4."""
     _run(1000, 1000, 1000, False, poison, device="cuda", TMA_STORE=False)
     _run(3000, 1000, 1000, True, poison, device="cuda", clusters=3)
+    _run(1000, 1000, 1000, False, poison, device="cuda", SPLIT_B=False)
+    _run(1000, 1000, 1000, True, poison, device="cuda", SPLIT_B=False, LAG=2)
+    _run(2000, 3000, 520, False, poison, device="cuda", GROUP=4)
