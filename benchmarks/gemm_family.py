@@ -433,6 +433,7 @@ def bench_large() -> None:
 CLUSTER_VARIANTS = {  # name -> (which kernel, its config); "bt": B given [N, K]
     "default": ("example", {}),
     "tma-halves s4": ("example", BF16_EPILOGUES["tma-halves s4"]),
+    "128x128 s4": ("example", dict(BM=128, BN=128, BK=64, STAGES=4, num_warps=8)),
     "cluster": ("cluster", {}),                          # B split, LAG 1, GROUP 8
     "cluster lag2": ("cluster", dict(LAG=2)),
     "cluster g4": ("cluster", dict(GROUP=4)),
