@@ -285,6 +285,31 @@ def test_tma_multicast_interpreter(monkeypatch, nc, M):
     torch.testing.assert_close(out.double(), _mcast_ref(x, grid, nc, H), rtol=0, atol=0)
 
 
+@kit.jit
+def arrive_and_leave(Out, LAST_BARRIER: kit.constexpr):
+    """Each CTA arrives on the next one's mbarrier and leaves (no wait for the arrivals)."""
+    bar = kit.mbarriers(1)
+    kit.cluster_barrier()  # every CTA's barrier exists
+    kit.mbarrier_arrive(bar[0], cta=(kit.cluster_ctarank() + 1) % kit.num_cluster_ctas())
+    kit.store(Out + kit.program_id(0), 1.0)
+    if LAST_BARRIER:
+        kit.cluster_barrier()
+
+
+def test_remote_access_after_peer_ends(monkeypatch):
+    """A CTA may end while a peer's arrival on its mbarrier is not ordered before its end
+    (undefined on the GPU): a RaceError, whatever the schedule; a last cluster barrier
+    orders it."""
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    out = torch.full((4,), float("nan"))
+    with pytest.raises(RaceError, match=r"(?s)kit.mbarrier_arrive on CTA rank \d .*(is not "
+                                        r"ordered before CTA rank \d ends|has already ended)"
+                                        r".*end the kernel with kit.cluster_barrier"):
+        arrive_and_leave[(4,)](out, LAST_BARRIER=False, cluster=(2,))
+    arrive_and_leave[(4,)](out, LAST_BARRIER=True, cluster=(2,))
+    assert torch.equal(out, torch.ones(4))
+
+
 def test_cluster_barrier_deadlock(monkeypatch):
     monkeypatch.setenv("KITJIT_INTERPRET", "1")
     out = torch.full((4,), float("nan"))

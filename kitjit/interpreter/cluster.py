@@ -124,6 +124,11 @@ class _Abort(Exception):
     """Another CTA of the cluster failed: this one stops where it waits."""
 
 
+_GONE = ("on the GPU a CTA's shared memory and mbarriers are gone once it exits, and a "
+         "peer's access to them is undefined\n  hint: end the kernel with "
+         "kit.cluster_barrier(), so no CTA leaves while a peer may still reach into it")
+
+
 class _ClusterRun:
     """The baton of one cluster's CTAs, and its barrier's state."""
 
@@ -142,6 +147,9 @@ class _ClusterRun:
         self.clock = [[0] * n for _ in range(n)]  # per CTA: what it has seen of each
         self.blocked: set[int] = set()  # CTAs waiting on one of their mbarriers
         self.idle = 0  # turns in a row that found a blocked CTA still blocked
+        # target rank -> {accessing rank: (its clock before the access, op, what)}: each
+        # CTA's latest remote access to a peer, which must be ordered before that peer ends
+        self.remote: dict[int, dict[int, tuple[int, Op, str]]] = {}
 
     def acquire(self, rank: int, bar) -> None:
         """A wait of CTA `rank` saw `bar`'s phase complete: it has seen what the remote
@@ -167,6 +175,7 @@ class _ClusterRun:
                             "kit.cluster_barrier after its kit.mbarriers?)")
         bar = peer.reshape(-1)[lo // peer.itemsize]
         c = self.clock[ctx.rank]
+        self._remote(ctx.rank, rank, op, "kit.mbarrier_arrive on")
         c[ctx.rank] += 1  # release: what this CTA did so far is ordered before the phase
         bar.c_released = list(c) if bar.c_released is None else \
             [max(a, b) for a, b in zip(bar.c_released, c)]
@@ -211,6 +220,7 @@ class _ClusterRun:
             w = peer.smem_write(op, view, key if r == ctx.rank else 0, bar, part)
             copy(view)
             if r != ctx.rank:
+                self._remote(ctx.rank, r, op, "kit.tma_load multicast into")
                 plo, phi = (lo, lo + view.nbytes) if part is None else \
                     (lo + part[0] * view.nbytes // part[1],
                      lo + (part[0] + 1) * view.nbytes // part[1])
@@ -268,6 +278,8 @@ class _ClusterRun:
                             "has not allocated this shared tile yet (no kit.cluster_barrier "
                             "after its kit.shared?)")
         self._record(rank, aid, lo, hi, write, ctx.rank, op)
+        if rank != ctx.rank:
+            self._remote(ctx.rank, rank, op, f"kit.{op.name} of")
         flat = peer.reshape(-1)[lo // peer.itemsize:]
         out = np.lib.stride_tricks.as_strided(flat, view.shape, view.strides)
         if write:  # the owner's own checks (kit.load of a tile nothing wrote) see it
@@ -342,8 +354,22 @@ class _ClusterRun:
             self._wait(lambda: self.epoch > epoch and self.turn == rank)
             self.idle = 0
 
+    def _remote(self, who: int, target: int, op: Op, what: str) -> None:
+        """CTA `who` reaches into CTA `target` (an arrival, a multicast copy, a DSMEM
+        access): an error if `target` has ended; else remembered for `finish`."""
+        if target in self.done:
+            raise RaceError(f"{what} CTA rank {target}{_at(op)} by CTA rank {who} of cluster "
+                            f"{self.cid}, which has already ended: {_GONE}")
+        self.remote.setdefault(target, {})[who] = (self.clock[who][who], op, what)
+
     def finish(self, rank: int) -> None:
         with self.cv:
+            seen = self.clock[rank]
+            for who, (t, op, what) in sorted(self.remote.get(rank, {}).items()):
+                if seen[who] <= t:   # nothing orders that access before this CTA's end
+                    raise RaceError(
+                        f"{what} CTA rank {rank}{_at(op)} by CTA rank {who} of cluster "
+                        f"{self.cid} is not ordered before CTA rank {rank} ends: {_GONE}")
             self.done.add(rank)
             self._check_exited()
             self._pass(rank)
