@@ -438,6 +438,7 @@ CLUSTER_VARIANTS = {  # name -> (which kernel, its config); "bt": B given [N, K]
     "cluster lag2": ("cluster", dict(LAG=2)),
     "cluster g4": ("cluster", dict(GROUP=4)),
     "cluster halves": ("cluster", dict(SPLIT_B=False)),  # two N=128 MMAs per k-step
+    "cluster ws": ("cluster", dict(ws=True)),           # producer + 2 consumer warpgroups
 }
 
 

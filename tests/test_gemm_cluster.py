@@ -56,6 +56,21 @@ def test_cluster_gemm_persistent_two_warpgroups_interpreter(monkeypatch, poison)
     _run(300, 136, 96, False, poison, clusters=1, **dict(SMALL, BM=128, num_warps=8))
 
 
+WS = dict(SMALL, BM=128, num_warps=12)
+
+
+@pytest.mark.parametrize("M,N,K,trans_b,kw", [
+    (520, 136, 96, False, {}),                       # 2 clusters, 3 pairs, the last ragged
+    (300, 264, 96, True, dict(BN=128, clusters=1)),   # B's column chunks split
+    (130, 200, 32, False, dict(clusters=1)),          # K shorter than the ring
+])
+def test_cluster_gemm_ws_interpreter(monkeypatch, poison, M, N, K, trans_b, kw):
+    """The warp-specialized kernel: the producer role waits for both CTAs' releases, the
+    consumer roles only for data (roles and clusters co-scheduled in the interpreter)."""
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    _run(M, N, K, trans_b, poison, ws=True, **dict(WS, **kw))
+
+
 def _sass_ops(trans_b, lag, split_b):
     from kitjit.tools import disassemble, sass_opcodes
 
@@ -92,6 +107,25 @@ def test_cluster_gemm_persistent_sass(trans_b, lag, split_b):
     assert "bar.sync" not in loop[:loop.index("multicast::cluster")]
 
 
+@needs_sass
+@pytest.mark.parametrize("trans_b", [False, True])
+def test_cluster_gemm_ws_sass(trans_b):
+    from kitjit.nn.matmul_cluster import matmul_cluster_ws_kernel
+    from kitjit.tools import disassemble, sass_opcodes
+
+    ck = matmul_cluster_ws_kernel.compile(
+        [("*bf16", 16)] * 3 + [("i32", 16)] * 3, (128, 256, 64, 4, 8, trans_b, True), 12,
+        "sm_90a", cluster=(2, 1, 1))
+    text = disassemble(ck.asm["cubin"])
+    ops = sass_opcodes(text)
+    assert ck.metadata["spills"] == 0 and ck.metadata["shared"] <= SMEM_MAX
+    assert text.count("HGMMA.64x256x16.F32.BF16") == 4
+    assert text.count("WARPGROUP.ARRIVE") == 1          # the four HGMMAs of a k-step async
+    assert {"UTMALDG.2D.MULTICAST", "UTMALDG.2D", "SYNCS.ARRIVE.TRANS64.RED.A1T0",
+            "USETMAXREG.DEALLOC.CTAPOOL", "USETMAXREG.TRY_ALLOC.CTAPOOL", "UTMASTG.2D"} <= \
+        set(ops), sorted(ops)
+
+
 # ---------------------------------------------------------------- GPU
 gpu = pytest.mark.skipif(not has_gpu(), reason="needs a CUDA GPU")
 
@@ -115,3 +149,12 @@ def test_cluster_gemm_persistent_gpu_variants(poison):
     _run(1000, 1000, 1000, False, poison, device="cuda", SPLIT_B=False)
     _run(1000, 1000, 1000, True, poison, device="cuda", SPLIT_B=False, LAG=2)
     _run(2000, 3000, 520, False, poison, device="cuda", GROUP=4)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("trans_b", [False, True])
+@pytest.mark.parametrize("M,N,K", [(1000, 1000, 1000), (4096, 4096, 512), (300, 520, 4096),
+                                   (8192, 2048, 64)])
+def test_cluster_gemm_ws_gpu(poison, trans_b, M, N, K):
+    _run(M, N, K, trans_b, poison, device="cuda", ws=True)

@@ -93,7 +93,8 @@ def cluster_arrive(comp: _Compiler, op: Op) -> Handler:
     ctx, n = comp.ctx, comp.role.count
 
     def h(env: Env) -> None:
-        ctx.sched.arrive(ctx, env[b_id], int(env[k_id]), op, n)
+        ctx.sched.arrive(ctx, env[b_id], int(env[k_id]), op, n, comp_key)
+    comp_key = comp.role.key
     return h
 
 
@@ -159,8 +160,11 @@ class _ClusterRun:
             for i, t in enumerate(bar.c_completed):
                 c[i] = max(c[i], t)
 
-    def arrive(self, ctx: _Ctx, view: np.ndarray, rank: int, op: Op, n: int) -> None:
-        """`n` arrivals of `ctx`'s CTA on CTA `rank`'s copy of mbarrier `view`."""
+    def arrive(self, ctx: _Ctx, view: np.ndarray, rank: int, op: Op, n: int,
+               key: int = 0) -> None:
+        """`n` arrivals of role `key` of `ctx`'s CTA on CTA `rank`'s copy of mbarrier
+        `view` (on its own copy, the role's clock is released into the phase as a local
+        arrival's is)."""
         if not 0 <= rank < self.n:
             from .errors import OutOfBoundsError, _where
 
@@ -179,7 +183,7 @@ class _ClusterRun:
         c[ctx.rank] += 1  # release: what this CTA did so far is ordered before the phase
         bar.c_released = list(c) if bar.c_released is None else \
             [max(a, b) for a, b in zip(bar.c_released, c)]
-        bar.arrive(self.ctxs[rank], op, 0, n)
+        bar.arrive(self.ctxs[rank], op, key if rank == ctx.rank else 0, n)
 
     def multicast(self, ctx: _Ctx, op: Op, dst: np.ndarray, bars: np.ndarray, mask: int,
                   nbytes: int, copy: Callable, key: int = 0,
@@ -217,7 +221,8 @@ class _ClusterRun:
                     from .sync import _race
 
                     _race(op, mma, peer, k)
-            w = peer.smem_write(op, view, key if r == ctx.rank else 0, bar, part)
+            w = peer.smem_write(op, view, key if r == ctx.rank else 0, bar, part,
+                                remote=r != ctx.rank)
             copy(view)
             if r != ctx.rank:
                 self._remote(ctx.rank, r, op, "kit.tma_load multicast into")

@@ -12,8 +12,14 @@ examples/matmul.py's L2-friendly grouped order), and the ring of TMA stages runs
 tile boundaries as in the example. A stage is refilled by a multicast that writes into BOTH
 CTAs, so its "empty" condition is cluster-wide: each warpgroup arrives on `empty[s]` of both
 CTAs once its MMAs on stage s have retired, and each CTA waits on its own `empty[s]` (2 x
-warpgroups arrivals) before it issues its loads into s. B sits in two column halves per
-stage, so each warpgroup runs two MMAs (N = BN/2) per k-step into two accumulators.
+warpgroups arrivals) before it issues its loads into s. Each CTA copies its half of the
+stage's B tile (`kit.tma_load(..., multicast=3, split=True)`), so every warpgroup runs one
+64x256 MMA per 16 of K over the whole tile, as the example does (SPLIT_B=False: B in two
+half tiles and two N = BN/2 MMAs per k-step, the first form, kept for measurement).
+
+Two kernels: `matmul_cluster_kernel` (both warpgroups issue MMAs and, in turn, the refill,
+as the example) and `matmul_cluster_ws_kernel` (a producer warpgroup waits for the
+cluster-wide releases and issues the copies; two consumer warpgroups only wait for data).
 
 Ragged edges: a pair whose second tile starts past M still runs (its A loads read zeros, its
 B half still lands in both CTAs, so nobody waits forever); its stores are clipped (TMA) or
@@ -78,9 +84,8 @@ def refill(a, b, ready, empty, A, B, pair, step, n_pairs, kk, it, m0, n0, m1, n1
 
 
 @kit.jit
-def store_tile(C, acc, m0, n0, M, N, BM: kit.constexpr, BN: kit.constexpr,
+def store_tile(C, out, m0, n0, M, N, BM: kit.constexpr, BN: kit.constexpr,
                TMA_STORE: kit.constexpr):
-    out = acc.to(C.dtype.element_ty)
     if TMA_STORE:      # two column halves through one half-size staging tile (as the
         lo, hi = kit.split(kit.permute(kit.reshape(out, (BM, 2, BN // 2)), (0, 2, 1)))
         kit.tma_store(C, (m0, n0), lo)          # example's TMA_STORE=2); rows past M and
@@ -163,9 +168,66 @@ def matmul_cluster_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr
                    N, n_k, BM, BN, BK, STAGES, GROUP, TRANS_B, LAG, SPLIT_B)
             it += 1
         if SPLIT_B:
-            store_tile(C, acc, m0, n0, M, N, BM, BN, TMA_STORE)
+            store_tile(C, acc.to(C.dtype.element_ty), m0, n0, M, N, BM, BN, TMA_STORE)
         else:
             store_halves(C, acc, acc1, m0, n0, M, N, BM, BN, TMA_STORE)
+    kit.cluster_barrier()              # no CTA leaves while its peer may still arrive on it
+
+
+@kit.jit
+def produce(a, b, ready, empty, A, B, M, N, n_k, n_pairs, first, step, BN: kit.constexpr,
+            BM: kit.constexpr, BK: kit.constexpr, STAGES: kit.constexpr,
+            GROUP: kit.constexpr, TRANS_B: kit.constexpr):
+    """The producer warpgroup (WS): every k-step of this cluster's pairs, in order, into
+    the ring, each stage once both CTAs' consumers released it."""
+    g = 0
+    for pair in range(first, n_pairs, step):
+        m0, n0 = pair_origin(pair, M, N, BM, BN, GROUP)
+        for kk in range(n_k):
+            fill(a, b, ready, empty, A, B, m0, n0, kk * BK, g, BN, STAGES, TRANS_B, True)
+            g += 1
+
+
+@kit.jit
+def matmul_cluster_ws_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr,
+                             BK: kit.constexpr, STAGES: kit.constexpr, GROUP: kit.constexpr,
+                             TRANS_B: kit.constexpr = False, TMA_STORE: kit.constexpr = True):
+    """matmul_cluster_kernel warp-specialized: a producer warpgroup (few registers) waits
+    for the cluster-wide releases and issues the copies, so the two consumer warpgroups
+    (64 rows of the tile each) never wait for the peer CTA, only for data."""
+    dt = A.dtype.element_ty
+    a = kit.shared((STAGES, BM, BK), dt)
+    b = kit.shared((STAGES, BN, BK) if TRANS_B else (STAGES, BK, BN), dt)
+    ready = kit.mbarriers(STAGES)
+    empty = kit.mbarriers(STAGES, arrivals=4)         # 2 consumer warpgroups x 2 CTAs
+    n_k = kit.cdiv(K, BK)
+    kit.assume(n_k > 0)
+    n_pairs = kit.cdiv(M, 2 * BM) * kit.cdiv(N, BN)
+    step = kit.num_programs(0) // 2
+    first = kit.program_id(0) // 2
+    kit.cluster_barrier()              # the peer's barriers exist before copies land in them
+    if kit.warpgroup_id() == 0:
+        kit.setmaxnreg(40)
+        produce(a, b, ready, empty, A, B, M, N, n_k, n_pairs, first, step, BN, BM, BK,
+                STAGES, GROUP, TRANS_B)
+    else:
+        kit.setmaxnreg(232)
+        it = 0
+        for pair in range(first, n_pairs, step):
+            m0, n0 = pair_origin(pair, M, N, BM, BN, GROUP)
+            acc = kit.zeros((BM, BN), kit.float32)
+            for kk in range(n_k):
+                s = it % STAGES
+                kit.mbarrier_wait(ready[s], it // STAGES % 2)
+                acc = kit.mma(a[s], b[s].T if TRANS_B else b[s], acc, pending=1)
+                if kk > 0:     # MMA it-1 retired: release its stage in both CTAs
+                    kit.mbarrier_arrive(empty[(it - 1) % STAGES], cta=0)
+                    kit.mbarrier_arrive(empty[(it - 1) % STAGES], cta=1)
+                it += 1
+            out = acc.to(C.dtype.element_ty)          # waits for the last MMA
+            kit.mbarrier_arrive(empty[(it - 1) % STAGES], cta=0)
+            kit.mbarrier_arrive(empty[(it - 1) % STAGES], cta=1)
+            store_tile(C, out, m0, n0, M, N, BM, BN, TMA_STORE)
     kit.cluster_barrier()              # no CTA leaves while its peer may still arrive on it
 
 
@@ -184,12 +246,14 @@ CONFIG = dict(BM=128, BN=256, BK=64, STAGES=4, GROUP=8, num_warps=8)
 
 
 def matmul_cluster(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False,
-                   clusters: int | None = None, **config) -> torch.Tensor:
+                   clusters: int | None = None, ws: bool = False, **config) -> torch.Tensor:
     """a @ b (a @ b.T when trans_b: b is [N, K]) on 2-CTA clusters sharing B (sm_90a).
     `config`: BM, BN, BK, STAGES, GROUP, num_warps (default 128x256x64, 4 stages, pair-rows
-    grouped by 8, 8 warps), LAG (default 1), TMA_STORE (default: where C's rows are a
-    multiple of 16 bytes); `clusters`: the persistent grid's clusters (default: half the
-    SMs). A and B need rows of a multiple of 16 bytes (TMA)."""
+    grouped by 8, 8 warps), LAG (default 1), SPLIT_B (default True), TMA_STORE (default:
+    where C's rows are a multiple of 16 bytes); `clusters`: the persistent grid's clusters
+    (default: half the SMs); `ws`: the warp-specialized kernel (a producer warpgroup and
+    two consumers, 12 warps; LAG and SPLIT_B do not apply). A and B need rows of a multiple
+    of 16 bytes (TMA)."""
     M, K = a.shape
     N = b.shape[0] if trans_b else b.shape[1]
     if b.shape[1 if trans_b else 0] != K:
@@ -198,10 +262,14 @@ def matmul_cluster(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False,
     c = torch.empty(M, N, device=a.device, dtype=a.dtype)
     if K == 0:
         return c.zero_()
-    cfg = dict(CONFIG, **config)
+    cfg = dict(CONFIG, **dict(dict(num_warps=12) if ws else {}, **config))
     cfg.setdefault("TMA_STORE", N * c.dtype.itemsize % 16 == 0)
     pairs = kit.cdiv(M, 2 * cfg["BM"]) * kit.cdiv(N, cfg["BN"])
     grid = (2 * min(pairs, clusters or _clusters(a.device)),)
-    matmul_cluster_kernel[grid](a, b, c, M, N, K, WG=cfg["num_warps"] // 4,
-                                TRANS_B=trans_b, cluster=(2, 1, 1), **cfg)
+    if ws:
+        matmul_cluster_ws_kernel[grid](a, b, c, M, N, K, TRANS_B=trans_b, cluster=(2, 1, 1),
+                                       **cfg)
+    else:
+        matmul_cluster_kernel[grid](a, b, c, M, N, K, WG=cfg["num_warps"] // 4,
+                                    TRANS_B=trans_b, cluster=(2, 1, 1), **cfg)
     return c
