@@ -457,6 +457,40 @@ def _tuner_report(M: int, N: int, K: int) -> dict:
     return out
 
 
+def _max_active_clusters(a, b, trans_b: bool, ws: bool) -> int | str:
+    """How many 2-CTA clusters of the cluster GEMM the driver can keep on the GPU at once
+    (cuOccupancyMaxActiveClusters): the persistent grid launches half the SMs' worth, and
+    if fewer fit, the clusters left over would run after the others (a second wave)."""
+    try:
+        from cuda.bindings import driver as cu
+
+        from kitjit.nn import matmul_cluster as mc
+
+        M, K = a.shape
+        N = b.shape[0] if trans_b else b.shape[1]
+        kern = mc.matmul_cluster_ws_kernel if ws else mc.matmul_cluster_kernel
+        cfg = dict(mc.CONFIG, TMA_STORE=True, **(dict(num_warps=12) if ws else {}))
+        extra = {} if ws else {"WG": cfg["num_warps"] // 4}
+        c = torch.empty(M, N, device=a.device, dtype=a.dtype)
+        grid = 2 * mc._clusters(a.device)
+        ck = kern.warmup(a, b, c, M, N, K, TRANS_B=trans_b, grid=(grid,), cluster=(2, 1, 1),
+                         **extra, **cfg)
+        conf = cu.CUlaunchConfig()
+        conf.gridDimX, conf.gridDimY, conf.gridDimZ = grid, 1, 1
+        conf.blockDimX, conf.blockDimY, conf.blockDimZ = 32 * cfg["num_warps"], 1, 1
+        conf.sharedMemBytes = ck.shared
+        attr = cu.CUlaunchAttribute()
+        attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = 2, 1, 1
+        conf.attrs = [attr]
+        conf.numAttrs = 1
+        err, n = cu.cuOccupancyMaxActiveClusters(cu.CUfunction(ck.function(a.device.index)),
+                                                 conf)
+        return int(n) if int(err) == 0 else f"{err} (launching {grid // 2})"
+    except Exception as e:  # a diagnostic: never fail the section
+        return f"{type(e).__name__}: {str(e)[:120]}"
+
+
 def bench_cluster() -> None:
     """The persistent GEMM on 2-CTA clusters with B multicast (kitjit/nn/matmul_cluster.py)
     beside cuBLAS, the example's default and its tma-halves config, B [K, N] and [N, K],
@@ -464,6 +498,12 @@ def bench_cluster() -> None:
     from kitjit.nn.matmul_cluster import matmul_cluster
 
     rows = results["cluster"] = []
+    a = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
+    results["cluster_max_active"] = {
+        name: _max_active_clusters(a, a, trans_b, ws)
+        for name, trans_b, ws in (("b", False, False), ("bt", True, False), ("ws", False, True))}
+    print(f"max active 2-CTA clusters: {results['cluster_max_active']} (grid: "
+          f"{torch.cuda.get_device_properties(0).multi_processor_count // 2})", flush=True)
     for M, N, K in LARGE:
         a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
@@ -609,7 +649,8 @@ def table() -> str:
         for name in BF16_EPILOGUES:
             out.append(f"  geomean {name}: {results.get(f'large_geomean_{name}')}")
     if results.get("cluster"):
-        out.append("bf16 large shapes, 2-CTA clusters vs the example (TFLOP/s, x cuBLAS)")
+        out.append("bf16 large shapes, 2-CTA clusters vs the example (TFLOP/s, x cuBLAS); "
+                   f"max active clusters {results.get('cluster_max_active')}")
         for r in results["cluster"]:
             out.append(f"  {r['shape']:18} {r['tflops']} {r['x_cublas']}")
             for lay, t in r.get("tuner", {}).items():
