@@ -90,11 +90,10 @@ def cluster_barrier(comp: _Compiler, op: Op) -> Handler:
 @semantics("cluster_arrive")
 def cluster_arrive(comp: _Compiler, op: Op) -> Handler:
     b_id, k_id = op.operands[0].id, op.operands[1].id
-    ctx, n = comp.ctx, comp.role.count
+    ctx, n, key = comp.ctx, comp.role.count, comp.role.key
 
     def h(env: Env) -> None:
-        ctx.sched.arrive(ctx, env[b_id], int(env[k_id]), op, n, comp_key)
-    comp_key = comp.role.key
+        ctx.sched.arrive(ctx, env[b_id], int(env[k_id]), op, n, key)
     return h
 
 
@@ -179,7 +178,8 @@ class _ClusterRun:
                             "kit.cluster_barrier after its kit.mbarriers?)")
         bar = peer.reshape(-1)[lo // peer.itemsize]
         c = self.clock[ctx.rank]
-        self._remote(ctx.rank, rank, op, "kit.mbarrier_arrive on")
+        if rank != ctx.rank:
+            self._remote(ctx.rank, rank, op, "kit.mbarrier_arrive on")
         c[ctx.rank] += 1  # release: what this CTA did so far is ordered before the phase
         bar.c_released = list(c) if bar.c_released is None else \
             [max(a, b) for a, b in zip(bar.c_released, c)]
