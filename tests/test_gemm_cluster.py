@@ -44,6 +44,8 @@ def _run(M, N, K, trans_b, poison, device="cpu", **kw):
     (200, 264, 96, False, dict(BN=128)),
     (200, 264, 96, True, dict(BN=128, SPLIT_B=False)),
     (200, 136, 96, False, dict(SPLIT_B=False, TMA_STORE=False)),
+    # whole groups of pair-rows: the origin of the pair after the last has no rows left
+    (256, 128, 64, False, dict(clusters=1, GROUP=2)),
 ])
 def test_cluster_gemm_persistent_interpreter(monkeypatch, poison, M, N, K, trans_b, kw):
     monkeypatch.setenv("KITJIT_INTERPRET", "1")

@@ -42,7 +42,9 @@ def pair_origin(pair, M, N, BM: kit.constexpr, BN: kit.constexpr, GROUP: kit.con
     m0 + r*BM of the pair."""
     n_p, n_n = kit.cdiv(M, 2 * BM), kit.cdiv(N, BN)
     first = pair // (GROUP * n_n) * GROUP
-    rows = kit.minimum(n_p - first, GROUP)
+    # at least 1: asked for the pair after the last too (the next pair's origin, unused
+    # then), where no pair-rows are left and a remainder by 0 would be undefined
+    rows = kit.maximum(kit.minimum(n_p - first, GROUP), 1)
     return ((first + pair % (GROUP * n_n) % rows) * 2 * BM + kit.cluster_ctarank() * BM,
             pair % (GROUP * n_n) // rows * BN)
 
