@@ -14,11 +14,12 @@ from kitjit.testing import bench, check, device, has_gpu
 def tile_origin(tile, M, N, n_k, BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr,
                 GROUP: kit.constexpr, SPLIT_K: kit.constexpr):
     # L2-friendly order: GROUP row-blocks of C are swept column by column; with split-K,
-    # the SPLIT_K parts of one tile's K range are neighbours
+    # the SPLIT_K parts of one tile's K range are neighbours (rows >= 1: the kernel asks
+    # for the tile after its last too, and a remainder by 0 is undefined)
     t = tile // SPLIT_K
     n_m, n_n = kit.cdiv(M, BM), kit.cdiv(N, BN)
     first_m = t // (GROUP * n_n) * GROUP
-    rows = kit.minimum(n_m - first_m, GROUP)
+    rows = kit.maximum(kit.minimum(n_m - first_m, GROUP), 1)
     return ((first_m + t % (GROUP * n_n) % rows) * BM, t % (GROUP * n_n) // rows * BN,
             tile % SPLIT_K * n_k * BK)
 
