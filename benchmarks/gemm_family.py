@@ -8,12 +8,16 @@
 - fused epilogues (examples/matmul_epilogue.py) against cuBLAS plus torch's epilogue;
 - the bf16 example (examples/matmul.py) at the Llama-3-8B/70B linear layers (QKV, O,
   gate-up, down) for M = 1, 16, 128, 4096, 16384 against cuBLAS.
+- `cluster`: the persistent GEMM on 2-CTA clusters with B multicast
+  (kitjit/nn/matmul_cluster.py) beside cuBLAS, the example's default and tma-halves, at the
+  four large shapes, B [K, N] and [N, K].
 
 Every timed variant is checked against the peer's output first. Timing: each variant runs
 for a moment before it is timed (clocks follow what ran before), medians of CUDA-event
 timings with the L2 flushed, two interleaved rounds, best of the two.
 
-    python benchmarks/gemm_family.py [--only fp8,grouped,epilogue,llm,large,skinny,probe]
+    python benchmarks/gemm_family.py [--only fp8,grouped,epilogue,llm,large,skinny,probe,
+        cluster]
         [--json out.json] [--fp8-configs NAME,...] [--no-fp8-scales]
 """
 
@@ -424,6 +428,113 @@ def bench_large() -> None:
         print(f"large geomean {name}: {results[f'large_geomean_{name}']}", flush=True)
 
 
+
+# ----------------------------------------------------------------------------- clusters
+CLUSTER_VARIANTS = {  # name -> (which kernel, its config); "bt": B given [N, K]
+    "default": ("example", {}),
+    "tma-halves s4": ("example", BF16_EPILOGUES["tma-halves s4"]),
+    "128x128 s4": ("example", dict(BM=128, BN=128, BK=64, STAGES=4, num_warps=8)),
+    "cluster": ("cluster", {}),                          # B split, LAG 1, GROUP 8
+    "cluster lag2": ("cluster", dict(LAG=2)),
+    "cluster g4": ("cluster", dict(GROUP=4)),
+    "cluster halves": ("cluster", dict(SPLIT_B=False)),  # two N=128 MMAs per k-step
+    "cluster ws": ("cluster", dict(ws=True)),           # producer + 2 consumer warpgroups
+}
+
+
+def _tuner_report(M: int, N: int, K: int) -> dict:
+    """What the example's autotuner chose at (M, N, K) for each B layout, and the time it
+    measured for every config (ms, in its own short L2-flushed bursts): beside the steady
+    figures of the same run, it says whether the default is the tuner's pick being off."""
+    tk = mm.tuned_kernel(N, torch.bfloat16)
+    out = {}
+    for key, cfg in tk.cache.items():
+        if tuple(key[:3]) == (M, N, K):
+            times = tk.timings.get(key, {})
+            out["bt" if key[3] else "b"] = {
+                "chosen": str(cfg),
+                "ms": {c: round(t, 4) if isinstance(t, float) else t for c, t in times.items()}}
+    return out
+
+
+def _max_active_clusters(a, b, trans_b: bool, ws: bool) -> int | str:
+    """How many 2-CTA clusters of the cluster GEMM the driver can keep on the GPU at once
+    (cuOccupancyMaxActiveClusters): the persistent grid launches half the SMs' worth, and
+    if fewer fit, the clusters left over would run after the others (a second wave)."""
+    try:
+        from cuda.bindings import driver as cu
+
+        from kitjit.nn import matmul_cluster as mc
+
+        M, K = a.shape
+        N = b.shape[0] if trans_b else b.shape[1]
+        kern = mc.matmul_cluster_ws_kernel if ws else mc.matmul_cluster_kernel
+        cfg = dict(mc.CONFIG, TMA_STORE=True, **(dict(num_warps=12) if ws else {}))
+        extra = {} if ws else {"WG": cfg["num_warps"] // 4}
+        c = torch.empty(M, N, device=a.device, dtype=a.dtype)
+        grid = 2 * mc._clusters(a.device)
+        ck = kern.warmup(a, b, c, M, N, K, TRANS_B=trans_b, grid=(grid,), cluster=(2, 1, 1),
+                         **extra, **cfg)
+        conf = cu.CUlaunchConfig()
+        conf.gridDimX, conf.gridDimY, conf.gridDimZ = grid, 1, 1
+        conf.blockDimX, conf.blockDimY, conf.blockDimZ = 32 * cfg["num_warps"], 1, 1
+        conf.sharedMemBytes = ck.shared
+        attr = cu.CUlaunchAttribute()
+        attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = 2, 1, 1
+        conf.attrs = [attr]
+        conf.numAttrs = 1
+        err, n = cu.cuOccupancyMaxActiveClusters(cu.CUfunction(ck.function(a.device.index)),
+                                                 conf)
+        return int(n) if int(err) == 0 else f"{err} (launching {grid // 2})"
+    except Exception as e:  # a diagnostic: never fail the section
+        return f"{type(e).__name__}: {str(e)[:120]}"
+
+
+def bench_cluster() -> None:
+    """The persistent GEMM on 2-CTA clusters with B multicast (kitjit/nn/matmul_cluster.py)
+    beside cuBLAS, the example's default and its tma-halves config, B [K, N] and [N, K],
+    interleaved in one run at the four large shapes."""
+    from kitjit.nn.matmul_cluster import matmul_cluster
+
+    rows = results["cluster"] = []
+    a = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
+    results["cluster_max_active"] = {
+        name: _max_active_clusters(a, a, trans_b, ws)
+        for name, trans_b, ws in (("b", False, False), ("bt", True, False), ("ws", False, True))}
+    print(f"max active 2-CTA clusters: {results['cluster_max_active']} (grid: "
+          f"{torch.cuda.get_device_properties(0).multi_processor_count // 2})", flush=True)
+    for M, N, K in LARGE:
+        a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+        bt = b.t().contiguous()
+        ref = (a @ b).double()
+        runs = {"cublas": lambda: a @ b, "bt cublas": lambda: a @ bt.t()}
+        row = {"shape": f"{M}x{N}x{K}"}
+        for prefix, args in (("", (b, False)), ("bt ", (bt, True))):
+            for name, (which, cfg) in CLUSTER_VARIANTS.items():
+                fn = matmul_cluster if which == "cluster" else mm.matmul
+                try:
+                    if which == "example" and not cfg:
+                        fn(a, *args)            # tune first: only the checked call is poisoned
+                    with poisoned():
+                        out = fn(a, *args, **cfg)
+                    row[f"{prefix}{name}_err"] = checked(out.double(), ref, 1e-2, name)
+                    runs[prefix + name] = lambda fn=fn, cfg=cfg, args=args: fn(a, *args, **cfg)
+                except Exception as e:
+                    row[prefix + name] = f"failed: {type(e).__name__}: {str(e)[:160]}"
+        row["tuner"] = _tuner_report(M, N, K)
+        ms = interleaved(runs)
+        flop = 2 * M * N * K / 1e9
+        row["tflops"] = {n: round(flop / v, 1) for n, v in ms.items()}
+        row["x_cublas"] = {n: round(ms["bt cublas" if n.startswith("bt") else "cublas"] / v, 3)
+                           for n, v in ms.items() if "cublas" not in n}
+        rows.append(row)
+        print(row, flush=True)
+    for name in [p + n for p in ("", "bt ") for n in CLUSTER_VARIANTS]:
+        results[f"cluster_geomean_{name}"] = geomean(r["x_cublas"].get(name) for r in rows)
+        print(f"cluster geomean {name}: {results[f'cluster_geomean_{name}']}", flush=True)
+
 def _main_example():
     """main's examples/matmul.py, staged beside this file as _matmul_main.py for an A/B run
     (not part of the repository); None when absent."""
@@ -537,6 +648,15 @@ def table() -> str:
             out.append(f"  {r['shape']:18} {r['tflops']} {r['x_cublas']}")
         for name in BF16_EPILOGUES:
             out.append(f"  geomean {name}: {results.get(f'large_geomean_{name}')}")
+    if results.get("cluster"):
+        out.append("bf16 large shapes, 2-CTA clusters vs the example (TFLOP/s, x cuBLAS); "
+                   f"max active clusters {results.get('cluster_max_active')}")
+        for r in results["cluster"]:
+            out.append(f"  {r['shape']:18} {r['tflops']} {r['x_cublas']}")
+            for lay, t in r.get("tuner", {}).items():
+                out.append(f"    tuner ({lay}): {t['chosen']}  {t['ms']}")
+        for name in [p + n for p in ("", "bt ") for n in CLUSTER_VARIANTS]:
+            out.append(f"  geomean {name}: {results.get(f'cluster_geomean_{name}')}")
     if results.get("skinny"):
         out.append("skinny LLM shapes (us; x cuBLAS)")
         for r in results["skinny"]:
@@ -610,7 +730,8 @@ def main() -> None:
     results["torch"] = torch.__version__
     sections = {"fp8": bench_fp8, "grouped": bench_grouped, "epilogue": bench_epilogue,
                 "llm": lambda: bench_llm(start + args.llm_deadline), "probe": bench_probe,
-                "large": bench_large, "skinny": bench_skinny}
+                "large": bench_large, "skinny": bench_skinny,
+                "cluster": bench_cluster}
     for name in args.only.split(","):
         t0 = time.perf_counter()
         try:

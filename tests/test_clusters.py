@@ -126,6 +126,71 @@ def mcast(X, Out, H: kit.constexpr, BN: kit.constexpr, NC: kit.constexpr):
 
 
 @kit.jit
+def mcast_split(X, Out, R: kit.constexpr, C: kit.constexpr, NC: kit.constexpr,
+                SKIP: kit.constexpr):
+    """Every CTA of a cluster of NC needs the cluster's R x C tile of X: each copies its
+    part of it (split=True), multicast to all; each then writes the whole tile. SKIP: rank
+    1 never copies its part (the others wait for its bytes forever)."""
+    t = kit.shared((R, C), X.dtype.element_ty)
+    ready = kit.mbarriers(1)
+    kit.cluster_barrier()
+    if SKIP:
+        if kit.cluster_ctarank() != 1:
+            kit.tma_load(t, X, (kit.cluster_id(0) * R, 0), ready[0], multicast=(1 << NC) - 1,
+                         split=True)
+    else:
+        kit.tma_load(t, X, (kit.cluster_id(0) * R, 0), ready[0], multicast=(1 << NC) - 1,
+                     split=True)
+    kit.mbarrier_wait(ready[0], 0)
+    rows = kit.program_id(0) * R + kit.arange(0, R)[:, None]
+    kit.store(Out + rows * C + kit.arange(0, C)[None, :], kit.load(t))
+    kit.cluster_barrier()
+
+
+@kit.jit
+def split_alone(X):
+    t = kit.shared((16, 64), X.dtype.element_ty)
+    ready = kit.mbarriers(1)
+    kit.tma_load(t, X, (0, 0), ready[0], split=True)
+    kit.mbarrier_wait(ready[0], 0)
+
+
+def _split_ref(x, grid, nc, r):
+    rows = torch.zeros(grid // nc * r, x.shape[1], dtype=torch.float64)
+    n = min(x.shape[0], rows.shape[0])
+    rows[:n] = x.double()[:n]
+    return rows.view(grid // nc, r, -1).repeat_interleave(nc, dim=0).reshape(grid * r, -1)
+
+
+# (rows, cols, CTAs): 128-byte rows cut along rows; 256/512-byte rows along 128-byte chunks
+SPLITS = [(32, 64, 2), (16, 128, 2), (16, 256, 4), (64, 32, 4)]
+
+
+@pytest.mark.parametrize("R,C,nc", SPLITS)
+def test_tma_multicast_split_interpreter(monkeypatch, R, C, nc):
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    M = 3 * R + 5   # the last cluster's tile runs past the end: zeros
+    x = _randn(M, C, dtype=torch.bfloat16)
+    grid = 4 * nc
+    out = torch.full((grid * R, C), float("nan"), dtype=torch.bfloat16)
+    mcast_split[(grid,)](x, out, R=R, C=C, NC=nc, SKIP=False, cluster=(nc,))
+    torch.testing.assert_close(out.double(), _split_ref(x, grid, nc, R), rtol=0, atol=0)
+
+
+def test_tma_multicast_split_errors(monkeypatch):
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    x = torch.zeros(64, 64, dtype=torch.bfloat16)
+    out = torch.zeros(64 * 8, 64, dtype=torch.bfloat16)
+    with pytest.raises(DeadlockError, match="ready"):    # rank 1's part never comes
+        mcast_split[(4,)](x, out, R=32, C=64, NC=2, SKIP=True, cluster=(2,))
+    with pytest.raises(CompileError, match="split=True cuts the tile among the CTAs of a "
+                                           "multicast mask, and this load has none"):
+        split_alone[(2,)](x, cluster=(2,))
+    with pytest.raises(CompileError, match=r"cannot cut a \[8, 64\] tile \(bf16\) into 2"):
+        mcast_split[(2,)](x, out, R=8, C=64, NC=2, SKIP=False, cluster=(2,))
+
+
+@kit.jit
 def mcast_only(X):
     t = kit.shared((16, 32), X.dtype.element_ty)
     ready = kit.mbarriers(1)
@@ -218,6 +283,31 @@ def test_tma_multicast_interpreter(monkeypatch, nc, M):
     out = torch.full((grid * nc * H, BN), float("nan"), dtype=torch.bfloat16)
     mcast[(grid,)](x, out, H=H, BN=BN, NC=nc, cluster=(nc,))
     torch.testing.assert_close(out.double(), _mcast_ref(x, grid, nc, H), rtol=0, atol=0)
+
+
+@kit.jit
+def arrive_and_leave(Out, LAST_BARRIER: kit.constexpr):
+    """Each CTA arrives on the next one's mbarrier and leaves (no wait for the arrivals)."""
+    bar = kit.mbarriers(1)
+    kit.cluster_barrier()  # every CTA's barrier exists
+    kit.mbarrier_arrive(bar[0], cta=(kit.cluster_ctarank() + 1) % kit.num_cluster_ctas())
+    kit.store(Out + kit.program_id(0), 1.0)
+    if LAST_BARRIER:
+        kit.cluster_barrier()
+
+
+def test_remote_access_after_peer_ends(monkeypatch):
+    """A CTA may end while a peer's arrival on its mbarrier is not ordered before its end
+    (undefined on the GPU): a RaceError, whatever the schedule; a last cluster barrier
+    orders it."""
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    out = torch.full((4,), float("nan"))
+    with pytest.raises(RaceError, match=r"(?s)kit.mbarrier_arrive on CTA rank \d .*(is not "
+                                        r"ordered before CTA rank \d ends|has already ended)"
+                                        r".*end the kernel with kit.cluster_barrier"):
+        arrive_and_leave[(4,)](out, LAST_BARRIER=False, cluster=(2,))
+    arrive_and_leave[(4,)](out, LAST_BARRIER=True, cluster=(2,))
+    assert torch.equal(out, torch.ones(4))
 
 
 def test_cluster_barrier_deadlock(monkeypatch):
@@ -388,6 +478,19 @@ def test_tma_multicast_gpu(nc, M):
     out = torch.full((grid * nc * H, BN), float("nan"), dtype=torch.bfloat16, device="cuda")
     mcast[(grid,)](x, out, H=H, BN=BN, NC=nc, cluster=(nc,))
     torch.testing.assert_close(out.double().cpu(), _mcast_ref(x.cpu(), grid, nc, H), rtol=0,
+                               atol=0)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("R,C,nc", SPLITS)
+def test_tma_multicast_split_gpu(R, C, nc):
+    M = 300 * R + 5
+    x = _randn(M, C, dtype=torch.bfloat16).cuda()
+    grid = 301 * nc
+    out = torch.full((grid * R, C), float("nan"), dtype=torch.bfloat16, device="cuda")
+    mcast_split[(grid,)](x, out, R=R, C=C, NC=nc, SKIP=False, cluster=(nc,))
+    torch.testing.assert_close(out.double().cpu(), _split_ref(x.cpu(), grid, nc, R), rtol=0,
                                atol=0)
 
 

@@ -201,6 +201,25 @@ def test_matmul(M, N, K, opts):
     assert_close(out, a.double() @ b.double(), torch.bfloat16, f"matmul {M}x{N}x{K}")
 
 
+def test_matmul_tuner_keys_and_prune():
+    """The example's tuner: one record per B layout (different kernels), and where 128x256
+    tiles fill an H100/H200 (132 SMs) in nearly whole waves only they are timed."""
+    m = example("matmul")
+    assert "TRANS_B" in m.matmul_tuned.key and "TRANS_B" in m.matmul_tuned_tma.key
+    dev = torch.device("cuda", 7)            # a device this test owns in the SM table
+    m._SMS[dev] = 132
+    a = type("A", (), {"device": dev})()
+    try:
+        for M, N, pruned in [(4096, 4096, True), (8192, 8192, True), (16384, 1024, True),
+                             (2048, 2048, False), (4096, 2304, False), (128, 4096, False)]:
+            kept = m.big_tiles_where_they_fill(m.CONFIGS_TMA, dict(M=M, N=N, A=a))
+            shapes = {(c.kwargs["BM"], c.kwargs["BN"]) for c in kept}
+            assert shapes == ({(128, 256)} if pruned else
+                              {(c.kwargs["BM"], c.kwargs["BN"]) for c in m.CONFIGS_TMA}), (M, N)
+    finally:
+        del m._SMS[dev]
+
+
 # ----------------------------------------------------------------------------- attention
 ATTENTION = [  # (B, H, S, D, causal, GQA group): ragged S, causal or not, grouped KV heads
     (1, 2, 130, 64, True, 1),

@@ -273,7 +273,11 @@ class TmaLowering(LoweringBase):
         dim = f"{2 + len(batch)}d"
         box, cons = _box_operands(len(batch), 3)
         nb = 5 + len(batch)  # the barrier's operand
-        for j in range(max(1, C // chunk)):
+        chunks = range(max(1, C // chunk))
+        split = op.attrs.get("split")
+        if split is not None:  # this CTA's part of the tile: contiguous in shared memory
+            daddr, r, c, R, chunks = self.split_part(op, daddr, r, c, split, R, C, chunk, e)
+        for j in chunks:
             dj = b.add(daddr, self.c32(j * R * chunk * e)) if j else daddr
             cj = b.add(c, self.c32(j * chunk)) if j else c
             if mask is not None:  # the same offsets in each CTA of the mask (clusters)
@@ -285,6 +289,26 @@ class TmaLowering(LoweringBase):
             asm(b, VOID, f"@$0 cp.async.bulk.tensor.{dim}.shared::cluster.global.tile."
                 f"mbarrier::complete_tx::bytes [$1], [$2, {box}], [${nb}];",
                 f"b,r,l,{cons},r,~{{memory}}", [p, dj, dptr, cj, r, *batch, baddr])
+
+    def split_part(self, op: Op, daddr, r, c, dim: int, R: int, C: int, chunk: int, e: int):
+        """`kit.tma_load(..., split=True)`: (address, row, col, rows, chunks) of the part
+        this CTA copies, part p = its position among the multicast mask's ranks: column
+        chunks [p*q, p*q + q) (dim 1) or rows [p*R/n, p*R/n + R/n) (dim 0; one chunk)."""
+        b = self.b
+        mask = op.attrs["multicast"]
+        n = bin(mask).count("1")
+        rank = self._sreg("cluster_ctarank")
+        below = b.sub(b.shl(self.c32(1), rank), self.c32(1))
+        p = b.call(self.intr.get("llvm.ctpop.i32", I32, [I32]),
+                   [b.and_(below, self.c32(mask))])
+        if dim == 1:
+            q = C // chunk // n
+            first = b.mul(p, self.c32(q))
+            return (b.add(daddr, b.mul(first, self.c32(R * chunk * e))), r,
+                    b.add(c, b.mul(first, self.c32(chunk))), R, range(q))
+        rows = R // n
+        return (b.add(daddr, b.mul(p, self.c32(rows * C * e))), b.add(r, b.mul(
+            p, self.c32(rows))), c, rows, range(1))
 
     def phase_slot(self, bar: Value):
         """A per-barrier phase bit kept in a local slot (an alloca at the entry, which LLVM

@@ -129,11 +129,14 @@ class TmaOps:
 
     @typing_rule("tma_load")
     def tma_load(self, dst: Any, tensor: Any, coords: Any, bar: Any, sync: Any = True,
-                 multicast: int | None = None, l2_promotion: Any = 256) -> None:
+                 multicast: int | None = None, split: Any = False,
+                 l2_promotion: Any = 256) -> None:
         """`multicast`: a mask of cluster CTA ranks; the box lands at the same place in each
         of their tiles and counts on each one's barrier (thread-block clusters). Each CTA of
         the mask is expected to issue its own such load (its slice) with the same mask, so
-        the bytes a barrier expects are the box's times the CTAs in the mask."""
+        the bytes a barrier expects are the box's times the CTAs in the mask. `split`: `dst`
+        and `coords` are the whole tile, and each CTA copies only its part of it (see
+        `_split_part`), multicast to all: together the parts fill the tile in every CTA."""
         if not isinstance(dst, Value) or not dst.type.is_shared or len(dst.shape) != 2 or \
                 (isinstance(dst.owner, Op) and dst.owner.name == "smem_trans"):
             raise self.error(f"kit.tma_load: 'dst' must be a 2-d shared tile (a stage a[s]), "
@@ -156,8 +159,16 @@ class TmaOps:
         if isinstance(l2_promotion, bool) or l2_promotion not in (0, 64, 128, 256):
             raise self.error(f"kit.tma_load: l2_promotion must be a constexpr 0, 64, 128 or "
                              f"256 (bytes), got {_describe(l2_promotion)}")
-        desc = self.tma_desc_arg(tensor, dst.shape, "kit.tma_load", len(cs), l2_promotion)
-        attrs = {"bytes": dst.type.numel * dst.dtype.itemsize}
+        box = tuple(dst.shape)
+        if not isinstance(split, bool):
+            raise self.error(f"kit.tma_load: split must be a constexpr True or False, got "
+                             f"{_describe(split)}")
+        if split:
+            box, split_dim = self._split_part(dst, multicast, len(cs))
+        desc = self.tma_desc_arg(tensor, box, "kit.tma_load", len(cs), l2_promotion)
+        attrs = {"bytes": box[0] * box[1] * dst.dtype.itemsize}
+        if split:
+            attrs["split"] = split_dim
         if len(cs) == 3:  # operands: dst, desc, batch, row, col, barrier
             attrs["batched"] = True
         if not sync:  # the caller knows no thread still reads dst (no barrier before it)
@@ -166,6 +177,41 @@ class TmaOps:
             attrs["multicast"] = multicast
             attrs["recv"] = attrs["bytes"] * bin(multicast).count("1")
         self.emit("tma_load", [dst, desc, *cs, bar], [], attrs)
+
+    def _split_part(self, dst: Value, multicast: int | None, rank: int) -> tuple:
+        """(the part's box, the dim it splits) for `kit.tma_load(..., split=True)`: the
+        tile cut into as many equal parts as the mask has CTAs, part i copied by the CTA at
+        position i of the mask (rank order), each part contiguous in shared memory as the
+        swizzled layout stores it: whole 128/64/32-byte column chunks (dim 1) when a row
+        holds several, else rows in whole swizzle atoms of 8 (dim 0)."""
+        from kitjit.ir.layouts import shared_layout
+
+        if multicast is None:
+            raise self.error("kit.tma_load: split=True cuts the tile among the CTAs of a "
+                             "multicast mask, and this load has none",
+                             "add multicast=mask (e.g. multicast=3 for a 2-CTA cluster)")
+        if rank != 2:
+            raise self.error("kit.tma_load: split=True takes (row, col) coordinates of a 2-d "
+                             "tensor (not supported yet for 3-d ones)")
+        n = bin(multicast).count("1")
+        (R, C), e = dst.shape, dst.dtype.itemsize
+        lay = shared_layout((R, C), dst.dtype)
+        chunk = lay.chunk if lay is not None else C
+        if C // chunk > 1 and (C // chunk) % n == 0:
+            part, dim = (R, C // n), 1
+        elif C == chunk and R % (8 * n) == 0:
+            part, dim = (R // n, C), 0
+        else:
+            raise self.error(f"kit.tma_load: split=True cannot cut a {_shape((R, C))} tile "
+                             f"({dst.dtype}) into {n} contiguous parts",
+                             f"a row of {C * e} bytes holds {max(C // chunk, 1)} swizzle "
+                             f"chunk(s) of {chunk * e} bytes: the chunks must divide by {n}, "
+                             f"or, with one chunk per row, the rows by 8 x {n}")
+        pl = shared_layout(part, dst.dtype)
+        if pl is None or lay is None or (pl.swizzle, pl.chunk) != (lay.swizzle, lay.chunk):
+            raise self.error(f"kit.tma_load: split=True: a {_shape(part)} part of the "
+                             f"{_shape((R, C))} tile would be laid out differently")
+        return part, dim
 
     @typing_rule("tma_desc_create")
     def tma_desc_create(self, base: Value, rows: Value, cols: Value, row_stride: Value,
@@ -339,7 +385,7 @@ def _setmaxnreg(c: Call) -> Any:
 
 
 @call_rule("tma_load", lambda dst, tensor, coords, barrier, sync=True, multicast=None,
-           l2_promotion=256: None)
+           split=False, l2_promotion=256: None)
 def _tma_load(c: Call) -> Any:
     mask = c.const("multicast")
     if mask is not None and (not isinstance(mask, int) or isinstance(mask, bool) or
@@ -347,7 +393,7 @@ def _tma_load(c: Call) -> Any:
         raise c.err(f"kit.tma_load: multicast takes a constexpr mask of CTA ranks (bit r for "
                     f"rank r, 1 to 0xffff), got {mask!r}")
     return c.b.tma_load(c["dst"], c["tensor"], c["coords"], c["barrier"], c.const("sync"),
-                        mask, c.const("l2_promotion"))
+                        mask, c.const("split"), c.const("l2_promotion"))
 
 
 @call_rule("mbarrier_wait", lambda barrier, phase: None)

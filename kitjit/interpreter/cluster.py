@@ -90,10 +90,10 @@ def cluster_barrier(comp: _Compiler, op: Op) -> Handler:
 @semantics("cluster_arrive")
 def cluster_arrive(comp: _Compiler, op: Op) -> Handler:
     b_id, k_id = op.operands[0].id, op.operands[1].id
-    ctx, n = comp.ctx, comp.role.count
+    ctx, n, key = comp.ctx, comp.role.count, comp.role.key
 
     def h(env: Env) -> None:
-        ctx.sched.arrive(ctx, env[b_id], int(env[k_id]), op, n)
+        ctx.sched.arrive(ctx, env[b_id], int(env[k_id]), op, n, key)
     return h
 
 
@@ -124,6 +124,11 @@ class _Abort(Exception):
     """Another CTA of the cluster failed: this one stops where it waits."""
 
 
+_GONE = ("on the GPU a CTA's shared memory and mbarriers are gone once it exits, and a "
+         "peer's access to them is undefined\n  hint: end the kernel with "
+         "kit.cluster_barrier(), so no CTA leaves while a peer may still reach into it")
+
+
 class _ClusterRun:
     """The baton of one cluster's CTAs, and its barrier's state."""
 
@@ -142,6 +147,9 @@ class _ClusterRun:
         self.clock = [[0] * n for _ in range(n)]  # per CTA: what it has seen of each
         self.blocked: set[int] = set()  # CTAs waiting on one of their mbarriers
         self.idle = 0  # turns in a row that found a blocked CTA still blocked
+        # target rank -> {accessing rank: (its clock before the access, op, what)}: each
+        # CTA's latest remote access to a peer, which must be ordered before that peer ends
+        self.remote: dict[int, dict[int, tuple[int, Op, str]]] = {}
 
     def acquire(self, rank: int, bar) -> None:
         """A wait of CTA `rank` saw `bar`'s phase complete: it has seen what the remote
@@ -151,8 +159,11 @@ class _ClusterRun:
             for i, t in enumerate(bar.c_completed):
                 c[i] = max(c[i], t)
 
-    def arrive(self, ctx: _Ctx, view: np.ndarray, rank: int, op: Op, n: int) -> None:
-        """`n` arrivals of `ctx`'s CTA on CTA `rank`'s copy of mbarrier `view`."""
+    def arrive(self, ctx: _Ctx, view: np.ndarray, rank: int, op: Op, n: int,
+               key: int = 0) -> None:
+        """`n` arrivals of role `key` of `ctx`'s CTA on CTA `rank`'s copy of mbarrier
+        `view` (on its own copy, the role's clock is released into the phase as a local
+        arrival's is)."""
         if not 0 <= rank < self.n:
             from .errors import OutOfBoundsError, _where
 
@@ -167,17 +178,22 @@ class _ClusterRun:
                             "kit.cluster_barrier after its kit.mbarriers?)")
         bar = peer.reshape(-1)[lo // peer.itemsize]
         c = self.clock[ctx.rank]
+        if rank != ctx.rank:
+            self._remote(ctx.rank, rank, op, "kit.mbarrier_arrive on")
         c[ctx.rank] += 1  # release: what this CTA did so far is ordered before the phase
         bar.c_released = list(c) if bar.c_released is None else \
             [max(a, b) for a, b in zip(bar.c_released, c)]
-        bar.arrive(self.ctxs[rank], op, 0, n)
+        bar.arrive(self.ctxs[rank], op, key if rank == ctx.rank else 0, n)
 
     def multicast(self, ctx: _Ctx, op: Op, dst: np.ndarray, bars: np.ndarray, mask: int,
-                  nbytes: int, copy: Callable, key: int = 0) -> None:
+                  nbytes: int, copy: Callable, key: int = 0,
+                  part: tuple[int, int] | None = None) -> None:
         """A TMA load with `multicast=mask` issued by `ctx`'s CTA: the box lands at `dst`'s
         place in each CTA of the mask, its bytes counted on each one's copy of the barrier
         when it lands (at the issuer's next wait, as for a local copy). Like a remote
-        arrive, it releases the issuer's clock into each of those barriers."""
+        arrive, it releases the issuer's clock into each of those barriers. `part` (p, n):
+        a split load, copying part p of n of the tile `dst` (`copy` cuts it); its bytes are
+        the p-th n-th of the tile's, contiguous as the GPU lays parts out."""
         ranks = [r for r in range(16) if mask >> r & 1]
         if ranks[-1] >= self.n:
             from .errors import OutOfBoundsError, _where
@@ -205,10 +221,15 @@ class _ClusterRun:
                     from .sync import _race
 
                     _race(op, mma, peer, k)
-            w = peer.smem_write(op, view, key if r == ctx.rank else 0, bar)
+            w = peer.smem_write(op, view, key if r == ctx.rank else 0, bar, part,
+                                remote=r != ctx.rank)
             copy(view)
             if r != ctx.rank:
-                self._record(r, aid, lo, lo + view.nbytes, True, ctx.rank, op)
+                self._remote(ctx.rank, r, op, "kit.tma_load multicast into")
+                plo, phi = (lo, lo + view.nbytes) if part is None else \
+                    (lo + part[0] * view.nbytes // part[1],
+                     lo + (part[0] + 1) * view.nbytes // part[1])
+                self._record(r, aid, plo, phi, True, ctx.rank, op)
                 released.append(bar)
             ctx.copies.append((bar, nbytes, w))
         c = self.clock[ctx.rank]
@@ -262,6 +283,8 @@ class _ClusterRun:
                             "has not allocated this shared tile yet (no kit.cluster_barrier "
                             "after its kit.shared?)")
         self._record(rank, aid, lo, hi, write, ctx.rank, op)
+        if rank != ctx.rank:
+            self._remote(ctx.rank, rank, op, f"kit.{op.name} of")
         flat = peer.reshape(-1)[lo // peer.itemsize:]
         out = np.lib.stride_tricks.as_strided(flat, view.shape, view.strides)
         if write:  # the owner's own checks (kit.load of a tile nothing wrote) see it
@@ -336,8 +359,22 @@ class _ClusterRun:
             self._wait(lambda: self.epoch > epoch and self.turn == rank)
             self.idle = 0
 
+    def _remote(self, who: int, target: int, op: Op, what: str) -> None:
+        """CTA `who` reaches into CTA `target` (an arrival, a multicast copy, a DSMEM
+        access): an error if `target` has ended; else remembered for `finish`."""
+        if target in self.done:
+            raise RaceError(f"{what} CTA rank {target}{_at(op)} by CTA rank {who} of cluster "
+                            f"{self.cid}, which has already ended: {_GONE}")
+        self.remote.setdefault(target, {})[who] = (self.clock[who][who], op, what)
+
     def finish(self, rank: int) -> None:
         with self.cv:
+            seen = self.clock[rank]
+            for who, (t, op, what) in sorted(self.remote.get(rank, {}).items()):
+                if seen[who] <= t:   # nothing orders that access before this CTA's end
+                    raise RaceError(
+                        f"{what} CTA rank {rank}{_at(op)} by CTA rank {who} of cluster "
+                        f"{self.cid} is not ordered before CTA rank {rank} ends: {_GONE}")
             self.done.add(rank)
             self._check_exited()
             self._pass(rank)

@@ -213,7 +213,13 @@ def _roles(comp: _Compiler, op: Op, gen: bool = False) -> Any:
     def roles(env: Env) -> None:
         ctx.fork(parent, keys)
         for stuck in _par(ctx, [k(env) for k in kids]):
-            raise _deadlock(ctx, stuck.leaves())
+            waits = stuck.leaves()
+            if ctx.sched is None:
+                raise _deadlock(ctx, waits)
+            # a cluster's CTA: a peer may complete one of the phases its roles wait for (a
+            # remote arrival, a multicast copy); the other CTAs run until one has completed
+            ctx.sched.block(ctx.rank, lambda ws=waits: (ctx.land(), any(
+                w.bar.done(w.parity) for w in ws))[1], lambda ws=waits: _deadlock(ctx, ws))
         ctx.join(parent, keys)
     return roles
 

@@ -257,11 +257,27 @@ class _Ctx:
         if sh is not None:
             sh.reads[key] = (self.vc[key][key], op)
 
-    def smem_write(self, op: Op, view: np.ndarray, key: int, bar: _MBar) -> _Write:
-        """Role `key` issues a TMA load into a shared tile; its copy lands on `bar`."""
+    def smem_write(self, op: Op, view: np.ndarray, key: int, bar: _MBar,
+                   part: tuple[int, int] | None = None, remote: bool = False) -> _Write:
+        """Role `key` issues a TMA load into a shared tile; its copy lands on `bar`. `part`
+        (p, n): a split multicast load writing part p of n of the tile: the parts of one
+        round (on the same barrier, while not all n are issued) are one write, landing in
+        the same phase of `bar`."""
         region = _region(view)
-        self._overwrite(op, region, key, "this TMA load")
+        sh = self.shadow.get(region)
+        if part is not None and sh is not None:
+            w = sh.write
+            if w is not None and w.bar is bar and w.parts is not None and \
+                    len(w.parts) < part[1] and part[0] not in w.parts:
+                w.parts.add(part[0])
+                return w
+        if remote:     # a peer CTA's multicast copy: see _remote_overwrite
+            self._remote_overwrite(op, region)
+        else:
+            self._overwrite(op, region, key, "this TMA load")
         w = _Write(bar, op)
+        if part is not None:
+            w.parts = {part[0]}
         self.shadow[region] = _Shadow(w)
         return w
 
@@ -277,6 +293,22 @@ class _Ctx:
         w = _Write(None, op, key)
         w.needed = self.vc[key][key]
         self.shadow[region] = _Shadow(w)
+
+    def _remote_overwrite(self, op: Op, region: tuple[int, int]) -> None:
+        """A peer CTA's multicast copy into `region`: the TMA copy that wrote it before must
+        have been waited for here, by some role (the peer's roles' clocks are not this CTA's,
+        so which role cannot be asked). That this CTA's reads are done is checked by the
+        MMAs still in flight (cluster.py) and, for kit.load, by the cluster's clocks."""
+        sh = self.shadow.get(region)
+        w = sh.write if sh is not None else None
+        if w is not None and w.writer is None and not any(w.seen_by(vc)
+                                                          for vc in self.vc.values()):
+            self.shape, self.lanes_total = (), 1
+            raise RaceError(
+                _where(op, self, "race on shared memory") +
+                f"\n  this multicast TMA load from a peer CTA overwrites shared memory that "
+                f"the TMA load{_at(w.op)} may still be writing: nothing here has waited for "
+                f"the phase of {w.bar.name} that copy lands in")
 
     def _overwrite(self, op: Op, region: tuple[int, int], key: int, what: str) -> None:
         """A write into `region` by role `key`: every earlier write and every other role's
@@ -318,10 +350,11 @@ class _Write:
     a role must have seen to see it (None while the copy is in flight). Or a kit.store by
     role `writer` (bar None): `needed` is that role's clock at the store."""
 
-    __slots__ = ("bar", "op", "needed", "writer")
+    __slots__ = ("bar", "op", "needed", "writer", "parts")
 
     def __init__(self, bar: _MBar | None, op: Op, writer: int | None = None):
         self.bar, self.op, self.needed, self.writer = bar, op, None, writer
+        self.parts: set[int] | None = None  # a split multicast load: the parts issued
 
     def seen_by(self, vc: dict) -> bool:
         """Is this write visible to (ordered before) a role whose clock is `vc`?"""

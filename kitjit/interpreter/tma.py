@@ -117,6 +117,7 @@ def tma_load(comp: _Compiler, op: Op) -> Handler:
     expect = int(op.attrs.get("expect", nbytes))  # as the backend reads it
     ctx, key = comp.ctx, comp.role.key
     mask = op.attrs.get("multicast")
+    split = op.attrs.get("split")   # the dim a split=True load cuts the tile along
 
     def tma_load(env: Env) -> None:
         dst, t = env[d_id], env[t_id]
@@ -131,6 +132,21 @@ def tma_load(comp: _Compiler, op: Op) -> Handler:
                     b is not None and np.may_share_memory(dst, b):
                 _race(op, mma, ctx, who)
         bar = env[b_id][()]
+        if split is not None:  # this CTA's part p of the whole tile (kit.tma_load split=)
+            p = bin(mask & ((1 << ctx.rank) - 1)).count("1")
+            n = bin(mask).count("1")
+            part = (p, n)
+            if split == 1:
+                q = dst.shape[1] // n
+                ctx.sched.multicast(ctx, op, dst, env[b_id], mask, nbytes, lambda view: t.copy_box(
+                    view[:, p * q:(p + 1) * q], r0, c0 + p * q), key, part)
+            else:
+                q = dst.shape[0] // n
+                ctx.sched.multicast(ctx, op, dst, env[b_id], mask, nbytes, lambda view: t.copy_box(
+                    view[p * q:(p + 1) * q], r0 + p * q, c0), key, part)
+            if expect:
+                bar.arrive(ctx, op, key, 1, expect)
+            return
         if mask is not None:  # into each CTA of the mask (interpreter/cluster.py)
             ctx.sched.multicast(ctx, op, dst, env[b_id], mask, nbytes,
                                 lambda view: t.copy_box(view, r0, c0), key)

@@ -67,7 +67,8 @@ def named_barrier_arrive(id, threads):
 
 
 @builtin
-def tma_load(dst, tensor, coords, barrier, sync=True, multicast=None, l2_promotion=256):
+def tma_load(dst, tensor, coords, barrier, sync=True, multicast=None, split=False,
+             l2_promotion=256):
     """Copy the box of the 2-d `tensor` argument at `coords` (row, col) into shared tile `dst`
     with the Tensor Memory Accelerator, completing on `barrier`. Out-of-range parts of the
     box read as zero. One thread issues it; loads on the same barrier in a row share one
@@ -87,7 +88,15 @@ def tma_load(dst, tensor, coords, barrier, sync=True, multicast=None, l2_promoti
     thread arrives: `kit.mbarrier_wait` means the same on both targets). The column
     coordinate must then be a multiple of 16 bytes.
 
-    `multicast`: a mask of cluster CTA ranks that receive the box (thread-block clusters).
+    Clusters (sm_90a): `multicast=mask` lands the box in every CTA of the mask (bit r: CTA
+    rank r) at `dst`'s place, counted on each one's `barrier`; each CTA of the mask issues
+    its own load with the same mask. With `split=True`, `dst` and `coords` name the whole
+    tile that all of them need, and each CTA copies only its part: the tile cut into as many
+    parts as the mask has CTAs (part i for the CTA at position i of the mask, in rank
+    order), along whole 128-byte column chunks when a row holds several, else along rows
+    (multiples of 8); the barrier expects the whole tile. Two CTAs sharing a 64x256 bf16 B
+    tile then each copy 64x128 of it, and every MMA reads the whole tile.
+
     `l2_promotion` (0, 64, 128 or 256 bytes; a constexpr, one value per tensor argument):
     the size of the L2 requests the descriptor's copies make. 256 (the default) suits tiles
     that are reused; a stream read once (decode's K/V cache) runs ~7% faster on an H200 with
