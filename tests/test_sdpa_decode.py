@@ -100,6 +100,28 @@ def test_plan_fuses_when_the_tile_fits():
     assert not meta["SPLIT"] and not meta["FUSED"]
 
 
+def test_plan_stages_and_key_blocks():
+    """Three K/V stages where the grid is one program per SM or fewer (split grids); two, and
+    128-key blocks for caches of 16K keys or more, where the programs outnumber the SMs."""
+    def meta(B, SK, **kw):
+        return AD._plan(B, 32, 8, 1, SK, 128, False, None, None, None, 132, **kw)[3]
+    assert (meta(1, 32768)["STAGES"], meta(1, 32768)["BN"]) == (3, 64)
+    assert (meta(8, 32768)["STAGES"], meta(8, 32768)["BN"]) == (3, 64)
+    assert (meta(64, 4096)["STAGES"], meta(64, 4096)["BN"]) == (2, 64)
+    assert (meta(64, 16384)["STAGES"], meta(64, 16384)["BN"]) == (2, 128)
+    assert meta(64, 16384, persistent=1)["BN"] == 64          # the variants keep theirs
+    assert AD._plan(64, 32, 8, 1, 16384, 256, False, None, None, None, 132)[3]["BN"] == 32
+
+
+@pytest.mark.parametrize("cfg", [dict(BN=128, STAGES=2), dict(STAGES=3)], ids=["bn128", "s3"])
+def test_decode_default_configs_at_ragged_lengths(cfg, poison):
+    """The configs the plan picks for long caches (128-key blocks) and split grids (three
+    stages), forced at lengths the interpreter runs: ragged last blocks, one and two splits."""
+    for Skv, splits in ((300, 1), (333, 2)):
+        q, k, v = llm_qkv(2, 1, 8, 128, Hkv=2, Skv=Skv, seed=Skv)
+        check_decode(q, k, v, False, poison, f"{cfg} Skv {Skv}", splits=splits, **cfg)
+
+
 def test_fused_counters_are_left_zero(monkeypatch, poison):
     """The last program of each group sets its counter back to 0, so that the next call on
     a workspace (the direct path reuses them) counts from 0; two calls on one counter

@@ -292,8 +292,12 @@ def _plan(B: int, H: int, Hkv: int, S: int, SK: int, D: int, causal: bool, split
     G = H // Hkv
     R = G * S                                      # query rows per K/V head
     BM = 64                                        # one warpgroup's WGMMA rows
-    # two programs per SM (Q 64 x D and the K/V stages in shared memory, < 113 KB each)
-    BN = BN or (64 if D <= 128 else 32)
+    # two programs per SM (Q 64 x D and the K/V stages in shared memory, < 113 KB each);
+    # long caches over more programs than SMs: 128-key blocks, one program per SM (144 KB),
+    # half the loop steps (H200, session 9: B64 Skv16K/32K 931/1860 -> 923/1840 us)
+    long = D <= 128 and not (swap or causal or persistent) and SK >= 16384 and \
+        B * Hkv * kit.cdiv(R, BM) > sms
+    BN = BN or (128 if long else 64 if D <= 128 else 32)
     if swap:         # the keys on the MMA's 64 rows, the tile's query rows (8 to 64) on its N
         BM, BN = min(64, max(8, kit.next_power_of_2(R))), 64
     keys = min(SK, S) if causal else SK            # top-left causal: keys 0..Sq-1 at most
