@@ -395,6 +395,18 @@ BF16_EPILOGUES = {  # the example's epilogues at 128x256 tiles (B [K, N], as ben
 }
 
 
+def timed_row(row: dict, runs: dict, M: int, N: int, K: int) -> dict:
+    """`row` with the interleaved TFLOP/s of `runs` and each one's ratio to cuBLAS (the "bt"
+    variants' to cuBLAS on B [N, K]), printed."""
+    ms = interleaved(runs)
+    flop = 2 * M * N * K / 1e9
+    row["tflops"] = {n: round(flop / v, 1) for n, v in ms.items()}
+    row["x_cublas"] = {n: round(ms["bt cublas" if n.startswith("bt") else "cublas"] / v, 3)
+                       for n, v in ms.items() if "cublas" not in n}
+    print(row, flush=True)
+    return row
+
+
 def bench_large() -> None:
     """The bf16 example's epilogues against cuBLAS at the four large shapes."""
     rows = results["large"] = []
@@ -416,13 +428,7 @@ def bench_large() -> None:
                 runs[name] = lambda cfg=cfg, args=args: mm.matmul(a, *args, **cfg)
             except Exception as e:
                 row[name] = f"failed: {type(e).__name__}: {str(e)[:160]}"
-        ms = interleaved(runs)
-        flop = 2 * M * N * K / 1e9
-        row["tflops"] = {n: round(flop / v, 1) for n, v in ms.items()}
-        row["x_cublas"] = {n: round(ms["bt cublas" if n.startswith("bt") else "cublas"] / v, 3)
-                           for n, v in ms.items() if "cublas" not in n}
-        rows.append(row)
-        print(row, flush=True)
+        rows.append(timed_row(row, runs, M, N, K))
     for name in BF16_EPILOGUES:
         results[f"large_geomean_{name}"] = geomean(r["x_cublas"].get(name) for r in rows)
         print(f"large geomean {name}: {results[f'large_geomean_{name}']}", flush=True)
@@ -524,13 +530,7 @@ def bench_cluster() -> None:
                 except Exception as e:
                     row[prefix + name] = f"failed: {type(e).__name__}: {str(e)[:160]}"
         row["tuner"] = _tuner_report(M, N, K)
-        ms = interleaved(runs)
-        flop = 2 * M * N * K / 1e9
-        row["tflops"] = {n: round(flop / v, 1) for n, v in ms.items()}
-        row["x_cublas"] = {n: round(ms["bt cublas" if n.startswith("bt") else "cublas"] / v, 3)
-                           for n, v in ms.items() if "cublas" not in n}
-        rows.append(row)
-        print(row, flush=True)
+        rows.append(timed_row(row, runs, M, N, K))
     for name in [p + n for p in ("", "bt ") for n in CLUSTER_VARIANTS]:
         results[f"cluster_geomean_{name}"] = geomean(r["x_cublas"].get(name) for r in rows)
         print(f"cluster geomean {name}: {results[f'cluster_geomean_{name}']}", flush=True)

@@ -45,28 +45,6 @@ _RUN_NAMES = {"_input", "_empty", "_work", "_counters", "_pdl", "torch", "device
               "as_strided", "view"}
 
 
-class Region:
-    """A dense region of the workspace seen as a tensor: the five facts the launcher's
-    descriptor code reads (pointer, shape, strides, rank, element size), no torch view."""
-
-    __slots__ = ("ptr", "shape", "strides", "esize")
-
-    def __init__(self, ptr: int, shape: tuple, strides: tuple, esize: int):
-        self.ptr, self.shape, self.strides, self.esize = ptr, shape, strides, esize
-
-    def data_ptr(self) -> int:
-        return self.ptr
-
-    def stride(self, dim: int | None = None):
-        return self.strides if dim is None else self.strides[dim]
-
-    def dim(self) -> int:
-        return len(self.shape)
-
-    def element_size(self) -> int:
-        return self.esize
-
-
 def signature(inputs) -> tuple | None:
     """The key of a route: per input (shape, strides, dtype, device index), or None when an
     input is not a tensor or not 16-byte aligned (those calls take `run`)."""
@@ -226,7 +204,7 @@ class Route:
         if any(x.get_device() != dev for x in inputs):
             raise _Unroutable("inputs on several devices")
         self.ns: dict[str, Any] = {
-            "_ws": _host.workspace, "_Region": Region, "_new": torch.empty, "_DEV": dev,
+            "_ws": _host.workspace, "_Region": _host.Region, "_new": torch.empty, "_DEV": dev,
             "_TDEV": torch.device("cuda", dev) if dev >= 0 else torch.device("cpu")}
         out_spec = _outputs(rec, outs)
         offsets, size, counters = _workspace_layout(rec, {i for i, _ in out_spec})
@@ -258,7 +236,7 @@ class Route:
         for j, (jf, grid, args, kwargs, ck) in enumerate(rec.launches):
             lines.append(self._launch_line(j, jf, grid, args, kwargs, ck, rec, ref, regions,
                                            dev))
-        self.ns["_R"] = [Region(-1, (), (), 0) for _ in regions]
+        self.ns["_R"] = [self.ns["_Region"](-1, (), (), 0) for _ in regions]
         ret = []
         for k, (i, view) in enumerate(out_spec):
             self.ns[f"_V{k}"] = view

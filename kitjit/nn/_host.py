@@ -44,27 +44,19 @@ import torch
 from .. import launcher as _launcher
 from ..compiled_kernel import CompiledKernel
 
-__all__ = ["Rows", "Site", "int_facts", "workspace", "reset", "on_reset"]
+__all__ = ["Region", "Rows", "Site", "int_facts", "workspace", "reset", "on_reset"]
 
 
-class Rows:
-    """A contiguous (rows, cols) region at `ptr` of elements of `esize` bytes: passed where a
-    kernel takes a tensor it reads by TMA (the launcher's descriptor code reads these five
-    facts and nothing else). Holds no tensor, so an op may keep one between calls.
-    `batch`: `batch` such regions one after another, a (batch, rows, cols) tensor (what a
-    kernel copies with (batch, row, col) coordinates: attention's K and V per head)."""
+class Region:
+    """A dense region at `ptr` seen as a tensor: the five facts the launcher's descriptor
+    code reads (pointer, shape, strides, rank, element size) and nothing else, so an op may
+    keep one between calls without holding a tensor (kit.graph's routes pass workspace
+    buffers this way)."""
 
-    __slots__ = ("ptr", "shape", "esize", "strides")
+    __slots__ = ("ptr", "shape", "strides", "esize")
 
-    def __init__(self, ptr: int, rows: int, cols: int, esize: int, batch: int | None = None):
-        self.ptr = ptr
-        self.esize = esize
-        if batch is None:
-            self.shape = (rows, cols)
-            self.strides = (cols, 1)
-        else:
-            self.shape = (batch, rows, cols)
-            self.strides = (rows * cols, cols, 1)
+    def __init__(self, ptr: int, shape: tuple, strides: tuple, esize: int):
+        self.ptr, self.shape, self.strides, self.esize = ptr, shape, strides, esize
 
     def data_ptr(self) -> int:
         return self.ptr
@@ -77,6 +69,22 @@ class Rows:
 
     def element_size(self) -> int:
         return self.esize
+
+
+class Rows(Region):
+    """A contiguous (rows, cols) region at `ptr` of elements of `esize` bytes: passed where a
+    kernel takes a tensor it reads by TMA. `batch`: `batch` such regions one after another,
+    a (batch, rows, cols) tensor (what a kernel copies with (batch, row, col) coordinates:
+    attention's K and V per head)."""
+
+    __slots__ = ()
+
+    def __init__(self, ptr: int, rows: int, cols: int, esize: int, batch: int | None = None):
+        self.ptr, self.esize = ptr, esize      # (set here, not through super(): a host path)
+        if batch is None:
+            self.shape, self.strides = (rows, cols), (cols, 1)
+        else:
+            self.shape, self.strides = (batch, rows, cols), (rows * cols, cols, 1)
 
 
 def int_facts(*ints: int) -> tuple:
