@@ -175,3 +175,18 @@ def test_cluster_gemm_persistent_gpu_variants(poison):
                                    (8192, 2048, 64)])
 def test_cluster_gemm_ws_gpu(poison, trans_b, M, N, K):
     _run(M, N, K, trans_b, poison, device="cuda", ws=True)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("ws", [False, True])
+def test_cluster_gemm_repeatable_gpu(ws):
+    """The refill's write-after-read order rests on CTA-scope arrivals (no fence per
+    k-step, frontend/cluster_scope.py): a multicast landing in a stage a peer still reads
+    would change the sum, so repeated runs (many k-steps, every SM) must agree bit for
+    bit, and with float64."""
+    a, b = _randn(4096, 4096, device="cuda"), _randn(4096, 2048, seed=1, device="cuda")
+    first = matmul_cluster(a, b, ws=ws)
+    assert_rows_close(first, a.double() @ b.double(), 1e-2, f"ws={ws}")
+    for _ in range(20):
+        assert torch.equal(matmul_cluster(a, b, ws=ws), first)
