@@ -315,6 +315,7 @@ class JITFunction(TritonJITAttrs):
         need one, and a Hopper target)."""
         from kitjit.frontend import ampere
         from kitjit.frontend.arrive_sync import mark_arrive_syncs
+        from kitjit.frontend.cluster_scope import pick_mbar_scope
         from kitjit.frontend.codegen import build_kernel_ir
         from kitjit.frontend.layout_pass import infer_layouts
         from kitjit.frontend.tma_groups import group_tma_loads
@@ -329,6 +330,7 @@ class JITFunction(TritonJITAttrs):
         check_cluster_ops(fn, cluster, arch)
         if cluster is not None:
             fn.attrs["cluster"] = _launcher.cluster_dims(cluster)
+            pick_mbar_scope(fn)
         fn = _guard(self.__name__, "inferring layouts of", lambda: infer_layouts(fn))
         fn = _guard(self.__name__, "grouping TMA loads of", lambda: group_tma_loads(fn))
         if target is None:   # Hopper: one arrival per warpgroup (Ampere: one per warp)

@@ -415,6 +415,36 @@ def test_arrival_syncs_only_after_unsynced_smem_access():
         == [True]
 
 
+@kit.jit
+def arrive_then_read(X, Out):
+    """A remote arrival, then a plain global load: the peer's writes must be visible."""
+    bar = kit.mbarriers(1)
+    kit.cluster_barrier()
+    kit.mbarrier_arrive(bar[0], cta=(kit.cluster_ctarank() + 1) % kit.num_cluster_ctas())
+    kit.mbarrier_wait(bar[0], 0)
+    kit.store(Out + kit.program_id(0), kit.load(X + kit.program_id(0)))
+    kit.cluster_barrier()
+
+
+def test_mbarrier_scope_follows_plain_peer_reads():
+    """Cluster-scope arrivals and waits (a GPU-wide fence per arrival, an L1 invalidate per
+    wait) only where a CTA may read a peer's plain writes: DSMEM, global loads
+    (frontend/cluster_scope.py); TMA-only kernels and plain stores get CTA scope."""
+    def scope(kernel, specs, consts):
+        fn = kernel.build_ir(specs, consts, 4, tma=True, arch="sm_90a", cluster=(2,))
+        return fn.attrs["mbar_scope"]
+
+    f32 = ("*fp32", 16)
+    assert scope(handoff, [f32, f32], (16, 32, True)) == "cluster"          # DSMEM
+    assert scope(arrive_then_read, [f32, f32], ()) == "cluster"              # global load
+    assert scope(arrive_and_leave, [f32], (True,)) == "cta"                  # stores only
+    assert scope(mcast, [("*bf16", 16)] * 2, (16, 32, 2)) == "cta"           # TMA only
+    assert "mbar_scope" not in arrive_after_barrier.build_ir([f32, f32], (32,), 4,
+                                                             tma=True).attrs
+    ck = arrive_and_leave.compile([f32], (True,), 4, "sm_90a", cluster=(2,))
+    assert "mbarrier.arrive.shared::cluster.b64" in ck.asm["ptx"]
+
+
 @pytest.mark.parametrize("push", [False, True])
 def test_dsmem_sass(push):
     ck = ring.compile([("*bf16", 16), ("*bf16", 16), ("i32", 1), ("i32", 1)],

@@ -63,13 +63,16 @@ class ClusterLowering(LoweringBase):
     @lowering("cluster_arrive")
     def op_cluster_arrive(self, op: Op) -> None:
         """One arrival per warpgroup (its first thread, as the local arrive) on the peer's
-        mbarrier, releasing this CTA's writes at cluster scope."""
+        mbarrier, releasing this CTA's writes at cluster scope where a peer may read them
+        with plain accesses, else at CTA scope (no GPU-wide fence per arrival; see
+        frontend/cluster_scope.py)."""
         bar, rank = op.operands
         if op.attrs.get("sync_first"):   # frontend/arrive_sync.py: order every thread's access
             self.sync()
         peer = self._peer_base(bar, rank)
         p = self.b.icmp_unsigned("==", self.b.and_(self.tid, self.c32(127)), self.c32(0))
-        asm(self.b, VOID, "@$0 mbarrier.arrive.release.cluster.shared::cluster.b64 _, [$1];",
+        sem = ".release.cluster" if self.fn.attrs.get("mbar_scope") == "cluster" else ""
+        asm(self.b, VOID, f"@$0 mbarrier.arrive{sem}.shared::cluster.b64 _, [$1];",
             "b,r,~{memory}", [p, peer])
 
     @lowering("cluster_load")

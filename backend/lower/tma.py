@@ -336,9 +336,9 @@ class TmaLowering(LoweringBase):
             slot = self.phase_slot(op.operands[0])
             ph = self.b.load(slot)
             self.b.store(self.b.xor(ph, self.c32(1)), slot)
-        # in a cluster launch a peer may arrive (kit.mbarrier_arrive(bar, cta=...)): the
-        # wait then acquires at cluster scope, so the peer's writes before it are seen
-        sem = ".acquire.cluster" if self.fn.attrs.get("cluster") else ""
+        # in a cluster launch where a peer's plain writes may be read after the wait, it
+        # acquires at cluster scope (an L1 invalidate per wait): frontend/cluster_scope.py
+        sem = ".acquire.cluster" if self.fn.attrs.get("mbar_scope") == "cluster" else ""
         asm(self.b, VOID,
             "{ .reg .pred P1; \nKITWAIT${:uid}: \n"
             f"mbarrier.try_wait.parity{sem}.shared::cta.b64 P1, [$0], $1; \n"

@@ -54,7 +54,8 @@ class ClusterOps(BuilderBase):
     @typing_rule("cluster_arrive")
     def cluster_arrive(self, bar: Any, rank: Any) -> None:
         """kit.mbarrier_arrive(bar, cta=rank): one arrival (per warpgroup, as the local
-        arrive) on CTA `rank`'s copy of mbarrier `bar`, releasing at cluster scope."""
+        arrive) on CTA `rank`'s copy of mbarrier `bar`, releasing at cluster scope where
+        a peer may read this CTA's plain writes (frontend/cluster_scope.py)."""
         if not isinstance(bar, Value) or bar.dtype is not mbarrier or bar.shape != ():
             raise self.error(f"kit.mbarrier_arrive needs one mbarrier (bars[s]), got "
                              f"{describe(bar)}")

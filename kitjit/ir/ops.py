@@ -69,8 +69,9 @@ cluster_load src (2-d shared), rank       - (the tile of CTA `rank` of the clust
                                           mapa + ld.shared::cluster)
 cluster_store dst (2-d shared), rank, value - (st.shared::cluster into CTA `rank`)   -
 cluster_arrive bar (one mbarrier), rank   - (kit.mbarrier_arrive(bar, cta=rank):     -
-                                          mbarrier.arrive.release.cluster on CTA
-                                          `rank`'s copy of bar)
+                                          mbarrier.arrive on CTA `rank`'s copy of
+                                          bar; release scope: fn.attrs mbar_scope,
+                                          frontend/cluster_scope.py)
 hint       a                              kind (multiple_of|max_contiguous|          type of a
                                           max_constancy), values (one per dim)
 assume     cond (i1 scalar)               - (kit.assume)                             -
