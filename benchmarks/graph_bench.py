@@ -304,6 +304,11 @@ def run_workload(name: str, args, compile_state: dict) -> dict:
     best = sorted(opt.info["search"].get("timings", []), key=lambda x: x[0])[:4]
     print("  search timed (us, model us): " + "; ".join(
         f"{t:.1f} ({m:.1f}) {p}" for t, m, _, p in best), flush=True)
+    per_plan: dict = {}   # the best timed candidate of each fusion plan (form against form)
+    for t in sorted(opt.info["search"].get("timings", []), key=lambda x: x[0]):
+        per_plan.setdefault(t[2], t)
+    for t, m, plan_name, p in per_plan.values():
+        print(f"  best of {plan_name}: {t:.1f} us (model {m:.1f}) {p}", flush=True)
     # correctness on fresh inputs, after the search
     errs, eager_errs = [], []
     for _ in range(3):

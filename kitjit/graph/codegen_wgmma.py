@@ -10,16 +10,28 @@ and the M rows of x, padded to MP, are its N (TMA reads rows past M as zeros). T
 accumulators come back to the [MP, BN] orientation with one kit.trans, so the epilogue and
 split-K's combine kernel are the level-1 matmul's (codegen_mm.py).
 
-With an rms_norm prologue (rms_norm(x, w) @ W = rstd * ((x * w) @ W)) the product is not
-swapped: x * w is made in registers (loaded one k-step ahead) and is WGMMA's A operand,
-64 rows of which M are live, the weights' tiles its B through the TMA ring; each row's sum
-of squares rides along and rstd scales the accumulators at the end (or in the combine).
+With an rms_norm prologue (rms_norm(x, w) @ W = rstd * ((x * w) @ W)) there are two forms:
+
+- NORM "smem" (no row kernel, no extra launch): the swapped product as above, x's tiles
+  through the same TMA ring; once a k-step the threads read x's [MP, BK] tile (8 halves a
+  thread at MP 16), add its squares to a register tile, write x * w into a tile of its own
+  and sync, so WGMMA's B operand is x * w. Three such tiles in turn: the MMA before may
+  still read the last one, and the one before that is retired by every warp once all
+  threads have passed the last k-step's barrier (a warp's wgmma.wait_group says nothing
+  of the others'). Each row's sum of squares is reduced once after the loop,
+  and rstd scales the output's rows at the end, or, split-K, the combine (the last split
+  program, FUSE) adds the splits' sums beside their partials first.
+- NORM "epi" (not swapped): x * w is made in registers (loaded one k-step ahead) and is
+  WGMMA's A operand, 64 rows of which M are live, the weights' tiles its B through the
+  TMA ring (measured 2.4-4.5x its model: x is re-laid out for WGMMA every k-step).
 
 It applies where TMA can read the operands as they are: one 2-d matmul (no batch), x and
 the weights whole contiguous buffers [M, K] and [K, N] with 16-byte rows, fp16 or bf16, no
 low-rank chain."""
 
 from __future__ import annotations
+
+import itertools
 
 from .codegen import KIT_DTYPE, Access, Index, bound, kernel_header, p2
 from .codegen_mm import TileEmitter, _epilogue, split_tail
@@ -70,12 +82,13 @@ def wgmma_kernel(group, name: str, pdl: bool = False) -> tuple[list[str], list[s
     (module.py): the weights' ring fills while that kernel finishes."""
     mm0 = group.mms[0]
     M, N = mm0.shape
-    x = mm0.inputs[0]
-    K = x.shape[-1]
     P = group.params
-    if group.prologue is not None:
+    pro = group.prologue
+    if pro is not None and P.get("NORM") != "smem":
         return _norm_kernel(group, name)
-    pdl = pdl and x.base() is x
+    x = mm0.inputs[0] if pro is None else pro.inputs[0]
+    K = x.shape[-1]
+    pdl = pdl and pro is None and x.base() is x
     BN, STAGES, SPLIT, nw = P["BN"], P["STAGES"], P.get("SPLIT", 1), P["num_warps"]
     MP = mp(M)
     dt = KIT_DTYPE[mm0.dtype]
@@ -88,7 +101,14 @@ def wgmma_kernel(group, name: str, pdl: bool = False) -> tuple[list[str], list[s
     rn = Index("rn", (1,), bound("rn", N, BN))
     e = TileEmitter(group, mm0.shape, rm, rn, Index("b", ()))
     e.line(f"# out^T = W^T x^T: {BN} weight columns are WGMMA's rows, x's {M} rows its N")
+    if pro is not None:
+        e.line("# rms_norm(x, w) @ W = rstd * ((x * w) @ W): x * w is made from x's tile each "
+               "k-step,")
+        e.line("# each row's sum of squares rides along, rstd scales the rows at the end")
     e.line(f"xs = kit.shared(({STAGES}, {MP}, {BK}), {dt})")
+    weighted = pro is not None and len(pro.inputs) > 1
+    if weighted:
+        e.line(f"xw = kit.shared((3, {MP}, {BK}), {dt})   # x * w, the MMA's operand, in turn")
     for i, _ in enumerate(ws):
         e.line(f"w{i}s = kit.shared(({STAGES}, {BK}, {BN}), {dt})")
     _ring_and_k_start(e, STAGES, BN, SPLIT, n_k * BK)
@@ -118,20 +138,42 @@ def wgmma_kernel(group, name: str, pdl: bool = False) -> tuple[list[str], list[s
             e.line("    " + ln)
     for i, _ in enumerate(ws):
         e.line(f"acc{i} = kit.zeros(({BN}, {MP}), kit.float32)")
+    xop = "xs[s]"
+    if pro is not None:
+        e.line(f"sq = kit.zeros(({MP}, {BK}), kit.float32)   # x * x, summed over k-steps")
+    if weighted:
+        wb = f"t{pro.inputs[1].id}"
+        e.line(f"rk = kit.arange(0, {BK})")
+        e.line(f"wv = kit.load({wb} + k0 + rk, mask=k0 + rk < {K}, other=0.0)"
+               ".to(kit.float32)   # the norm's weight")
+        xop = "xw[i % 3]"
     e.line(f"for i in kit.range({n_k}, loop_unroll_factor=1):   # (unrolled, ptxas "
            "serializes the WGMMAs)")
     e.line(f"    s = i % {STAGES}")
     e.line(f"    kit.mbarrier_wait(ready[s], i // {STAGES} % 2)")
     if pdl:
         e.line(f"    kit.mbarrier_wait(xready[s], i // {STAGES} % 2)")
+    if pro is not None:
+        e.line("    xf = kit.load(xs[s]).to(kit.float32)")
+        e.line("    sq += xf * xf")
+    if weighted:
+        e.line(f"    kit.store({xop}, xf * wv[None, :])   # fenced for WGMMA (the last "
+               "two MMAs read the others)")
+        e.line("    kit.barrier()   # every thread's part is written")
     for i, _ in enumerate(ws):
-        e.line(f"    acc{i} = kit.mma(w{i}s[s].T, xs[s].T, acc{i}, pending=1)")
+        e.line(f"    acc{i} = kit.mma(w{i}s[s].T, {xop}.T, acc{i}, pending=1)")
+    if weighted:   # (after the fence of kit.store, which would wait for it)
+        e.line(f"    kn = k0 + (i + 1) * {BK} + rk")
+        e.line(f"    wv = kit.load({wb} + kn, mask=kn < {K}, other=0.0)"
+               ".to(kit.float32)   # the next k-step's")
     if n_k > STAGES - 1:
         e.line(f"    if i + {STAGES - 1} < {n_k}:   # refill the stage the last MMAs freed")
         e.line(f"        s1 = (i + {STAGES - 1}) % {STAGES}")
         e.line(f"        k = k0 + (i + {STAGES - 1}) * {BK}")
         for ln in loads("s1", "k"):
             e.line("        " + ln)
+    if pro is not None:
+        e.line("ss = kit.sum(sq, axis=1)   # each row's sum of squares over this part of K")
     e.line(f"rm = kit.arange(0, {MP})")
     e.line(f"rn = n0 + kit.arange(0, {BN})")
     nmm = len(group.mms)
@@ -139,13 +181,15 @@ def wgmma_kernel(group, name: str, pdl: bool = False) -> tuple[list[str], list[s
         e.line(f"acc{i} = kit.trans(acc{i})   # back to [rows of x, columns]")
     args = group.args()
     grid = f"({gn}{', ' + str(SPLIT) if SPLIT > 1 else ''})"
-    if SPLIT > 1:
-        src, launch = split_tail(group, name, e, grid, nw, None, batched=False,
-                                 fused=P.get("FUSE", False))
+    if SPLIT > 1:   # (the norm's sums go beside the partials: split_tail's "epi")
+        src, launch = split_tail(group, name, e, grid, nw, "epi" if pro else None,
+                                 batched=False, fused=P.get("FUSE", False))
         return src, [ln[:-1] + _pdl_option(pdl, xb) + ")" if ln.startswith(f"{name}[")
                      else ln for ln in launch]
+    if pro is not None:
+        e.line(f"rstd = kit.rsqrt(ss / {K} + {pro.attrs['eps']!r})")
     for i, mm in enumerate(group.mms):
-        e.line(f"v{mm.id} = acc{i}")
+        e.line(f"v{mm.id} = acc{i}" + (" * rstd[:, None]" if pro is not None else ""))
     _epilogue(e, group)
     return kernel_header(name, args) + e.lines, [
         f"{name}[{grid}]({', '.join(args)}, num_warps={nw}{_pdl_option(pdl, xb)})"]
@@ -227,7 +271,8 @@ def choices(group) -> list[dict]:
     SMs in whole waves: a skinny matmul's column blocks alone leave most of them idle), its
     partials added by a combine kernel or (FUSE) by the last split program of each column
     block; rings of 3-12 stages within shared memory and no deeper than a program's
-    k-steps (a deep ring fills with weights while the kernel before finishes, PDL)."""
+    k-steps (a deep ring fills with weights while the kernel before finishes, PDL). With an
+    rms_norm prologue, each set in both norm forms (NORM "smem" and "epi")."""
     if not eligible(group):
         return []
     M, N = group.mms[0].shape
@@ -242,13 +287,14 @@ def choices(group) -> list[dict]:
             ch = -(-nbk // split)
             if split > 1 and (ch < 2 or (split - 1) * ch >= nbk):
                 continue
-            for stages in STAGES:
-                p = dict(FORM="wgmma", BM=64 if pro else mp(M), BN=BN, BK=BK, SPLIT=split,
-                         STAGES=stages, num_warps=4 if pro else 4 * BN // 64)
+            for stages, norm in itertools.product(STAGES, ("smem", "epi") if pro else (None,)):
+                p = dict(FORM="wgmma", BM=64 if norm == "epi" else mp(M), BN=BN, BK=BK,
+                         SPLIT=split, STAGES=stages,
+                         num_warps=4 if norm == "epi" else 4 * BN // 64)
+                if norm:
+                    p["NORM"] = norm
                 if smem_bytes(group, p) > MAX_RING or (stages > 3 and stages > ch + 1):
                     continue
-                if pro:
-                    p["NORM"] = "epi"
                 out.append(p)
                 if split > 1:   # the last split program runs the epilogue: one launch
                     out.append(dict(p, FUSE=True))
@@ -257,11 +303,14 @@ def choices(group) -> list[dict]:
 
 def smem_bytes(group, p: dict) -> int:
     """Shared memory of the ring: each stage holds a [BK, BN] tile of every weight and (but
-    for the norm form, whose x is in registers) x's [MP, BK] tile."""
+    for the NORM "epi" form, whose x is in registers) x's [MP, BK] tile; NORM "smem" adds
+    its three x * w tiles."""
     M = group.mms[0].shape[0]
     n = len(group.mms)
-    x = 0 if group.prologue is not None else mp(M) * BK
-    return p["STAGES"] * (x + n * BK * p["BN"]) * 2
+    norm = p.get("NORM")
+    x = 0 if norm == "epi" else mp(M) * BK
+    xw = 3 * mp(M) * BK if norm == "smem" else 0
+    return (p["STAGES"] * (x + n * BK * p["BN"]) + xw) * 2
 
 
 def _pdl_option(pdl: bool, x: str) -> str:

@@ -28,7 +28,7 @@ from .host import Host
 from .module import module_source
 from .progress import Progress
 
-GENERATOR_VERSION = "5"
+GENERATOR_VERSION = "6"
 TOL = {torch.float16: 1e-2, torch.bfloat16: 1e-2, torch.float32: 1e-4}
 MAX_CANDIDATES = 24
 _loaded = 0
@@ -202,7 +202,8 @@ def _param_family(p: dict, grp=None) -> str:
     (space.L2_SM_BPS), so each count is timed at its best split."""
     if p.get("FORM") == "wgmma" and grp is not None and grp.kind == "matmul":
         progs = -(-grp.mms[0].shape[-1] // p["BN"]) * p.get("SPLIT", 1)
-        return f"FORM=wgmma,BN={p['BN']},per_sm={-(-progs // space.SMS)}"
+        norm = f",NORM={p['NORM']}" if "NORM" in p else ""
+        return f"FORM=wgmma{norm},BN={p['BN']},per_sm={-(-progs // space.SMS)}"
     if "PACK" in p and p.get("FORM") == "wgmma":
         keys = ("FORM", "PACK", "BN", "SPLIT")
     else:

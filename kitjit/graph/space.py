@@ -47,6 +47,11 @@ KEEP = 3.0                 # candidates modelled within KEEP x the best survive 
 # on the H100 (48-76 us against 17-20, 2026-11-24: x's tile is re-laid out for WGMMA at every
 # k-step); the swapped TMA form ran within 8% of it
 NORM_A_SLOWDOWN = 3.5
+# the swapped form with the norm (NORM "smem": x * w written over a copy of x's shared tile
+# each k-step, a bar.sync before the MMA) streams the same bytes as the swapped form after a
+# row kernel; its k-step's chain is ~0.1-0.2 us longer (shared round trip, fence, barrier),
+# which a ring of 3+ stages hides when the stream is the bound. Not measured yet: a guess
+NORM_SMEM_COST = 1.05
 # (level 1 ran 2-6x its modelled time too, unevenly: a flat factor on it pushed the measured
 # winners of GQA B1 and LoRA out of the timed set, so none is applied; NOTES.md, session 5)
 # Where a skinny matmul group also has the level-2 form, its level-1 forms ran 4-6x their
@@ -291,7 +296,7 @@ def cost(grp: Group, p: dict) -> float:
         t = max(t, t_loop) + ATTN_OVERLAP * min(t, t_loop)
     t += waves * LATENCY_S + (kernels - 1) * LAUNCH_S + tail
     if p.get("FORM") == "wgmma" and grp.prologue is not None:
-        t *= NORM_A_SLOWDOWN
+        t *= NORM_A_SLOWDOWN if p.get("NORM") == "epi" else NORM_SMEM_COST
     elif grp.kind == "matmul" and p.get("FORM") is None and codegen_wgmma.eligible(grp):
         t *= LEVEL1_BESIDE_L2
     if grp.kind == "attention" and p["FORM"] == "wgmma":   # ties: the smaller ring
@@ -312,7 +317,8 @@ def registers(grp: Group, p: dict) -> float:
         BM, BN, BK = p["BM"], p["BN"], p["BK"]
         n = len(grp.mms)
         if p.get("FORM") == "wgmma":     # operands in shared memory: accumulators only
-            return 40 + (n + 1) * BM * BN / th
+            extra = 3 * BM * BK / th if p.get("NORM") == "smem" else 0   # x, x * x, x * w
+            return 40 + (n + 1) * BM * BN / th + extra
         RP = p2(grp.lowrank[0].shape[-1], 16) if grp.lowrank else 0
         loaded = BM * BK + n * BK * BN + BK * RP                  # halves per stage
         wm = max(1, min(nw, BM // 16))
