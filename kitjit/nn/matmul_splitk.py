@@ -237,6 +237,16 @@ def _launch_config(a, b, c, M, N, K, trans_b, share_a, config) -> tuple[dict, in
     return cfg, grid
 
 
+def splitk_config(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False,
+                  share_a: bool = False, **config) -> dict:
+    """The config matmul_splitk_cluster(a, b, trans_b, share_a, **config) launches with
+    (after the residency check): for reports."""
+    M, K = a.shape
+    N = b.shape[0] if trans_b else b.shape[1]
+    c = torch.empty(M, N, device=a.device, dtype=a.dtype)
+    return dict(_launch_config(a, b, c, M, N, K, trans_b, share_a, config)[0])
+
+
 def matmul_splitk_cluster(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False,
                           share_a: bool = False, **config) -> torch.Tensor:
     """a @ b (a @ b.T when trans_b: b is [N, K]) with K split over the CTAs of a cluster
