@@ -559,13 +559,16 @@ def _cluster_splitk(a, w, trans_b=True, **cfg):
 
 # split-K through a cluster's distributed shared memory (kitjit/nn/matmul_splitk.py), timed
 # where the example splits K: its default plan, with A shared by multicast (cluster-a),
-# and that with B's copies not promoted in L2 (read once: decode's K/V cache gained 7%)
+# that with B's copies not promoted in L2 (read once: decode's K/V cache gained 7%), and
+# with 2 sharers at most (smaller clusters: less coupling, fewer SMs left idle in a GPC)
 SKINNY_CLUSTER = {
     "cluster": (lambda a, w: mm.matmul(a, w, trans_b=True, split_mode="cluster"), {}),
     "cluster-a": (lambda a, w: mm.matmul(a, w, trans_b=True, split_mode="cluster-a"),
                   dict(share_a=True)),
     "cluster-a l2b0": (lambda a, w: _cluster_splitk(a, w, share_a=True, L2_B=0),
                        dict(share_a=True, L2_B=0)),
+    "cluster-a cn2": (lambda a, w: _cluster_splitk(a, w, share_a=True, CN=2),   # clusters
+                      dict(share_a=True, CN=2)),                                # of <= 8
 }
 
 
