@@ -15,6 +15,13 @@ pushes column chunk i of it (BN/P columns, a relabeling of the accumulator's reg
 into slot `rank` of CTA i's shared buffer `red` (st.shared::cluster); after one cluster
 barrier CTA i adds its P slots in rank order (the sum does not depend on timing) and
 stores columns [i*BN/P, (i+1)*BN/P) of the tile. Non-persistent: one cluster per tile.
+
+With CN > 1 (`share_a`), CN neighbouring column blocks of the same part of K also sit in
+the cluster (rank = part + P * block): they need the same A tile, so each copies 1/CN of
+its rows and multicasts it to all (`kit.tma_load(..., multicast=, split=True)`), and a
+stage is refilled only once every sharer released it (an `empty` barrier that each
+warpgroup of the CN CTAs arrives on after its MMAs on the stage retired). Each CTA then
+pulls (BM/CN + BN) rows of K from L2 instead of (BM + BN).
 """
 
 from __future__ import annotations
