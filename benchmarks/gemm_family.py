@@ -560,7 +560,8 @@ def _cluster_splitk(a, w, trans_b=True, **cfg):
 # split-K through a cluster's distributed shared memory (kitjit/nn/matmul_splitk.py), timed
 # where the example splits K: its default plan, with A shared by multicast (cluster-a),
 # that with B's copies not promoted in L2 (read once: decode's K/V cache gained 7%), and
-# with 2 sharers at most (smaller clusters: less coupling, fewer SMs left idle in a GPC)
+# with 2 sharers at most (smaller clusters: less coupling, fewer SMs left idle in a GPC),
+# and with refills one step later (a sharer a step behind does not stall them)
 SKINNY_CLUSTER = {
     "cluster": (lambda a, w: mm.matmul(a, w, trans_b=True, split_mode="cluster"), {}),
     "cluster-a": (lambda a, w: mm.matmul(a, w, trans_b=True, split_mode="cluster-a"),
@@ -569,7 +570,10 @@ SKINNY_CLUSTER = {
                        dict(share_a=True, L2_B=0)),
     "cluster-a cn2": (lambda a, w: _cluster_splitk(a, w, share_a=True, CN=2),   # clusters
                       dict(share_a=True, CN=2)),                                # of <= 8
+    "cluster-a lag2": (lambda a, w: _cluster_splitk(a, w, share_a=True, **LAG2[a.shape[0] <= 64]),
+                       None),
 }
+LAG2 = {False: dict(LAG=2, STAGES=5), True: dict(LAG=2, STAGES=6)}   # 2 or 4 steps ahead
 
 
 def bench_skinny() -> None:
@@ -597,6 +601,8 @@ def bench_skinny() -> None:
                     for name, (fn, cfg) in SKINNY_CLUSTER.items():
                         variants.append((name, lambda fn=fn: fn(a, w)))
                         try:
+                            cfg = cfg if cfg is not None else dict(share_a=True,
+                                                                   **LAG2[M <= 64])
                             c = splitk_config(a, w, True, **cfg)
                             row[f"{name}_plan"] = f"P{c['P']} CN{c['CN']} BM{c['BM']}"
                         except Exception as e:

@@ -44,6 +44,8 @@ def _run(M, N, K, trans_b, poison, device="cpu", fn=matmul_splitk_cluster, **kw)
     (16, 136, 64, False, dict(BK=16, P=4, CN=4)),
     # 8 parts of 8 columns each, four of them wholly past K
     (16, 72, 64, True, dict(BK=16, P=8, CN=1)),
+    # refills one step later (LAG 2), A shared by 2
+    (70, 200, 520, True, dict(P=2, CN=2, STAGES=4, LAG=2)),
 ])
 def test_splitk_cluster_interpreter(monkeypatch, poison, M, N, K, trans_b, kw):
     monkeypatch.setenv("KITJIT_INTERPRET", "1")
@@ -80,7 +82,7 @@ def _sass(BM, BN, BK, STAGES, P, CN, trans_b, num_warps):
     amask = sum(1 << (P * j) for j in range(CN))
     ck = matmul_splitk_cluster_kernel.compile(
         [("*bf16", 16)] * 3 + [("i32", 16)] * 3,
-        (BM, BN, BK, STAGES, P, CN, amask, num_warps // 4, trans_b, 256), num_warps,
+        (BM, BN, BK, STAGES, P, CN, amask, num_warps // 4, trans_b, 256, 1), num_warps,
         "sm_90a", cluster=(P * CN, 1, 1))
     text = disassemble(ck.asm["cubin"])
     return ck, text, sass_opcodes(text)
@@ -88,7 +90,8 @@ def _sass(BM, BN, BK, STAGES, P, CN, trans_b, num_warps):
 
 @needs_sass
 @pytest.mark.parametrize("BM,STAGES,P,CN,trans_b,num_warps", [
-    (128, 4, 2, 1, True, 8), (128, 4, 4, 2, True, 8), (64, 6, 4, 2, False, 4)])
+    (128, 4, 2, 1, True, 8), (128, 4, 4, 2, True, 8), (64, 6, 4, 2, False, 4),
+    (128, 5, 2, 4, True, 8)])                # 5 stages (LAG 2's config) + 64 KB: it fits
 def test_splitk_cluster_sass(BM, STAGES, P, CN, trans_b, num_warps):
     ck, text, ops = _sass(BM, 128, 64, STAGES, P, CN, trans_b, num_warps)
     assert ck.metadata["spills"] == 0 and ck.metadata["shared"] <= SMEM_MAX
@@ -118,7 +121,7 @@ def test_splitk_cluster_gpu(poison, share_a, M, N, K, trans_b):
 @pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("kw", [dict(P=8, CN=1), dict(P=2, CN=4), dict(P=4, CN=2, L2_B=0),
-                                dict(P=1, CN=2)])
+                                dict(P=1, CN=2), dict(P=2, CN=2, LAG=2, STAGES=5)])
 def test_splitk_cluster_gpu_configs(poison, kw):
     _run(128, 4096, 4096, True, poison, device="cuda", **kw)
     _run(16, 1100, 3000, False, poison, device="cuda", **kw)   # 9 column blocks

@@ -99,7 +99,8 @@ def push_chunks(red, acc, slot, base, BM: kit.constexpr, BN: kit.constexpr,
 def matmul_splitk_cluster_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr,
                                  BK: kit.constexpr, STAGES: kit.constexpr, P: kit.constexpr,
                                  CN: kit.constexpr, AMASK: kit.constexpr, WG: kit.constexpr,
-                                 TRANS_B: kit.constexpr = False, L2_B: kit.constexpr = 256):
+                                 TRANS_B: kit.constexpr = False, L2_B: kit.constexpr = 256,
+                                 LAG: kit.constexpr = 1):
     dt = A.dtype.element_ty
     a = kit.shared((STAGES, BM, BK), dt)
     b = kit.shared((STAGES, BN, BK) if TRANS_B else (STAGES, BK, BN), dt)
@@ -117,7 +118,7 @@ def matmul_splitk_cluster_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.co
     k0 = part * n_k * BK
     if CN > 1:
         kit.cluster_barrier()     # the peers' barriers exist before copies land in them
-    for s in kit.static_range(STAGES - 1):
+    for s in kit.static_range(STAGES - LAG):
         if s < n_k:
             fill(a, b, ready, empty, A, B, m0, n0, k0 + s * BK, s, part, STAGES, P, CN,
                  AMASK, TRANS_B, L2_B)
@@ -132,9 +133,10 @@ def matmul_splitk_cluster_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.co
             if kk > 0:            # MMA kk-1 retired: release its stage in A's sharers
                 for j in kit.static_range(CN):
                     kit.mbarrier_arrive(empty[(kk - 1) % STAGES], cta=part + P * j)
-        if kk + STAGES - 1 < n_k:                     # the stage MMA kk-1 read is free
-            fill(a, b, ready, empty, A, B, m0, n0, k0 + (kk + STAGES - 1) * BK,
-                 kk + STAGES - 1, part, STAGES, P, CN, AMASK, TRANS_B, L2_B)
+        if kk + STAGES - LAG < n_k:   # the stage MMA kk-LAG read is free (LAG 2: one
+            fill(a, b, ready, empty, A, B, m0, n0,    # step of slack for A's sharers)
+                 k0 + (kk + STAGES - LAG) * BK, kk + STAGES - LAG, part, STAGES, P, CN,
+                 AMASK, TRANS_B, L2_B)
     push_chunks(red, acc, part, rank - part, BM, BN, P)
     kit.cluster_barrier()         # every part's chunks have landed in their owners' `red`
     total = kit.load(red[0])      # (and no CTA leaves while a peer may still write to it)
@@ -259,7 +261,9 @@ def matmul_splitk_cluster(a: torch.Tensor, b: torch.Tensor, trans_b: bool = Fals
     """a @ b (a @ b.T when trans_b: b is [N, K]) with K split over the CTAs of a cluster
     (sm_90a), the parts added in distributed shared memory. `config`: BM, BN, BK, STAGES,
     P (parts: 1, 2, 4 or 8), CN (column blocks sharing A by multicast: 1, 2, 4, 8),
-    num_warps, L2_B (the L2 promotion of B's copies); defaults from `splitk_plan`
+    num_warps, L2_B (the L2 promotion of B's copies), LAG (1: a stage is refilled as soon
+    as the MMAs of the step before released it in every sharer; 2: one step later, so a
+    sharer running a step behind does not stall the refill); defaults from `splitk_plan`
     (`share_a` there), P and CN then halved until every cluster is resident at once
     (unless both are given). A and B need rows of a multiple of 16 bytes (TMA)."""
     M, K = a.shape
