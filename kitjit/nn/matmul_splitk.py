@@ -183,9 +183,17 @@ def active_clusters(ck, cluster_ctas: int, num_warps: int, device: torch.device)
     """How many clusters of `cluster_ctas` CTAs of compiled kernel `ck` the GPU keeps
     resident at once (cuOccupancyMaxActiveClusters): a cluster lives on one GPC, so with
     one CTA an SM, clusters of 4-8 can leave a GPC's last SMs idle, and clusters past the
-    count would run in a second wave. Large without a GPU."""
+    count would run in a second wave. Large without a GPU or when the driver cannot say
+    (a plan for speed: the launch is correct either way)."""
     if device.type != "cuda":
         return 1 << 30
+    try:
+        return _max_active_clusters(ck, cluster_ctas, num_warps, device)
+    except Exception:
+        return 1 << 30
+
+
+def _max_active_clusters(ck, cluster_ctas: int, num_warps: int, device: torch.device) -> int:
     from cuda.bindings import driver as cu
 
     conf = cu.CUlaunchConfig()
