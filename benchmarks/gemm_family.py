@@ -557,23 +557,27 @@ def _cluster_splitk(a, w, trans_b=True, **cfg):
     return matmul_splitk_cluster(a, w, trans_b, **cfg)
 
 
-# split-K through a cluster's distributed shared memory (kitjit/nn/matmul_splitk.py), timed
-# where the example splits K: its default plan, with A shared by multicast (cluster-a),
-# that with B's copies not promoted in L2 (read once: decode's K/V cache gained 7%), and
-# with 2 sharers at most (smaller clusters: less coupling, fewer SMs left idle in a GPC),
-# and with refills one step later (a sharer a step behind does not stall them)
+# split-K through a cluster's distributed shared memory (kitjit/nn/matmul_splitk.py; what
+# matmul(..., split_mode="cluster" / "cluster-a") runs where the example splits K), timed
+# where the example splits or where its column blocks alone leave SMs idle: the default
+# plan, with A shared by multicast (cluster-a), that with B's copies not promoted in L2 (read
+# once: decode's K/V cache gained 7%), with 2 sharers at most (smaller clusters: less
+# coupling, fewer SMs left idle in a GPC), and with refills one step later (a sharer a step
+# behind does not stall them; 5 stages at 128 rows, 6 at 64)
 SKINNY_CLUSTER = {
-    "cluster": (lambda a, w: mm.matmul(a, w, trans_b=True, split_mode="cluster"), {}),
-    "cluster-a": (lambda a, w: mm.matmul(a, w, trans_b=True, split_mode="cluster-a"),
-                  dict(share_a=True)),
-    "cluster-a l2b0": (lambda a, w: _cluster_splitk(a, w, share_a=True, L2_B=0),
-                       dict(share_a=True, L2_B=0)),
-    "cluster-a cn2": (lambda a, w: _cluster_splitk(a, w, share_a=True, CN=2),   # clusters
-                      dict(share_a=True, CN=2)),                                # of <= 8
-    "cluster-a lag2": (lambda a, w: _cluster_splitk(a, w, share_a=True, **LAG2[a.shape[0] <= 64]),
-                       None),
+    "cluster": {},
+    "cluster-a": dict(share_a=True),
+    "cluster-a l2b0": dict(share_a=True, L2_B=0),
+    "cluster-a cn2": dict(share_a=True, CN=2),
+    "cluster-a lag2": dict(share_a=True, LAG=2),
 }
-LAG2 = {False: dict(LAG=2, STAGES=5), True: dict(LAG=2, STAGES=6)}   # 2 or 4 steps ahead
+
+
+def _skinny_cluster_cfg(name: str, M: int) -> dict:
+    cfg = dict(SKINNY_CLUSTER[name])
+    if cfg.get("LAG") == 2:
+        cfg["STAGES"] = 6 if M <= 64 else 5
+    return cfg
 
 
 def bench_skinny() -> None:
@@ -597,12 +601,11 @@ def bench_skinny() -> None:
                 if old is not None:
                     variants.append(("main", lambda: old.matmul(a, w, trans_b=True)))
                 split = mm.splitk_for(M, N, K, mm.num_sms(a.device))
-                if split > 1:
-                    for name, (fn, cfg) in SKINNY_CLUSTER.items():
-                        variants.append((name, lambda fn=fn: fn(a, w)))
+                if split > 1 or mm.kit.cdiv(M, 128) * mm.kit.cdiv(N, 128) <= mm.num_sms(a.device):
+                    for name in SKINNY_CLUSTER:
+                        cfg = _skinny_cluster_cfg(name, M)
+                        variants.append((name, lambda cfg=cfg: _cluster_splitk(a, w, **cfg)))
                         try:
-                            cfg = cfg if cfg is not None else dict(share_a=True,
-                                                                   **LAG2[M <= 64])
                             c = splitk_config(a, w, True, **cfg)
                             row[f"{name}_plan"] = f"P{c['P']} CN{c['CN']} BM{c['BM']}"
                         except Exception as e:
