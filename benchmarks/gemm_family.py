@@ -563,7 +563,7 @@ def _cluster_splitk(a, w, trans_b=True, **cfg):
 # plan, with A shared by multicast (cluster-a), that with B's copies not promoted in L2 (read
 # once: decode's K/V cache gained 7%), with 2 sharers at most (smaller clusters: less
 # coupling, fewer SMs left idle in a GPC), and with refills one step later (a sharer a step
-# behind does not stall them; 5 stages at 128 rows, 6 at 64)
+# behind does not stall them; the plan's 5-6 stages leave 3-4 steps in flight)
 SKINNY_CLUSTER = {
     "cluster": {},
     "cluster-a": dict(share_a=True),
@@ -574,10 +574,7 @@ SKINNY_CLUSTER = {
 
 
 def _skinny_cluster_cfg(name: str, M: int) -> dict:
-    cfg = dict(SKINNY_CLUSTER[name])
-    if cfg.get("LAG") == 2:
-        cfg["STAGES"] = 6 if M <= 64 else 5
-    return cfg
+    return dict(SKINNY_CLUSTER[name])
 
 
 def bench_skinny() -> None:

@@ -14,6 +14,7 @@ from kitjit.nn.matmul_splitk import (
     matmul_splitk_cluster,
     matmul_splitk_cluster_kernel,
     splitk_plan,
+    stages_that_fit,
 )
 from kitjit.testing import has_gpu
 
@@ -46,6 +47,8 @@ def _run(M, N, K, trans_b, poison, device="cpu", fn=matmul_splitk_cluster, **kw)
     (16, 72, 64, True, dict(BK=16, P=8, CN=1)),
     # refills one step later (LAG 2), A shared by 2
     (70, 200, 520, True, dict(P=2, CN=2, STAGES=4, LAG=2)),
+    # no split (no chunks traded), A shared by 2
+    (40, 72, 200, False, dict(BN=32, P=1, CN=2)),
 ])
 def test_splitk_cluster_interpreter(monkeypatch, poison, M, N, K, trans_b, kw):
     monkeypatch.setenv("KITJIT_INTERPRET", "1")
@@ -72,6 +75,9 @@ def test_splitk_plan():
     p = splitk_plan(128, 4096, 4096, 132, share_a=True)
     assert (p["P"], p["CN"]) == (4, 2)
     assert splitk_plan(128, 10240, 8192, 132)["P"] == 1         # 80 blocks: no split
+    # the ring takes what the P - 1 fp32 chunks a CTA is sent leave of 227 KB
+    assert [stages_that_fit(128, 128, 64, p) for p in (1, 2, 4, 8)] == [6, 6, 5, 5]
+    assert splitk_plan(128, 4096, 4096, 132)["STAGES"] == 5                  # P 4
     with pytest.raises(ValueError, match="P=3"):
         matmul_splitk_cluster(torch.ones(16, 64), torch.ones(64, 64), P=3, CN=1)
 
@@ -91,7 +97,7 @@ def _sass(BM, BN, BK, STAGES, P, CN, trans_b, num_warps):
 @needs_sass
 @pytest.mark.parametrize("BM,STAGES,P,CN,trans_b,num_warps", [
     (128, 4, 2, 1, True, 8), (128, 4, 4, 2, True, 8), (64, 6, 4, 2, False, 4),
-    (128, 5, 2, 4, True, 8)])                # 5 stages (LAG 2's config) + 64 KB: it fits
+    (128, 6, 2, 4, True, 8), (128, 5, 8, 1, True, 8)])   # the plan's stages fit
 def test_splitk_cluster_sass(BM, STAGES, P, CN, trans_b, num_warps):
     ck, text, ops = _sass(BM, 128, 64, STAGES, P, CN, trans_b, num_warps)
     assert ck.metadata["spills"] == 0 and ck.metadata["shared"] <= SMEM_MAX

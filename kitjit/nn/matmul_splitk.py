@@ -12,9 +12,10 @@ cost 8B o at M = 128 0.71-0.81x cuBLAS on an H100.
 
 Each CTA runs its 1/P of the k-steps through a TMA ring into its own accumulator, then
 pushes column chunk i of it (BN/P columns, a relabeling of the accumulator's registers)
-into slot `rank` of CTA i's shared buffer `red` (st.shared::cluster); after one cluster
-barrier CTA i adds its P slots in rank order (the sum does not depend on timing) and
-stores columns [i*BN/P, (i+1)*BN/P) of the tile. Non-persistent: one cluster per tile.
+into CTA i's shared buffer `red` (st.shared::cluster, P - 1 slots: the sender's own chunk
+stays in its registers); after one cluster barrier CTA i adds the chunks it was sent to
+its own, always in the same order (the sum does not depend on timing), and stores
+columns [i*BN/P, (i+1)*BN/P) of the tile. Non-persistent: one cluster per tile.
 
 With CN > 1 (`share_a`), CN neighbouring column blocks of the same part of K also sit in
 the cluster (rank = part + P * block): they need the same A tile, so each copies 1/CN of
@@ -59,23 +60,31 @@ def halves(x, BM: kit.constexpr, W: kit.constexpr):
 
 
 @kit.jit
-def push_chunks(red, acc, slot, base, BM: kit.constexpr, BN: kit.constexpr,
-                P: kit.constexpr):
-    """Column chunk i of acc into slot `slot` of `red` in CTA base + i, for every i < P."""
-    if P == 1:
-        kit.store(red[0], acc)
-    elif P == 2:
+def trade(red, c, own, i, part, base, P: kit.constexpr):
+    """Column chunk i of this CTA's partial: kept where it is this CTA's own (i == part),
+    else pushed into slot (part - i - 1) mod P of CTA base + i (its owner)."""
+    if part != i:
+        kit.cluster_store(red[(part - i - 1 + P) % P], base + i, c)
+    return kit.where(part == i, c, own)
+
+
+@kit.jit
+def trade_chunks(red, acc, part, base, BM: kit.constexpr, BN: kit.constexpr,
+                 P: kit.constexpr):
+    """Pushes column chunk i of acc (BN/P columns) to CTA base + i for every i != part;
+    returns chunk `part`, the one this CTA adds up."""
+    if P == 2:
         c0, c1 = halves(acc, BM, BN)
-        kit.cluster_store(red[slot], base, c0)
-        kit.cluster_store(red[slot], base + 1, c1)
+        own = trade(red, c0, c0, 0, part, base, P)
+        own = trade(red, c1, own, 1, part, base, P)
     elif P == 4:
         lo, hi = halves(acc, BM, BN)
         c0, c1 = halves(lo, BM, BN // 2)
         c2, c3 = halves(hi, BM, BN // 2)
-        kit.cluster_store(red[slot], base, c0)
-        kit.cluster_store(red[slot], base + 1, c1)
-        kit.cluster_store(red[slot], base + 2, c2)
-        kit.cluster_store(red[slot], base + 3, c3)
+        own = trade(red, c0, c0, 0, part, base, P)
+        own = trade(red, c1, own, 1, part, base, P)
+        own = trade(red, c2, own, 2, part, base, P)
+        own = trade(red, c3, own, 3, part, base, P)
     else:
         kit.static_assert(P == 8, "matmul_splitk_cluster: P is 1, 2, 4 or 8")
         lo, hi = halves(acc, BM, BN)
@@ -85,14 +94,15 @@ def push_chunks(red, acc, slot, base, BM: kit.constexpr, BN: kit.constexpr,
         c2, c3 = halves(q1, BM, BN // 4)
         c4, c5 = halves(q2, BM, BN // 4)
         c6, c7 = halves(q3, BM, BN // 4)
-        kit.cluster_store(red[slot], base, c0)
-        kit.cluster_store(red[slot], base + 1, c1)
-        kit.cluster_store(red[slot], base + 2, c2)
-        kit.cluster_store(red[slot], base + 3, c3)
-        kit.cluster_store(red[slot], base + 4, c4)
-        kit.cluster_store(red[slot], base + 5, c5)
-        kit.cluster_store(red[slot], base + 6, c6)
-        kit.cluster_store(red[slot], base + 7, c7)
+        own = trade(red, c0, c0, 0, part, base, P)
+        own = trade(red, c1, own, 1, part, base, P)
+        own = trade(red, c2, own, 2, part, base, P)
+        own = trade(red, c3, own, 3, part, base, P)
+        own = trade(red, c4, own, 4, part, base, P)
+        own = trade(red, c5, own, 5, part, base, P)
+        own = trade(red, c6, own, 6, part, base, P)
+        own = trade(red, c7, own, 7, part, base, P)
+    return own
 
 
 @kit.jit
@@ -104,7 +114,8 @@ def matmul_splitk_cluster_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.co
     dt = A.dtype.element_ty
     a = kit.shared((STAGES, BM, BK), dt)
     b = kit.shared((STAGES, BN, BK) if TRANS_B else (STAGES, BK, BN), dt)
-    red = kit.shared((P, BM, BN // P), kit.float32)   # slot p: part p's chunk of my columns
+    if P > 1:   # slot j: part (rank + j + 1) mod P's chunk of my columns
+        red = kit.shared((P - 1, BM, BN // P), kit.float32)
     ready = kit.mbarriers(STAGES)
     empty = kit.mbarriers(STAGES, arrivals=CN * WG)   # CN > 1: A's sharers are done with s
     rank = kit.cluster_ctarank()                      # = part + P * (column block in cluster)
@@ -137,11 +148,13 @@ def matmul_splitk_cluster_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.co
             fill(a, b, ready, empty, A, B, m0, n0,    # step of slack for A's sharers)
                  k0 + (kk + STAGES - LAG) * BK, kk + STAGES - LAG, part, STAGES, P, CN,
                  AMASK, TRANS_B, L2_B)
-    push_chunks(red, acc, part, rank - part, BM, BN, P)
+    if P == 1:
+        total = acc
+    else:
+        total = trade_chunks(red, acc, part, rank - part, BM, BN, P)
     kit.cluster_barrier()         # every part's chunks have landed in their owners' `red`
-    total = kit.load(red[0])      # (and no CTA leaves while a peer may still write to it)
-    for p in kit.static_range(1, P):
-        total += kit.load(red[p])
+    for j in kit.static_range(P - 1):   # (and no CTA leaves while a peer may write to it)
+        total += kit.load(red[j])
     rm = m0 + kit.arange(0, BM)
     rn = n0 + part * (BN // P) + kit.arange(0, BN // P)
     kit.store(C + rm[:, None] * N + rn[None, :], total.to(C.dtype.element_ty),
@@ -175,8 +188,18 @@ def splitk_plan(M: int, N: int, K: int, sms: int, BK: int = 64, share_a: bool = 
     CN = 1
     while share_a and CN < 4 and P * CN * 2 <= 8 and n_n % (CN * 2) == 0:
         CN *= 2
-    return dict(BM=BM, BN=BN, BK=BK, P=P, CN=CN, STAGES=6 if BM == 64 else 4,
+    return dict(BM=BM, BN=BN, BK=BK, P=P, CN=CN, STAGES=stages_that_fit(BM, BN, BK, P),
                 num_warps=4 if BM == 64 else 8)
+
+
+SMEM_BYTES = 227 * 1024     # a CTA's shared memory on sm_90
+
+
+def stages_that_fit(BM: int, BN: int, BK: int, P: int, most: int = 6) -> int:
+    """Ring stages (at most `most`) beside the P - 1 fp32 chunks a CTA is sent (bf16/fp16
+    A and B tiles): more copies in flight for a stream that is bound by them."""
+    red = (P - 1) * BM * (BN // P) * 4
+    return max(2, min(most, (SMEM_BYTES - 1024 - red) // ((BM + BN) * BK * 2)))
 
 
 def active_clusters(ck, cluster_ctas: int, num_warps: int, device: torch.device) -> int:
