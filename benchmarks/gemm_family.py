@@ -11,6 +11,10 @@
 - `cluster`: the persistent GEMM on 2-CTA clusters with B multicast
   (kitjit/nn/matmul_cluster.py) beside cuBLAS, the example's default and tma-halves, at the
   four large shapes, B [K, N] and [N, K].
+- `skinny`: the Llama-3 layers at M = 1, 16, 128 (`--skinny-m`): the example's default
+  split-K against cuBLAS and the split-K whose parts add in a cluster's distributed shared
+  memory (kitjit/nn/matmul_splitk.py: `cluster`, `cluster-a` with A shared by multicast,
+  `cluster-a l2b0`), each row's plan (parts P, A sharers CN) printed.
 
 Every timed variant is checked against the peer's output first. Timing: each variant runs
 for a moment before it is timed (clocks follow what ran before), medians of CUDA-event
@@ -548,10 +552,38 @@ def _main_example():
 SKINNY_M = [1, 16, 128]
 
 
+def _cluster_splitk(a, w, trans_b=True, **cfg):
+    from kitjit.nn.matmul_splitk import matmul_splitk_cluster
+    return matmul_splitk_cluster(a, w, trans_b, **cfg)
+
+
+# split-K through a cluster's distributed shared memory (kitjit/nn/matmul_splitk.py; what
+# matmul(..., split_mode="cluster" / "cluster-a") runs where the example splits K), timed
+# where the example splits or where its column blocks alone leave SMs idle: the default
+# plan, with A shared by multicast (cluster-a), that with B's copies not promoted in L2 (read
+# once: decode's K/V cache gained 7%), with 2 sharers at most (smaller clusters: less
+# coupling, fewer SMs left idle in a GPC), and with refills one step later (a sharer a step
+# behind does not stall them; the plan's 5-6 stages leave 3-4 steps in flight)
+SKINNY_CLUSTER = {
+    "cluster": {},
+    "cluster-a": dict(share_a=True),
+    "cluster-a l2b0": dict(share_a=True, L2_B=0),
+    "cluster-a cn2": dict(share_a=True, CN=2),
+    "cluster-a lag2": dict(share_a=True, LAG=2),
+}
+
+
+def _skinny_cluster_cfg(name: str, M: int) -> dict:
+    return dict(SKINNY_CLUSTER[name])
+
+
 def bench_skinny() -> None:
-    """The Llama-3 layers at M = 1, 16, 128: the example (in-kernel split-K by its plan)
-    against cuBLAS and, when staged, main's example (split-K through fp32 slabs and a
-    second launch)."""
+    """The Llama-3 layers at M = 1, 16, 128: the example (in-kernel split-K for M <= 64,
+    fp32 slabs and a second launch above) against cuBLAS, the split-K variants that add
+    the parts in a cluster's distributed shared memory (SKINNY_CLUSTER, where the example
+    splits) and, when staged, main's example."""
+    from kitjit.nn.matmul_splitk import splitk_config
+
     rows = results["skinny"] = []
     old = _main_example()
     for model, layers in LLAMA.items():
@@ -562,37 +594,43 @@ def bench_skinny() -> None:
                 ref = F.linear(a, w)
                 row = {"model": model, "layer": layer, "shape": f"{M}x{N}x{K}"}
                 runs = {"cublas": lambda: F.linear(a, w)}
-                variants = [("kitjit", mm, {}), ("main", old, {})]
-                split = old.splitk_for(M, N, K, mm.num_sms(a.device)) \
-                    if old and hasattr(old, "splitk_for") else 1
-                if split > 1:   # main's split and tiles, summed in the kernel
-                    variants.append(("kitjit main-plan", mm, dict(
-                        BM=64 if M <= 64 else 128, BN=128, BK=64, STAGES=4, SPLIT_K=split,
-                        num_warps=4 if M <= 64 else 8)))
-                for name, mod, cfg in variants:
-                    if mod is None:
-                        continue
+                variants = [("kitjit", lambda mod=mm: mod.matmul(a, w, trans_b=True))]
+                if old is not None:
+                    variants.append(("main", lambda: old.matmul(a, w, trans_b=True)))
+                split = mm.splitk_for(M, N, K, mm.num_sms(a.device))
+                if split > 1 or mm.kit.cdiv(M, 128) * mm.kit.cdiv(N, 128) <= mm.num_sms(a.device):
+                    for name in SKINNY_CLUSTER:
+                        cfg = _skinny_cluster_cfg(name, M)
+                        variants.append((name, lambda cfg=cfg: _cluster_splitk(a, w, **cfg)))
+                        try:
+                            c = splitk_config(a, w, True, **cfg)
+                            row[f"{name}_plan"] = f"P{c['P']} CN{c['CN']} BM{c['BM']}"
+                        except Exception as e:
+                            row[f"{name}_plan"] = f"failed: {type(e).__name__}: {e}"[:160]
+                for name, fn in variants:
                     try:
                         with poisoned():
-                            got = mod.matmul(a, w, trans_b=True, **cfg)
+                            got = fn()
                         row[f"{name}_err"] = checked(got.double(), ref.double(), 1e-2, name)
-                        runs[name] = lambda mod=mod, cfg=cfg: mod.matmul(a, w, trans_b=True,
-                                                                         **cfg)
+                        runs[name] = fn
                     except Exception as e:
                         row[name] = f"failed: {type(e).__name__}: {str(e)[:160]}"
                 ms = interleaved(runs)
                 row["us"] = {n: round(v * 1e3, 2) for n, v in ms.items()}
                 row["x_cublas"] = {n: round(ms["cublas"] / v, 3) for n, v in ms.items()
                                    if n != "cublas"}
-                split = mm.splitk_for(M, N, K, mm.num_sms(a.device))
                 row["plan"] = f"split {split}" if split > 1 else "autotuned"
                 rows.append(row)
                 print(row, flush=True)
             torch.cuda.empty_cache()
-    for name in ("kitjit", "main", "kitjit main-plan"):
-        for M in (1, 16, 128):
+    for name in ("kitjit", "main", *SKINNY_CLUSTER):
+        for M in SKINNY_M:
             results[f"skinny_geomean_{name}_M{M}"] = geomean(
                 r["x_cublas"].get(name) for r in rows if r["shape"].startswith(f"{M}x"))
+    for M in SKINNY_M:   # the best path of each row: what a heuristic over them would give
+        results[f"skinny_geomean_best_M{M}"] = geomean(
+            max(v for n, v in r["x_cublas"].items()) for r in rows
+            if r["shape"].startswith(f"{M}x") and r["x_cublas"])
 
 
 # ----------------------------------------------------------------------------- probe
@@ -660,8 +698,9 @@ def table() -> str:
     if results.get("skinny"):
         out.append("skinny LLM shapes (us; x cuBLAS)")
         for r in results["skinny"]:
+            plans = {k[:-5]: v for k, v in r.items() if k.endswith("_plan")}
             out.append(f"  {r['model']:4} {r['layer']:8} {r['shape']:18} {r['us']} "
-                       f"{r['x_cublas']} {r['plan']}")
+                       f"{r['x_cublas']} {r['plan']} {plans or ''}")
         out.append("  geomeans " + str({k: v for k, v in results.items()
                                         if k.startswith("skinny_geomean")}))
     if results.get("fp8"):

@@ -217,16 +217,32 @@ AMPERE_CONFIG = dict(BM=128, BN=128, BK=64, STAGES=3, num_warps=4)
 AMPERE_CTAS_PER_SM = 2
 
 
+# How split-K shapes add their parts (opt-in until GPU figures pick; the `split_mode`
+# argument of matmul): None: the tile's last part adds them in the kernel (M <= 64) or fp32
+# slabs and a second launch (larger M); "cluster": the parts of a tile run as one
+# thread-block cluster and add in distributed shared memory; "cluster-a": the same, with
+# neighbouring column blocks sharing A's tiles by TMA multicast (kitjit/nn/matmul_splitk.py)
+SPLIT_MODE: str | None = None
+
+
 def matmul(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False, arch: str | None = None,
-           **config) -> torch.Tensor:
+           split_mode: str | None = None, **config) -> torch.Tensor:
     """a @ b (a @ b.T when trans_b: b is [N, K]); with no config, the autotuned choice.
-    `arch`: compile for this target ("sm_80": the Ampere code path, on any newer GPU too)."""
+    `arch`: compile for this target ("sm_80": the Ampere code path, on any newer GPU too).
+    `split_mode`: how the shapes that split K add their parts (see SPLIT_MODE)."""
     M, K = a.shape
     N = b.shape[0] if trans_b else b.shape[1]
+    split_mode = split_mode or SPLIT_MODE
+    if split_mode not in (None, "cluster", "cluster-a"):
+        raise ValueError(f"matmul: split_mode {split_mode!r} is not one of None, 'cluster', "
+                         "'cluster-a'")
+    sms = num_sms(a.device)
+    if split_mode and not config and arch is None and splitk_for(M, N, K, sms) > 1:
+        from kitjit.nn.matmul_splitk import matmul_splitk_cluster
+        return matmul_splitk_cluster(a, b, trans_b, share_a=split_mode == "cluster-a")
     c = torch.empty(M, N, device=a.device, dtype=a.dtype)
     if K == 0:            # the kernel assumes every tile has k-steps (see kit.assume there)
         return c.zero_()
-    sms = num_sms(a.device)
     if arch is not None:  # an explicit target: an explicit config (no autotuning)
         ampere = arch < "sm_90"
         config = dict(config or (AMPERE_CONFIG if ampere else CONFIGS[1].kwargs), arch=arch,

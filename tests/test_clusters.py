@@ -451,7 +451,8 @@ def test_dsmem_sass(push):
                       (16, 32, push), 4, "sm_90a", cluster=(2,))
     ptx = ck.asm["ptx"]
     assert "mapa.shared::cluster.u32" in ptx
-    assert ("st.shared::cluster.b16" if push else "ld.shared::cluster.b16") in ptx
+    # stores: runs of 8 or 16 bytes side by side go as one vector of 32-bit words
+    assert ("st.shared::cluster.v" if push else "ld.shared::cluster.b16") in ptx
     assert ck.metadata["spills"] == 0
     ops = _sass(ck)
     assert "UCGABAR_WAIT" in ops

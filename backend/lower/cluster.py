@@ -94,10 +94,28 @@ class ClusterLowering(LoweringBase):
                 out[i] = self.from_mem(b.bitcast(bits, mt) if mt != ity else bits, src.dtype)
         self.set(op.result, out)
 
+    def _words(self, elems: list, mt, e: int) -> list:
+        """Elements of `e` bytes (memory type mt) packed into 32-bit words, in order."""
+        b = self.b
+        per = 4 // e
+        out = []
+        for w in range(0, len(elems), per):
+            if per == 1:
+                v = elems[w]
+                out.append(b.bitcast(v, I32) if v.type != I32 else v)
+                continue
+            vec = ir.Constant(ir.VectorType(mt, per), ir.Undefined)
+            for k in range(per):
+                vec = b.insert_element(vec, elems[w + k], self.c32(k))
+            out.append(b.bitcast(vec, I32))
+        return out
+
     @lowering("cluster_store")
     def op_cluster_store(self, op: Op) -> None:
-        """Registers into a peer's shared tile: one st.shared::cluster per element (made
-        visible to the peer by the next kit.cluster_barrier)."""
+        """Registers into a peer's shared tile (made visible to the peer by the next
+        kit.cluster_barrier): one st.shared::cluster.v2/v4.b32 per run of 8 or 16 bytes
+        that sit side by side (whole 32-byte sectors on the cluster's network where the
+        layout allows: the WGMMA accumulator's column pairs), else one per element."""
         dst, rank, value = op.operands
         b = self.b
         e = dst.dtype.itemsize
@@ -106,6 +124,12 @@ class ClusterLowering(LoweringBase):
         mt = mem_type(dst.dtype)
         vals = self.get(value)
         for run, addr in self.smem_elements(dst, _lin(value.type), self._peer_base(dst, rank)):
+            if len(run) * e in (8, 16) and e <= 4:   # runs are aligned to their size
+                words = self._words([self.to_mem(vals[i], value.dtype) for i in run], mt, e)
+                ops = ", ".join(f"${k + 1}" for k in range(len(words)))
+                asm(b, VOID, f"st.shared::cluster.v{len(words)}.b32 [$0], {{{ops}}};",
+                    "r," + ",".join("r" * len(words)) + ",~{memory}", [addr, *words])
+                continue
             for k, i in enumerate(run):
                 a = b.add(addr, self.c32(k * e)) if k else addr
                 v = self.to_mem(vals[i], value.dtype)
