@@ -9,8 +9,10 @@
   machine, so the CPU suite means the same thing everywhere.
 - Without torch installed (`NO_TORCH`), test modules that import torch are not collected and
   a test that reaches an import of torch is reported as skipped ("needs torch").
-- Tests marked `slow` (long checks: the fuzzer's CI slice) run only with `--slow`; CI runs
-  them in a step of their own (`.ci/run`: `pytest --slow -m slow tests`).
+- Tests marked `slow` (long checks: the fuzzer's CI slice; the SASS matrices of big kernels
+  beyond the cases named by `slow_except`) run only with `--slow`; CI runs them in a step of
+  their own (`.ci/run`: `pytest --slow -m slow tests`).
+- The SASS tests disassemble with nvdisasm's dataflow analysis off (tests/fast_disasm.py).
 - Options: `--fuzz-minutes N` / `--fuzz-seed S` / `--fuzz-report DIR` (the long fuzz run,
   tests/test_fuzz_long.py); `--shadow` (gpu tests: every launch also runs in the
   interpreter and is compared, tests/fuzz/shadow.py).
@@ -61,6 +63,9 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "fuzz: long fuzzing runs (need --fuzz-minutes N)")
     config.addinivalue_line("markers", "slow: long checks, run only with --slow (CI runs "
                                        "them in a step of their own)")
+    config.addinivalue_line("markers", "slow_except(*ids): every parametrization of the test "
+                                       "but these ids is slow (the main suite checks these; "
+                                       "CI's slow step the whole matrix)")
     config.addinivalue_line("markers", "serial: races of several processes timed against each "
                                        "other: skipped in an xdist worker (CI runs them in the "
                                        "slow step, one process)")
@@ -75,7 +80,29 @@ def _gpu_count() -> int:
     return torch.cuda.device_count()
 
 
+def _mark_slow_matrices(items) -> None:
+    """`@pytest.mark.slow_except("D128-causal", ...)`: the ids named run in the main suite,
+    every other parametrization of the test is marked slow (the SASS matrices of big kernels:
+    each case is a compile and a disassembly of seconds). An id that names no case is an
+    error, so a renamed parametrization cannot move the whole matrix out of the main suite."""
+    cases: dict = {}
+    for item in items:
+        mark = item.get_closest_marker("slow_except")
+        if mark is None or not hasattr(item, "callspec"):
+            continue
+        cases.setdefault(item.function, (mark.args, []))[1].append(item)
+        if item.callspec.id not in mark.args:
+            item.add_marker(pytest.mark.slow)
+    for function, (keep, its) in cases.items():
+        missing = set(keep) - {item.callspec.id for item in its}
+        if missing and len(its) > 1:  # (one case alone: a run of that node id)
+            raise pytest.UsageError(f"{function.__module__}.{function.__name__}: "
+                                    f"slow_except names no such case: {sorted(missing)}")
+
+
+@pytest.hookimpl(tryfirst=True)  # the slow marks must be there before `-m` selects
 def pytest_collection_modifyitems(config, items):
+    _mark_slow_matrices(items)
     if os.environ.get("PYTEST_XDIST_WORKER"):
         # tests whose racing processes must not share the cores with another worker run in
         # one process instead (none now: test_ranks was, until the autotuner's silent
@@ -114,6 +141,16 @@ def _kitjit_env(request, tmp_path, monkeypatch):
     else:
         monkeypatch.setenv("KITJIT_INTERPRET", "1")
     yield cache
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _nvdisasm_without_dataflow():
+    """cuobjdump's nvdisasm without its dataflow analysis: the same SASS text, ~40% less of
+    the SASS tests' largest cost (tests/fast_disasm.py)."""
+    from fast_disasm import nvdisasm_without_dataflow
+
+    with nvdisasm_without_dataflow():
+        yield
 
 
 @pytest.fixture

@@ -165,6 +165,10 @@ def _sass_ops(ck) -> dict:
     ("bf16", "default", 2, 64, 64, 32, 4),
     ("bf16", "default", 4, 64, 64, 32, 8),
     ("fp32", "default", 2, 32, 32, 16, 4), ("fp32", "ieee", 2, 32, 32, 16, 4)])
+@pytest.mark.slow_except(
+    "fp16-default-2-32-16-16-4-sm_90a", "bf16-default-2-64-64-32-4-sm_90a",
+    "bf16-default-2-64-64-32-4-sm_80", "fp32-default-2-32-32-16-4-sm_90a",
+    "fp32-ieee-2-32-32-16-4-sm_90a")
 def test_sass_dot3d(arch, dt, prec, BB, BM, BN, BK, warps):
     """Each batch slice is a tensor-core product (HMMA, BF16 ones for the fp32 splits:
     3 or 6 per slice and mma tile), and the slicing costs no spills."""

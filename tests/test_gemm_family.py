@@ -305,6 +305,7 @@ _SIG_EPI = ["*bf16:16"] * 7 + ["i32:16"] * 3
 @needs_sass
 @pytest.mark.parametrize("spec", [dict(ACT="silu", HAS_BIAS=True), dict(ACT="silu", GATED=True)],
                          ids=["bias-silu", "swiglu"])
+@pytest.mark.slow_except("swiglu")
 def test_sass_epilogue(spec):
     cfg = dict(epi.DEFAULT_GATED if spec.get("GATED") else epi.DEFAULT)
     nw = cfg.pop("num_warps")

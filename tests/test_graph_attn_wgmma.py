@@ -171,6 +171,7 @@ needs_sass = pytest.mark.skipif(
     (lambda: gqa(1, 32, 8, 4096, 128), _l2(BN=64, SPLIT=16, STAGES=2, FUSE=True), 8),
     (lambda: seed(64, 128, 4096), _l2(PACK=False, BN=128, SPLIT=2, STAGES=2, FUSE=True), 8),
 ], ids=["gqa-split", "seed-kcols", "gqa-nosplit", "gqa-fused", "seed-kcols-bn128"])
+@pytest.mark.slow_except("seed-kcols", "gqa-fused")
 def test_sass_sm90a(build, params, nargs):
     """TMA loads of Q, K and V, both products on WGMMA (no mma.sync), no spills; FUSE: a
     GPU-scope atomic on the counter."""

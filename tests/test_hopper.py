@@ -293,6 +293,7 @@ ATTN_SASS = [  # (D, BM, BN, num_warps): the unspecialized kernel's configs per 
 @needs_sass
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("D,BM,BN,warps", ATTN_SASS, ids=["D128", "D64", "D256"])
+@pytest.mark.slow_except("D128-full", "D128-causal")
 def test_sass_attention_wgmma_not_serialized(D, BM, BN, warps, causal):
     c = sass(ATTN_SRC, "attention_kernel", attn_sig("bf16"),
              dict(BM=BM, BN=BN, D=D, CAUSAL=causal, STAGES=2), warps)
@@ -303,6 +304,7 @@ def test_sass_attention_wgmma_not_serialized(D, BM, BN, warps, causal):
 @pytest.mark.parametrize("dt,causal", [("bf16", False), ("bf16", True), ("fp16", True)],
                          ids=["bf16-full", "bf16-causal", "fp16-causal"])
 @pytest.mark.parametrize("D,BM,BN,warps", ATTN_SASS, ids=["D128", "D64", "D256"])
+@pytest.mark.slow_except("D128-bf16-full", "D128-bf16-causal", "D128-fp16-causal")
 def test_sass_attention(D, BM, BN, warps, dt, causal):
     c = sass(ATTN_SRC, "attention_kernel", attn_sig(dt),
              dict(BM=BM, BN=BN, D=D, CAUSAL=causal, STAGES=2), warps)
@@ -344,6 +346,7 @@ def attn_ws_sass(D, BM, BN, warps, stages=2, overlap=False, causal=True, dt="bf1
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("D,BM,BN,warps,stages,overlap", ATTN_WS_SASS,
                          ids=["D128-overlap", "D64", "D256", "D128"])
+@pytest.mark.slow_except("D128-overlap-causal")
 def test_sass_attention_ws(D, BM, BN, warps, stages, overlap, causal):
     c = attn_ws_sass(D, BM, BN, warps, stages, overlap, causal)
     ss = c.find(rf"HGMMA\.64x{BN}x16\.F32\.BF16 R\d+, gdesc\[")
@@ -370,6 +373,7 @@ ATTN_TURNS_SASS = [  # (D, BN, stages, SPLIT): the scheduler-barrier consumers (
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("D,BN,stages,split", ATTN_TURNS_SASS,
                          ids=["D128", "D128-split", "D64-split", "D256-split"])
+@pytest.mark.slow_except("D128-split-causal")
 def test_sass_attention_turns(D, BN, stages, split, causal):
     """Two consumer warpgroups taking turns through kit.named_barrier_wait / _arrive: one
     copy of the loop (the barrier id is a register), barriers 8 and 9 of 256 threads."""
@@ -391,6 +395,7 @@ def test_sass_attention_turns(D, BN, stages, split, causal):
 @needs_sass
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("D,BN,split", [(128, 128, False), (256, 64, True)], ids=["D128", "D256"])
+@pytest.mark.slow_except("D128-causal")
 def test_sass_attention_packed(D, BN, split, causal):
     """PACKED (P converted where written, kept 16-bit through the loop) and BOUND (the
     causal mask as one bound): no PRMT repacking P's halves (the default has 32 a block at
@@ -423,6 +428,7 @@ def ws_sass(kernel, dt="bf16") -> Sass:
 @pytest.mark.parametrize("kernel,dt", [("matmul_wsp", "bf16"), ("matmul_wsp", "fp16"),
                                        ("matmul_pingpong", "bf16"),
                                        ("matmul_pingpong", "fp16"), ("matmul_ws", "bf16")])
+@pytest.mark.slow_except("matmul_wsp-bf16", "matmul_pingpong-bf16", "matmul_ws-bf16")
 def test_sass_warp_specialized(kernel, dt):
     cfg = WS_SASS[kernel]
     c = ws_sass(kernel, dt)

@@ -231,6 +231,7 @@ SRC = ROOT / "kitjit" / "nn" / "attention_backward.py"
 
 @needs_sass
 @pytest.mark.parametrize("D,causal", [(64, False), (128, True)], ids=["D64", "D128-causal"])
+@pytest.mark.slow_except("D128-causal")
 def test_sass_bwd_kernel(D, causal):
     """The warp-specialized kernel: SS and RS HGMMAs (for D=128 one with a transposed A: Kᵀ),
     TMA loads and reduce-adds, setmaxnreg budgets, no spills at 240 registers a consumer."""
@@ -257,6 +258,7 @@ def test_sass_bwd_kernel(D, causal):
 
 @needs_sass
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.slow_except("causal")
 def test_sass_bwd_kernel_d256(causal):
     """D=256: 64-row HGMMAs only (one warpgroup's: Sᵀ, dPᵀ 64x64 from shared memory; dV
     64x256 and dK 64x128 halves from registers; dQ 64x128 halves with A transposed), TMA

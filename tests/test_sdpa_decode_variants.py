@@ -107,6 +107,7 @@ SASS_VARIANTS = {  # name: kernel, its variant constexprs, programs per SM the s
 
 @needs_sass
 @pytest.mark.parametrize("name", list(SASS_VARIANTS))
+@pytest.mark.slow_except("kvbar", "pers1s4kv", "swap-q8")
 def test_sass_decode_variant(name):
     kernel, extra, per_sm, fused = SASS_VARIANTS[name]
     ptrs = ("fp32", "fp32", "bf16", "fp32", "i32") if fused else ("fp32",) * 5

@@ -213,6 +213,7 @@ def attn_sass(causal, stages, turns=True, BN=128):
                           (True, 3, True, 128, 128), (True, 3, True, 64, 0)],
                          ids=["full-s2", "full-s3", "full-s2-overlap", "causal-s2",
                               "causal-s3", "causal-s3-bn64"])
+@pytest.mark.slow_except("full-s2", "causal-s3-bn64")
 def test_attention_192_sass(causal, stages, turns, BN, spill_cap):
     """One 192-row Q box, each warpgroup's S = Q Kᵀ as 4 HGMMA.64xBNx16 and P V as BN/16
     HGMMA.64x64x16 per site, the scheduler barrier's bar.sync / bar.arrive. Non-causal
