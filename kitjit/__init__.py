@@ -68,6 +68,7 @@ from .constexpr_fn import constexpr_function, must_use_result  # noqa: E402
 from .frontend.errors import CompileError as CompilationError  # noqa: E402  (triton's name)
 from .frontend.errors import KitjitError as TritonError  # noqa: E402  (triton's name)
 from .jit import CompiledKernel, JITFunction, compile_aot, interpret_mode, jit  # noqa: E402
+from .kernel_interface import KernelInterface, MockTensor, TensorWrapper, reinterpret  # noqa: E402,E501
 from .language import *  # noqa: E402,F403
 from .language import __all__ as _lang_all  # noqa: E402
 from .runtime import set_allocator  # noqa: E402
@@ -79,7 +80,7 @@ __all__ = ["jit", "JITFunction", "CompiledKernel", "compile_aot", "interpret_mod
            "runtime", "custom_op", "testing", "compiler", "knobs", "tools", "graph",
            "distributed", "__version__", "__kitjit_version__", "constexpr_function",
            "must_use_result", "CompilationError", "TritonError", "OutOfResources",
-           *_lang_all]
+           "KernelInterface", "MockTensor", "TensorWrapper", "reinterpret", *_lang_all]
 
 
 def __getattr__(name: str):

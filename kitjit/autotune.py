@@ -34,6 +34,7 @@ from typing import Any
 
 from .frontend.errors import KitjitError
 from .jit import JITFunction, interpret_mode
+from .kernel_interface import KernelInterface, pop_warmup
 from .tuning_failures import AutotuneWarning, reason, skippable, warn_skipped, with_config_note
 from .tuning_records import (
     fmt_key,
@@ -211,7 +212,7 @@ def _env_flag(name: str) -> bool:
 
 
 # --------------------------------------------------------------------------- the autotuner
-class Autotuner:
+class Autotuner(KernelInterface):
     """A `@kit.jit` kernel whose meta-parameters are chosen per key by timing `configs`.
 
     `tuner[grid](*args, **kwargs)` launches like the kernel itself, without the tuned names
@@ -329,6 +330,7 @@ class Autotuner:
 
     def run(self, *args: Any, grid: Any, **kwargs: Any) -> Any:
         """Launch on `grid` with the config chosen for these arguments' key."""
+        pop_warmup(kwargs, self.arg_names, self.__name__)
         return self._run(*args, grid=grid, **kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -8,10 +8,11 @@ from collections.abc import Callable
 from typing import Any
 
 from .jit import JITFunction
+from .kernel_interface import KernelInterface, pop_warmup
 from .launcher import LAUNCH_OPTIONS
 
 
-class Heuristics:
+class Heuristics(KernelInterface):
     """`@kit.heuristics({"BLOCK": lambda args: ...})` above `@kit.jit` (or above / below
     `@kit.autotune`): before each launch, each value is computed from a dict of every
     argument of the call by name (positional ones named, keyword ones as given, launch
@@ -47,6 +48,7 @@ class Heuristics:
         return self.fn._run(*args, grid=grid, **kw)
 
     def run(self, *args: Any, grid: Any, **kw: Any) -> Any:
+        pop_warmup(kw, self.arg_names, self.__name__)
         return self._run(*args, grid=grid, **kw)
 
     def __getitem__(self, grid: Any) -> Callable:

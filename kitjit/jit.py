@@ -39,6 +39,7 @@ from .jit_meta import (  # noqa: F401  (_kind: kitjit.testing reads it here)
     _tma_meta,
 )
 from .jit_triton_attrs import KernelParam, TritonJITAttrs
+from .kernel_interface import JITCallable, KernelInterface, MockTensor
 from .launch_options import _check_arch_option, _check_options, _check_runs_on, cluster_entry
 from .launcher import (
     MISSING_ARG,
@@ -75,7 +76,7 @@ def interpret_mode() -> bool:
     return True
 
 
-class JITFunction(TritonJITAttrs):
+class JITFunction(TritonJITAttrs, JITCallable, KernelInterface):
     """A `@kit.jit` function. `kernel[grid](...)` launches it; inside another kernel a call
     inlines it."""
 
@@ -184,7 +185,11 @@ class JITFunction(TritonJITAttrs):
 
     # -------------------------------------------------------------- launch
     def run(self, *args, grid, **kwargs):
-        """Launch on `grid` (what `kernel[grid](...)` calls)."""
+        """Launch on `grid` (what `kernel[grid](...)` calls); Triton's `warmup=True`
+        keyword (a wrapper's `fn.run(..., warmup=...)`) compiles without launching."""
+        if "warmup" in kwargs and "warmup" not in self.params:
+            if kwargs.pop("warmup"):
+                return self.warmup(*args, grid=grid, **kwargs)
         return self._launch(grid, *args, **kwargs)
 
     def _run(self, *args, grid, **kwargs):  # grid by keyword (the autotuner's entry)
@@ -195,9 +200,11 @@ class JITFunction(TritonJITAttrs):
         without running, and return the CompiledKernel (`n_regs`, `metadata.shared`;
         `ck[grid](*args)` launches it). Without a GPU it compiles for sm_90a, kitjit's
         default target (so a tutorial's occupancy arithmetic has real figures); launches
-        then run in the interpreter."""
+        then run in the interpreter. A torch dtype or a MockTensor stands for a tensor of
+        that dtype (16-byte aligned), as in Triton."""
         from .runtime import driver
 
+        args = tuple(map(MockTensor.wrap_dtype, args))
         opts = {k: kwargs.pop(k) for k in list(kwargs)
                 if k in _launcher.LAUNCH_OPTIONS and k not in self.params}
         for k in _launcher.LAUNCH_OPTIONS:  # an option that is also a parameter: both
@@ -210,12 +217,13 @@ class JITFunction(TritonJITAttrs):
         nw = opts.get("num_warps", 4)
         if driver.available() and not interpret_mode():
             device = next((getattr(a, "base", a).get_device() for a in rt
-                           if hasattr(a, "data_ptr") or hasattr(a, "kit_values")), -1)
+                           if (hasattr(a, "data_ptr") or hasattr(a, "kit_values"))
+                           and not isinstance(a, MockTensor)), -1)
             ck = self._compile_for_launch(rt, consts, nw, device, opts.get("maxnreg"),
                                           opts.get("launch_pdl", False), opts.get("arch"),
-                                          opts.get("cluster"))
+                                          opts.get("cluster"), shape_only=True)
         else:
-            _check_launch_args(self, rt, gpu=False)
+            _check_launch_args(self, rt, gpu=False, shape_only=True)
             ck = self.compile(self._specs(rt), consts, nw, opts.get("arch") or "sm_90a",
                               maxnreg=opts.get("maxnreg"), cluster=opts.get("cluster"))
         ck._warm = (self, opts)
@@ -263,10 +271,10 @@ class JITFunction(TritonJITAttrs):
 
     def _compile_for_launch(self, rt_args, consts, num_warps, device, maxnreg=None,
                             launch_pdl=False, arch_option=None,
-                            cluster=None) -> CompiledKernel:
+                            cluster=None, shape_only=False) -> CompiledKernel:
         from .runtime import driver
 
-        _check_launch_args(self, rt_args, gpu=True)
+        _check_launch_args(self, rt_args, gpu=True, shape_only=shape_only)
         if device < 0:
             device = _launcher._torch_current_device()
         arch = driver.device_arch(device)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .ir.types import from_torch
+from .kernel_interface import MockTensor, TensorWrapper, check_wrapper_arg
 
 if TYPE_CHECKING:
     from .jit import CompiledKernel, JITFunction
@@ -38,6 +39,8 @@ def _arg_spec(name: str, a: Any, specialize: bool = True, align: bool = True) ->
     (do_not_specialize): an int 1 is not folded and nothing is assumed 16-divisible;
     `align=False` (do_not_specialize_on_alignment): only the latter."""
     align = align and specialize
+    if isinstance(a, TensorWrapper):
+        check_wrapper_arg("the kernel", name, a, False)
     if hasattr(a, "kit_values"):  # a host TensorDescriptor (kitjit.tools.tensor_descriptor)
         return desc_spec(name, a)
     if hasattr(a, "data_ptr"):
@@ -342,17 +345,21 @@ def slow_record(launcher) -> tuple:
     return (None,) * 7 + (launcher,) + (None,) * 4
 
 
-def _check_launch_args(jf: JITFunction, rt_args, gpu: bool) -> None:
-    """Every check that must pass before anything runs; raised as TypeError/ValueError."""
+def _check_launch_args(jf: JITFunction, rt_args, gpu: bool, shape_only: bool = False) -> None:
+    """Every check that must pass before anything runs; raised as TypeError/ValueError.
+    `shape_only` (kernel.warmup): MockTensors stand for tensors."""
     devices = set()
     for name, a in zip(jf.runtime_params, rt_args):
         if hasattr(a, "kit_values"):  # a host TensorDescriptor: its base tensor
             desc_spec(name, a)
             a = a.base
+        check_wrapper_arg(jf.__name__, name, a, shape_only)
         if hasattr(a, "data_ptr"):
             if from_torch(a.dtype) is None:
                 raise TypeError(f"argument '{name}' of {jf.__name__}: tensors of dtype "
                                 f"{a.dtype} are not supported")
+            if isinstance(a, MockTensor):  # (shape_only: a dtype and a shape, nothing to run)
+                continue
             if a.device.type == "meta":  # (its key's device is -1: never a cached GPU hit)
                 raise ValueError(f"argument '{name}' of {jf.__name__} is a tensor on the "
                                  "meta device (a shape and a dtype, no memory): a kernel "

@@ -33,7 +33,9 @@ from . import driver, errors  # noqa: E402,F401
 
 _LAZY = {"Autotuner": "autotune", "Config": "autotune", "autotune": "autotune",
          "Heuristics": "autotune", "heuristics": "autotune", "JITFunction": "jit",
-         "OutOfResources": "runtime.errors", "InterpreterError": "runtime.errors"}
+         "OutOfResources": "runtime.errors", "InterpreterError": "runtime.errors",
+         "KernelInterface": "kernel_interface", "MockTensor": "kernel_interface",
+         "TensorWrapper": "kernel_interface", "reinterpret": "kernel_interface"}
 
 
 def __getattr__(name: str):

@@ -20,9 +20,11 @@ from kitjit.autotune import Autotuner as _Base
 from kitjit.autotune import Config, Heuristics, autotune, heuristics
 from kitjit.frontend.errors import AssemblerError as PTXASError
 from kitjit.frontend.errors import OutOfResources
+from kitjit.kernel_interface import KernelInterface
+from kitjit.runtime.driver import driver
 
-__all__ = ["Autotuner", "AutotunerError", "Config", "Heuristics", "OutOfResources",
-           "PTXASError", "autotune", "heuristics"]
+__all__ = ["Autotuner", "AutotunerError", "Config", "Heuristics", "KernelInterface",
+           "OutOfResources", "PTXASError", "autotune", "driver", "heuristics"]
 
 
 class Autotuner(_Base):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from abc import ABCMeta, abstractmethod
 from typing import Any, NamedTuple
 
 CUDA_SUCCESS = 0
@@ -578,11 +579,59 @@ class _Utils:
         return {k: device_attribute(a, device) for k, a in _PROPERTY_ATTRS.items()}
 
 
-class _ActiveDriver:
+class DriverBase(metaclass=ABCMeta):
+    """Triton's base class of backend drivers (`triton.backends.driver.DriverBase`), for
+    host code that checks or annotates against it; kitjit's one driver derives from it."""
+
+    @classmethod
+    @abstractmethod
+    def is_active(cls) -> bool: ...
+
+    @abstractmethod
+    def map_python_to_cpp_type(self, ty: str) -> str: ...
+
+    @abstractmethod
+    def get_current_target(self) -> Any: ...
+
+    @abstractmethod
+    def get_active_torch_device(self) -> Any: ...
+
+    @abstractmethod
+    def get_benchmarker(self) -> Any: ...
+
+
+_CPP_TYPES = {"i1": "int8_t", "i8": "int8_t", "i16": "int16_t", "i32": "int32_t",
+              "i64": "int64_t", "u1": "uint8_t", "u8": "uint8_t", "u16": "uint16_t",
+              "u32": "uint32_t", "u64": "uint64_t", "fp16": "double", "bf16": "double",
+              "fp32": "double", "f32": "double", "fp64": "double"}
+
+
+class _ActiveDriver(DriverBase):
     """`kitjit.runtime.driver.active`: what Triton's `triton.runtime.driver.active` offers
     kernels' host code (devices and streams are torch's, as in Triton)."""
 
     utils = _Utils()
+
+    @classmethod
+    def is_active(cls) -> bool:
+        """Always: without a GPU, kitjit's driver runs kernels in the interpreter."""
+        return True
+
+    def map_python_to_cpp_type(self, ty: str) -> str:
+        """The C type of a kernel parameter's type string ('*fp16' -> CUdeviceptr), as
+        Triton's CUDA driver's launcher declares it (floats pass as double to Python)."""
+        if ty.startswith("*"):
+            return "CUdeviceptr"
+        if ty not in _CPP_TYPES:
+            raise ValueError(f"kitjit.runtime.driver: no C type for {ty!r}")
+        return _CPP_TYPES[ty]
+
+    @staticmethod
+    def get_benchmarker() -> Any:
+        """The benchmarking function: kitjit.testing.do_bench, as Triton's is do_bench."""
+        from kitjit.testing import do_bench
+
+        return do_bench
 
     @staticmethod
     def get_current_device() -> int:
@@ -641,6 +690,37 @@ class GPUTarget(NamedTuple):
 
 
 active = _ActiveDriver()
+
+
+class DriverConfig:
+    """Triton's `triton.runtime.driver.driver` object: `.active` and `.default` are kitjit's
+    one driver (`from triton.runtime.driver import driver; driver.active...`). Setting
+    another driver active is not supported yet: kitjit launches through its own."""
+
+    def __init__(self) -> None:
+        self._active: DriverBase = active
+
+    @property
+    def default(self) -> DriverBase:
+        return active
+
+    @property
+    def active(self) -> DriverBase:
+        return self._active
+
+    def set_active(self, driver: DriverBase) -> None:
+        if driver is not active:
+            raise NotImplementedError(
+                "kitjit.runtime.driver.driver.set_active(another driver) is not supported "
+                "yet: kitjit's launches, streams and device queries go through its own CUDA "
+                "driver")
+        self._active = driver
+
+    def reset_active(self) -> None:
+        self._active = active
+
+
+driver = DriverConfig()
 
 
 from kitjit.language.triton_names import module_getattr as _module_getattr  # noqa: E402
