@@ -456,7 +456,8 @@ class FakeDriver:
         if self.allow_cpu:
             check = kjit._check_launch_args
             self._set(kjit, "_check_launch_args",
-                      lambda jf, rt_args, gpu: check(jf, rt_args, gpu=False))
+                      lambda jf, rt_args, gpu, shape_only=False: check(
+                          jf, rt_args, gpu=False, shape_only=shape_only))
         return self
 
     def __exit__(self, *exc):

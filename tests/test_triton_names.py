@@ -373,8 +373,8 @@ def test_knobs_are_views_of_kitjit_environment_variables(monkeypatch):
     assert kit.knobs.autotuning.print is True
     kit.knobs.autotuning.print = False
     assert "KITJIT_PRINT_AUTOTUNING" not in __import__("os").environ
-    with pytest.raises(AttributeError, match=r"^kitjit.knobs.compilation is not supported yet"):
-        kit.knobs.compilation  # noqa: B018
+    with pytest.raises(AttributeError, match=r"^kitjit.knobs.amd is not supported yet"):
+        kit.knobs.amd  # noqa: B018
     with pytest.raises(AttributeError, match="knobs.cache.home_dir is not supported yet"):
         kit.knobs.cache.home_dir = "/x"
 

@@ -47,8 +47,33 @@ IGNORED = {
 #: what a "works" name does differently from Triton's, or only partly
 NOTES = {
     ("triton.knobs", "cache"): "only .dir (KITJIT_CACHE_DIR); other knobs: not supported yet",
-    ("triton.knobs", "runtime"): "only .interpret (KITJIT_INTERPRET)",
-    ("triton.knobs", "autotuning"): "only .print (KITJIT_PRINT_AUTOTUNING)",
+    ("triton.knobs", "runtime"): ".interpret (KITJIT_INTERPRET); .debug reads True (kitjit "
+    "always checks device_assert; setting False: not supported yet)",
+    ("triton.knobs", "autotuning"): ".print (KITJIT_PRINT_AUTOTUNING); .cache reads whether "
+    "the disk cache is on (setting it otherwise: not supported yet)",
+    ("triton.knobs", "compilation"): ".always_compile (KITJIT_CACHE_DISABLE); "
+    ".disable_line_info reads True (no line info; False: not supported yet); others: not "
+    "supported yet",
+    ("triton.knobs", "language"): ".default_fp_fusion reads True (kitjit always fuses; "
+    "False: not supported yet)",
+    ("triton.knobs", "nvidia"): ".ptxas only, read-only (KITJIT_PTXAS picks it)",
+    ("triton.knobs", "NvidiaTool"): "what knobs.nvidia.ptxas reads (path, version)",
+    **{(m, n): note for m in ("triton", "triton.runtime", "triton.runtime.jit")
+       for n, note in {
+           "TensorWrapper": "host methods work; as a kernel argument: not supported yet (a "
+           "clear TypeError)",
+           "reinterpret": "gives a TensorWrapper: see TensorWrapper",
+           "MockTensor": "kernel.warmup(MockTensor(dtype), ...) (or a torch dtype) compiles; "
+           "a launch with one raises",
+           "KernelInterface": "the base of JITFunction, Autotuner, Heuristics; "
+           "Autotuner/Heuristics .warmup: not supported yet"}.items()},
+    ("triton.runtime.jit", "JITCallable"): "a marker base of JITFunction (isinstance only)",
+    ("triton.runtime.jit", "TRITON_MODULE"): "'kitjit.language'",
+    ("triton.runtime.driver", "driver"): "DriverConfig: .active/.default are kitjit's driver; "
+    "set_active(another): not supported yet",
+    ("triton.runtime.jit", "driver"): "as triton.runtime.driver.driver",
+    ("triton.runtime.autotuner", "driver"): "as triton.runtime.driver.driver",
+    ("triton.runtime.autotuner", "KernelInterface"): "as triton.runtime.jit.KernelInterface",
     ("triton.language", "inline_asm_elementwise"): "GPU only: the interpreter raises, as "
     "Triton's does",
     ("triton.language", "map_elementwise"): "inlined over whole tiles; pack > 1 and control "
