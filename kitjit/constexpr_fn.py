@@ -9,12 +9,14 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from .kernel_interface import JITCallable
+
 
 def _unwrap(x: Any) -> Any:
     return x.value if type(x).__name__ == "constexpr" and hasattr(x, "value") else x
 
 
-class ConstexprFunction:
+class ConstexprFunction(JITCallable):
     """A Python function a kernel calls on compile-time values; its result is a compile-time
     value. Its source goes into the cache key of the kernels that use it, so editing it
     recompiles them (as Triton's)."""

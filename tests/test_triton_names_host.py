@@ -179,3 +179,15 @@ def test_gpu_kernel_interface_wrapper_and_mock_warmup():
     ck = Wrapper(double_kernel).warmup(torch.bfloat16, torch.bfloat16, 64, grid=(4,),
                                        BLOCK=16)
     assert ck.n_regs > 0
+
+
+def test_runtime_jit_small_helpers():
+    from collections import namedtuple
+
+    assert rjit.get_full_name(_check_double) == f"{__name__}._check_double"
+    assert rjit.is_namedtuple(namedtuple("P", "a b")) and not rjit.is_namedtuple(tuple)
+    assert rjit.convert_to_tuple_if_list([1, [2, [3]], (4,)]) == (1, (2, (3,)), (4,))
+    assert rjit.convert_to_tuple_if_list(5) == 5
+    assert isinstance(rjit.constexpr_function(lambda x: x), rjit.JITCallable)
+    assert isinstance(rjit.constexpr_function(abs), rjit.ConstexprFunction)
+    assert all(isinstance(p, rjit.KernelParam) for p in double_kernel.params)

@@ -67,7 +67,8 @@ NOTES = {
            "a launch with one raises",
            "KernelInterface": "the base of JITFunction, Autotuner, Heuristics; "
            "Autotuner/Heuristics .warmup: not supported yet"}.items()},
-    ("triton.runtime.jit", "JITCallable"): "a marker base of JITFunction (isinstance only)",
+    ("triton.runtime.jit", "JITCallable"): "a marker base of JITFunction and "
+    "ConstexprFunction (isinstance only)",
     ("triton.runtime.jit", "TRITON_MODULE"): "'kitjit.language'",
     ("triton.runtime.driver", "driver"): "DriverConfig: .active/.default are kitjit's driver; "
     "set_active(another): not supported yet",
