@@ -191,3 +191,13 @@ def test_runtime_jit_small_helpers():
     assert isinstance(rjit.constexpr_function(lambda x: x), rjit.JITCallable)
     assert isinstance(rjit.constexpr_function(abs), rjit.ConstexprFunction)
     assert all(isinstance(p, rjit.KernelParam) for p in double_kernel.params)
+
+
+def test_runtime_driver_module_answers_as_tritons_driver_object():
+    from kitjit.runtime import driver as mod
+
+    assert mod.default is mod.active is mod.driver.active
+    mod.set_active(mod.active)
+    mod.reset_active()
+    with pytest.raises(NotImplementedError, match="not supported yet"):
+        mod.set_active(object())

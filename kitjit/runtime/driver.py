@@ -721,6 +721,11 @@ class DriverConfig:
 
 
 driver = DriverConfig()
+# `triton.runtime.driver` is that object in Triton (triton.runtime imports it over the
+# module): its methods on this module too, for `triton.runtime.driver.set_active(...)`
+default = active
+set_active = driver.set_active
+reset_active = driver.reset_active
 
 
 from kitjit.language.triton_names import module_getattr as _module_getattr  # noqa: E402
