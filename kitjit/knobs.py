@@ -35,6 +35,14 @@ class _Fixed:
 
 
 @dataclass(frozen=True)
+class _Unsupported:
+    """A knob libraries often touch that kitjit lacks: reading or setting it raises "not
+    supported yet" with `why` (what to use instead)."""
+
+    why: str
+
+
+@dataclass(frozen=True)
 class NvidiaTool:
     """Triton's knobs.NvidiaTool: a CUDA tool's path and version."""
 
@@ -43,9 +51,9 @@ class NvidiaTool:
 
 
 class _Group:
-    """One knob group (`knobs.cache`, ...): name -> _Env or _Fixed."""
+    """One knob group (`knobs.cache`, ...): name -> _Env, _Fixed or _Unsupported."""
 
-    def __init__(self, name: str, knobs: dict[str, _Env | _Fixed]):
+    def __init__(self, name: str, knobs: dict[str, _Env | _Fixed | _Unsupported]):
         object.__setattr__(self, "_name", name)
         object.__setattr__(self, "_knobs", knobs)
 
@@ -57,6 +65,8 @@ class _Group:
         if attr.startswith("__") or attr not in self._knobs:
             raise self._missing(attr)
         k = self._knobs[attr]
+        if isinstance(k, _Unsupported):
+            raise self._missing(attr, f": {k.why}")
         if isinstance(k, _Fixed):
             return k.value()
         v = os.environ.get(k.var)
@@ -68,6 +78,8 @@ class _Group:
         if attr not in self._knobs:
             raise self._missing(attr)
         k = self._knobs[attr]
+        if isinstance(k, _Unsupported):
+            raise self._missing(attr, f": {k.why}")
         if isinstance(k, _Fixed):
             if value != k.value():
                 raise self._missing(f"{attr} = {value!r}", f": {k.why}")
@@ -121,12 +133,18 @@ runtime = _Group("runtime", {
                    "debug), and has no switch to compile the checks out"),
 })
 #: knobs.cache.dir: where compiled kernels are kept
-cache = _Group("cache", {"dir": _Env("KITJIT_CACHE_DIR", "str")})
+_NO_HOME = _Unsupported("kitjit keeps no Triton home (~/.triton); its cache is knobs.cache.dir "
+                        "(KITJIT_CACHE_DIR, default ~/.cache/kitjit)")
+cache = _Group("cache", {"dir": _Env("KITJIT_CACHE_DIR", "str"), "home_dir": _NO_HOME,
+                         "dump_dir": _NO_HOME, "override_dir": _NO_HOME})
 #: knobs.compilation.always_compile: KITJIT_CACHE_DISABLE (compile, never read the disk
 #: cache; the kernels of this process are still reused, as Triton's in-memory cache)
 compilation = _Group("compilation", {
     "always_compile": _Env("KITJIT_CACHE_DISABLE", "bool"),
     "disable_line_info": _Fixed(lambda: True, "kitjit's cubins carry no line info"),
+    "dump_ir": _Unsupported("kitjit dumps no files; a compiled kernel's ck.asm['tir' | "
+                            "'llir' | 'ptx' | 'cubin'] holds each stage"),
+    "override": _Unsupported("kitjit does not load IR from an override directory"),
 })
 #: knobs.autotuning.print: print each tuning's winner and timings; .cache: kitjit keeps
 #: tuning results on disk whenever the disk cache is on (Autotuner(cache_results=False)

@@ -140,7 +140,12 @@ def test_knobs_kitjit_always_follows_read_and_refuse_other_values(monkeypatch):
     assert "KITJIT_CACHE_DISABLE" not in os.environ and k.compilation.always_compile is False
     tool = k.nvidia.ptxas
     assert tool is None or os.path.basename(tool.path).startswith("ptxas") and tool.version
-    for bad in ("k.compilation.dump_ir", "k.nvidia.cuobjdump", "k.amd", "k.proton"):
+    with pytest.raises(AttributeError, match="cache.home_dir is not supported yet.*: kitjit "
+                       "keeps no Triton home"):
+        k.cache.home_dir  # noqa: B018
+    with pytest.raises(AttributeError, match="ck.asm"):
+        k.compilation.dump_ir = True
+    for bad in ("k.compilation.override", "k.nvidia.cuobjdump", "k.amd", "k.proton"):
         with pytest.raises(AttributeError, match="not supported yet"):
             eval(bad)
 
