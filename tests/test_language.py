@@ -636,8 +636,14 @@ def test_broadcasting_outer(M, N):
     out = poisoned((M, N + 3), torch.float32)  # padded rows: the stride is not N
     outer_kernel[(cdiv(M, 16), cdiv(N, 32))](a, b, out, M, N, out.stride(0), BM=16, BN=32)
     a, b = a.double().cpu(), b.double().cpu()
-    ref = a[:, None] * b[None, :] + torch.arange(M).double()[:, None] - b[None, :]
-    close(out[:, :N], ref)
+    rows = torch.arange(M).double()[:, None]
+    ref = a[:, None] * b[None, :] + rows - b[None, :]
+    # fp32's error is relative to the terms, not to their sum (a*b - b cancels where a ~ 1,
+    # as row 0 of a fresh draw may): each element within 1e-6 of its terms' magnitude
+    scale = (a[:, None] * b[None, :]).abs() + rows + b.abs()[None, :]
+    got = out[:, :N].double().cpu()
+    assert not torch.isnan(got).any(), "an element was not written"
+    assert ((got - ref).abs() <= 1e-6 * scale).all(), float(((got - ref).abs() / scale).max())
     assert torch.isnan(out[:, N:]).all(), "the padding was written"
 
 
