@@ -302,6 +302,27 @@ def test_unsplit_fp16_epilogue_after_the_row_kernel():
     assert hg == 4, hg      # BK 64: 4 HGMMAs a k-step (serialized for now: the docstring)
 
 
+def right_every_call_and_in_a_graph(g, mod, calls: int = 3):
+    """A generated module on the GPU: verified against the graph's float64 reference on two
+    fresh input sets `calls` times in a row, then captured in a CUDA graph whose replays
+    (output poisoned before each) are right too. Returns the trials (inputs, references)."""
+    trials = search.Trials(g, "cuda", 2)
+    for _ in range(calls):
+        assert search.verify(g, mod, trials) is None
+    ins, refs = trials.sets[0]
+    mod.run(*ins)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = mod.run(*ins)[0]
+    for _ in range(calls):
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert search.rel_error(out, refs[0]) < 1e-2
+    return trials
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 @pytest.mark.parametrize("split", [2, 4, 7])
@@ -314,21 +335,8 @@ def test_gpu_fused_split_k(split):
     path = pathlib.Path(__import__("tempfile").mkdtemp()) / "fused_gpu.py"
     path.write_text(src)
     mod = search._import(path)
-    trials = search.Trials(g, "cuda", 2)
-    for _ in range(3):
-        assert search.verify(g, mod, trials) is None
+    right_every_call_and_in_a_graph(g, mod)   # (the counters end at 0 after replays too)
     assert all(int(t.count_nonzero()) == 0 for t in mod._COUNTERS.values())
-    ins, refs = trials.sets[0]
-    mod.run(*ins)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = mod.run(*ins)[0]
-    for _ in range(3):
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert search.rel_error(out, refs[0]) < 1e-2
 
 
 @pytest.mark.gpu
@@ -348,17 +356,4 @@ def test_gpu_rmsnorm_then_pdl_matmul(split, fuse):
     path = pathlib.Path(__import__("tempfile").mkdtemp()) / "pdl_gpu.py"
     path.write_text(src)
     mod = search._import(path)
-    trials = search.Trials(g, "cuda", 2)
-    for _ in range(3):
-        assert search.verify(g, mod, trials) is None
-    ins, refs = trials.sets[0]
-    mod.run(*ins)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = mod.run(*ins)[0]
-    for _ in range(3):
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert search.rel_error(out, refs[0]) < 1e-2
+    right_every_call_and_in_a_graph(g, mod)
