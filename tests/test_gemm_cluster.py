@@ -23,9 +23,11 @@ def _randn(*shape, seed=0, device="cpu"):
     return torch.where(x.abs() < 1e-3, 0.5, x).to(torch.bfloat16).to(device)
 
 
-def _run(M, N, K, trans_b, poison, device="cpu", **kw):
+def _run(M, N, K, trans_b, poison, device="cpu", fn=matmul_cluster, **kw):
+    """fn(a, b, trans_b, **kw) against float64 on fresh bf16 inputs (no near-zeros), the
+    output poisoned before (test_gemm_splitk.py runs its GEMMs through this too)."""
     a, b = _randn(M, K, device=device), _randn(K, N, seed=1, device=device)
-    out = matmul_cluster(a, b.t().contiguous() if trans_b else b, trans_b, **kw)
+    out = fn(a, b.t().contiguous() if trans_b else b, trans_b, **kw)
     assert is_poisoned(out, poison)          # the output started as NaN
     assert_rows_close(out, a.double() @ b.double(), 1e-2, f"{M}x{N}x{K} trans_b={trans_b}")
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_hopper import SMEM_MAX, assert_rows_close, is_poisoned, needs_sass, poison
+from test_gemm_cluster import SMALL
+from test_gemm_cluster import _run as run_gemm
+from test_hopper import SMEM_MAX, needs_sass, poison
 
 from kitjit.nn.matmul_splitk import (
     matmul_splitk_cluster,
@@ -20,20 +22,8 @@ from kitjit.testing import has_gpu
 
 __all__ = ["poison"]  # the fixture, imported for the tests here
 
-SMALL = dict(BM=64, BN=64, BK=32, STAGES=3, num_warps=4)
-
-
-def _randn(*shape, seed=0, device="cpu"):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(*shape, generator=g, dtype=torch.float64)
-    return torch.where(x.abs() < 1e-3, 0.5, x).to(torch.bfloat16).to(device)
-
-
 def _run(M, N, K, trans_b, poison, device="cpu", fn=matmul_splitk_cluster, **kw):
-    a, b = _randn(M, K, device=device), _randn(K, N, seed=1, device=device)
-    out = fn(a, b.t().contiguous() if trans_b else b, trans_b, **kw)
-    assert is_poisoned(out, poison)          # the output started as NaN
-    assert_rows_close(out, a.double() @ b.double(), 1e-2, f"{M}x{N}x{K} trans_b={trans_b}")
+    run_gemm(M, N, K, trans_b, poison, device, fn, **kw)
 
 
 @pytest.mark.parametrize("M,N,K,trans_b,kw", [
