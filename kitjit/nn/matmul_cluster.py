@@ -247,6 +247,16 @@ def _clusters(device: torch.device) -> int:
 CONFIG = dict(BM=128, BN=256, BK=64, STAGES=4, GROUP=8, num_warps=8)
 
 
+def gemm_dims(name: str, a: torch.Tensor, b: torch.Tensor, trans_b: bool) -> tuple:
+    """(M, N, K) of a @ b (b [N, K] when trans_b), or a ValueError in `name`'s words."""
+    M, K = a.shape
+    N = b.shape[0] if trans_b else b.shape[1]
+    if b.shape[1 if trans_b else 0] != K:
+        raise ValueError(f"{name}: a is {tuple(a.shape)}, b {tuple(b.shape)}"
+                         f"{' (transposed)' if trans_b else ''}: K differs")
+    return M, N, K
+
+
 def matmul_cluster(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False,
                    clusters: int | None = None, ws: bool = False, **config) -> torch.Tensor:
     """a @ b (a @ b.T when trans_b: b is [N, K]) on 2-CTA clusters sharing B (sm_90a).
@@ -256,11 +266,7 @@ def matmul_cluster(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False,
     (default: half the SMs); `ws`: the warp-specialized kernel (a producer warpgroup and
     two consumers, 12 warps; LAG and SPLIT_B do not apply). A and B need rows of a multiple
     of 16 bytes (TMA)."""
-    M, K = a.shape
-    N = b.shape[0] if trans_b else b.shape[1]
-    if b.shape[1 if trans_b else 0] != K:
-        raise ValueError(f"matmul_cluster: a is {tuple(a.shape)}, b {tuple(b.shape)}"
-                         f"{' (transposed)' if trans_b else ''}: K differs")
+    M, N, K = gemm_dims("matmul_cluster", a, b, trans_b)
     c = torch.empty(M, N, device=a.device, dtype=a.dtype)
     if K == 0:
         return c.zero_()

@@ -31,6 +31,8 @@ import torch
 
 import kitjit as kit
 
+from .matmul_cluster import gemm_dims
+
 
 @kit.jit
 def fill(a, b, ready, empty, A, B, m0, n0, k, g, part, STAGES: kit.constexpr,
@@ -297,11 +299,7 @@ def matmul_splitk_cluster(a: torch.Tensor, b: torch.Tensor, trans_b: bool = Fals
     sharer running a step behind does not stall the refill); defaults from `splitk_plan`
     (`share_a` there), P and CN then halved until every cluster is resident at once
     (unless both are given). A and B need rows of a multiple of 16 bytes (TMA)."""
-    M, K = a.shape
-    N = b.shape[0] if trans_b else b.shape[1]
-    if b.shape[1 if trans_b else 0] != K:
-        raise ValueError(f"matmul_splitk_cluster: a is {tuple(a.shape)}, b {tuple(b.shape)}"
-                         f"{' (transposed)' if trans_b else ''}: K differs")
+    M, N, K = gemm_dims("matmul_splitk_cluster", a, b, trans_b)
     c = torch.empty(M, N, device=a.device, dtype=a.dtype)
     if K == 0 or M == 0 or N == 0:
         return c.zero_()
