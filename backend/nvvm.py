@@ -3,6 +3,7 @@ LLVM does not expose (predicated vector loads and stores, mma.sync, barriers).""
 
 from __future__ import annotations
 
+import re
 import struct
 
 import llvmlite.ir as ir
@@ -83,10 +84,21 @@ class Intrinsics:
         return b.call(self.get(f"llvm.nvvm.read.ptx.sreg.{name}", I32, []), [])
 
 
+# PTX that every thread of a CTA (bar, barrier) or of a warp (.aligned) must reach together:
+# LLVM may not make such a call depend on more control flow than it had (see asm).
+_CONVERGENT = re.compile(r"(^|[\s;{}])(bar|barrier)\.|\.aligned\b")
+
+
 def asm(b: ir.IRBuilder, ret: ir.Type, text: str, constraints: str, args: list,
         side_effect: bool = True) -> ir.Value:
+    """Inline PTX. Barriers and `.aligned` instructions are called `convergent`: without it,
+    LLVM's CFG simplification may merge two `if (tid == 0) {spin}; bar.sync` steps into one
+    branch with a copy of the barrier on each side, so a divergent warp waits at two
+    different barriers (two signal_waits in a row hung on an H200)."""
     fty = ir.FunctionType(ret, [a.type for a in args])
-    return b.call(ir.InlineAsm(fty, text, constraints, side_effect=side_effect), args)
+    attrs = ("convergent",) if _CONVERGENT.search(text) else ()
+    return b.call(ir.InlineAsm(fty, text, constraints, side_effect=side_effect), args,
+                  attrs=attrs)
 
 
 def barrier(b: ir.IRBuilder) -> None:
