@@ -124,6 +124,19 @@ def on_gpu(m: int = 1000, K: int = 1024, N: int = 1536) -> None:
     dist.all_gather_into_tensor(gathered, a)
     check(c, gathered.double() @ b.double(), f"rank {rank}")
     print(f"rank {rank}: allgather_matmul M={ws * m} K={K} N={N} matches NCCL + matmul")
+    if torch.cuda.get_device_capability() == (9, 0):   # the Hopper kernel: matmul_comm.py
+        import matmul_comm
+
+        m = 1024
+        fused = matmul_comm.AllGatherMatmul(group, m, K)
+        for call in range(3):                     # both halves of its buffers, one reused
+            a = torch.randn(m, K, device="cuda", dtype=torch.bfloat16)
+            c = fused(a, b)
+            gathered = torch.empty(ws * m, K, device="cuda", dtype=torch.bfloat16)
+            dist.all_gather_into_tensor(gathered, a)
+            check(c, gathered.double() @ b.double(), f"rank {rank}, Hopper call {call}")
+        print(f"rank {rank}: allgather_matmul on Hopper (WGMMA, copy engines) M={ws * m} K={K} "
+              f"N={N}, 3 calls, matches NCCL + matmul")
     dist.destroy_process_group()
 
 

@@ -12,7 +12,7 @@ from kitjit.testing import bench, check, device, has_gpu
 
 @kit.jit
 def tile_origin(tile, M, N, n_k, BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr,
-                GROUP: kit.constexpr, SPLIT_K: kit.constexpr):
+                GROUP: kit.constexpr, SPLIT_K: kit.constexpr, ROT=None):
     # L2-friendly order: GROUP row-blocks of C are swept column by column; with split-K,
     # the SPLIT_K parts of one tile's K range are neighbours (rows >= 1: the kernel asks
     # for the tile after its last too, and a remainder by 0 is undefined)
@@ -20,16 +20,26 @@ def tile_origin(tile, M, N, n_k, BM: kit.constexpr, BN: kit.constexpr, BK: kit.c
     n_m, n_n = kit.cdiv(M, BM), kit.cdiv(N, BN)
     first_m = t // (GROUP * n_n) * GROUP
     rows = kit.maximum(kit.minimum(n_m - first_m, GROUP), 1)
-    return ((first_m + t % (GROUP * n_n) % rows) * BM, t % (GROUP * n_n) // rows * BN,
-            tile % SPLIT_K * n_k * BK)
+    m0 = (first_m + t % (GROUP * n_n) % rows) * BM
+    if ROT is not None:    # GEMMs that communicate start at another rank's rows (matmul_comm)
+        m0 = (m0 + ROT) % M
+    return m0, t % (GROUP * n_n) // rows * BN, tile % SPLIT_K * n_k * BK
 
 
 @kit.jit
 def load_stage(a, b, ready, A, B, m0, n0, k0, kk, it, BK: kit.constexpr,
-               STAGES: kit.constexpr, TRANS_B: kit.constexpr, b2=None, B2=None):
+               STAGES: kit.constexpr, TRANS_B: kit.constexpr, b2=None, B2=None, GATE=None,
+               CHUNK=1, OWN=0, EPOCH=0, A_OWN=None):
     s = it % STAGES
     k = k0 + kk * BK                                 # past K, TMA reads zeros
-    kit.tma_load(a[s], A, (m0, k), ready[s])         # both land on ready[s]: one arrival
+    if GATE is None:
+        kit.tma_load(a[s], A, (m0, k), ready[s])     # both land on ready[s]: one arrival
+    elif m0 // CHUNK == OWN:   # all-gather (matmul_comm): this rank's rows from its shard,
+        kit.tma_load(a[s], A_OWN, (m0 - OWN * CHUNK, k), ready[s])
+    else:                      # a peer's once they arrived
+        if kk == 0:
+            kit.signal_wait(GATE + m0 // CHUNK, EPOCH, cmp="ge")
+        kit.tma_load(a[s], A, (m0, k), ready[s])
     kit.tma_load(b[s], B, (n0, k) if TRANS_B else (k, n0), ready[s])
     if B2 is not None:                               # a second B (SwiGLU's up projection)
         kit.tma_load(b2[s], B2, (n0, k) if TRANS_B else (k, n0), ready[s])
@@ -39,19 +49,20 @@ def load_stage(a, b, ready, A, B, m0, n0, k0, kk, it, BK: kit.constexpr,
 def refill(a, b, ready, A, B, tile, step, n_tiles, kk, it, m0, n0, k0, m1, n1, k1, M, N, n_k,
            BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr, STAGES: kit.constexpr,
            GROUP: kit.constexpr, TRANS_B: kit.constexpr, SPLIT_K: kit.constexpr, b2=None,
-           B2=None):
+           B2=None, GATE=None, CHUNK=1, OWN=0, EPOCH=0, ROT=None, A_OWN=None):
     j = kk + STAGES - 1        # refill the stage MMA it-1 freed, running into the next tile
     if j < n_k:                # (its origin m1, n1, k1) so its loads fly during this epilogue
         load_stage(a, b, ready, A, B, m0, n0, k0, j, it + STAGES - 1, BK, STAGES, TRANS_B,
-                   b2, B2)
+                   b2, B2, GATE, CHUNK, OWN, EPOCH, A_OWN)
     elif j < 2 * n_k:
         if tile + step < n_tiles:
             load_stage(a, b, ready, A, B, m1, n1, k1, j - n_k, it + STAGES - 1, BK, STAGES,
-                       TRANS_B, b2, B2)
+                       TRANS_B, b2, B2, GATE, CHUNK, OWN, EPOCH, A_OWN)
     elif tile + j // n_k * step < n_tiles:           # K shorter than the ring
-        mj, nj, kj = tile_origin(tile + j // n_k * step, M, N, n_k, BM, BN, BK, GROUP, SPLIT_K)
+        mj, nj, kj = tile_origin(tile + j // n_k * step, M, N, n_k, BM, BN, BK, GROUP, SPLIT_K,
+                                 ROT)
         load_stage(a, b, ready, A, B, mj, nj, kj, j % n_k, it + STAGES - 1, BK, STAGES,
-                   TRANS_B, b2, B2)
+                   TRANS_B, b2, B2, GATE, CHUNK, OWN, EPOCH, A_OWN)
 
 
 @kit.jit

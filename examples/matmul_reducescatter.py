@@ -122,6 +122,19 @@ def on_gpu(m: int = 1000, K: int = 1024, N: int = 1536) -> None:
     check(out, ref, f"rank {rank}")
     print(f"rank {rank}: matmul_reducescatter M={ws * m} K={ws * K} N={N} matches "
           "matmul + NCCL reduce_scatter")
+    if torch.cuda.get_device_capability() == (9, 0):   # the Hopper kernel: matmul_comm.py
+        import matmul_comm
+
+        m = 1024
+        fused = matmul_comm.MatmulReduceScatter(group, m, N)
+        for call in range(3):                     # both halves of its buffers, one reused
+            a = torch.randn(ws * m, K, device="cuda", dtype=torch.bfloat16)
+            out = fused(a, b)
+            ref = torch.empty(m, N, device="cuda", dtype=torch.float64)
+            dist.reduce_scatter_tensor(ref, a.double() @ b.double())
+            check(out, ref, f"rank {rank}, Hopper call {call}")
+        print(f"rank {rank}: matmul_reducescatter on Hopper (WGMMA, NVLink stores) "
+              f"M={ws * m} K={ws * K} N={N}, 3 calls, matches matmul + NCCL reduce_scatter")
     dist.destroy_process_group()
 
 

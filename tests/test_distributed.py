@@ -263,6 +263,31 @@ def test_signal_ops_in_roles_use_the_roles_barrier(tmp_path):
     assert "bar.sync 0;" not in ptx and "bar.sync 0," not in ptx  # only the roles' barriers
 
 
+TWO_WAITS = '''
+import kitjit as kit
+
+@kit.jit
+def two_waits(Sig, X, Y, n, WS: kit.constexpr):
+    if kit.program_id(0) >= n:
+        for s in kit.static_range(WS):
+            kit.signal_wait(Sig + s, n, cmp="ge")
+    offs = kit.arange(0, 128)
+    kit.store(Y + offs, kit.load(X + offs))
+'''
+
+
+def test_two_signal_waits_keep_their_barriers_apart(tmp_path):
+    """Two waits in a row are `if (tid == 0) spin; bar.sync` twice. Unless the barriers are
+    `convergent` calls, LLVM merges the two thread-0 branches and puts a copy of the barrier
+    on each side: thread 0 and the rest of its warp then wait at different bar.sync
+    instructions, which hung the reduce-scatter example on two H200s."""
+    path = tmp_path / "two_waits.py"
+    path.write_text(TWO_WAITS)
+    ck = kit.compile_aot(str(path), "two_waits", ["*u32", "*fp32", "*fp32", "i32"], {"WS": 2})
+    assert ck.asm["ptx"].count("bar.sync 0;") == 2, ck.asm["ptx"]
+    assert "convergent" in ck.asm["llir"]
+
+
 @pytest.mark.parametrize("example", ["allgather_matmul", "matmul_reducescatter"])
 def test_examples_compile_for_sm90a(example):
     from kitjit.tools import disassemble, find_tool
@@ -301,7 +326,8 @@ def _torchrun(example: str, n: int):
 @pytest.mark.parametrize("example", ["allgather_matmul.py", "matmul_reducescatter.py"])
 def test_examples_on_two_gpus(example):
     out = _torchrun(example, 2)
-    assert out.count("matches") == 2, out
+    hopper = torch.cuda.get_device_capability() == (9, 0)   # + matmul_comm.py's kernel
+    assert out.count("matches") == (4 if hopper else 2), out
 
 
 @pytest.mark.gpu
@@ -379,3 +405,117 @@ def test_examples_under_torchrun_on_one_gpu(example):
     """world_size 1 through torch's symmetric memory (allocation, rendezvous, pointers)."""
     out = _torchrun(example, 1)
     assert "matches" in out, out
+
+
+# ------------------------------------------- the Hopper kernels with communication fused in
+def test_matmul_comm_simulated():
+    """examples/matmul_comm.py's two kernels, two ranks in the interpreter: the GEMMs start
+    before the rows they need are copied (a missing gate reads the NaN poison)."""
+    import matmul_comm
+
+    assert matmul_comm.simulated() < 2e-2
+
+
+def test_matmul_comm_sass():
+    from kitjit.tools import disassemble, find_tool
+
+    if find_tool("cuobjdump") is None or find_tool("nvdisasm") is None:
+        pytest.skip("cuobjdump/nvdisasm not found")
+    import matmul_comm as mc
+
+    cfg = {k: v for k, v in mc.CONFIG.items() if k != "num_warps"}
+    path = str(EXAMPLES / "matmul_comm.py")
+    ag = kit.compile_aot(path, "allgather_matmul_kernel", ["*bf16"] * 4 + ["*i64"] + ["i32"] * 6,
+                         dict(cfg, GATE_BASE=mc.GATE_BASE), num_warps=8)
+    rs = kit.compile_aot(path, "matmul_reducescatter_kernel",
+                         ["*bf16"] * 3 + ["*i64"] * 2 + ["i32"] * 6,
+                         dict(cfg, WS=2, SIG_BASE=mc.SIG_BASE), num_warps=8)
+    for ck, extra in ((ag, ["UTMASTG", "FENCE.VIEW.ASYNC"]), (rs, ["REDG.E.ADD.STRONG.SYS"])):
+        sass = disassemble(ck.asm["cubin"])
+        for op in ["HGMMA", "UTMALDG", "LDG.E.STRONG.SYS", *extra]:
+            assert op in sass, op
+        assert ck.metadata["spills"] == 0 and "STL" not in sass
+
+
+@pytest.mark.gpu
+def test_matmul_comm_as_two_ranks_on_one_gpu():
+    """matmul_comm.py's kernels for two 'ranks' on two streams of one GPU (small grids, so
+    both fit on the SMs together): the all-gather's rows copied by torch (the copy engine)
+    and gated by stream writes, the reduce-scatter's partials stored and counted between
+    the two grids. A first launch with epoch 0 compiles and loads both before anyone waits."""
+    import matmul_comm as mc
+
+    from kitjit.runtime.driver import stream_write_value32
+
+    ws, m, K, N = 2, 256, 328, 392       # K and N ragged against BK 64 and BN 256
+    M, dev, cfg = ws * m, "cuda", mc.CONFIG
+    bf = dict(dtype=torch.bfloat16, device=dev)
+    streams = [torch.cuda.Stream() for _ in range(ws)]
+    side = [torch.cuda.Stream() for _ in range(ws)]
+    b = [torch.randn(K, N, **bf) for _ in range(ws)]
+    # all-gather + GEMM: each rank pushes its rows into the other's buffer, then its gate
+    a = [torch.randn(m, K, **bf) for _ in range(ws)]
+    bufs = [torch.full((M, K), float("nan"), **bf) for _ in range(ws)]
+    pads = [torch.zeros(1024, dtype=torch.int32, device=dev) for _ in range(ws)]
+    sigs = torch.tensor([p.data_ptr() for p in pads], dtype=torch.int64, device=dev)
+    c = [torch.full((M, N), float("nan"), **bf) for _ in range(ws)]
+
+    def gemm(r, epoch):
+        mc.allgather_matmul_kernel[(4,)](a[r], bufs[r], b[r], c[r], sigs, r, epoch, M, N, K, m,
+                                         GATE_BASE=mc.GATE_BASE, **cfg)
+    for r in range(ws):
+        bufs[r][r * m:(r + 1) * m] = a[r]
+        gemm(r, 0)
+    torch.cuda.synchronize()
+    for r in range(ws):
+        c[r].fill_(float("nan"))
+    torch.cuda.synchronize()
+    for r in range(ws):
+        with torch.cuda.stream(streams[r]):
+            gemm(r, 1)
+    try:
+        for r in range(ws):
+            q, rows = 1 - r, slice(r * m, (r + 1) * m)
+            with torch.cuda.stream(side[r]):
+                bufs[q][rows].copy_(bufs[r][rows])
+                stream_write_value32(side[r].cuda_stream,
+                                     pads[q].data_ptr() + 4 * (mc.GATE_BASE + r), 1)
+    except BaseException:   # never leave a grid spinning (the process could not exit)
+        with torch.cuda.stream(side[0]):
+            for p in pads:
+                p[mc.GATE_BASE:mc.GATE_BASE + ws].fill_(1)
+        raise
+    torch.cuda.synchronize()
+    full = torch.cat(a).double()
+    for r in range(ws):
+        gpu_check(c[r], full @ b[r].double(), f"all-gather rank {r}")
+    # GEMM + reduce-scatter
+    a = [torch.randn(M, K, **bf) for _ in range(ws)]
+    recv = [torch.full((2, ws, m, N), float("nan"), **bf) for _ in range(ws)]
+    pads = [torch.zeros(1024, dtype=torch.int32, device=dev) for _ in range(ws)]
+    sigs = torch.tensor([p.data_ptr() for p in pads], dtype=torch.int64, device=dev)
+    recv_ptrs = torch.tensor([t.data_ptr() for t in recv], dtype=torch.int64, device=dev)
+    out = [torch.full((m, N), float("nan"), **bf) for _ in range(ws)]
+
+    def launch(r, epoch):
+        mc.matmul_reducescatter_kernel[(4,)](a[r], b[r], out[r], recv_ptrs, sigs, r, epoch, M,
+                                             N, K, m, WS=ws, SIG_BASE=mc.SIG_BASE, **cfg)
+    for r in range(ws):        # epoch 0: no wait holds; each counts once per row block
+        launch(r, 0)
+        torch.cuda.synchronize()
+    for r in range(ws):
+        recv[r].fill_(float("nan"))
+        out[r].fill_(float("nan"))
+    torch.cuda.synchronize()
+    for r in range(ws):
+        with torch.cuda.stream(streams[r]):
+            launch(r, 2)
+    torch.cuda.synchronize()
+    total = sum(a[s].double() @ b[s].double() for s in range(ws))
+    for r in range(ws):
+        gpu_check(out[r], total[r * m:(r + 1) * m], f"reduce-scatter rank {r}")
+
+
+def gpu_check(got, ref, what):
+    err = ((got.double() - ref).abs().max() / ref.abs().max()).item()
+    assert err <= 2e-2, f"{what}: {err}"   # (NaN fails)

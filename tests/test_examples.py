@@ -28,7 +28,8 @@ KNOWN_EXAMPLES = {"vector_add", "softmax", "layernorm", "rmsnorm", "matmul", "at
                   "graph_gated_mlp", "graph_gqa_decode", "graph_lora", "graph_qk_norm",
                   "attention_ampere", "matmul_ampere",  # (tested in tests/test_ampere.py)
                   "matmul_fp8", "matmul_epilogue", "grouped_matmul",  # (test_gemm_family.py)
-                  "allgather_matmul", "matmul_reducescatter"}  # (test_distributed.py)
+                  # (test_distributed.py)
+                  "allgather_matmul", "matmul_reducescatter", "matmul_comm"}
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 if str(EXAMPLES) not in sys.path:

@@ -7,7 +7,8 @@ warpgroup role it runs in), with a barrier on the right side of it:
 - signal_wait: the leader spins on `ld.acquire.<scope>` until the compare holds, then a
   barrier lets the other threads go on. Acquire in the leader plus the barrier orders every
   thread's later loads after the signalling program's earlier stores (PTX memory model:
-  causality order runs through the barrier).
+  causality order runs through the barrier). On sm_90a a `fence.proxy.async.global` follows,
+  so TMA loads issued after the wait are ordered too.
 - signal_set / signal_add: a barrier first (every thread's earlier stores, to peers too,
   are done in program order before it), then the leader's `st.release.<scope>` /
   `red.release.<scope>.add`: release is cumulative, so it publishes what the barrier made
@@ -48,6 +49,10 @@ class SignalLowering(LoweringBase):
                 "@!P1 bra KITSIG${:uid}; }",
                 f"l,{reg},~{{memory}}", [p, v])
         self.sync()
+        if sem == "acquire" and self.fn.attrs.get("_tma_target"):
+            # what the wait publishes may be read next by TMA (the async proxy), e.g. rows a
+            # copy engine delivered: order those reads after the acquire
+            asm(self.b, VOID, "fence.proxy.async.global;", "~{memory}", [])
 
     @lowering("signal_set")
     def op_signal_set(self, op: Op) -> None:

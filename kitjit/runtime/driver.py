@@ -71,6 +71,11 @@ def _load() -> Any:
             f = getattr(lib, name)
             f.argtypes = args
             f.restype = i
+        for name in ("cuStreamWriteValue32_v2",):  # (CUDA >= 11.7)
+            f = getattr(lib, name, None)
+            if f is not None:
+                f.argtypes = [vp, ctypes.c_uint64, ctypes.c_uint32, u]
+                f.restype = i
         r = lib.cuInit(0)
         if r != CUDA_SUCCESS:
             _init_error = f"cuInit failed: {_err(lib, r)}"
@@ -96,6 +101,21 @@ def _err(lib, code: int) -> str:
 def check(code: int, what: str) -> None:
     if code != CUDA_SUCCESS:
         raise DriverError(f"{what}: {_err(_lib, code)}")
+
+
+def _stream_memop(name: str, stream: int, address: int, value: int) -> None:
+    lib = _load()
+    f = getattr(lib, name, None) if lib is not None else None
+    if f is None:
+        raise DriverError(f"{name} is not available: {_init_error or 'driver older than 11.7'}")
+    check(f(stream, address, value & 0xFFFFFFFF, 0), name)
+
+
+def stream_write_value32(stream: int, address: int, value: int) -> None:
+    """Write `value` to the 32-bit word at `address` when `stream` reaches this point, after
+    the stream's earlier work (cuStreamWriteValue32; no kernel, so no SM is needed, and the
+    driver fences before the write): a copy engine's copy followed by this is a signal."""
+    _stream_memop("cuStreamWriteValue32_v2", stream, address, value)
 
 
 def available() -> bool:
