@@ -43,7 +43,7 @@ GATE_BASE = 128                    # all-gather: word GATE_BASE + q: rank q's ro
 def gemm_tiles(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr,
                STAGES: kit.constexpr, GROUP: kit.constexpr, ROT, GATE=None, CHUNK=1, OWN=0,
                EPOCH=0, OUT=None, RECV=None, SIGS=None, WS: kit.constexpr = 1,
-               SIG_BASE: kit.constexpr = 0, A_OWN=None):
+               SIG_BASE: kit.constexpr = 0, A_OWN=None, PEER=None):
     """matmul.py's persistent mainloop over tiles in rotated row order; the epilogue stores C
     (all-gather) or sends / reduces (reduce-scatter: OUT given)."""
     a = kit.shared((STAGES, BM, BK), A.dtype.element_ty)
@@ -63,6 +63,7 @@ def gemm_tiles(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr, BK: kit.c
             load_stage(a, b, ready, A, B, m0, n0, k0, s % n_k, s, BK, STAGES, False, None,
                        None, GATE, CHUNK, OWN, EPOCH, A_OWN)
     it = 0
+    sent = -1          # reduce-scatter: the last tile sent, not counted yet (owner, row block)
     for tile in range(first, n_tiles, step):
         m0, n0, k0 = tile_origin(tile, M, N, n_k, BM, BN, BK, GROUP, 1, ROT)
         m1, n1, k1 = tile_origin(tile + step, M, N, n_k, BM, BN, BK, GROUP, 1, ROT)
@@ -77,16 +78,32 @@ def gemm_tiles(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr, BK: kit.c
         if OUT is None:
             store_tile(C, acc, m0, n0, M, N, BM, BN, 2)   # TMA, in two column halves
         else:
-            send_or_reduce(OUT, RECV, SIGS, acc, m0, n0, N, CHUNK, OWN, EPOCH, WS, BM, BN,
-                           SIG_BASE)
+            sent = send_or_reduce(OUT, RECV, SIGS, PEER, acc, m0, n0, N, CHUNK, OWN, EPOCH,
+                                  sent, WS, BM, BN, SIG_BASE)
+    if OUT is not None:
+        if sent >= 0:
+            count_sent(SIGS, sent, WS, SIG_BASE)
 
 
 @kit.jit
-def send_or_reduce(Out, Recv, Sigs, acc, m0, n0, N, m, rank, epoch, WS: kit.constexpr,
-                   BM: kit.constexpr, BN: kit.constexpr, SIG_BASE: kit.constexpr):
-    """A peer's tile: into slot `rank` of the owner's receive buffer, counted on the owner's
-    signal of this row block. An own tile: wait for every peer's tiles of the row block,
-    add their partials, store."""
+def count_sent(Sigs, sent, WS: kit.constexpr, SIG_BASE: kit.constexpr):
+    """Count a sent tile on its owner's row-block word (red.release.sys; after TMA stores,
+    their completion first): one tile late, so its stores drained under the next mainloop
+    instead of holding this program at the release."""
+    owner = kit.load(Sigs + sent % WS).to(kit.pointer_type(kit.uint32))
+    kit.signal_add(owner + SIG_BASE + sent // WS, 1)
+
+
+@kit.jit
+def send_or_reduce(Out, Recv, Sigs, Peer, acc, m0, n0, N, m, rank, epoch, sent,
+                   WS: kit.constexpr, BM: kit.constexpr, BN: kit.constexpr,
+                   SIG_BASE: kit.constexpr):
+    """A peer's tile: into slot `rank` of the owner's receive buffer (with two ranks through
+    the TMA into `Peer`, the peer's half viewed as [2m, N]), counted on the owner's signal of
+    its row block by the next epilogue. An own tile: wait for every peer's tiles of the row
+    block, add their partials, store. Returns what is left to count (-1: nothing)."""
+    if sent >= 0:
+        count_sent(Sigs, sent, WS, SIG_BASE)
     chunk = m0 // m
     r0 = m0 - chunk * m                                  # the tile's rows inside its chunk
     rows = r0 + kit.arange(0, BM)
@@ -94,26 +111,34 @@ def send_or_reduce(Out, Recv, Sigs, acc, m0, n0, N, m, rank, epoch, WS: kit.cons
     ok = (rows[:, None] < m) & (cols[None, :] < N)
     dt = Out.dtype.element_ty
     if chunk != rank:
-        owner = kit.load(Recv + chunk).to(kit.pointer_type(dt))
-        kit.store(owner + (rank * m + rows)[:, None] * N + cols[None, :], acc.to(dt), mask=ok)
-        sig = kit.load(Sigs + chunk).to(kit.pointer_type(kit.uint32)) + SIG_BASE + r0 // BM
-        kit.signal_add(sig, 1)                           # red.release.sys: stores first
+        if Peer is None:
+            owner = kit.load(Recv + chunk).to(kit.pointer_type(dt))
+            kit.store(owner + (rank * m + rows)[:, None] * N + cols[None, :], acc.to(dt),
+                      mask=ok)
+        else:                  # bulk stores over NVLink, drained while the next tile runs
+            store_tile(Peer, acc, rank * m + r0, n0, 2 * m, N, BM, BN, 2)
+        sent = (r0 // BM) * WS + chunk
     else:
+        sent = -1
         sig = kit.load(Sigs + rank).to(kit.pointer_type(kit.uint32)) + SIG_BASE + r0 // BM
         kit.signal_wait(sig, epoch * (WS - 1) * kit.cdiv(N, BN), cmp="ge")
         mine = kit.load(Recv + rank).to(kit.pointer_type(dt))
-        # in two column halves (a relabeling of the accumulator's registers): a whole tile
-        # of partials beside the accumulator would spill
+        # in column quarters (a relabeling of the accumulator's registers): a whole tile of
+        # partials and their addresses beside the accumulator would spill
         halves = kit.split(kit.permute(kit.reshape(acc, (BM, 2, BN // 2)), (0, 2, 1)))
         for h in kit.static_range(2):
-            part = halves[h]
-            hc = n0 + h * (BN // 2) + kit.arange(0, BN // 2)
-            hok = (rows[:, None] < m) & (hc[None, :] < N)
-            for s in kit.static_range(WS):
-                if s != rank:
-                    part += kit.load(mine + (s * m + rows)[:, None] * N + hc[None, :],
-                                     mask=hok).to(kit.float32)
-            kit.store(Out + rows[:, None] * N + hc[None, :], part.to(dt), mask=hok)
+            quarters = kit.split(kit.permute(kit.reshape(halves[h], (BM, 2, BN // 4)),
+                                             (0, 2, 1)))
+            for q in kit.static_range(2):
+                part = quarters[q]
+                qc = n0 + (2 * h + q) * (BN // 4) + kit.arange(0, BN // 4)
+                qok = (rows[:, None] < m) & (qc[None, :] < N)
+                for s in kit.static_range(WS):
+                    if s != rank:
+                        part += kit.load(mine + (s * m + rows)[:, None] * N + qc[None, :],
+                                         mask=qok).to(kit.float32)
+                kit.store(Out + rows[:, None] * N + qc[None, :], part.to(dt), mask=qok)
+    return sent
 
 
 @kit.jit(do_not_specialize=("rank", "epoch"))
@@ -128,13 +153,14 @@ def allgather_matmul_kernel(A_own, A, B, C, Sigs, rank, epoch, M, N, K, m,
 
 
 @kit.jit(do_not_specialize=("rank", "epoch"))
-def matmul_reducescatter_kernel(A, B, Out, Recv, Sigs, rank, epoch, M, N, K, m,
+def matmul_reducescatter_kernel(A, B, Out, Recv, Sigs, Peer, rank, epoch, M, N, K, m,
                                 WS: kit.constexpr, BM: kit.constexpr, BN: kit.constexpr,
                                 BK: kit.constexpr, STAGES: kit.constexpr, GROUP: kit.constexpr,
                                 SIG_BASE: kit.constexpr):
-    # the next rank's chunk first, this rank's last (its peers' partials arrive meanwhile)
+    # the next rank's chunk first, this rank's last (its peers' partials arrive meanwhile);
+    # Peer (two ranks): the peer's receive half as a [2m, N] tensor, for TMA stores
     gemm_tiles(A, B, Out, M, N, K, BM, BN, BK, STAGES, GROUP, (rank + 1) % WS * m, None, m,
-               rank, epoch, Out, Recv, Sigs, WS, SIG_BASE)
+               rank, epoch, Out, Recv, Sigs, WS, SIG_BASE, PEER=Peer)
 
 
 CONFIG = dict(BM=128, BN=256, BK=64, STAGES=4, GROUP=8, num_warps=8)
@@ -224,6 +250,11 @@ class MatmulReduceScatter:
         self.sig_ptrs = torch.tensor(list(h.signal_pad_ptrs), dtype=torch.int64,
                                      device=self.dev)
         self.handle, self.rank, self.epoch = h, h.rank, 0
+        # two ranks: the peer's halves as tensors, so the kernel's TMA stores reach them
+        self.peer = [None, None]
+        if self.ws == 2:
+            whole = h.get_buffer(1 - self.rank, (2, 2 * m, N), dtype)
+            self.peer = [whole[0], whole[1]]
 
     def __call__(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         m, N, ws, cfg = self.m, self.N, self.ws, self.cfg
@@ -235,8 +266,9 @@ class MatmulReduceScatter:
         out = torch.empty(m, N, dtype=a.dtype, device=self.dev)
         tiles = kit.cdiv(M, cfg["BM"]) * kit.cdiv(N, cfg["BN"])
         matmul_reducescatter_kernel[(min(tiles, _sms(self.dev)),)](
-            a, b, out, self.recv_ptrs[self.epoch % 2], self.sig_ptrs, self.rank, self.epoch,
-            M, N, K, m, WS=ws, SIG_BASE=SIG_BASE, **cfg)
+            a, b, out, self.recv_ptrs[self.epoch % 2], self.sig_ptrs,
+            self.peer[self.epoch % 2], self.rank, self.epoch, M, N, K, m, WS=ws,
+            SIG_BASE=SIG_BASE, **cfg)
         return out
 
 
@@ -284,24 +316,32 @@ def simulated(ws: int = 2, m: int = 64, K: int = 96, N: int = 80) -> float:
     world.run(ag_step)
     full = torch.cat(a).double()
     err = max(check(c[r], full @ b[r].double(), f"all-gather rank {r}") for r in range(ws))
-    # GEMM + reduce-scatter (the second half of the receive buffers: an even call)
+    # GEMM + reduce-scatter (even calls: the first half of the receive buffers)
     recv = world.empty((2, ws, m, N), torch.bfloat16)
     hs = world.rendezvous(recv)
-    half = ws * m * N * 2
     a = [torch.randn(M, K).to(torch.bfloat16) for _ in range(ws)]
     out = [torch.full((m, N), float("nan"), dtype=torch.bfloat16) for _ in range(ws)]
 
-    def rs_step(r):
-        matmul_reducescatter_kernel[(3,)](
-            a[r], b[r], out[r], hs[r].buffer_ptrs_dev + half, hs[r].signal_pad_ptrs_dev, r, 2,
-            M, N, K, m, WS=ws, SIG_BASE=SIG_BASE, **SIM)
-    for h in hs:      # as if one call (epoch 1) had counted already
-        for p in h.signal_pads:
-            p[SIG_BASE:SIG_BASE + m // SIM["BM"]] = (ws - 1) * kit.cdiv(N, SIM["BN"])
-    world.run(rs_step)
     total = sum(a[s].double() @ b[s].double() for s in range(ws))
-    return max(err, *(check(out[r], total[r * m:(r + 1) * m], f"reduce-scatter rank {r}")
-                      for r in range(ws)))
+    for epoch, tma in ((2, False), (4, ws == 2)):   # stores from registers, or the TMA's
+
+        def rs_step(r):
+            peer = recv[1 - r][0].view(2 * m, N) if tma else None
+            matmul_reducescatter_kernel[(3,)](
+                a[r], b[r], out[r], hs[r].buffer_ptrs_dev, hs[r].signal_pad_ptrs_dev, peer,
+                r, epoch, M, N, K, m, WS=ws, SIG_BASE=SIG_BASE, **SIM)
+        for h in hs[:1]:      # as if the call before had counted already
+            for p in h.signal_pads:
+                p[SIG_BASE:SIG_BASE + m // SIM["BM"]] = (epoch - 1) * (ws - 1) * \
+                    kit.cdiv(N, SIM["BN"])
+        for r in range(ws):
+            recv[r].fill_(float("nan"))
+            out[r].fill_(float("nan"))
+        world.run(rs_step)
+        err = max(err, *(check(out[r], total[r * m:(r + 1) * m],
+                               f"reduce-scatter rank {r}{' (TMA)' if tma else ''}")
+                         for r in range(ws)))
+    return err
 
 
 def main() -> None:

@@ -288,6 +288,27 @@ def test_two_signal_waits_keep_their_barriers_apart(tmp_path):
     assert "convergent" in ck.asm["llir"]
 
 
+STORE_THEN_SIGNAL = '''
+import kitjit as kit
+
+@kit.jit
+def store_then_signal(C, Sig):
+    kit.tma_store(C, (0, 0), kit.full((64, 64), 1.0, kit.bfloat16))
+    kit.signal_set(Sig, 1)
+'''
+
+
+def test_a_signal_after_tma_stores_waits_for_them(tmp_path):
+    """A release orders the generic proxy's writes; a TMA store may still be in flight, so
+    the leader (which issued it) waits for its bulk groups and fences the async proxy."""
+    path = tmp_path / "sts.py"
+    path.write_text(STORE_THEN_SIGNAL)
+    ptx = kit.compile_aot(str(path), "store_then_signal", ["*bf16", "*u32"], {}).asm["ptx"]
+    wait = ptx.index("cp.async.bulk.wait_group 0;")
+    assert ptx.index("cp.async.bulk.tensor") < wait < ptx.index("fence.proxy.async.global;") \
+        < ptx.index("st.release.sys.global")
+
+
 @pytest.mark.parametrize("example", ["allgather_matmul", "matmul_reducescatter"])
 def test_examples_compile_for_sm90a(example):
     from kitjit.tools import disassemble, find_tool
@@ -428,9 +449,10 @@ def test_matmul_comm_sass():
     ag = kit.compile_aot(path, "allgather_matmul_kernel", ["*bf16"] * 4 + ["*i64"] + ["i32"] * 6,
                          dict(cfg, GATE_BASE=mc.GATE_BASE), num_warps=8)
     rs = kit.compile_aot(path, "matmul_reducescatter_kernel",
-                         ["*bf16"] * 3 + ["*i64"] * 2 + ["i32"] * 6,
+                         ["*bf16"] * 3 + ["*i64"] * 2 + ["*bf16"] + ["i32"] * 6,
                          dict(cfg, WS=2, SIG_BASE=mc.SIG_BASE), num_warps=8)
-    for ck, extra in ((ag, ["UTMASTG", "FENCE.VIEW.ASYNC"]), (rs, ["REDG.E.ADD.STRONG.SYS"])):
+    for ck, extra in ((ag, ["UTMASTG", "FENCE.VIEW.ASYNC"]),
+                      (rs, ["UTMASTG", "REDG.E.ADD.STRONG.SYS"])):
         sass = disassemble(ck.asm["cubin"])
         for op in ["HGMMA", "UTMALDG", "LDG.E.STRONG.SYS", *extra]:
             assert op in sass, op
@@ -497,23 +519,27 @@ def test_matmul_comm_as_two_ranks_on_one_gpu():
     recv_ptrs = torch.tensor([t.data_ptr() for t in recv], dtype=torch.int64, device=dev)
     out = [torch.full((m, N), float("nan"), **bf) for _ in range(ws)]
 
-    def launch(r, epoch):
-        mc.matmul_reducescatter_kernel[(4,)](a[r], b[r], out[r], recv_ptrs, sigs, r, epoch, M,
-                                             N, K, m, WS=ws, SIG_BASE=mc.SIG_BASE, **cfg)
-    for r in range(ws):        # epoch 0: no wait holds; each counts once per row block
-        launch(r, 0)
-        torch.cuda.synchronize()
-    for r in range(ws):
-        recv[r].fill_(float("nan"))
-        out[r].fill_(float("nan"))
-    torch.cuda.synchronize()
-    for r in range(ws):
-        with torch.cuda.stream(streams[r]):
-            launch(r, 2)
-    torch.cuda.synchronize()
+    def launch(r, epoch, tma):
+        peer = recv[1 - r][0].view(ws * m, N) if tma else None   # the TMA stores' target
+        mc.matmul_reducescatter_kernel[(4,)](a[r], b[r], out[r], recv_ptrs, sigs, peer, r,
+                                             epoch, M, N, K, m, WS=ws, SIG_BASE=mc.SIG_BASE,
+                                             **cfg)
     total = sum(a[s].double() @ b[s].double() for s in range(ws))
-    for r in range(ws):
-        gpu_check(out[r], total[r * m:(r + 1) * m], f"reduce-scatter rank {r}")
+    for call, tma in enumerate((False, True)):
+        for r in range(ws):        # warm-up: no wait holds; each counts once per row block
+            launch(r, 2 * call, tma)
+            torch.cuda.synchronize()
+        for r in range(ws):
+            recv[r].fill_(float("nan"))
+            out[r].fill_(float("nan"))
+        torch.cuda.synchronize()
+        for r in range(ws):
+            with torch.cuda.stream(streams[r]):
+                launch(r, 2 * call + 2, tma)
+        torch.cuda.synchronize()
+        for r in range(ws):
+            gpu_check(out[r], total[r * m:(r + 1) * m],
+                      f"reduce-scatter rank {r}{' (TMA)' if tma else ''}")
 
 
 def gpu_check(got, ref, what):

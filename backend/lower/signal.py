@@ -12,12 +12,13 @@ warpgroup role it runs in), with a barrier on the right side of it:
 - signal_set / signal_add: a barrier first (every thread's earlier stores, to peers too,
   are done in program order before it), then the leader's `st.release.<scope>` /
   `red.release.<scope>.add`: release is cumulative, so it publishes what the barrier made
-  the leader observe.
+  the leader observe. In a kernel with TMA stores the leader (who issued them) first waits
+  for them to complete (`cp.async.bulk.wait_group 0`) and fences the async proxy.
 """
 
 from __future__ import annotations
 
-from kitjit.ir.core import Op
+from kitjit.ir.core import Op, walk_block
 from kitjit.ir.registry import lowering
 
 from ..nvvm import VOID, asm
@@ -54,11 +55,24 @@ class SignalLowering(LoweringBase):
             # copy engine delivered: order those reads after the acquire
             asm(self.b, VOID, "fence.proxy.async.global;", "~{memory}", [])
 
+    def _bulk_stores_done(self) -> None:
+        """In a kernel with TMA stores (issued by the same leader thread), wait for them to
+        complete and fence the async proxy before the release: a release orders the
+        generic proxy's writes only, and a bulk store may still be in flight."""
+        has = self.__dict__.get("_has_tma_store")
+        if has is None:
+            has = self._has_tma_store = bool(self.fn.attrs.get("_tma_target")) and any(
+                o.name == "tma_store" for o in walk_block(self.fn.body))
+        if has:
+            asm(self.b, VOID, "cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;",
+                "~{memory}", [])
+
     @lowering("signal_set")
     def op_signal_set(self, op: Op) -> None:
         p, v, w, _, reg = self._signal_args(op)
         self.sync()
         with self.b.if_then(self.leader()):
+            self._bulk_stores_done()
             asm(self.b, VOID, f"st.{op.attrs['sem']}.{op.attrs['scope']}.global.b{w} "
                 "[$0], $1;", f"l,{reg},~{{memory}}", [p, v])
 
@@ -68,6 +82,7 @@ class SignalLowering(LoweringBase):
         sem, scope = op.attrs["sem"], op.attrs["scope"]
         self.sync()
         with self.b.if_then(self.leader()):
+            self._bulk_stores_done()
             if sem == "acq_rel":  # red has no acq_rel form: an atom whose result is dropped
                 asm(self.b, VOID, f"{{ .reg .b{w} O1; atom.acq_rel.{scope}.global.add.u{w} "
                     "O1, [$0], $1; }", f"l,{reg},~{{memory}}", [p, v])
