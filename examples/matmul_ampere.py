@@ -20,6 +20,10 @@ SM, so a grid of one tile a program has nothing to hide each tile's ramp behind)
 argument above holds over the program's one stream of k-steps (`it` counts them over its
 tiles); the epilogue stores from registers, so nothing else touches shared memory.
 
+`FRAG_PREFETCH=True` (opt-in) passes `frag_prefetch=True` to `kit.mma`: the ldmatrix of
+each 16-deep k-slice before the MMAs of the previous one (benchmarks/NOTES.md, session 10:
+ptxas schedules the same SASS either way at 256x128x64).
+
 On an H100 the Ampere code path runs with `arch="sm_80"`.
 """
 
@@ -31,7 +35,8 @@ from kitjit.testing import bench, check, device, has_gpu
 
 @kit.jit
 def matmul_ampere_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr,
-                         BK: kit.constexpr, STAGES: kit.constexpr, GROUP: kit.constexpr):
+                         BK: kit.constexpr, STAGES: kit.constexpr, GROUP: kit.constexpr,
+                         FRAG_PREFETCH: kit.constexpr = False):
     pid = kit.program_id(0)
     n_m, n_n = kit.cdiv(M, BM), kit.cdiv(N, BN)
     first_m = pid // (GROUP * n_n) * GROUP           # GROUP row-blocks swept column by column
@@ -50,7 +55,7 @@ def matmul_ampere_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr,
     for i in range(n_k):
         s = i % STAGES
         kit.mbarrier_wait(ready[s], i // STAGES % 2)
-        acc = kit.mma(a[s], b[s], acc)
+        acc = kit.mma(a[s], b[s], acc, frag_prefetch=FRAG_PREFETCH)
         j = i + STAGES // 2                           # past K, the copies read zeros
         if j < n_k:
             kit.tma_load(a[j % STAGES], A, (m0, j * BK), ready[j % STAGES], sync=False)

@@ -445,6 +445,12 @@ class AmpereLowering(LoweringBase):
             packed = {(mi, k0): [pack2(A[ia[(mi + r, k0 + c)]], A[ia[(mi + r, k0 + c + 1)]])
                                  for r, c in ((0, 0), (8, 0), (0, 8), (8, 8))]
                       for k0 in range(0, K, 16) for mi in ms}
+        if op.attrs.get("frag_prefetch"):
+            self._sm80_mma_prefetched(op, C, cidx, ms, ns, text, cons, ret, K,
+                                      packed if a_regs else None,
+                                      None if a_regs else (a_ptr, la, a_rows, a_rb, a_tr),
+                                      (b_ptr, lb, b_rows, b_rb, b_tr, wn))
+            return
         for k0 in range(0, K, 16):
             afr = {}
             for mi in ms:
@@ -470,4 +476,49 @@ class AmpereLowering(LoweringBase):
                         r = asm(b, ret, text, cons, afr[mi] + bv + cv, side_effect=False)
                         for i, k in enumerate(cidx[(mi, nj)]):
                             C[k] = b.extract_value(r, i)
+        self.set(op.result, C)
+
+    def _sm80_mma_prefetched(self, op: Op, C: list, cidx: dict, ms: list, ns: list, text: str,
+                             cons: str, ret: ir.Type, K: int, packed: dict | None,
+                             a_sh: tuple | None, b_sh: tuple) -> None:
+        """`kit.mma(..., frag_prefetch=True)`: the fragments of k-slice j + 16 (every A
+        and B ldmatrix of it) are issued before the MMAs of slice j, so each slice's loads
+        have a whole slice of MMAs to land under (the default issues each B pair right
+        before its MMAs and leaves the overlap to ptxas). Costs one more slice of fragment
+        registers (A: 4 a m-tile, B: 2 an n-tile)."""
+        b = self.b
+        b_ptr, lb, b_rows, b_rb, b_tr, wn = b_sh
+
+        def load(k0: int) -> tuple[dict, dict]:
+            afr = {}
+            for mi in ms:
+                if packed is not None:
+                    afr[mi] = packed[(mi, k0)]
+                else:
+                    a_ptr, la, a_rows, a_rb, a_tr = a_sh
+                    rc, uc = ldsm_a_const(mi, k0, a_tr)
+                    afr[mi] = self._ldsm(a_ptr, split_const(la, a_rows, a_rb, rc, uc), 4,
+                                         a_tr)
+            bfr = {}
+            for j in range(0, len(ns), 2):
+                pair = 8 * wn if j + 1 < len(ns) else 0
+                rc, uc = ldsm_b_const(ns[j], k0, b_tr)
+                regs = self._ldsm(b_ptr[pair], split_const(lb, b_rows, b_rb, rc, uc),
+                                  4 if pair else 2, not b_tr)
+                bfr[ns[j]] = regs[:2]
+                if pair:
+                    bfr[ns[j + 1]] = regs[2:]
+            return afr, bfr
+
+        cur = load(0)
+        for k0 in range(0, K, 16):
+            nxt = load(k0 + 16) if k0 + 16 < K else None
+            afr, bfr = cur
+            for nj in ns:
+                for mi in ms:
+                    cv = [C[i] for i in cidx[(mi, nj)]]
+                    r = asm(b, ret, text, cons, afr[mi] + bfr[nj] + cv, side_effect=False)
+                    for i, k in enumerate(cidx[(mi, nj)]):
+                        C[k] = b.extract_value(r, i)
+            cur = nxt
         self.set(op.result, C)

@@ -80,7 +80,7 @@ class DotOps:
         return self.emit1("dot", [a, b, acc], acc.type)
 
     @typing_rule("wgmma")
-    def wgmma(self, a: Any, b: Any, acc: Any, pending: Any) -> Value:
+    def wgmma(self, a: Any, b: Any, acc: Any, pending: Any, frag_prefetch: Any = False) -> Value:
         if not isinstance(a, Value) or len(a.shape) != 2:
             raise self.error(f"kit.mma: 'a' must be a 2-d tile (shared, or registers), got "
                              f"{_describe(a)}")
@@ -136,7 +136,12 @@ class DotOps:
                              f"start it as kit.zeros(({M}, {N}), kit.float32)")
         if not isinstance(pending, int) or pending < 0:
             raise self.error("kit.mma: pending must be a constexpr int >= 0")
-        return self.emit1("wgmma", [a, b, acc], acc.type, {"pending": pending})
+        if not isinstance(frag_prefetch, (bool, int)):
+            raise self.error("kit.mma: frag_prefetch must be a constexpr bool")
+        attrs = {"pending": pending}
+        if frag_prefetch and self.fn.attrs.get("target"):  # below sm_90 only (no fragments
+            attrs["frag_prefetch"] = True                  # on Hopper: WGMMA reads smem)
+        return self.emit1("wgmma", [a, b, acc], acc.type, attrs)
 
 
 # -------------------------------------------------------------------- kit.<name> calls
@@ -164,6 +169,6 @@ def _dot_scaled(c: Call) -> Any:
                                  consts["rhs_k_pack"], consts["out_dtype"])
 
 
-@call_rule("mma", lambda a, b, acc, pending=0: None)
+@call_rule("mma", lambda a, b, acc, pending=0, frag_prefetch=False: None)
 def _mma(c: Call) -> Any:
-    return c.b.wgmma(c["a"], c["b"], c["acc"], c.const("pending"))
+    return c.b.wgmma(c["a"], c["b"], c["acc"], c.const("pending"), c.const("frag_prefetch"))
