@@ -9,9 +9,11 @@ sm_80 kernel) and cuBLAS, with the Hopper path's GEMM beside it.
 GEMM variants: "ex" is examples/matmul_ampere.py's kernel, "pe" its `persistent=True` one
 (one CTA per SM unless "2/SM"; GROUP 8 unless named); "copies only" is the persistent ring
 without its MMAs (C = 0, not checked), what the copies alone could feed. "fragpf" is the
-example's kernel with `kit.mma(..., frag_prefetch=True)` (each k-slice's ldmatrix issued
-before the previous slice's MMAs). `--variants` keeps the GEMM variants whose names contain
-one of the comma-separated strings.
+example's kernel with FRAG_PREFETCH=1 (`kit.mma(..., frag_prefetch=True)`: each k-slice's
+ldmatrix before the previous slice's MMAs), "next" with FRAG_PREFETCH=2 (`kit.mma(...,
+next=...)`: the next stage's first k-slice loaded after its wait, before this stage's last
+MMAs, and carried into the next step in registers). `--variants` keeps the GEMM variants
+whose names contain one of the comma-separated strings.
 
 The kit.mma ceilings (no copies, no waits) run one warp tile size at several BK: one
 `kit.mma` of BK/16 k-slices an iteration, so BK 128 / 256 have a half / a quarter of BK 64's
@@ -81,7 +83,10 @@ GEMM_CONFIGS = {
     "ex 128x256x64 s4 w8": ("ampere", T128),
     "ex 256x128x64 G4": ("ampere", dict(T256, GROUP=4)),
     "ex 256x128x64 G16": ("ampere", dict(T256, GROUP=16)),
-    "ex 256x128x64 s4 w8 fragpf": ("ampere", dict(T256, FRAG_PREFETCH=True)),
+    "ex 256x128x64 s4 w8 fragpf": ("ampere", dict(T256, FRAG_PREFETCH=1)),
+    "ex 256x128x64 s4 w8 next": ("ampere", dict(T256, FRAG_PREFETCH=2)),
+    "ex 256x128x32 s8 w8": ("ampere", dict(T256, BK=32, STAGES=8)),
+    "ex 256x128x32 s8 w8 next": ("ampere", dict(T256, BK=32, STAGES=8, FRAG_PREFETCH=2)),
     "ex 128x128x32 s6 w4 edge": ("edge", dict(BM=128, BN=128, BK=32, STAGES=6, **W4)),
     "pe 256x128x64 s4 w8": ("persistent", T256),
     "pe 128x256x64 s4 w8": ("persistent", T128),

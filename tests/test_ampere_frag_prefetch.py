@@ -1,9 +1,18 @@
-"""`kit.mma(..., frag_prefetch=True)` below sm_90 (backend/lower/ampere.py): every ldmatrix
-of k-slice j + 16 is issued before the mma.sync of slice j, in the PTX. The GEMM example
-takes it as FRAG_PREFETCH (benchmarks/ampere.py times it against the default). Checked
-here: the PTX order, SASS for sm_80 / sm_89 and for sm_90 from the compute_80 PTX (HMMA,
-LDGSTS, LDSM, no spills), Hopper's PTX untouched by the flag, the interpreter, and on a GPU
-the sm_80 path against float64 references with outputs poisoned, shared and register A.
+"""Fragment prefetch below sm_90 (backend/lower/ampere.py), the GEMM example's FRAG_PREFETCH
+(benchmarks/ampere.py times it against the default):
+
+- `kit.mma(..., frag_prefetch=True)` (1): every ldmatrix of k-slice j + 16 before the
+  mma.sync of slice j, in the PTX;
+- `kit.mma(..., next=(a1, b1, bar, phase, cond))` (2): the next stage's first k-slice loaded
+  after that stage's wait and before this stage's last MMAs, carried to the next run of the
+  op in registers.
+
+Checked: the PTX order; the SASS for sm_80 / sm_89 and for sm_90 from the compute_80 PTX
+(HMMA, LDGSTS, LDSM, no spills; for `next=`, the loop's first HMMA before any LDSM of its
+own and the next stage's LDSMs before the last slice's HMMAs); Hopper's PTX untouched by
+frag_prefetch and `next=` refused there; the interpreter (results, and the misuses that
+would be wrong on the GPU: a prefetched tile rewritten, a wait nothing arrives on); on a
+GPU the sm_80 path against float64 references with outputs poisoned, shared and register A.
 """
 
 from __future__ import annotations
@@ -50,8 +59,8 @@ def _ldmatrix_before_first_mma(ptx: str) -> int:
 def test_ptx_loads_the_next_slice_first():
     """Default: one slice's A fragments (4 x4 loads of a 64x64 warp tile) and one B pair
     before the first mma.sync; prefetched: all of slices 0 and 1 (2 x (4 A + 4 B))."""
-    assert _ldmatrix_before_first_mma(_example("sm_80", T256, 8, False).ck.asm["ptx"]) == 5
-    assert _ldmatrix_before_first_mma(_example("sm_80", T256, 8, True).ck.asm["ptx"]) == 16
+    assert _ldmatrix_before_first_mma(_example("sm_80", T256, 8, 0).ck.asm["ptx"]) == 5
+    assert _ldmatrix_before_first_mma(_example("sm_80", T256, 8, 1).ck.asm["ptx"]) == 16
 
 
 def _level2(c):
@@ -65,7 +74,7 @@ def _level2(c):
     ("sm_80", T256, 8),
     ("sm_89", dict(BM=128, BN=128, BK=32, STAGES=6, GROUP=8), 4)], ids=["sm_80", "sm_89"])
 def test_prefetched_sass_has_no_spills(arch, cfg, nw):
-    c = _example(arch, cfg, nw, True)
+    c = _example(arch, cfg, nw, 1)
     _level2(c)
     assert c.ck.metadata["spills"] == 0, c.ck.metadata
 
@@ -75,7 +84,7 @@ def test_prefetched_sass_for_sm90_from_compute80_ptx():
     """What an H100/H200 runs with arch="sm_80": the driver assembles the compute_80 PTX."""
     from tests.test_sass import Compiled
 
-    c80 = _example("sm_80", T256, 8, True)
+    c80 = _example("sm_80", T256, 8, 1)
     cubin, res = _ptxas(c80.ck.asm["ptx"], "sm_90", find_tool("ptxas"))
     c = Compiled.__new__(Compiled)
     c.ck, c.sass = c80.ck, disassemble(cubin)
@@ -88,7 +97,7 @@ def test_hopper_ignores_the_flag():
     """On sm_90a kit.mma is a WGMMA reading shared memory: no fragments, same PTX."""
     ptx = [kit.compile_aot(str(EXAMPLE), "matmul_ampere_kernel", SIG,
                            dict(BM=128, BN=128, BK=64, STAGES=4, GROUP=8, FRAG_PREFETCH=p), 4,
-                           "sm_90a").asm["ptx"] for p in (False, True)]
+                           "sm_90a").asm["ptx"] for p in (0, 1)]
     assert "wgmma.mma_async" in ptx[0] and ptx[0] == ptx[1]
 
 
@@ -123,6 +132,117 @@ def _pv_ref(q, k, v):
     return (q.double() @ k.double().T).to(q.dtype).double() @ v.double()
 
 
+# (M, N, K): tiles and K steps (7, K ragged), and K of one step (the only step's cond false)
+@pytest.mark.parametrize("M,N,K", [(150, 136, 200), (130, 72, 24)])
+@pytest.mark.parametrize("prefetch", [1, 2])
+def test_gemm_in_interpreter(M, N, K, prefetch, monkeypatch):
+    from examples.matmul_ampere import matmul
+
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    gen = torch.Generator().manual_seed(M + K)
+    a = torch.randn(M, K, generator=gen).to(torch.bfloat16)
+    b = torch.randn(K, N, generator=gen).to(torch.bfloat16)
+    c = torch.full((M, N), float("nan"), dtype=torch.bfloat16)
+    matmul(a, b, arch="sm_80", c=c, BM=64, BN=64, BK=32, STAGES=4, num_warps=4,
+           FRAG_PREFETCH=prefetch)
+    _check(c, a.double() @ b.double(), 1e-2)
+
+
+@kit.jit
+def rewrite_kernel(A, B, C, BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr):
+    """Misuse: stage 1 is prefetched by the first run of the kit.mma, then refilled with
+    other data before the second run uses it (on the GPU: the old fragments)."""
+    a = kit.shared((2, BM, BK), A.dtype.element_ty)
+    b = kit.shared((2, BK, BN), B.dtype.element_ty)
+    ready = kit.mbarriers(2)
+    for s in kit.static_range(2):
+        kit.tma_load(a[s], A, (0, s * BK), ready[s])
+        kit.tma_load(b[s], B, (s * BK, 0), ready[s])
+    acc = kit.zeros((BM, BN), kit.float32)
+    for i in range(2):
+        kit.mbarrier_wait(ready[i], i)
+        acc = kit.mma(a[i], b[i], acc, next=(a[1], b[1], ready[1], 0, i == 0))
+        if i == 0:
+            kit.tma_load(a[1], A, (0, 2 * BK), ready[1])
+            kit.tma_load(b[1], B, (2 * BK, 0), ready[1])
+    kit.tma_store(C, (0, 0), acc)
+
+
+def test_interpreter_catches_a_rewritten_prefetched_tile(monkeypatch):
+    from kitjit.interpreter.errors import RaceError
+
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    a, b = torch.randn(64, 96).to(torch.bfloat16), torch.randn(96, 64).to(torch.bfloat16)
+    c = torch.empty(64, 64)
+    with pytest.raises(RaceError, match="rewritten after kit.mma's next= prefetch"):
+        rewrite_kernel[(1,)](a, b, c, BM=64, BN=64, BK=32, num_warps=4, arch="sm_80")
+
+
+def test_interpreter_catches_a_wait_for_copies_not_issued(monkeypatch):
+    """FRAG_PREFETCH=2 with 2 stages: step i + 1's copies come after step i's kit.mma,
+    whose next= waits for them (on the GPU: a hang). The example's wrapper refuses it."""
+    from examples.matmul_ampere import matmul, matmul_ampere_kernel
+    from kitjit.interpreter.errors import DeadlockError
+
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    a, b = torch.randn(64, 96).to(torch.bfloat16), torch.randn(96, 64).to(torch.bfloat16)
+    c = torch.empty(64, 64, dtype=torch.bfloat16)
+    cfg = dict(BM=64, BN=64, BK=32, STAGES=2, GROUP=1, FRAG_PREFETCH=2, num_warps=4)
+    with pytest.raises(DeadlockError):
+        matmul_ampere_kernel[(1,)](a, b, c, 64, 64, 96, arch="sm_80", **cfg)
+    with pytest.raises(ValueError, match="STAGES must be at least 4"):
+        matmul(a, b, arch="sm_80", **{k: v for k, v in cfg.items() if k != "GROUP"})
+
+
+def test_next_is_refused_on_hopper():
+    from kitjit.frontend.errors import CompileError
+
+    with pytest.raises(CompileError, match=r"next=.*not supported yet"):
+        kit.compile_aot(str(EXAMPLE), "matmul_ampere_kernel", SIG,
+                        dict(BM=128, BN=128, BK=64, STAGES=4, GROUP=8, FRAG_PREFETCH=2), 4,
+                        "sm_90a")
+
+
+@needs_sass
+@pytest.mark.parametrize("arch,cfg,nw", [
+    ("sm_80", T256, 8),
+    ("sm_89", dict(BM=128, BN=128, BK=32, STAGES=6, GROUP=8), 4)], ids=["sm_80", "sm_89"])
+def test_next_sass(arch, cfg, nw):
+    c = _example(arch, cfg, nw, 2)
+    _level2(c)
+    assert c.ck.metadata["spills"] == 0, c.ck.metadata
+    _check_next_schedule(c.sass)
+
+
+def _check_next_schedule(sass: str) -> None:
+    """From next='s wait (a spin loop: the last backward branch before the loop's last
+    HMMA) to that HMMA: LDSMs (the next stage's first slice), then HMMAs with no LDSM
+    between them (the last slice, issued under those loads)."""
+    ins = [(int(m.group(1), 16), m.group(2), m.group(3)) for m in re.finditer(
+        r"^\s+/\*([0-9a-f]{4})\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)[^;]*?(?:0x([0-9a-f]+))?"
+        r"\s*;", sass, re.M)]
+    last = max(i for i, (_, o, _) in enumerate(ins) if o == "HMMA")
+    spins = [i for i, (a, o, t) in enumerate(ins[:last]) if o == "BRA" and t and int(t, 16) < a]
+    tail = [o for _, o, _ in ins[spins[-1]:last + 1]]
+    first_hmma = tail.index("HMMA")
+    assert tail[:first_hmma].count("LDSM") >= 4, tail[:first_hmma]
+    assert "LDSM" not in tail[first_hmma:], "the last slice's HMMAs follow the prefetch"
+
+
+@needs_sass
+def test_next_sass_for_sm90_from_compute80_ptx():
+    from tests.test_sass import Compiled
+
+    c80 = _example("sm_80", T256, 8, 2)
+    cubin, res = _ptxas(c80.ck.asm["ptx"], "sm_90", find_tool("ptxas"))
+    c = Compiled.__new__(Compiled)
+    c.ck, c.sass = c80.ck, disassemble(cubin)
+    c.ops = sass_opcodes(c.sass)
+    _level2(c)
+    assert res.spills == 0, res
+    _check_next_schedule(c.sass)
+
+
 def test_pv_in_interpreter(monkeypatch):
     monkeypatch.setenv("KITJIT_INTERPRET", "1")
     gen = torch.Generator().manual_seed(5)
@@ -146,15 +266,17 @@ def test_gemm_on_gpu_sm80_path():
     """Tile-multiple and ragged sizes; the H100 config and the A100/Ada one."""
     from examples.matmul_ampere import matmul
 
-    for M, N, K in ((1024, 512, 1024), (300, 264, 200)):
+    for M, N, K in ((1024, 512, 1024), (300, 264, 200), (256, 128, 64)):
         a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
         ref = a.double() @ b.double()
         for cfg in (dict(BM=256, BN=128, BK=64, STAGES=4, num_warps=8),
+                    dict(BM=256, BN=128, BK=32, STAGES=8, num_warps=8),
                     dict(BM=128, BN=128, BK=32, STAGES=6, num_warps=4)):
-            c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-            matmul(a, b, arch="sm_80", c=c, FRAG_PREFETCH=True, **cfg)
-            _check(c, ref, 1e-2, f"{M}x{N}x{K} {cfg}")
+            for prefetch in (1, 2):
+                c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+                matmul(a, b, arch="sm_80", c=c, FRAG_PREFETCH=prefetch, **cfg)
+                _check(c, ref, 1e-2, f"{M}x{N}x{K} {cfg} FRAG_PREFETCH={prefetch}")
 
 
 @pytest.mark.gpu
