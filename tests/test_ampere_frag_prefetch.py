@@ -243,6 +243,69 @@ def test_next_sass_for_sm90_from_compute80_ptx():
     _check_next_schedule(c.sass)
 
 
+@kit.jit
+def pipe_kernel(A, B, C, K, BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr,
+                TRANS_B: kit.constexpr):
+    """A 4-stage ring (loads 2 steps ahead) with next=, B stored [N, K] when TRANS_B (the
+    .T view), one program per BM x BN tile of C."""
+    m0, n0 = kit.program_id(0) * BM, kit.program_id(1) * BN
+    a = kit.shared((4, BM, BK), A.dtype.element_ty)
+    b = kit.shared((4, BN, BK) if TRANS_B else (4, BK, BN), B.dtype.element_ty)
+    ready = kit.mbarriers(4)
+    n_k = kit.cdiv(K, BK)
+    for s in kit.static_range(2):
+        if s < n_k:
+            kit.tma_load(a[s], A, (m0, s * BK), ready[s])
+            kit.tma_load(b[s], B, (n0, s * BK) if TRANS_B else (s * BK, n0), ready[s])
+    acc = kit.zeros((BM, BN), kit.float32)
+    for i in range(n_k):
+        s, s1 = i % 4, (i + 1) % 4
+        kit.mbarrier_wait(ready[s], i // 4 % 2)
+        bs, bn = (b[s].T, b[s1].T) if TRANS_B else (b[s], b[s1])
+        acc = kit.mma(a[s], bs, acc, next=(a[s1], bn, ready[s1], (i + 1) // 4 % 2, i + 1 < n_k))
+        j = i + 2
+        if j < n_k:
+            kit.tma_load(a[j % 4], A, (m0, j * BK), ready[j % 4], sync=False)
+            kit.tma_load(b[j % 4], B, (n0, j * BK) if TRANS_B else (j * BK, n0), ready[j % 4],
+                         sync=False)
+    kit.tma_store(C, (m0, n0), acc)
+
+
+# (BM, BN, BK, TRANS_B): one 16-deep slice and one n-tile a warp (x2 B loads), B [N, K];
+# two slices, B [N, K] and [K, N]. (ptxas gives some small ones a register target it then
+# spills to reach: 64x64x32 with B [K, N] at 80 registers, 8 bytes; 64x64x16, 24 bytes)
+PIPE = [(64, 8, 16, True), (64, 64, 32, True), (128, 64, 32, False)]
+
+
+def _pipe(a, b, cfg, **kw):
+    BM, BN, BK, tb = cfg
+    M, K = a.shape
+    N = b.shape[0] if tb else b.shape[1]
+    c = torch.full((M, N), float("nan"), device=a.device)
+    pipe_kernel[(kit.cdiv(M, BM), kit.cdiv(N, BN))](a, b, c, K, BM=BM, BN=BN, BK=BK,
+                                                    TRANS_B=tb, num_warps=4, **kw)
+    return c
+
+
+@pytest.mark.parametrize("cfg", PIPE, ids=str)
+def test_pipe_in_interpreter(cfg, monkeypatch):
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    gen = torch.Generator().manual_seed(11)
+    a = torch.randn(70, 104, generator=gen).to(torch.bfloat16)
+    b = torch.randn(104, 24, generator=gen).to(torch.bfloat16)
+    bb = b.t().contiguous() if cfg[3] else b
+    _check(_pipe(a, bb, cfg, arch="sm_80"), a.double() @ b.double(), 1e-2)
+
+
+@needs_sass
+@pytest.mark.parametrize("cfg", PIPE, ids=str)
+def test_pipe_compiles_for_sm80_without_spills(cfg):
+    BM, BN, BK, tb = cfg
+    ck = kit.compile_aot(__file__, "pipe_kernel", ["*bf16:16", "*bf16:16", "*fp32:16", "i32"],
+                         dict(BM=BM, BN=BN, BK=BK, TRANS_B=tb), 4, "sm_80")
+    assert ck.asm["ptx"].count("ldmatrix") > 0 and ck.metadata["spills"] == 0, ck.metadata
+
+
 def test_pv_in_interpreter(monkeypatch):
     monkeypatch.setenv("KITJIT_INTERPRET", "1")
     gen = torch.Generator().manual_seed(5)
@@ -277,6 +340,16 @@ def test_gemm_on_gpu_sm80_path():
                 c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
                 matmul(a, b, arch="sm_80", c=c, FRAG_PREFETCH=prefetch, **cfg)
                 _check(c, ref, 1e-2, f"{M}x{N}x{K} {cfg} FRAG_PREFETCH={prefetch}")
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("cfg", PIPE, ids=str)
+def test_pipe_on_gpu_sm80_path(cfg):
+    a = torch.randn(300, 200, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(200, 72, device="cuda", dtype=torch.bfloat16)
+    bb = b.t().contiguous() if cfg[3] else b
+    _check(_pipe(a, bb, cfg, arch="sm_80"), a.double() @ b.double(), 1e-2)
 
 
 @pytest.mark.gpu
