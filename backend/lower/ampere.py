@@ -541,14 +541,16 @@ class AmpereLowering(LoweringBase):
 
     def _sm80_carry(self, op: Op, n: int) -> tuple:
         """Entry-block slots of `kit.mma(..., next=...)`'s carried fragments (n i32), the
-        shared addresses of the A and B tiles they were loaded from, and a valid flag
-        (0 at the entry): LLVM turns them into registers and loop phis (SROA), so the
-        fragments one run of the op loads are the first the next run uses."""
+        shared addresses of the A and B tiles they were loaded from (-1 at the entry: no
+        tile) and a valid flag (0 at the entry): LLVM turns them into registers and loop
+        phis (SROA), so the fragments one run of the op loads are the first the next run
+        uses."""
         b = self.b
         here = b.block
         b.position_at_start(self.kernel.entry_basic_block)
         slots = [b.alloca(I32) for _ in range(n + 3)]
-        b.store(self.c32(0), slots[-1])
+        for slot, v in zip(slots[n:], (-1, -1, 0)):
+            b.store(self.c32(v), slot)
         b.position_at_end(here)
         return slots[:n], slots[n], slots[n + 1], slots[n + 2]
 
