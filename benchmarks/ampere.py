@@ -3,11 +3,22 @@ GPU this is, through the `arch="sm_80"` launch option: correctness at ragged siz
 poisoned with NaN, float64 references), then speed against torch's flash SDPA (FA2, itself an
 sm_80 kernel) and cuBLAS, with the Hopper path's GEMM beside it.
 
-    python benchmarks/ampere.py [--quick] [--gemm-only] [--json out.json] [--rounds 3]
+    python benchmarks/ampere.py [--quick] [--gemm-only] [--variants a,b] [--json out.json]
+                                [--rounds 3]
 
 GEMM variants: "ex" is examples/matmul_ampere.py's kernel, "pe" its `persistent=True` one
 (one CTA per SM unless "2/SM"; GROUP 8 unless named); "copies only" is the persistent ring
-without its MMAs (C = 0, not checked), what the copies alone could feed.
+without its MMAs (C = 0, not checked), what the copies alone could feed. "fragpf" is the
+example's kernel with FRAG_PREFETCH=1 (`kit.mma(..., frag_prefetch=True)`: each k-slice's
+ldmatrix before the previous slice's MMAs), "next" with FRAG_PREFETCH=2 (`kit.mma(...,
+next=...)`: the next stage's first k-slice loaded after its wait, before this stage's last
+MMAs, and carried into the next step in registers). `--variants` keeps the GEMM variants
+whose names contain one of the comma-separated strings.
+
+The kit.mma ceilings (no copies, no waits) run one warp tile size at several BK: one
+`kit.mma` of BK/16 k-slices an iteration, so BK 128 / 256 have a half / a quarter of BK 64's
+iteration boundaries (where each warp's first ldmatrix -> mma.sync latency is exposed): the
+difference bounds what fragments prefetched across a stage boundary could give.
 
 Every kernel is compiled (first launch) in a thread pool before anything is timed: the
 driver assembles the compute_80 PTX of each, which takes seconds. Variants marked "edge" are
@@ -72,6 +83,10 @@ GEMM_CONFIGS = {
     "ex 128x256x64 s4 w8": ("ampere", T128),
     "ex 256x128x64 G4": ("ampere", dict(T256, GROUP=4)),
     "ex 256x128x64 G16": ("ampere", dict(T256, GROUP=16)),
+    "ex 256x128x64 s4 w8 fragpf": ("ampere", dict(T256, FRAG_PREFETCH=1)),
+    "ex 256x128x64 s4 w8 next": ("ampere", dict(T256, FRAG_PREFETCH=2)),
+    "ex 256x128x32 s8 w8": ("ampere", dict(T256, BK=32, STAGES=8)),
+    "ex 256x128x32 s8 w8 next": ("ampere", dict(T256, BK=32, STAGES=8, FRAG_PREFETCH=2)),
     "ex 128x128x32 s6 w4 edge": ("edge", dict(BM=128, BN=128, BK=32, STAGES=6, **W4)),
     "pe 256x128x64 s4 w8": ("persistent", T256),
     "pe 128x256x64 s4 w8": ("persistent", T128),
@@ -103,6 +118,30 @@ def mma_ceiling(A, B, C, n, BM: kit.constexpr, BN: kit.constexpr, BK: kit.conste
         acc = kit.mma(a, b, acc)
     rm, rn = kit.arange(0, BM), kit.arange(0, BN)
     kit.store(C + kit.program_id(0) * BM * BN + rm[:, None] * BN + rn[None, :], acc)
+
+
+# name -> (BM, BN, BK, num_warps, CTAs per SM): the first is the figure printed since session
+# 5; the w8 ones are the GEMM's CTA (256x128 on 8 warps of 64x64, one CTA per SM by
+# registers) at a quarter / a half / all of the iteration boundaries per K
+CEILINGS = {"128x128x64 w4 2/SM": (128, 128, 64, 4, 2),
+            "256x128x64 w8": (256, 128, 64, 8, 1),
+            "256x128x128 w8": (256, 128, 128, 8, 1),
+            "256x128x256 w8": (256, 128, 256, 8, 1)}
+
+
+def make_ceiling(sms: int, BM: int, BN: int, BK: int, nw: int, ctas: int):
+    """f(n): mma_ceiling with n loop trips on `ctas` programs per SM; f(0) (no launch) gives
+    the flop of one trip over the grid."""
+    grid = ctas * sms
+    a = torch.randn(BM, BK, device=DEV, dtype=torch.bfloat16)
+    b = torch.randn(BK, BN, device=DEV, dtype=torch.bfloat16)
+    c = torch.empty(grid, BM, BN, device=DEV)
+
+    def f(n=4):
+        if n:
+            mma_ceiling[(grid,)](a, b, c, n, BM=BM, BN=BN, BK=BK, num_warps=nw, arch=ARCH)
+        return 2 * BM * BN * BK * grid
+    return f
 
 
 def fa2(q, k, v, causal, cfg, o=None, lse=None, kernel="fa2"):
@@ -188,6 +227,8 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--gemm-only", action="store_true", help="no attention kernels")
+    ap.add_argument("--variants", default=None,
+                    help="comma-separated: only the GEMM variants whose names contain one")
     ap.add_argument("--dry", action="store_true", help="CPU interpreter, tiny sizes, no timing")
     args = ap.parse_args()
     global DEV, CHECK_S, CHECK_H, GEMM_CHECK
@@ -208,6 +249,9 @@ def main() -> None:
             if not args.gemm_only:
                 attn_vars[(D, causal)] = dict(list(v.items())[:1]) if args.quick else v
     gemm_cfgs = dict(list(GEMM_CONFIGS.items())[:2]) if args.quick else GEMM_CONFIGS
+    if args.variants:
+        keep = [v.strip() for v in args.variants.split(",") if v.strip()]
+        gemm_cfgs = {n: c for n, c in gemm_cfgs.items() if any(k in n for k in keep)}
 
     # ---------------------------------------------------------------- compile everything
     t0 = time.perf_counter()
@@ -228,12 +272,8 @@ def main() -> None:
             lambda cfg=cfg, kern=kern: gemm(ga, gb, cfg, kernel=kern))
     jobs.append(lambda: gemm(ga, gb, HOPPER_GEMM, arch=None, kernel="hopper"))
     sms = torch.cuda.get_device_properties(0).multi_processor_count if DEV == "cuda" else 2
-    ca, cb = ga[:128, :64].contiguous(), gb[:64, :128].contiguous()
-    cc = torch.empty(2 * sms, 128, 128, device=DEV)
-
-    def ceiling(n=4):
-        mma_ceiling[(2 * sms,)](ca, cb, cc, n, BM=128, BN=128, BK=64, num_warps=4, arch=ARCH)
-    jobs.append(ceiling)
+    ceilings = {name: make_ceiling(sms, *cfg) for name, cfg in CEILINGS.items()}
+    jobs.extend(ceilings.values())
     for clamp, js in ((True, edge_jobs), (False, jobs)):   # the edge twins first, alone
         sm80_lowering._ALWAYS_CLAMP = clamp
         with cf.ThreadPoolExecutor(1 if args.dry else 8) as pool:
@@ -352,12 +392,14 @@ def main() -> None:
         out["attn"].append(row)
         print(f"  {row['case']}: " + ", ".join(f"{n} {t:.0f}" for n, t in res.items()) +
               f"; flash {fl:.0f} TFLOP/s -> {row['ratio']:.2f}x", flush=True)
-    n_ceil = 4096
-    t = bench(lambda: ceiling(n_ceil))
-    ceil = 2 * 128 * 128 * 64 * n_ceil * 2 * sms / t / 1e9
-    out["mma_ceiling"] = ceil
-    print(f"  kit.mma ceiling (128x128x64 from shared, 4 warps, 2 CTAs/SM, no copies): "
-          f"{ceil:.0f} TFLOP/s", flush=True)
+    # loop trips: K = 262144 for every ceiling (4096 trips at BK 64)
+    trips = {name: 4096 * 64 // CEILINGS[name][2] for name in ceilings}
+    ms = timed({name: (lambda f=f, n=trips[name]: f(n)) for name, f in ceilings.items()},
+               args.rounds)
+    out["mma_ceiling"] = {name: ceilings[name](0) * trips[name] / ms[name] / 1e9
+                          for name in ms}
+    for name, t in out["mma_ceiling"].items():
+        print(f"  kit.mma ceiling {name} (from shared, no copies): {t:.0f} TFLOP/s", flush=True)
     for M, N, K in GEMM_SHAPES:
         a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
@@ -401,7 +443,8 @@ def main() -> None:
                                       for t, r in zip(ts, out["gemm"])))
         for r in out["gemm"]:
             print(f"best sm_80 GEMM at {r['shape']}: {r['best']}, {r['ratio']:.3f}x cuBLAS")
-    print(f"kit.mma ceiling (ldmatrix + mma.sync from shared, no copies): {ceil:.0f}")
+    print("kit.mma ceilings (ldmatrix + mma.sync from shared, no copies, no waits): "
+          + ", ".join(f"{n} {t:.0f}" for n, t in out["mma_ceiling"].items()))
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(out, indent=1))
 

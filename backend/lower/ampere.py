@@ -238,6 +238,9 @@ class AmpereLowering(LoweringBase):
     def sm80_mbar_wait(self, op: Op) -> None:
         (baddr,) = self.get(op.operands[0])
         (ph,) = self.get(op.operands[1])
+        self._sm80_spin_wait(baddr, ph)
+
+    def _sm80_spin_wait(self, baddr, ph) -> None:
         asm(self.b, VOID,
             "{ .reg .pred P1; \nKITWAIT${:uid}: \n"
             "mbarrier.test_wait.parity.shared.b64 P1, [$0], $1; \n"
@@ -391,7 +394,7 @@ class AmpereLowering(LoweringBase):
         return [self.b.extract_value(r, i) for i in range(n)]
 
     def sm80_mma(self, op: Op) -> None:
-        a, bt, acc = op.operands
+        a, bt, acc = op.operands[:3]     # then kit.mma's next= operands (_sm80_mma_next)
         b = self.b
         ar = Arith(b)
         M, K = a.shape
@@ -445,6 +448,17 @@ class AmpereLowering(LoweringBase):
             packed = {(mi, k0): [pack2(A[ia[(mi + r, k0 + c)]], A[ia[(mi + r, k0 + c + 1)]])
                                  for r, c in ((0, 0), (8, 0), (0, 8), (8, 8))]
                       for k0 in range(0, K, 16) for mi in ms}
+        if op.attrs.get("next"):
+            self._sm80_mma_next(op, C, cidx, ms, ns, text, cons, ret, K, abase, bbase,
+                                (a_ptr, la, a_rows, a_rb, a_tr),
+                                (b_ptr, lb, b_rows, b_rb, b_tr, wn))
+            return
+        if op.attrs.get("frag_prefetch"):
+            self._sm80_mma_prefetched(op, C, cidx, ms, ns, text, cons, ret, K,
+                                      packed if a_regs else None,
+                                      None if a_regs else (a_ptr, la, a_rows, a_rb, a_tr),
+                                      (b_ptr, lb, b_rows, b_rb, b_tr, wn))
+            return
         for k0 in range(0, K, 16):
             afr = {}
             for mi in ms:
@@ -470,4 +484,130 @@ class AmpereLowering(LoweringBase):
                         r = asm(b, ret, text, cons, afr[mi] + bv + cv, side_effect=False)
                         for i, k in enumerate(cidx[(mi, nj)]):
                             C[k] = b.extract_value(r, i)
+        self.set(op.result, C)
+
+    def _sm80_mma_prefetched(self, op: Op, C: list, cidx: dict, ms: list, ns: list, text: str,
+                             cons: str, ret: ir.Type, K: int, packed: dict | None,
+                             a_sh: tuple | None, b_sh: tuple) -> None:
+        """`kit.mma(..., frag_prefetch=True)`: the fragments of k-slice j + 16 (every A
+        and B ldmatrix of it) are issued before the MMAs of slice j, so each slice's loads
+        have a whole slice of MMAs to land under (the default issues each B pair right
+        before its MMAs and leaves the overlap to ptxas). Costs one more slice of fragment
+        registers (A: 4 a m-tile, B: 2 an n-tile)."""
+        def load(k0: int) -> tuple[dict, dict]:
+            return self._sm80_slice(k0, ms, ns, packed, a_sh, b_sh)
+
+        cur = load(0)
+        for k0 in range(0, K, 16):
+            nxt = load(k0 + 16) if k0 + 16 < K else None
+            self._sm80_slice_mmas(C, cidx, ms, ns, text, cons, ret, *cur)
+            cur = nxt
+        self.set(op.result, C)
+
+    def _sm80_slice(self, k0: int, ms: list, ns: list, packed: dict | None,
+                    a_sh: tuple | None, b_sh: tuple) -> tuple[dict, dict]:
+        """The fragments of k-slice k0: ({m-tile: A x4 regs}, {n-tile: B 2 regs}) (A from
+        `packed` registers when given, else ldmatrix at a_sh's pointer)."""
+        b_ptr, lb, b_rows, b_rb, b_tr, wn = b_sh
+        afr = {}
+        for mi in ms:
+            if packed is not None:
+                afr[mi] = packed[(mi, k0)]
+            else:
+                a_ptr, la, a_rows, a_rb, a_tr = a_sh
+                rc, uc = ldsm_a_const(mi, k0, a_tr)
+                afr[mi] = self._ldsm(a_ptr, split_const(la, a_rows, a_rb, rc, uc), 4, a_tr)
+        bfr = {}
+        for j in range(0, len(ns), 2):
+            pair = 8 * wn if j + 1 < len(ns) else 0
+            rc, uc = ldsm_b_const(ns[j], k0, b_tr)
+            regs = self._ldsm(b_ptr[pair], split_const(lb, b_rows, b_rb, rc, uc),
+                              4 if pair else 2, not b_tr)
+            bfr[ns[j]] = regs[:2]
+            if pair:
+                bfr[ns[j + 1]] = regs[2:]
+        return afr, bfr
+
+    def _sm80_slice_mmas(self, C: list, cidx: dict, ms: list, ns: list, text: str, cons: str,
+                         ret: ir.Type, afr: dict, bfr: dict) -> None:
+        """The mma.sync of one k-slice over the warp's m x n tiles (C updated in place)."""
+        b = self.b
+        for nj in ns:
+            for mi in ms:
+                cv = [C[i] for i in cidx[(mi, nj)]]
+                r = asm(b, ret, text, cons, afr[mi] + bfr[nj] + cv, side_effect=False)
+                for i, k in enumerate(cidx[(mi, nj)]):
+                    C[k] = b.extract_value(r, i)
+
+    def _sm80_carry(self, op: Op, n: int) -> tuple:
+        """Entry-block slots of `kit.mma(..., next=...)`'s carried fragments (n i32), the
+        shared addresses of the A and B tiles they were loaded from (-1 at the entry: no
+        tile) and a valid flag (0 at the entry): LLVM turns them into registers and loop
+        phis (SROA), so the fragments one run of the op loads are the first the next run
+        uses."""
+        b = self.b
+        here = b.block
+        b.position_at_start(self.kernel.entry_basic_block)
+        slots = [b.alloca(I32) for _ in range(n + 3)]
+        for slot, v in zip(slots[n:], (-1, -1, 0)):
+            b.store(self.c32(v), slot)
+        b.position_at_end(here)
+        return slots[:n], slots[n], slots[n + 1], slots[n + 2]
+
+    def _sm80_mma_next(self, op: Op, C: list, cidx: dict, ms: list, ns: list, text: str,
+                       cons: str, ret: ir.Type, K: int, abase, bbase, a_sh: tuple,
+                       b_sh: tuple) -> None:
+        """`kit.mma(a, b, acc, next=(a1, b1, bar, phase, cond))`: the slices in the
+        prefetched order (`_sm80_mma_prefetched`), and before the MMAs of the last slice,
+        when cond holds, the wait for `bar`'s phase and the ldmatrix of a1 / b1's first
+        slice, kept for the next run of this op: the stage wait no longer stands between
+        a stage's first ldmatrix and its first mma.sync. A run whose tiles are not the ones
+        carried (the first, or after a run with cond false) loads its own first slice: the
+        carry is checked by address, never trusted."""
+        b = self.b
+        a1, b1, bar, ph, cond = op.operands[3:]
+        (a1base,) = self.get(a1)
+        (b1base,) = self.get(b1)
+        b_ptr = b_sh[0]
+        a1_sh = (b.add(a1base, b.sub(a_sh[0], abase)), *a_sh[1:])
+        b1_sh = ({p: b.add(b1base, b.sub(v, bbase)) for p, v in b_ptr.items()}, *b_sh[1:])
+        keys = [("a", mi, i) for mi in ms for i in range(4)] + \
+               [("b", nj, i) for nj in ns for i in range(2)]
+        slots, a_slot, b_slot, valid = self._sm80_carry(op, len(keys))
+
+        def flat(fr: tuple[dict, dict]) -> list:
+            return [fr[0 if w == "a" else 1][t][i] for w, t, i in keys]
+
+        def keep(vals: list) -> None:
+            for v, slot in zip(vals, slots):
+                b.store(v, slot)
+
+        carried = b.and_(b.icmp_unsigned("!=", b.load(valid), self.c32(0)),
+                         b.and_(b.icmp_unsigned("==", b.load(a_slot), abase),
+                                b.icmp_unsigned("==", b.load(b_slot), bbase)))
+        with b.if_then(b.not_(carried)):
+            keep(flat(self._sm80_slice(0, ms, ns, None, a_sh, b_sh)))
+        vals = [b.load(s) for s in slots]
+        cur = ({mi: [] for mi in ms}, {nj: [] for nj in ns})
+        for (w, t, _), v in zip(keys, vals):
+            cur[0 if w == "a" else 1][t].append(v)
+        (baddr,) = self.get(bar)
+        (phase,) = self.get(ph)
+        (c,) = self.get(cond)
+        for k0 in range(0, K, 16):
+            nxt = None
+            if k0 + 16 < K:
+                nxt = self._sm80_slice(k0 + 16, ms, ns, None, a_sh, b_sh)
+            else:
+                with b.if_else(c) as (then, otherwise):
+                    with then:
+                        self._sm80_spin_wait(baddr, phase)
+                        keep(flat(self._sm80_slice(0, ms, ns, None, a1_sh, b1_sh)))
+                        b.store(a1base, a_slot)
+                        b.store(b1base, b_slot)
+                        b.store(self.c32(1), valid)
+                    with otherwise:
+                        b.store(self.c32(0), valid)
+            self._sm80_slice_mmas(C, cidx, ms, ns, text, cons, ret, *cur)
+            cur = nxt
         self.set(op.result, C)

@@ -96,6 +96,10 @@ class DotLowering(LoweringBase):
     def op_wgmma(self, op: Op) -> None:
         if self.ampere:  # sm_80/86/89: ldmatrix + mma.sync (ampere.py)
             return self.sm80_mma(op)
+        if op.attrs.get("next"):   # (the frontend stops it on sm_90a first)
+            raise LoweringError("kit.mma(..., next=...) is an sm_80/86/89 form; on "
+                                f"{self.fn.attrs.get('arch', 'this target')} it is not "
+                                "supported yet")
         a, bt, acc = op.operands
         b = self.b
         a_regs = not a.type.is_shared

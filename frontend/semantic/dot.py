@@ -9,7 +9,17 @@ from typing import Any
 
 from kitjit.ir.core import Op, Value
 from kitjit.ir.registry import typing_rule
-from kitjit.ir.types import bfloat16, float8e4nv, float8e5, float16, float32, int8
+from kitjit.ir.types import (
+    bfloat16,
+    float8e4nv,
+    float8e5,
+    float16,
+    float32,
+    int1,
+    int8,
+    int32,
+    mbarrier,
+)
 
 from . import dot_batched, dot_f32, dot_int8, dot_scaled
 from .base import _describe, _shape, is_pow2
@@ -80,7 +90,8 @@ class DotOps:
         return self.emit1("dot", [a, b, acc], acc.type)
 
     @typing_rule("wgmma")
-    def wgmma(self, a: Any, b: Any, acc: Any, pending: Any) -> Value:
+    def wgmma(self, a: Any, b: Any, acc: Any, pending: Any, frag_prefetch: Any = False,
+              next: Any = None) -> Value:
         if not isinstance(a, Value) or len(a.shape) != 2:
             raise self.error(f"kit.mma: 'a' must be a 2-d tile (shared, or registers), got "
                              f"{_describe(a)}")
@@ -136,7 +147,44 @@ class DotOps:
                              f"start it as kit.zeros(({M}, {N}), kit.float32)")
         if not isinstance(pending, int) or pending < 0:
             raise self.error("kit.mma: pending must be a constexpr int >= 0")
-        return self.emit1("wgmma", [a, b, acc], acc.type, {"pending": pending})
+        if not isinstance(frag_prefetch, (bool, int)):
+            raise self.error("kit.mma: frag_prefetch must be a constexpr bool")
+        attrs = {"pending": pending}
+        if frag_prefetch and self.fn.attrs.get("target"):  # below sm_90 only (no fragments
+            attrs["frag_prefetch"] = True                  # on Hopper: WGMMA reads smem)
+        extra = []
+        if next is not None:
+            extra = self._mma_next(a, b, next)
+            attrs["next"] = True
+        return self.emit1("wgmma", [a, b, acc, *extra], acc.type, attrs)
+
+    def _mma_next(self, a: Value, b: Value, next: Any) -> list[Value]:
+        """kit.mma's `next=(a_next, b_next, barrier, phase[, cond])` (below sm_90): the
+        operands [a_next, b_next, barrier, phase i32, cond i1] appended to the wgmma op."""
+        if self.fn.attrs.get("_tma_target"):   # (the interpreter types as Hopper: it runs it)
+            raise self.error("kit.mma(..., next=...) prefetches mma.sync fragments across a "
+                             "stage wait, an sm_80/86/89 form; on sm_90a it is not supported "
+                             "yet", "pass next= only where the kernel compiles for Ampere/Ada")
+        if not isinstance(next, tuple) or len(next) not in (4, 5):
+            raise self.error(f"kit.mma: next must be a tuple (a_next, b_next, barrier, phase"
+                             f"[, cond]), got {_describe(next)}")
+        a1, b1, bar, phase, *cond = next
+        if not a.type.is_shared:
+            raise self.error("kit.mma(..., next=...) needs A in shared memory; A from "
+                             "registers is not supported yet")
+        for x, x1, name in ((a, a1, "a"), (b, b1, "b")):
+            if not (isinstance(x1, Value) and x1.type.is_shared and x1.shape == x.shape
+                    and x1.dtype is x.dtype and _is_trans(x1) == _is_trans(x)):
+                raise self.error(f"kit.mma: next's {name} must be a shared tile like {name} "
+                                 f"({_describe(x)}; the same view, e.g. {name}[s1] beside "
+                                 f"{name}[s]), got {_describe(x1)}")
+        if not isinstance(bar, Value) or bar.dtype is not mbarrier or bar.shape != ():
+            raise self.error(f"kit.mma: next's barrier must be one mbarrier (bars[s]), got "
+                             f"{_describe(bar)}")
+        ph = self.cast(phase, int32) if isinstance(phase, Value) else self.constant(phase, int32)
+        c = cond[0] if cond else True
+        c = self.cast(c, int1) if isinstance(c, Value) else self.constant(bool(c), int1)
+        return [a1, b1, bar, ph, c]
 
 
 # -------------------------------------------------------------------- kit.<name> calls
@@ -164,6 +212,7 @@ def _dot_scaled(c: Call) -> Any:
                                  consts["rhs_k_pack"], consts["out_dtype"])
 
 
-@call_rule("mma", lambda a, b, acc, pending=0: None)
+@call_rule("mma", lambda a, b, acc, pending=0, frag_prefetch=False, next=None: None)
 def _mma(c: Call) -> Any:
-    return c.b.wgmma(c["a"], c["b"], c["acc"], c.const("pending"))
+    return c.b.wgmma(c["a"], c["b"], c["acc"], c.const("pending"), c.const("frag_prefetch"),
+                     c["next"])

@@ -239,18 +239,23 @@ def mbar_wait(comp: _Compiler, op: Op, gen: bool = False) -> Any:
         return mbar_wait_g
 
     def mbar_wait(env: Env) -> None:  # one thread of control: nothing else can arrive
-        bar, parity = bar_parity(env)
-        ctx.land()
-        if not bar.done(parity):
-            if ctx.sched is None:
-                raise _deadlock(ctx, [_Wait(op, bar, parity, role)])
-            # a cluster's CTA: a peer may arrive on it (kit.mbarrier_arrive(bar, cta=...))
-            ctx.sched.block(ctx.rank, lambda: (ctx.land(), bar.done(parity))[1],
-                            lambda: _deadlock(ctx, [_Wait(op, bar, parity, role)]))
-        ctx.acquire(key, bar)
-        if ctx.sched is not None:
-            ctx.sched.acquire(ctx.rank, bar)
+        wait_now(ctx, op, *bar_parity(env), role, key)
     return mbar_wait
+
+
+def wait_now(ctx: _Ctx, op: Op, bar: Any, parity: int, role: Any, key: int) -> None:
+    """A wait that cannot yield (one thread of control): the phase must be complete, or
+    complete by a cluster peer's arrival; also `kit.mma(..., next=...)`'s wait."""
+    ctx.land()
+    if not bar.done(parity):
+        if ctx.sched is None:
+            raise _deadlock(ctx, [_Wait(op, bar, parity, role)])
+        # a cluster's CTA: a peer may arrive on it (kit.mbarrier_arrive(bar, cta=...))
+        ctx.sched.block(ctx.rank, lambda: (ctx.land(), bar.done(parity))[1],
+                        lambda: _deadlock(ctx, [_Wait(op, bar, parity, role)]))
+    ctx.acquire(key, bar)
+    if ctx.sched is not None:
+        ctx.sched.acquire(ctx.rank, bar)
 
 
 @semantics("mbar_arrive")

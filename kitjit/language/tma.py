@@ -110,7 +110,7 @@ def mbarrier_wait(barrier, phase):
 
 
 @builtin
-def mma(a, b, acc, pending=0):
+def mma(a, b, acc, pending=0, frag_prefetch=False, next=None):
     """acc + a @ b on Hopper's warpgroup tensor cores (WGMMA), a and b in shared memory, acc in
     registers. Either operand may be a `.T` view of a shared tile (the MMA reads it
     transposed, no copy), and `a` may be a register tile (16-bit, e.g. P of attention).
@@ -132,7 +132,23 @@ def mma(a, b, acc, pending=0):
     On Ampere / Ada: `ldmatrix` fragments into `mma.sync.m16n8k16` (a may be a register
     tile, or a transposed shared view `a[s].T`); M and K multiples of 16, N of 8; the warps
     split the rows where the result's rows are reduced (softmax), else a squarer grid.
-    Synchronous: `pending` has nothing to wait for."""
+    Synchronous: `pending` has nothing to wait for. `frag_prefetch=True` (a constexpr;
+    ignored on Hopper) issues the ldmatrix loads of each 16-deep k-slice before the MMAs of
+    the previous one, at the cost of one more slice of fragment registers (benchmarks/
+    ampere.py times it against the default).
+
+    `next=(a_next, b_next, barrier, phase[, cond])` (Ampere / Ada only; A in shared
+    memory): when `cond` (default True) holds, after the MMAs of every k-slice but the last,
+    wait for `barrier` to complete `phase` (as `kit.mbarrier_wait`) and load the first
+    k-slice fragments of a_next / b_next (views like a and b: `a[s1]`, `b[s1]`); then the
+    last slice's MMAs run while they land. The next run of this same `kit.mma` whose tiles
+    are a_next / b_next (the loop's next step) starts from those registers instead of
+    loading its first slice after its own stage wait. So a_next / b_next must not be
+    written between the two runs (the interpreter checks it), and the copies into them must
+    be issued before this call (else the wait never ends: the interpreter reports the
+    deadlock). With cond False nothing is waited for or loaded (the loop's last step).
+    Costs registers: the carried slice (4 a 16-row m-tile and 2 an 8-col n-tile of the
+    warp's) and 3 more, live across the loop."""
 
 
 @builtin
