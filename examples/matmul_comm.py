@@ -176,6 +176,26 @@ def _check_chunks(m: int, BM: int, what: str) -> None:
                          "this path; use the level-1 kernel of the example for other sizes")
 
 
+def _check_pad(handle, words: int, what: str) -> None:
+    """The signal words a kernel uses must lie inside torch's signal pad."""
+    import torch.distributed._symmetric_memory as symm_mem
+
+    size = getattr(handle, "signal_pad_size", None)
+    if size is None and hasattr(symm_mem, "get_signal_pad_size"):
+        size = symm_mem.get_signal_pad_size()
+    if size is not None and words * 4 > size:
+        raise ValueError(f"{what} needs {words} signal words ({words * 4} bytes) and torch's "
+                         f"signal pad has {size} bytes: call torch.distributed."
+                         "_symmetric_memory.set_signal_pad_size(...) before allocating")
+
+
+def _check_operands(what: str, dtype, *tensors) -> None:
+    for t in tensors:
+        if t.dtype != dtype or t.device.type != "cuda":
+            raise ValueError(f"{what}: operands must be {dtype} CUDA tensors like the "
+                             f"buffers, got {t.dtype} on {t.device}")
+
+
 def _world_size(group: str) -> int:
     import torch.distributed.distributed_c10d as c10d
 
@@ -197,7 +217,8 @@ class AllGatherMatmul:
         self.bufs = [symm_mem.empty((self.ws * m, K), dtype=dtype, device=self.dev)
                      for _ in range(2)]
         self.handles = [symm_mem.rendezvous(b, group) for b in self.bufs]
-        self.rank = self.handles[0].rank
+        self.rank, self.dtype = self.handles[0].rank, dtype
+        _check_pad(self.handles[0], GATE_BASE + self.ws, "allgather_matmul")
         self.pads = list(self.handles[0].signal_pad_ptrs)
         self.sig_ptrs = torch.tensor(self.pads, dtype=torch.int64, device=self.dev)
         self.side = torch.cuda.Stream(self.dev, priority=-1)
@@ -210,6 +231,8 @@ class AllGatherMatmul:
         if tuple(a.shape) != (m, K) or b.dim() != 2 or b.shape[0] != K:
             raise ValueError(f"allgather_matmul: a {tuple(a.shape)} @ b {tuple(b.shape)}: "
                              f"expected a [{m}, {K}] and b [{K}, N]")
+        _check_operands("allgather_matmul", self.dtype, a, b)
+        b = b.contiguous()
         self.epoch += 1
         e, par = self.epoch, self.epoch % 2
         main, side = torch.cuda.current_stream(self.dev), self.side
@@ -249,7 +272,8 @@ class MatmulReduceScatter:
                                        dtype=torch.int64, device=self.dev) for i in range(2)]
         self.sig_ptrs = torch.tensor(list(h.signal_pad_ptrs), dtype=torch.int64,
                                      device=self.dev)
-        self.handle, self.rank, self.epoch = h, h.rank, 0
+        self.handle, self.rank, self.epoch, self.dtype = h, h.rank, 0, dtype
+        _check_pad(h, SIG_BASE + m // self.cfg["BM"], "matmul_reducescatter")
         # two ranks: the peer's halves as tensors, so the kernel's TMA stores reach them
         self.peer = [None, None]
         if self.ws == 2:
@@ -262,6 +286,8 @@ class MatmulReduceScatter:
         if M != ws * m or tuple(b.shape) != (K, N):
             raise ValueError(f"matmul_reducescatter: a {tuple(a.shape)} @ b {tuple(b.shape)}:"
                              f" expected a [{ws * m}, K] and b [K, {N}]")
+        _check_operands("matmul_reducescatter", self.dtype, a, b)
+        a, b = a.contiguous(), b.contiguous()
         self.epoch += 1
         out = torch.empty(m, N, dtype=a.dtype, device=self.dev)
         tiles = kit.cdiv(M, cfg["BM"]) * kit.cdiv(N, cfg["BN"])
