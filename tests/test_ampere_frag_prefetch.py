@@ -79,18 +79,25 @@ def test_prefetched_sass_has_no_spills(arch, cfg, nw):
     assert c.ck.metadata["spills"] == 0, c.ck.metadata
 
 
-@needs_sass
-def test_prefetched_sass_for_sm90_from_compute80_ptx():
-    """What an H100/H200 runs with arch="sm_80": the driver assembles the compute_80 PTX."""
+def _on_sm90(prefetch: int):
+    """The example's compute_80 PTX assembled for sm_90 (what the driver does on a Hopper),
+    checked as a level-2 kernel without spills."""
     from tests.test_sass import Compiled
 
-    c80 = _example("sm_80", T256, 8, 1)
+    c80 = _example("sm_80", T256, 8, prefetch)
     cubin, res = _ptxas(c80.ck.asm["ptx"], "sm_90", find_tool("ptxas"))
     c = Compiled.__new__(Compiled)
     c.ck, c.sass = c80.ck, disassemble(cubin)
     c.ops = sass_opcodes(c.sass)
     _level2(c)
     assert res.spills == 0, res
+    return c
+
+
+@needs_sass
+def test_prefetched_sass_for_sm90_from_compute80_ptx():
+    """What an H100/H200 runs with arch="sm_80": the driver assembles the compute_80 PTX."""
+    _on_sm90(1)
 
 
 def test_hopper_ignores_the_flag():
@@ -231,15 +238,7 @@ def _check_next_schedule(sass: str) -> None:
 
 @needs_sass
 def test_next_sass_for_sm90_from_compute80_ptx():
-    from tests.test_sass import Compiled
-
-    c80 = _example("sm_80", T256, 8, 2)
-    cubin, res = _ptxas(c80.ck.asm["ptx"], "sm_90", find_tool("ptxas"))
-    c = Compiled.__new__(Compiled)
-    c.ck, c.sass = c80.ck, disassemble(cubin)
-    c.ops = sass_opcodes(c.sass)
-    _level2(c)
-    assert res.spills == 0, res
+    c = _on_sm90(2)
     _check_next_schedule(c.sass)
 
 

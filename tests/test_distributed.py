@@ -404,17 +404,9 @@ def test_examples_as_two_ranks_on_one_gpu(example):
         out = [torch.full((m, N), float("nan"), dtype=torch.bfloat16, device=dev)
                for _ in range(ws)]
         ptrs = torch.tensor([t.data_ptr() for t in bufs], dtype=torch.int64, device=dev)
-        for r in range(ws):  # compile and load both first (epoch 0: no wait holds anyone)
-            rs.launch(hs[r], ptrs, sigs, a[r], b[r], out[r], epoch=0)
-            torch.cuda.synchronize()
-        for r in range(ws):
-            bufs[r].fill_(float("nan"))
-            out[r].fill_(float("nan"))
-        torch.cuda.synchronize()
-        for r in range(ws):
-            with torch.cuda.stream(streams[r]):
-                rs.launch(hs[r], ptrs, sigs, a[r], b[r], out[r], epoch=2)
-        torch.cuda.synchronize()
+        warm_then_together(
+            ws, lambda r, e: rs.launch(hs[r], ptrs, sigs, a[r], b[r], out[r], epoch=e),
+            bufs + out, streams)
         full = sum(a[s].double() @ b[s].double() for s in range(ws))
         for r in range(ws):
             rs.check(out[r], full[r * m:(r + 1) * m], f"rank {r}")
@@ -526,20 +518,28 @@ def test_matmul_comm_as_two_ranks_on_one_gpu():
                                              **cfg)
     total = sum(a[s].double() @ b[s].double() for s in range(ws))
     for call, tma in enumerate((False, True)):
-        for r in range(ws):        # warm-up: no wait holds; each counts once per row block
-            launch(r, 2 * call, tma)
-            torch.cuda.synchronize()
-        for r in range(ws):
-            recv[r].fill_(float("nan"))
-            out[r].fill_(float("nan"))
-        torch.cuda.synchronize()
-        for r in range(ws):
-            with torch.cuda.stream(streams[r]):
-                launch(r, 2 * call + 2, tma)
-        torch.cuda.synchronize()
+        warm_then_together(ws, lambda r, e, tma=tma: launch(r, e, tma), recv + out, streams,
+                           first=2 * call)
         for r in range(ws):
             gpu_check(out[r], total[r * m:(r + 1) * m],
                       f"reduce-scatter rank {r}{' (TMA)' if tma else ''}")
+
+
+def warm_then_together(ws, launch, poisoned, streams, first=0):
+    """Two-stream runs of kernels whose ranks count on each other: `launch(r, first)` for
+    each rank alone (compiles and loads it; no wait holds at that epoch, each tile counts
+    once), the outputs poisoned again, then `launch(r, first + 2)` for every rank at once,
+    one stream each (a module load may wait for the GPU to idle: not while they spin)."""
+    for r in range(ws):
+        launch(r, first)
+        torch.cuda.synchronize()
+    for t in poisoned:
+        t.fill_(float("nan"))
+    torch.cuda.synchronize()
+    for r in range(ws):
+        with torch.cuda.stream(streams[r]):
+            launch(r, first + 2)
+    torch.cuda.synchronize()
 
 
 def gpu_check(got, ref, what):
