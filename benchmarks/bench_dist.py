@@ -68,6 +68,11 @@ def timed(fn, iters: int) -> float:
 
 
 def main() -> None:
+    import faulthandler
+
+    # a fused kernel that never gets its signal would hang the run: stacks, then exit
+    faulthandler.dump_traceback_later(float(os.environ.get("BENCH_DIST_TIMEOUT", 600)),
+                                      exit=True)
     quick = "--quick" in sys.argv
     rank, ws = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
@@ -144,15 +149,15 @@ def main() -> None:
               ("torch", tfused))}
         hidden = (t["seq"] - t["fused"]) / max(t["seq"] - t["gemm"], 1e-9)
         bar = t["gemm"] + 0.25 * (t["seq"] - t["gemm"])
-        rows.append((name, t["fused"], t["gemm"], t["kgemm"], t["seq"], t["torch"], hidden,
-                     bar, err))
-    if rank == 0:
-        print(f"{'shape':16} {'fused':>8} {'cuBLAS':>8} {'kitGEMM':>8} {'seq':>8} {'torch':>8} "
-              f"{'hidden':>7} {'bar':>8} {'err':>8}")
-        for name, f, g, kg, sq, tt, hid, bar, err in rows:
-            ok = "met" if f <= bar and f <= tt else "MISSED"
-            print(f"{name:16} {f:8.3f} {g:8.3f} {kg:8.3f} {sq:8.3f} {tt:8.3f} {hid:7.2f} "
-                  f"{bar:8.3f} {err:8.1e} {ok}")
+        if rank == 0:      # row by row (flushed), so a later hang keeps what was measured
+            if not rows:
+                print(f"{'shape':16} {'fused':>8} {'cuBLAS':>8} {'kitGEMM':>8} {'seq':>8} "
+                      f"{'torch':>8} {'hidden':>7} {'bar':>8} {'err':>8}")
+            f, tt = t["fused"], t["torch"]
+            print(f"{name:16} {f:8.3f} {t['gemm']:8.3f} {t['kgemm']:8.3f} {t['seq']:8.3f} "
+                  f"{tt:8.3f} {hidden:7.2f} {bar:8.3f} {err:8.1e} "
+                  f"{'met' if f <= bar and f <= tt else 'MISSED'}", flush=True)
+        rows.append(name)
     dist.destroy_process_group()
 
 
