@@ -421,12 +421,14 @@ def test_examples_under_torchrun_on_one_gpu(example):
 
 
 # ------------------------------------------- the Hopper kernels with communication fused in
-def test_matmul_comm_simulated():
-    """examples/matmul_comm.py's two kernels, two ranks in the interpreter: the GEMMs start
-    before the rows they need are copied (a missing gate reads the NaN poison)."""
+@pytest.mark.parametrize("ws", [2, 3])
+def test_matmul_comm_simulated(ws):
+    """examples/matmul_comm.py's two kernels, ranks in the interpreter: the GEMMs start
+    before the rows they need are copied (a missing gate reads the NaN poison); three ranks
+    take the reduce-scatter's path of plain stores to two peers."""
     import matmul_comm
 
-    assert matmul_comm.simulated() < 2e-2
+    assert matmul_comm.simulated(ws, K=72 if ws == 3 else 96) < 2e-2
 
 
 def test_matmul_comm_sass():
