@@ -34,8 +34,8 @@ def load_stage(a, b, ready, A, B, m0, n0, k0, kk, it, BK: kit.constexpr,
     k = k0 + kk * BK                                 # past K, TMA reads zeros
     if GATE is None:
         kit.tma_load(a[s], A, (m0, k), ready[s])     # both land on ready[s]: one arrival
-    elif m0 // CHUNK == OWN:   # all-gather (matmul_comm): this rank's rows from its shard,
-        kit.tma_load(a[s], A_OWN, (m0 - OWN * CHUNK, k), ready[s])
+    elif (m0 >= OWN * CHUNK) & (m0 < OWN * CHUNK + CHUNK):   # all-gather (matmul_comm):
+        kit.tma_load(a[s], A_OWN, (m0 - OWN * CHUNK, k), ready[s])  # this rank's rows,
     else:                      # a peer's once they arrived
         if kk == 0:
             kit.signal_wait(GATE + m0 // CHUNK, EPOCH, cmp="ge")

@@ -237,7 +237,8 @@ class AllGatherMatmul:
         e, par = self.epoch, self.epoch % 2
         main, side = torch.cuda.current_stream(self.dev), self.side
         mine, buf, a = slice(rank * m, (rank + 1) * m), self.bufs[par], a.contiguous()
-        side.wait_stream(main)    # (after this rank's GEMM e-1: see the module's docstring)
+        if ws > 1:
+            side.wait_stream(main)    # (after this rank's GEMM e-1: see the docstring)
         with torch.cuda.stream(side):
             for j in range(1, ws):
                 q = (rank + j) % ws
@@ -249,7 +250,8 @@ class AllGatherMatmul:
         tiles = kit.cdiv(ws * m, cfg["BM"]) * kit.cdiv(N, cfg["BN"])
         allgather_matmul_kernel[(min(tiles, _sms(self.dev)),)](
             a, buf, b, c, self.sig_ptrs, rank, e, ws * m, N, K, m, GATE_BASE=GATE_BASE, **cfg)
-        main.wait_stream(side)
+        if ws > 1:
+            main.wait_stream(side)
         return c
 
 
