@@ -218,7 +218,7 @@ if NO_TORCH:
 
 def _imports_torch(path, seen: set | None = None) -> bool:
     """The module, or a helper module of tests/ it imports (`from fuzz.broken import ...`,
-    `import test_hopper`), imports torch."""
+    `from hopper_helpers import ...`), imports torch."""
     import ast
     import pathlib
 

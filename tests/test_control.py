@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 from kitjit.frontend.errors import CompileError
-from test_language import close, compile_gpu, poisoned, rand, same
+from lang_helpers import close, compile_gpu, poisoned, rand, same
 
 import kitjit as kit
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_language import close, compile_gpu, poisoned, rand
+from lang_helpers import close, compile_gpu, poisoned, rand
 
 import kitjit as kit
 from kitjit.interpreter.errors import DeviceAssertError

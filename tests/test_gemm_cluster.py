@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_hopper import SMEM_MAX, assert_rows_close, is_poisoned, needs_sass, poison
+from hopper_helpers import SMEM_MAX, assert_rows_close, is_poisoned, needs_sass, poison
 
 from kitjit.nn.matmul_cluster import matmul_cluster, matmul_cluster_kernel
 from kitjit.testing import has_gpu

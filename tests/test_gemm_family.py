@@ -3,7 +3,7 @@
 (examples/matmul_epilogue.py) and the grouped GEMM for mixture-of-experts
 (examples/grouped_matmul.py).
 
-Three parts, as in test_hopper.py: the CPU interpreter at small ragged sizes (outputs
+Three parts, as in test_hopper_*.py: the CPU interpreter at small ragged sizes (outputs
 poisoned with NaN, float64 references), compile-to-SASS checks for sm_90a (QGMMA for fp8,
 HGMMA, TMA, no spills) and GPU runs at real sizes (`-m gpu`).
 """
@@ -16,8 +16,8 @@ import sys
 
 import pytest
 import torch
+from hopper_helpers import SMEM_MAX, assert_rows_close, is_poisoned, needs_sass, poison, sass
 from kitjit.frontend.errors import CompileError
-from test_hopper import SMEM_MAX, assert_rows_close, is_poisoned, needs_sass, poison, sass
 
 import kitjit as kit
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hopper_helpers import SMEM_MAX, needs_sass, poison
 from test_gemm_cluster import SMALL
 from test_gemm_cluster import _run as run_gemm
-from test_hopper import SMEM_MAX, needs_sass, poison
 
 from kitjit.nn.matmul_splitk import (
     matmul_splitk_cluster,

@@ -9,12 +9,14 @@ of the block.
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import math
+import pathlib
 
+import lang_helpers  # the language tests' DEVICE: "cuda" runs them here again, on the GPU
 import pytest
 import test_examples as E  # the example helpers (poisoned outputs, tolerances)
-import test_language as L  # its tests run here again, on the GPU
 import torch
 
 import kitjit as kit
@@ -169,22 +171,37 @@ def _param_sets(fn):
         yield "-".join(vid for vid, _ in combo), kwargs
 
 
+def _language_tests() -> dict:
+    """name -> test function, over every tests/test_lang_*.py (the language tests; their
+    names are distinct, so a case id is the test's name and parameters)."""
+    tests = {}
+    for path in sorted(pathlib.Path(__file__).parent.glob("test_lang_*.py")):
+        mod = importlib.import_module(path.stem)
+        for name in dir(mod):
+            fn = getattr(mod, name)
+            if name.startswith("test_") and callable(fn) and fn.__module__ == mod.__name__:
+                assert name not in tests, f"{name} is in two test_lang_* modules"
+                tests[name] = fn
+    return tests
+
+
+LANGUAGE_TESTS = _language_tests()
+
+
 def _language_cases():
     cases = []
-    for name in sorted(dir(L)):
-        fn = getattr(L, name)
-        if name.startswith("test_") and callable(fn):
-            for vid, kwargs in _param_sets(fn):
-                cases.append(pytest.param(name, kwargs, id=f"{name}[{vid}]" if vid else name))
+    for name in sorted(LANGUAGE_TESTS):
+        for vid, kwargs in _param_sets(LANGUAGE_TESTS[name]):
+            cases.append(pytest.param(name, kwargs, id=f"{name}[{vid}]" if vid else name))
     return cases
 
 
 @pytest.mark.parametrize("name,kwargs", _language_cases())
 def test_language_on_gpu(name, kwargs, monkeypatch):
-    """Each test of test_language.py, with its tensors on the GPU: the same kernels through
-    the real compile and launch path (the CPU run used the interpreter)."""
-    monkeypatch.setattr(L, "DEVICE", "cuda")
-    getattr(L, name)(**kwargs)
+    """Each test of tests/test_lang_*.py, with its tensors on the GPU: the same kernels
+    through the real compile and launch path (the CPU run used the interpreter)."""
+    monkeypatch.setattr(lang_helpers, "DEVICE", "cuda")
+    LANGUAGE_TESTS[name](**kwargs)
 
 
 # ============================================================================ runtime

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from kitjit.frontend.errors import CompileError
-from test_language import compile_gpu
+from lang_helpers import compile_gpu
 
 import kitjit as kit
 from kitjit.testing import has_gpu

@@ -13,7 +13,7 @@ import pytest
 import test_scan as SC
 import test_shape_ops as SH
 import torch
-from test_language import spec_of
+from lang_helpers import spec_of
 
 from kitjit.ir.layout_check import lin_problems, problems, stores
 from kitjit.ir.layouts import Blocked, Joined, Reshaped, Slice, Stacked, default_blocked

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 from kitjit.frontend.errors import CompileError
-from test_language import DEVICE, compile_gpu, poisoned
+from lang_helpers import DEVICE, compile_gpu, poisoned
 
 import kitjit as kit
 from kitjit.testing import has_gpu
