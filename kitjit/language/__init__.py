@@ -65,7 +65,8 @@ tuple = tuple  # noqa: A001,PLW0127
 globals().update(BUILTINS)  # every marker is kit.<name>
 
 # @kit.jit functions over the markers above: Triton's random numbers and small helpers
-from . import random, standard  # noqa: E402
+from . import bitonic, random, standard  # noqa: E402
+from .bitonic import bitonic_merge  # noqa: E402,F401
 from .random import (  # noqa: E402,F401
     pair_uniform_to_normal,
     philox,
@@ -96,7 +97,7 @@ __all__ = [
     "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
     "uint8", "uint16", "uint32", "uint64", "int1", "bool_", "float8e4nv", "float8e5",
     "float8e4b15",
-    *BUILTINS, *random.RANDOM, *standard.STANDARD,
+    *BUILTINS, *random.RANDOM, *standard.STANDARD, "bitonic_merge",
 ]
 
 

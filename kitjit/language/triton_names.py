@@ -39,11 +39,21 @@ reinterpret runtime set_allocator testing tools
 """.split())
 
 
+#: why a Triton name stays missing, where there is more to say than "not yet"
+MISSING_REASONS = {
+    "float8e4b8": "AMD's fp8 format (e4m3, bias 8); kitjit targets NVIDIA GPUs",
+    "float8e5b16": "AMD's fp8 format (e5m2, bias 16); kitjit targets NVIDIA GPUs",
+}
+
+
 def missing_name_message(name: str, module: str = "kit", top: bool = False) -> str:
     """The one-line message for `kit.<name>` when kitjit has no such name (`top`: asked of
     the top-level package, where Triton's own top-level names are known too)."""
     if top and name in TRITON_TOP_NAMES:
         return f"kitjit.{name} is not supported yet (Triton's triton.{name})"
+    if name in MISSING_REASONS:
+        return (f"{module}.{name} is not supported yet (Triton's tl.{name}: "
+                f"{MISSING_REASONS[name]})")
     if name in TRITON_LANGUAGE_NAMES:
         return f"{module}.{name} is not supported yet (Triton's tl.{name})"
     return f"{module}.{name} does not exist (Triton's triton.language has no '{name}' either)"
@@ -110,7 +120,9 @@ def module_getattr(kit_module: str, triton_module: str, *fallbacks):
 def missing_module_name_message(kit_module: str, triton_module: str, name: str) -> str:
     """The one-line message for `<kit_module>.<name>` that kitjit lacks."""
     if name in MODULES.get(triton_module, ()):
-        return f"{kit_module}.{name} is not supported yet (Triton's {triton_module}.{name})"
+        why = f": {MISSING_REASONS[name]}" if name in MISSING_REASONS else ""
+        return (f"{kit_module}.{name} is not supported yet (Triton's "
+                f"{triton_module}.{name}{why})")
     return f"module '{kit_module}' has no attribute '{name}'"
 
 
