@@ -330,8 +330,11 @@ class JITFunction(TritonJITAttrs, JITCallable, KernelInterface):
 
         arg_specs, divs = self._arg_specs_dict(specs, consts)
         target = arch if arch in ampere.AMPERE_ARCHS else None
-        fn = _guard(self.__name__, "parsing",
-                    lambda: build_kernel_ir(self, arg_specs, num_warps, tma, target))
+        from kitjit.language.target_info import compiling_for
+
+        with compiling_for(arch):   # what kit.target_info answers while the body is typed
+            fn = _guard(self.__name__, "parsing",
+                        lambda: build_kernel_ir(self, arg_specs, num_warps, tma, target))
         fn.attrs["arg_div"] = divs
         from kitjit.frontend.semantic.cluster import check_cluster_ops
 

@@ -74,7 +74,12 @@ class KernelParam(str):
             return ""
         return a if isinstance(a, str) else getattr(a, "__name__", repr(a))
 
-    is_const = False  # kitjit has no tl.const pointers
+    @property
+    def is_const(self) -> bool:
+        """Annotated `kit.const` (Triton's `tl.const`): a pointer the kernel only reads."""
+        from kitjit.frontend.semantic.const_ptr import is_const_annotation
+
+        return is_const_annotation(self._param.annotation)
 
     @property
     def default(self):

@@ -14,6 +14,7 @@ from kitjit.ir.types import TileType, dtype_from_name, int32, int64
 from ..errors import CompileError
 from ..semantic import Builder
 from ..semantic.block_ptr import TensorDescriptor
+from ..semantic.const_ptr import is_const_annotation
 from .calls import CallsMixin
 from .expressions import ExpressionsMixin
 from .helpers import _Return
@@ -125,6 +126,10 @@ def build_kernel_ir(jf, arg_specs: dict[str, Any], num_warps: int,
         else:
             scope[p] = spec[1]
     fn = Function(parsed.fn.__name__, args, {"num_warps": num_warps})
+    const = _const_params(parsed.fn)
+    if const:   # `X: kit.const`: stores through these are compile errors (const_ptr.py)
+        fn.attrs["_const_ptrs"] = {v.id: v.name for v in args
+                                   if v.name in const and v.dtype.is_ptr()}
     if target is not None:
         fn.attrs["target"] = target
     if tma:  # kit.make_tensor_descriptor builds its CUtensorMap in the kernel
@@ -144,6 +149,12 @@ def build_kernel_ir(jf, arg_specs: dict[str, Any], num_warps: int,
         fn.body.args.remove(scratch)
         fn.body.args.append(scratch)
     return fn
+
+
+def _const_params(fn) -> set[str]:
+    """The parameters annotated `kit.const` (Triton's pointer-to-const `tl.const`)."""
+    ann = getattr(fn, "__annotations__", {})
+    return {n for n, a in ann.items() if is_const_annotation(a)}
 
 
 def _closure_vars(fn) -> dict[str, Any]:

@@ -215,12 +215,15 @@ def _isinstance(x: Any, types: Any) -> bool:
     kernel holds: kit.tensor for tiles and scalars, kit.tensor_descriptor for descriptors,
     kit.constexpr for compile-time values; other types as in Python."""
     from kitjit.language import constexpr, tensor, tensor_descriptor
+    from kitjit.language.core import base_value
 
     from ..semantic.block_ptr import TensorDescriptor
 
     if not isinstance(types, tuple):
         types = (types,)
     for t in types:
+        if t is base_value:  # Triton: every kernel value (constexprs too) is one
+            return True
         if t is tensor:
             if isinstance(x, Value):
                 return True

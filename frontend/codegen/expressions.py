@@ -213,6 +213,10 @@ class ExpressionsMixin:
                 return base.shape
             if attr == "numel":  # Triton's tensor.numel: a compile-time int
                 return math.prod(base.shape)
+            if attr == "type":  # Triton's tensor.type: a block_type, a scalar's dtype
+                from kitjit.language.types import block_type
+
+                return block_type(base.dtype, base.shape) if base.shape else base.dtype
             if attr in ("to", "cast"):
                 return _Method(self, base, "to")
             method = tensor_method_target(attr)
@@ -224,7 +228,7 @@ class ExpressionsMixin:
                     return self.b.smem_trans(base)
                 return self.b.permute(base, (1, 0), "x.T")  # as Triton: 2-d tiles only
             raise self.err(node, tensor_method_message(attr),
-                           "tiles have .dtype, .shape, .T and Triton's tensor methods "
+                           "tiles have .dtype, .shape, .type, .T and Triton's tensor methods "
                            "(docs/triton_parity.md)")
         methods = base.kit_methods() if hasattr(base, "kit_methods") and \
             not isinstance(base, type) else {}
@@ -283,6 +287,18 @@ class ExpressionsMixin:
             return base[idx]
         except Exception as e:
             raise self.err(node, f"cannot index {describe(base)} with {idx!r}: {e}") from None
+
+    def expr_Slice(self, node: ast.Slice) -> slice:
+        """`a:b:c` indexing a compile-time tuple or list (`x.shape[:-1]`, Triton's
+        tl.slice): its bounds must be known at compile time."""
+        bounds = []
+        for part in (node.lower, node.upper, node.step):
+            v = None if part is None else _unwrap(self.expr(part))
+            if isinstance(v, Value):
+                raise self.err(part, "a compile-time sequence cannot be sliced with a "
+                               "run-time value")
+            bounds.append(v)
+        return slice(*bounds)
 
 
 def _unwrap(v: Any) -> Any:

@@ -49,6 +49,9 @@ class ElementwiseOps:
         src = v.dtype
         if not isinstance(dtype, DType):
             raise self.error(f"expected a dtype such as kit.float32, got {describe(dtype)}")
+        if dtype.is_void():
+            raise self.error("a tile cannot hold kit.void (Triton's type of nothing): no "
+                             "conversion to it", "convert to a value dtype such as kit.int32")
         if src is dtype and not bitcast:
             return v  # as Triton: a conversion to the same type is the value (any rounding)
         if rounding is not None:

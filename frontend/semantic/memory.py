@@ -15,6 +15,7 @@ from kitjit.ir.types import DType, TileType, int1
 from .base import _describe
 from .block_ptr import BlockPointer, load_block, store_block
 from .call_rules import Call, call_rule
+from .const_ptr import const_root
 
 
 class MemoryOps:
@@ -48,6 +49,7 @@ class MemoryOps:
         if not isinstance(ptr, Value) or not ptr.dtype.is_ptr():
             raise self.error(f"kit.store needs a pointer or a tile of pointers, got "
                              f"{_describe(ptr)}")
+        self._check_writable(ptr, "kit.store")
         elem = ptr.dtype.element_ty
         value = self.cast(value, elem) if isinstance(value, Value) else self.constant(value, elem)
         shape = self.broadcast_shapes(ptr.shape, value.shape)
@@ -117,7 +119,17 @@ class MemoryOps:
         if not isinstance(ptr, Value) or not ptr.dtype.is_ptr():
             raise self.error(f"{what} needs a pointer or a tile of pointers, got "
                              f"{_describe(ptr)}", "pass a tensor argument plus offsets")
+        self._check_writable(ptr, what)
         return ptr.dtype.element_ty
+
+    def _check_writable(self, ptr: Value, what: str) -> None:
+        """A store or atomic through a pointer to const (`X: kit.const`) is an error, as
+        Triton's "Cannot store to a constant pointer"."""
+        name = const_root(self.fn, ptr)
+        if name is not None:
+            raise self.error(f"{what} through a pointer to const: '{name}' is annotated "
+                             "kit.const (Triton: cannot store to a constant pointer)",
+                             f"drop the kit.const annotation of '{name}' to write through it")
 
     def _atomic_order(self, sem: Any, scope: Any, what: str) -> dict:
         sem = "acq_rel" if sem is None else sem

@@ -68,7 +68,12 @@ class PointerDType(DType):
 
     _cache: dict[str, PointerDType] = {}
 
-    def __new__(cls, element_ty: DType):
+    def __new__(cls, element_ty: DType, address_space: int = 1, const: bool = False):
+        if const or address_space != 1:
+            what = "const=True" if const else f"address_space={address_space}"
+            raise TypeError(f"kit.pointer_type(..., {what}) is not supported yet (Triton's "
+                            "tl.pointer_type); for a read-only pointer parameter annotate it "
+                            "`X: kit.const`")
         key = element_ty.name
         if key not in cls._cache:
             obj = super().__new__(cls)
@@ -77,7 +82,7 @@ class PointerDType(DType):
             cls._cache[key] = obj
         return cls._cache[key]
 
-    def __init__(self, element_ty: DType):
+    def __init__(self, element_ty: DType, address_space: int = 1, const: bool = False):
         pass
 
     @property

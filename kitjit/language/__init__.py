@@ -46,6 +46,7 @@ from .base import (  # noqa: F401
     BUILTINS,
     bool_,
     builtin,
+    const,
     constexpr,
     dtype,
     pointer_type,
@@ -55,6 +56,7 @@ from .base import (  # noqa: F401
     tensor_descriptor,
 )
 from .core import next_power_of_2  # noqa: F401
+from .types import block_type, constexpr_type, pi32_t, slice, void  # noqa: F401
 from .elementwise import PropagateNan  # noqa: F401
 
 TRITON_MAX_TENSOR_NUMEL = 1 << 20  # Triton's limit on a tile's elements; kitjit's is the same
@@ -65,8 +67,9 @@ tuple = tuple  # noqa: A001,PLW0127
 globals().update(BUILTINS)  # every marker is kit.<name>
 
 # @kit.jit functions over the markers above: Triton's random numbers and small helpers
-from . import bitonic, random, standard  # noqa: E402
+from . import bitonic, loops, random, standard, target_info  # noqa: E402,F401
 from .bitonic import bitonic_merge  # noqa: E402,F401
+from .loops import condition  # noqa: E402,F401
 from .random import (  # noqa: E402,F401
     pair_uniform_to_normal,
     philox,
@@ -91,13 +94,14 @@ from .standard import (  # noqa: E402,F401
 )
 
 __all__ = [
-    "TRITON_MAX_TENSOR_NUMEL", "tuple", "constexpr", "static_range", "range", "next_power_of_2",
+    "TRITON_MAX_TENSOR_NUMEL", "tuple", "const", "constexpr", "static_range", "range", "next_power_of_2",
     "builtin", "BUILTINS", "dtype",
     "pointer_type", "math", "extra", "PropagateNan", "tensor", "tensor_descriptor",
     "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
     "uint8", "uint16", "uint32", "uint64", "int1", "bool_", "float8e4nv", "float8e5",
-    "float8e4b15",
+    "float8e4b15", "void", "pi32_t", "block_type", "constexpr_type", "slice",
     *BUILTINS, *random.RANDOM, *standard.STANDARD, "bitonic_merge",
+    "condition", "target_info",
 ]
 
 

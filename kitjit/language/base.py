@@ -30,6 +30,13 @@ class constexpr:
         return f"constexpr({self.value!r})"
 
 
+class const:
+    """Annotation of a pointer parameter whose data the kernel only reads (`X: kit.const`,
+    Triton's `tl.const`): loads through it work; a store or an atomic through it, or through
+    a pointer computed from it, is a compile error at that line (Triton's compiler says
+    "Cannot store to a constant pointer"; its interpreter does not check)."""
+
+
 class static_range:
     """`for i in kit.static_range(4)`: unrolled at compile time; `i` is a constant."""
 

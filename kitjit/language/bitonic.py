@@ -4,7 +4,6 @@ sorts and top-k from merges of bitonic runs (`triton.language.standard` users) c
 
 from __future__ import annotations
 
-from ..constexpr_fn import constexpr_function
 from ..jit import jit
 from . import control, core, elementwise, shape  # noqa: F401  (the markers are registered)
 from .base import BUILTINS as _B
@@ -14,22 +13,16 @@ _arange, _reshape, _flip, _where = _B["arange"], _B["reshape"], _B["flip"], _B["
 _static_assert = _B["static_assert"]
 
 
-@constexpr_function
-def _pair_shape(shape, stride):
-    """`shape` with its last dim n split into (n / (2 stride), 2, stride): axis -2 holds
-    the two elements of each pair."""
-    shape = tuple(int(getattr(d, "value", d)) for d in shape)
-    return shape[:-1] + (shape[-1] // (2 * stride), 2, stride)
-
-
 @jit
 def _compare_exchange(x, stride, descending):
     """One step of the network along the last dim: element i meets element i ^ stride; the
     lower one of the pair keeps the smaller (larger when descending), the upper one the
     other. As Triton's step, each side takes its partner when `(mine > partner) != (upper
-    ^ descending)`, so a NaN pair (any order compares false) copies the lower element into
-    both places, exactly as Triton's interpreter and GPU code do."""
-    pairs = _reshape(x, _pair_shape(x.shape, stride))
+    ^ descending)`, so a pair with a NaN (every comparison false) ends as two copies of one
+    element (the lower one ascending, the upper one descending), exactly as Triton's
+    interpreter and GPU code leave it."""
+    # the last dim n as (n / (2 stride), 2, stride): axis -2 holds the two of each pair
+    pairs = _reshape(x, x.shape[:-1] + (x.shape[-1] // (2 * stride), 2, stride))
     partner = _flip(pairs, len(x.shape))
     upper = _reshape(_arange(0, 2), (2, 1)) != 0
     take = (pairs > partner) != (upper ^ descending)
@@ -44,7 +37,7 @@ def bitonic_merge(x, dim=None, descending=False):
     On input that is not bitonic the result is the same network's, as Triton's."""
     _static_assert(dim is None or dim == len(x.shape) - 1,
                    "kit.bitonic_merge: only the last dim is supported (as Triton)")
-    n = x.shape[len(x.shape) - 1]
+    n = x.shape[-1]
     steps = n.bit_length() - 1
     for i in static_range(steps):
         x = _compare_exchange(x, n >> (i + 1), descending)

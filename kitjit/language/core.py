@@ -4,6 +4,26 @@ ceiling division."""
 from __future__ import annotations
 
 from .base import BUILTINS, builtin
+from ..constexpr_fn import must_use_result  # noqa: F401
+from ..kernel_interface import JITCallable  # noqa: F401
+from .base import tensor_descriptor as tensor_descriptor_base  # noqa: F401
+from .types import (  # noqa: F401
+    base_type,
+    base_value,
+    get_primitive_bitwidth,
+    is_negative_zero,
+    slice_type,
+    tuple_type,
+    validate_block_shape,
+)
+
+#: the attribute Triton's builtins carry (kitjit's markers carry `__kit_builtin__`)
+TRITON_BUILTIN = "__triton_builtin__"
+
+
+def is_builtin(fn) -> bool:
+    """Whether `fn` is one of the language's builtins (a kit.<name> marker)."""
+    return bool(getattr(fn, "__kit_builtin__", False) or getattr(fn, TRITON_BUILTIN, False))
 
 
 @builtin

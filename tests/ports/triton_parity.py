@@ -80,6 +80,19 @@ NOTES = {
     ("triton.language", "map_elementwise"): "inlined over whole tiles; pack > 1 and control "
     "flow on an element: not supported yet",
     ("triton.language", "tuple"): "Python's tuple",
+    **{(m, n): note for m in ("triton.language", "triton.language.core")
+       for n, note in {
+           "const": "a store or atomic through it is a compile error (Triton's compiler; its "
+           "interpreter does not check); a pointer carried through a loop or an if is not "
+           "followed; tl.pointer_type(..., const=True): not supported yet",
+           "condition": "disable_licm is accepted and ignored (kitjit hoists nothing)",
+           "target_info": "the compile's arch (a GPU newer than sm_90a compiles as sm_90: "
+           "9.0); interpreter and host: the driver's GPU, no CUDA target without one",
+           "slice": "the class (isinstance); slicing a tuple in a kernel: not supported yet",
+           "void": "a dtype no tile holds: a cast to it is an error",
+           "block_type": "x.type of a tile in a kernel; not a kit.dtype subclass as Triton's",
+           "base_value": "isinstance(x, base_value) is True for every kernel value",
+           "tensor_descriptor_base": "kit.tensor_descriptor (isinstance)"}.items()},
 }
 
 
