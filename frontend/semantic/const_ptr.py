@@ -40,4 +40,4 @@ def is_const_annotation(annotation: Any) -> bool:
 
     if annotation is const:
         return True
-    return isinstance(annotation, str) and annotation.split(".")[-1] == "const"
+    return isinstance(annotation, str) and annotation.strip("'\"").split(".")[-1] == "const"

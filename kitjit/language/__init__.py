@@ -56,8 +56,8 @@ from .base import (  # noqa: F401
     tensor_descriptor,
 )
 from .core import next_power_of_2  # noqa: F401
-from .types import block_type, constexpr_type, pi32_t, slice, void  # noqa: F401
 from .elementwise import PropagateNan  # noqa: F401
+from .types import block_type, constexpr_type, pi32_t, slice, void  # noqa: F401
 
 TRITON_MAX_TENSOR_NUMEL = 1 << 20  # Triton's limit on a tile's elements; kitjit's is the same
 # Triton's tl.tuple: kitjit's kernels hold tuples of tiles as Python tuples, so `tl.tuple([a,
@@ -94,8 +94,8 @@ from .standard import (  # noqa: E402,F401
 )
 
 __all__ = [
-    "TRITON_MAX_TENSOR_NUMEL", "tuple", "const", "constexpr", "static_range", "range", "next_power_of_2",
-    "builtin", "BUILTINS", "dtype",
+    "TRITON_MAX_TENSOR_NUMEL", "tuple", "const", "constexpr", "static_range", "range",
+    "next_power_of_2", "builtin", "BUILTINS", "dtype",
     "pointer_type", "math", "extra", "PropagateNan", "tensor", "tensor_descriptor",
     "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
     "uint8", "uint16", "uint32", "uint64", "int1", "bool_", "float8e4nv", "float8e5",

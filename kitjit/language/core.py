@@ -3,9 +3,10 @@ ceiling division."""
 
 from __future__ import annotations
 
-from .base import BUILTINS, builtin
+# Triton's triton.language.core also holds its type classes and small helpers: re-exported
 from ..constexpr_fn import must_use_result  # noqa: F401
 from ..kernel_interface import JITCallable  # noqa: F401
+from .base import BUILTINS, builtin
 from .base import tensor_descriptor as tensor_descriptor_base  # noqa: F401
 from .types import (  # noqa: F401
     base_type,
