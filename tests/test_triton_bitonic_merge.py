@@ -3,9 +3,10 @@
 tests/data/triton36_bitonic_merge.json holds inputs and Triton 3.6.0's interpreter outputs
 as bit patterns (tests/data/gen_triton36_bitonic_merge.py wrote it): random rows with ties,
 NaN, signed zeros and infinities, some bitonic (sorted by the merge), most not (the network's
-own answer), ascending and descending, 1D and 2D, fp32/fp16/int32/uint8, n from 1 to 64.
-kitjit's interpreter (and with -m gpu the GPU) must give the same bits; the kernel compiles
-for sm_90a without spills.
+own answer), ascending and descending, 1D to 3D, fp32/fp16/fp64/int32/int64/uint8, n from 1
+to 256 (bf16 against kitjit's fp32 merge: Triton's interpreter mishandles it). kitjit's
+interpreter (and with -m gpu the GPU) must give the same bits; the kernel compiles for
+sm_90a without spills, its partners exchanged by warp shuffles.
 """
 
 from __future__ import annotations
@@ -30,6 +31,14 @@ def merge_2d(X, Y, R: kit.constexpr, N: kit.constexpr, DESC: kit.constexpr):
 
 
 @kit.jit
+def merge_3d(X, Y, A: kit.constexpr, B: kit.constexpr, C: kit.constexpr,
+             DESC: kit.constexpr):
+    offs = (kit.arange(0, A)[:, None, None] * (B * C) + kit.arange(0, B)[None, :, None] * C
+            + kit.arange(0, C)[None, None, :])
+    kit.store(Y + offs, kit.bitonic_merge(kit.load(X + offs), descending=DESC))
+
+
+@kit.jit
 def merge_1d(X, Y, N: kit.constexpr, DESC: kit.constexpr):
     offs = kit.arange(0, N)
     kit.store(Y + offs, kit.bitonic_merge(kit.load(X + offs), dim=0, descending=DESC))
@@ -48,7 +57,9 @@ def _case(name: str) -> tuple[torch.Tensor, torch.Tensor, bool]:
 def _run(x: torch.Tensor, desc: bool, device: str) -> torch.Tensor:
     x = x.to(device)
     y = poisoned(tuple(x.shape), x.dtype).to(device)
-    if x.dim() == 2:
+    if x.dim() == 3:
+        merge_3d[(1,)](x, y, *x.shape, desc)
+    elif x.dim() == 2:
         merge_2d[(1,)](x, y, x.shape[0], x.shape[1], desc)
     else:
         merge_1d[(1,)](x, y, x.shape[0], desc)
@@ -76,6 +87,17 @@ def test_bitonic_merge_sorts_bitonic_rows():
         assert torch.equal(y, x.sort(1, descending=desc).values)
 
 
+def test_bitonic_merge_bf16_is_the_fp32_network():
+    """bf16 (which Triton's interpreter mishandles here) moves the same elements as the
+    exact fp32 upcast: ties, signed zeros and infinities included."""
+    g = torch.Generator().manual_seed(7)
+    x = (torch.randint(-6, 7, (4, 32), generator=g) * 0.5).to(torch.bfloat16)
+    x[0, :4] = torch.tensor([-0.0, 0.0, float("inf"), float("-inf")])
+    for desc in (False, True):
+        want = _run(x.float(), desc, "cpu").to(torch.bfloat16)
+        _same_bits(_run(x, desc, "cpu"), want)
+
+
 def test_bitonic_merge_only_the_last_dim():
     x = torch.randn(4, 8)
     y = torch.empty_like(x)
@@ -90,9 +112,20 @@ def test_bitonic_merge_only_the_last_dim():
 
 
 def test_bitonic_merge_compiles_for_sm90a():
+    from kitjit.tools import ToolError, disassemble, find_tool, sass_opcodes
+
     x = torch.empty(16, 64)
-    compile_gpu(merge_2d, x, x, R=16, N=64, DESC=True)
-    compile_gpu(merge_1d, x, x, N=64, DESC=False)
+    cks = [compile_gpu(merge_2d, x, x, R=16, N=64, DESC=True),
+           compile_gpu(merge_1d, x, x, N=64, DESC=False)]
+    if find_tool("cuobjdump") is None:
+        pytest.skip("cuobjdump not found")
+    for ck in cks:
+        try:
+            ops = sass_opcodes(disassemble(ck.asm["cubin"]))
+        except ToolError as e:
+            pytest.skip(str(e))
+        assert "SHFL" in {o.split(".")[0] for o in ops}
+        assert not any(o.startswith(("STL", "LDL")) for o in ops)
 
 
 @pytest.mark.gpu
