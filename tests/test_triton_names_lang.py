@@ -18,6 +18,7 @@ from lang_helpers import compile_gpu, poisoned
 import kitjit as kit
 import kitjit.language as tl
 from kitjit.language import core, target_info
+from kitjit.testing import has_gpu
 
 
 @kit.jit
@@ -187,3 +188,27 @@ def test_void_and_run_time_slices_are_errors_at_the_line():
         to_void[(1,)](x, N=8)
     with pytest.raises(CompileError, match="cannot be sliced with a run-time value"):
         run_time_slice[(1,)](x, 5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not has_gpu(), reason="needs an NVIDIA GPU")
+def test_the_names_on_the_gpu():
+    """The same kernels on the GPU: the while loop, const loads, the target's answers (the
+    GPU's own capability) and the type queries."""
+    x = torch.randn(16, device="cuda")
+    y = poisoned(16, torch.float32).cuda()
+    prefix_sums[(1,)](x, y, 7, BLOCK=16)
+    torch.testing.assert_close(y[:7].double().cpu(), x.double().cumsum(0)[:7].cpu())
+    assert y[7:].isnan().all()
+    z = poisoned(16, torch.float32).cuda()
+    scale_const[(1,)](x, z, 16, BLOCK=16)
+    torch.testing.assert_close(z, x * 2)
+    t = poisoned(1, torch.int32).cuda()
+    target_code[(1,)](t)
+    major, minor = torch.cuda.get_device_capability()
+    cc = 10 * major + minor
+    assert t.item() == 1000 + (90 if cc >= 90 else 80 if cc >= 80 else -1)
+    w = poisoned(16, torch.float32).cuda()
+    type_queries[(1,)](x, w, N=16)
+    torch.testing.assert_close(w.double(), x.double() + x.double().sum(), rtol=1e-5,
+                               atol=1e-5)
