@@ -6,9 +6,10 @@ one basis of the layout: a register bit (the partner element is another register
 thread), a lane bit (`shfl.sync.bfly`) or a warp bit (an exchange through shared memory).
 A scan is a butterfly over those bits, lowest first: every element keeps its prefix within
 its aligned block of 2^k elements and the block's total, and at bit k takes the total of
-the partner block (the lower one) on its left. A sort is Batcher's bitonic network over the
-same bits: compare-and-swap with the partner element, in the direction bit s of the
-coordinate gives. The interpreter runs the same network, so NaNs end where they do here.
+the partner block (the lower one) on its left. A sort is Triton's `sort_impl` over the
+same bits: its bitonic network with its compare-and-swap rule (a pair with a NaN or a tie
+ends as two copies of one element) and, for top-k, its rounds of max; the interpreter runs
+the same steps, so both give Triton's bits on every input.
 """
 
 from __future__ import annotations
@@ -131,45 +132,72 @@ class ScanLowering(LoweringBase):
             return lambda x, y: b.icmp_signed(">", x, y)
         return lambda x, y: b.icmp_unsigned(">", x, y)
 
+    def compare_exchange(self, regs: list, lin: LinearLayout, bits: list, j: int, flip) -> list:
+        """Triton's `_compare_and_swap` across bit j of the coordinate: each element takes its
+        partner where `(mine > partner) != (upper ^ flip)` (`flip` an i1 or a constant: the
+        pair's order is descending). A pair with a NaN (every `>` false), or two equal
+        values, ends as two copies of one of them, as in Triton."""
+        b = self.b
+        kind, i = bits[j]
+        gt = self.greater(self.sort_dtype)
+        other = self.exchange(regs, lin, kind, i)
+        out = []
+        for r, (v, w) in enumerate(zip(regs, other)):
+            upper = self.as_i1(self.bit_of(lin, kind, i, r, self.sort_axis, j))
+            take = b.xor(gt(v, w), b.xor(upper, self.as_i1(flip(r))))
+            out.append(b.select(take, w, v))
+        return out
+
+    def as_i1(self, c):
+        return ir.Constant(I1, int(c)) if isinstance(c, bool) else c
+
+    def merge_flip(self, lin: LinearLayout, bits: list, t: int, desc: bool):
+        """The order of a merge stage: alternating by bit t of the coordinate (Triton's
+        `_indicator`), or `desc` everywhere when bit t is past the axis (the last stage)."""
+        if t >= len(bits):
+            return lambda r: desc
+        kind, i = bits[t]
+        return lambda r: self.bit_of(lin, kind, i, r, self.sort_axis, t)
+
     @lowering("sort")
     def op_sort(self, op: Op) -> None:
+        """Triton's `sort_impl`: bitonic stages 1..log2(k), each a merge of `stage` compare-
+        exchange steps; for k < n, then log2(n/k) rounds of a max (min) of the elements k
+        apart and a merge of log2(k) steps. The rounds keep every element: both of a pair
+        take the max, so the upper bits of the coordinate name copies and the result is the
+        first k elements."""
         x = op.operands[0]
         lin = _lin(x.type)
         axis = len(x.shape) - 1
+        self.sort_axis, self.sort_dtype = axis, x.dtype
         regs = list(self.get(x))
-        gt = self.greater(x.dtype)
         desc = op.attrs["descending"]
-        bits = self.axis_bits(lin, axis, "a sort")
-        coords = lin.reg_coords()
-        base = self.thread_coord(lin, axis)
-        b = self.b
-        m = len(bits)
-        for s in range(1, m + 1):
-            for j in range(s - 1, -1, -1):
-                kind, i = bits[j]
-                other = self.exchange(regs, lin, kind, i)
-                out = []
-                for r, (v, w) in enumerate(zip(regs, other)):
-                    coord = b.add(base, self.c32(coords[r][axis]))
-                    hi = self.bit_of(lin, kind, i, r, axis, j)
-                    # ascending where bit s of the coordinate is clear (all, at the last stage)
-                    if s < m:
-                        asc = b.icmp_unsigned("==", b.and_(coord, self.c32(1 << s)),
-                                              self.c32(0))
-                        if desc:
-                            asc = b.not_(asc)
-                    else:
-                        asc = ir.Constant(I1, int(not desc))
-                    lo_v = self.pick(hi, (w,), (v,))[0]
-                    hi_v = self.pick(hi, (v,), (w,))[0]
-                    swap = b.select(asc, gt(lo_v, hi_v), gt(hi_v, lo_v))
-                    out.append(b.select(swap, w, v))
-                regs = out
         k = op.attrs["k"]
+        bits = self.axis_bits(lin, axis, "a sort")
+        m, log_k = len(bits), k.bit_length() - 1
+        b = self.b
+        for s in range(1, log_k + 1):
+            flip = self.merge_flip(lin, bits, s, desc)
+            for j in range(s - 1, -1, -1):
+                regs = self.compare_exchange(regs, lin, bits, j, flip)
+        pick = self.binary_fn("maximum" if desc else "minimum", x.dtype)
+        for q in range(log_k, m):  # the round that folds bit q of the coordinate
+            kind, i = bits[q]
+            other = self.exchange(regs, lin, kind, i)
+            out = []
+            for r, (v, w) in enumerate(zip(regs, other)):
+                upper = self.bit_of(lin, kind, i, r, axis, q)
+                lo, hi = self.pick(upper, (w, v), (v, w))  # Triton's combine(x[0], x[1])
+                out.append(pick(lo, hi))
+            regs = out
+            flip = self.merge_flip(lin, bits, q + 1, desc)
+            for j in range(log_k - 1, -1, -1):
+                regs = self.compare_exchange(regs, lin, bits, j, flip)
         if k == x.shape[-1]:
             self.set(op.result, regs)
             return
         # top k: through shared memory into the result's layout
+        coords = lin.reg_coords()
         e = max(4, _bits(regs[0].type) // 8)
         strides = [1] * len(x.shape)
         for d in range(len(x.shape) - 2, -1, -1):

@@ -1,7 +1,8 @@
 """Semantics of the scan family: `scan` (the combine function's region on whole arrays, in
 log2(n) steps: at step d every element takes the one d before it on its left, which keeps
-the operands in order), `sort` (the bitonic network the GPU runs, so NaNs and signed zeros
-end where they end there) and `histogram` (counts of the in-range, unmasked values)."""
+the operands in order), `sort` (Triton's sort_impl, the steps the GPU runs, so NaNs and
+signed zeros end where they end in Triton) and `histogram` (counts of the in-range,
+unmasked values)."""
 
 from __future__ import annotations
 
@@ -44,27 +45,49 @@ def _scan(comp: _Compiler, op: Op) -> Callable:
     return h
 
 
-def bitonic(x: np.ndarray, descending: bool) -> np.ndarray:
-    """Batcher's bitonic sort of the last axis (a power of two), step for step as
-    backend/lower/scan.py: compare-and-swap with `>`, so a NaN moves only where the network
-    compares nothing with it."""
+def _compare_exchange(x: np.ndarray, j: int, flip: np.ndarray | bool) -> np.ndarray:
+    """Triton's `_compare_and_swap` across bit j of the last axis: each element takes its
+    partner where `(mine > partner) != (upper ^ flip)`; `flip` per block of 2^(j+1)."""
+    lead, n = x.shape[:-1], x.shape[-1]
+    g = x.reshape(*lead, n >> (j + 1), 2, 1 << j)
+    partner = g[..., ::-1, :]
+    upper = np.array([False, True])[:, None]
+    flip = np.asarray(flip).reshape(-1, 1, 1) if np.ndim(flip) else flip
+    with np.errstate(invalid="ignore"):
+        take = (g > partner) != (upper ^ flip)
+    return np.where(take, partner, g).reshape(x.shape)
+
+
+def _merge(x: np.ndarray, stage: int, steps: int, desc: bool) -> np.ndarray:
+    """`steps` compare-exchange steps (bits steps-1 ... 0), ordered descending where bit
+    `stage` of the coordinate is set (alternating), or by `desc` when that bit is past the
+    axis (Triton's `_bitonic_merge_hypercube`)."""
+    n = x.shape[-1]
+    for j in range(steps - 1, -1, -1):
+        if 1 << stage < n:
+            blocks = np.arange(n >> (j + 1)) << (j + 1)
+            flip = (blocks >> stage & 1) != 0
+        else:
+            flip = desc
+        x = _compare_exchange(x, j, flip)
+    return x
+
+
+def bitonic(x: np.ndarray, descending: bool, k: int | None = None) -> np.ndarray:
+    """Triton's `sort_impl` along the last axis (a power of two), step for step as
+    backend/lower/scan.py: bitonic stages 1..log2(k), then (k < n) rounds that keep the max
+    (min) of the elements k apart (numpy's fmax/fmin: kit.max's NaN rule, the GPU's maxnum)
+    and merge again. Returns the first k (all n) elements."""
     x = np.array(x)
     n = x.shape[-1]
-    m = n.bit_length() - 1
-    idx = np.arange(n)
-    lead = x.shape[:-1]
-    for s in range(1, m + 1):
-        asc = (idx & (1 << s)) == 0 if s < m else np.ones(n, bool)
-        if descending:
-            asc = ~asc
-        for j in range(s - 1, -1, -1):
-            g = x.reshape(*lead, n >> (j + 1), 2, 1 << j)
-            lo, hi = g[..., 0, :], g[..., 1, :]
-            a = asc.reshape(n >> (j + 1), 2, 1 << j)[:, 0, :]
-            swap = np.where(a, lo > hi, hi > lo)
-            lo2, hi2 = np.where(swap, hi, lo), np.where(swap, lo, hi)
-            g[..., 0, :], g[..., 1, :] = lo2, hi2
-            x = g.reshape(x.shape)
+    log_k = (n if k is None else k).bit_length() - 1
+    for s in range(1, log_k + 1):
+        x = _merge(x, s, s, descending)
+    pick = np.fmax if descending else np.fmin
+    while x.shape[-1] > 1 << log_k:
+        g = x.reshape(*x.shape[:-1], -1, 2, 1 << log_k)
+        x = pick(g[..., 0, :], g[..., 1, :]).reshape(*x.shape[:-1], -1)
+        x = _merge(x, log_k, log_k, descending)
     return x
 
 
@@ -72,7 +95,7 @@ def bitonic(x: np.ndarray, descending: bool) -> np.ndarray:
 @pure
 def _sort(op: Op, ctx: _Ctx) -> Callable:
     desc, k = op.attrs["descending"], op.attrs["k"]
-    return lambda x: np.ascontiguousarray(bitonic(x, desc)[..., :k])
+    return lambda x: np.ascontiguousarray(bitonic(x, desc, k))
 
 
 @semantics("histogram")

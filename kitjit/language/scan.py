@@ -28,15 +28,21 @@ def cumprod(input, axis=0, reverse=False):
 
 @builtin
 def sort(x, dim=None, descending=False):
-    """Sort along the last dim (`dim` must be None or the last), a bitonic network, as in
-    Triton. NaN compares false to everything, so kitjit leaves a NaN where the network's
-    compare-and-swap steps put it (the interpreter runs the same network)."""
+    """Sort along the last dim (`dim` must be None or the last; a power of two long), by
+    Triton's bitonic network and its compare-and-swap rule, bit for bit Triton 3.6's
+    `tl.sort`. On finite values an ordinary sort; a pair holding a NaN (which compares
+    false) or two equal values of different bits (-0.0, +0.0) ends as two copies of one of
+    them, so with NaNs or signed zeros the result is Triton's, not a sorted permutation."""
 
 
 @builtin
 def topk(x, k, dim=None):
-    """The `k` largest values along the last dim, largest first (values only, as Triton's
-    `tl.topk`); `k` a power of two no larger than the dim."""
+    """The `k` largest values along the last dim, largest first (values only), bit for bit
+    Triton 3.6's `tl.topk`: bitonic stages up to k, then rounds of `kit.max` over the
+    elements k apart (NaN skipped, as kit.max) each followed by a merge; `k` a power of two
+    no larger than the dim. For k < n the values widen as kit.max widens (fp16/bf16 to
+    fp32, ints narrower than 32 bits to int32), as Triton's. NaN and signed zeros: see
+    `kit.sort`."""
 
 
 @builtin
