@@ -132,18 +132,18 @@ class ScanLowering(LoweringBase):
             return lambda x, y: b.icmp_signed(">", x, y)
         return lambda x, y: b.icmp_unsigned(">", x, y)
 
-    def compare_exchange(self, regs: list, lin: LinearLayout, bits: list, j: int, flip) -> list:
+    def compare_exchange(self, regs: list, lin: LinearLayout, axis: int, bits: list, j: int,
+                         gt, flip) -> list:
         """Triton's `_compare_and_swap` across bit j of the coordinate: each element takes its
         partner where `(mine > partner) != (upper ^ flip)` (`flip` an i1 or a constant: the
         pair's order is descending). A pair with a NaN (every `>` false), or two equal
         values, ends as two copies of one of them, as in Triton."""
         b = self.b
         kind, i = bits[j]
-        gt = self.greater(self.sort_dtype)
         other = self.exchange(regs, lin, kind, i)
         out = []
         for r, (v, w) in enumerate(zip(regs, other)):
-            upper = self.as_i1(self.bit_of(lin, kind, i, r, self.sort_axis, j))
+            upper = self.as_i1(self.bit_of(lin, kind, i, r, axis, j))
             take = b.xor(gt(v, w), b.xor(upper, self.as_i1(flip(r))))
             out.append(b.select(take, w, v))
         return out
@@ -151,13 +151,13 @@ class ScanLowering(LoweringBase):
     def as_i1(self, c):
         return ir.Constant(I1, int(c)) if isinstance(c, bool) else c
 
-    def merge_flip(self, lin: LinearLayout, bits: list, t: int, desc: bool):
+    def merge_flip(self, lin: LinearLayout, axis: int, bits: list, t: int, desc: bool):
         """The order of a merge stage: alternating by bit t of the coordinate (Triton's
         `_indicator`), or `desc` everywhere when bit t is past the axis (the last stage)."""
         if t >= len(bits):
             return lambda r: desc
         kind, i = bits[t]
-        return lambda r: self.bit_of(lin, kind, i, r, self.sort_axis, t)
+        return lambda r: self.bit_of(lin, kind, i, r, axis, t)
 
     @lowering("sort")
     def op_sort(self, op: Op) -> None:
@@ -169,7 +169,7 @@ class ScanLowering(LoweringBase):
         x = op.operands[0]
         lin = _lin(x.type)
         axis = len(x.shape) - 1
-        self.sort_axis, self.sort_dtype = axis, x.dtype
+        gt = self.greater(x.dtype)
         regs = list(self.get(x))
         desc = op.attrs["descending"]
         k = op.attrs["k"]
@@ -177,9 +177,9 @@ class ScanLowering(LoweringBase):
         m, log_k = len(bits), k.bit_length() - 1
         b = self.b
         for s in range(1, log_k + 1):
-            flip = self.merge_flip(lin, bits, s, desc)
+            flip = self.merge_flip(lin, axis, bits, s, desc)
             for j in range(s - 1, -1, -1):
-                regs = self.compare_exchange(regs, lin, bits, j, flip)
+                regs = self.compare_exchange(regs, lin, axis, bits, j, gt, flip)
         pick = self.binary_fn("maximum" if desc else "minimum", x.dtype)
         for q in range(log_k, m):  # the round that folds bit q of the coordinate
             kind, i = bits[q]
@@ -190,9 +190,9 @@ class ScanLowering(LoweringBase):
                 lo, hi = self.pick(upper, (w, v), (v, w))  # Triton's combine(x[0], x[1])
                 out.append(pick(lo, hi))
             regs = out
-            flip = self.merge_flip(lin, bits, q + 1, desc)
+            flip = self.merge_flip(lin, axis, bits, q + 1, desc)
             for j in range(log_k - 1, -1, -1):
-                regs = self.compare_exchange(regs, lin, bits, j, flip)
+                regs = self.compare_exchange(regs, lin, axis, bits, j, gt, flip)
         if k == x.shape[-1]:
             self.set(op.result, regs)
             return

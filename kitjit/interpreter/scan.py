@@ -73,20 +73,30 @@ def _merge(x: np.ndarray, stage: int, steps: int, desc: bool) -> np.ndarray:
     return x
 
 
+def _maxnum(a: np.ndarray, b: np.ndarray, largest: bool) -> np.ndarray:
+    """The GPU's max.f32 / min.f32 (LLVM maxnum/minnum, kit.max's rule): a NaN operand gives
+    the other, and -0.0 < +0.0 (numpy's fmax returns either zero, by code path)."""
+    if not np.issubdtype(a.dtype, np.floating):
+        return np.maximum(a, b) if largest else np.minimum(a, b)
+    with np.errstate(invalid="ignore"):
+        first = (a > b) if largest else (a < b)
+    tie = (a == b) & (np.signbit(b) if largest else ~np.signbit(b))
+    return np.where(first | tie | np.isnan(b), a, b)
+
+
 def bitonic(x: np.ndarray, descending: bool, k: int | None = None) -> np.ndarray:
     """Triton's `sort_impl` along the last axis (a power of two), step for step as
     backend/lower/scan.py: bitonic stages 1..log2(k), then (k < n) rounds that keep the max
-    (min) of the elements k apart (numpy's fmax/fmin: kit.max's NaN rule, the GPU's maxnum)
+    (min) of the elements k apart (the GPU's maxnum: NaN skipped, -0.0 < +0.0)
     and merge again. Returns the first k (all n) elements."""
     x = np.array(x)
     n = x.shape[-1]
     log_k = (n if k is None else k).bit_length() - 1
     for s in range(1, log_k + 1):
         x = _merge(x, s, s, descending)
-    pick = np.fmax if descending else np.fmin
     while x.shape[-1] > 1 << log_k:
         g = x.reshape(*x.shape[:-1], -1, 2, 1 << log_k)
-        x = pick(g[..., 0, :], g[..., 1, :]).reshape(*x.shape[:-1], -1)
+        x = _maxnum(g[..., 0, :], g[..., 1, :], descending).reshape(*x.shape[:-1], -1)
         x = _merge(x, log_k, log_k, descending)
     return x
 
