@@ -123,6 +123,20 @@ def test_sort_topk_bf16_is_the_fp32_network():
                _run(x.float(), True, 4, torch.float32, "cpu"))
 
 
+def _signed_zeros(device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """-0.0 against +0.0 in both orders: the sort's pair ends as two copies of its lower
+    element (neither is `>` the other); top-1's max takes +0.0 (the GPU's max.f32; Triton's
+    interpreter, numpy's nanmax, gives either zero)."""
+    x = torch.tensor([[-0.0, 0.0], [0.0, -0.0]])
+    return (_run(x, False, 0, torch.float32, device), _run(x, True, 1, torch.float32, device))
+
+
+def test_sort_topk_signed_zeros():
+    s, t = _signed_zeros("cpu")
+    _same_bits(s, torch.tensor([[-0.0, -0.0], [0.0, 0.0]]))
+    _same_bits(t, torch.tensor([[0.0], [0.0]]))
+
+
 def test_sort_topk_compile_for_sm90a():
     """n = 256 and 1024 over 4 warps: lane bits by shuffles, warp bits through shared
     memory, no local memory; fewer instructions than the old network (one compare and one
@@ -150,6 +164,8 @@ def test_sort_topk_compile_for_sm90a():
 def test_sort_topk_gpu_as_tritons_interpreter():
     for name in sorted(TABLE):
         _check(name, "cuda")
+    for got, want in zip(_signed_zeros("cuda"), _signed_zeros("cpu")):
+        _same_bits(got, want)
     x = (torch.randint(-6, 7, (2, 32)) * 0.5).to(torch.bfloat16)
     x[0, :5] = torch.tensor([-0.0, 0.0, float("inf"), float("-inf"), float("nan")])
     for desc, k, dt in ((False, 0, torch.bfloat16), (True, 4, torch.float32)):

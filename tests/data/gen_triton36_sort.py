@@ -10,7 +10,10 @@ Inputs are random with ties, and in the float rows NaN, +-0 and +-inf: Triton's 
 then gives no sorted permutation, and that answer is what is compared. No bf16 case:
 Triton's interpreter scrambles bf16 through the bitcasts of its compare-and-swap
 (tests/test_triton_sort.py checks bf16 against kitjit's own fp32 sort). No 1-d top-1:
-Triton rejects it. tests/test_triton_sort.py runs the same cases in kitjit.
+Triton rejects it (a top-k whose result is one element). Top-k's max rounds meet -0.0
+against +0.0: Triton's interpreter (numpy's nanmax) then gives either zero, by dtype and
+shape, its GPU code (max.f32) +0.0, as kitjit; the recorded cases happen to agree with the
+GPU. tests/test_triton_sort.py runs the same cases in kitjit.
 """
 
 from __future__ import annotations
