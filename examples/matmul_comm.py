@@ -37,6 +37,7 @@ import kitjit as kit
 # signal-pad words: torch's handle.barrier(channel) uses channel * world_size + rank
 SIG_BASE = 256                     # the reduce-scatter's row-block counters
 GATE_BASE = 128                    # all-gather: word GATE_BASE + q: rank q's rows arrived
+PROBE = 96                         # word PROBE + q: rank q's stream write reached this pad
 
 
 @kit.jit
@@ -219,10 +220,32 @@ class AllGatherMatmul:
         self.handles = [symm_mem.rendezvous(b, group) for b in self.bufs]
         self.rank, self.dtype = self.handles[0].rank, dtype
         _check_pad(self.handles[0], GATE_BASE + self.ws, "allgather_matmul")
+        if self.ws > GATE_BASE - PROBE:
+            raise ValueError(f"allgather_matmul: {self.ws} ranks; this path's signal words "
+                             f"take at most {GATE_BASE - PROBE}")
         self.pads = list(self.handles[0].signal_pad_ptrs)
         self.sig_ptrs = torch.tensor(self.pads, dtype=torch.int64, device=self.dev)
         self.side = torch.cuda.Stream(self.dev, priority=-1)
         self.epoch = 0
+        self._probe_peer_writes()
+
+    def _probe_peer_writes(self) -> None:
+        """The gates are stream writes into the peers' signal pads: fail here, clearly, if
+        this driver cannot write peer memory from a stream (a missing gate would leave the
+        peer's GEMM waiting)."""
+        from kitjit.runtime.driver import DriverError, stream_write_value32
+
+        try:
+            for q in range(self.ws):
+                if q != self.rank:
+                    stream_write_value32(self.side.cuda_stream,
+                                         self.pads[q] + 4 * (PROBE + self.rank), 1)
+            self.side.synchronize()
+        except (DriverError, RuntimeError) as e:
+            raise RuntimeError(f"allgather_matmul: a stream write into a peer's signal pad "
+                               f"failed ({e}); this path needs cuStreamWriteValue32 on peer "
+                               "memory: use the level-1 kernel of examples/allgather_matmul.py"
+                               ) from e
 
     def __call__(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         from kitjit.runtime.driver import stream_write_value32
