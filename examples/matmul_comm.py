@@ -213,6 +213,7 @@ class AllGatherMatmul:
         self.cfg = dict(CONFIG, **config)
         _check_chunks(m, self.cfg["BM"], "allgather_matmul")
         self.dev = torch.device("cuda", torch.cuda.current_device())
+        self.sms = _sms(self.dev)
         self.m, self.K, self.ws = m, K, _world_size(group)
         # the gathered rows, in two halves by the call's parity
         self.bufs = [symm_mem.empty((self.ws * m, K), dtype=dtype, device=self.dev)
@@ -224,6 +225,10 @@ class AllGatherMatmul:
             raise ValueError(f"allgather_matmul: {self.ws} ranks; this path's signal words "
                              f"take at most {GATE_BASE - PROBE}")
         self.pads = list(self.handles[0].signal_pad_ptrs)
+        # per half, each peer's rows for this rank's shard: where the copy engine pushes it
+        mine = slice(self.rank * m, (self.rank + 1) * m)
+        self.peer_rows = [{q: h.get_buffer(q, (self.ws * m, K), dtype)[mine]
+                           for q in range(self.ws) if q != self.rank} for h in self.handles]
         self.sig_ptrs = torch.tensor(self.pads, dtype=torch.int64, device=self.dev)
         self.side = torch.cuda.Stream(self.dev, priority=-1)
         self.epoch = 0
@@ -259,19 +264,18 @@ class AllGatherMatmul:
         self.epoch += 1
         e, par = self.epoch, self.epoch % 2
         main, side = torch.cuda.current_stream(self.dev), self.side
-        mine, buf, a = slice(rank * m, (rank + 1) * m), self.bufs[par], a.contiguous()
+        buf, a = self.bufs[par], a.contiguous()
         if ws > 1:
             side.wait_stream(main)    # (after this rank's GEMM e-1: see the docstring)
         with torch.cuda.stream(side):
             for j in range(1, ws):
                 q = (rank + j) % ws
-                peer = self.handles[par].get_buffer(q, (ws * m, K), a.dtype)
-                peer[mine].copy_(a)                             # copy engine, over NVLink
+                self.peer_rows[par][q].copy_(a)                 # copy engine, over NVLink
                 stream_write_value32(side.cuda_stream, self.pads[q] + 4 * (GATE_BASE + rank), e)
         N, cfg = b.shape[1], self.cfg
         c = torch.empty(ws * m, N, dtype=a.dtype, device=self.dev)
         tiles = kit.cdiv(ws * m, cfg["BM"]) * kit.cdiv(N, cfg["BN"])
-        allgather_matmul_kernel[(min(tiles, _sms(self.dev)),)](
+        allgather_matmul_kernel[(min(tiles, self.sms),)](
             a, buf, b, c, self.sig_ptrs, rank, e, ws * m, N, K, m, GATE_BASE=GATE_BASE, **cfg)
         if ws > 1:
             main.wait_stream(side)
@@ -288,6 +292,7 @@ class MatmulReduceScatter:
         self.cfg = dict(CONFIG, **config)
         _check_chunks(m, self.cfg["BM"], "matmul_reducescatter")
         self.dev = torch.device("cuda", torch.cuda.current_device())
+        self.sms = _sms(self.dev)
         self.m, self.N, self.ws = m, N, _world_size(group)
         # [parity, sender, m, N]: slot s of a half holds rank s's partial of my rows
         self.recv = symm_mem.empty((2, self.ws, m, N), dtype=dtype, device=self.dev)
@@ -316,7 +321,7 @@ class MatmulReduceScatter:
         self.epoch += 1
         out = torch.empty(m, N, dtype=a.dtype, device=self.dev)
         tiles = kit.cdiv(M, cfg["BM"]) * kit.cdiv(N, cfg["BN"])
-        matmul_reducescatter_kernel[(min(tiles, _sms(self.dev)),)](
+        matmul_reducescatter_kernel[(min(tiles, self.sms),)](
             a, b, out, self.recv_ptrs[self.epoch % 2], self.sig_ptrs,
             self.peer[self.epoch % 2], self.rank, self.epoch, M, N, K, m, WS=ws,
             SIG_BASE=SIG_BASE, **cfg)

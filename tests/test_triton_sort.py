@@ -13,6 +13,7 @@ Triton's interpreter scrambles bf16.
 from __future__ import annotations
 
 import os
+from unittest import mock
 
 import pytest
 import torch
@@ -84,15 +85,14 @@ def _case(name: str) -> tuple[torch.Tensor, torch.Tensor, bool, int]:
 
 def _run(x: torch.Tensor, desc: bool, k: int, out_dtype: torch.dtype,
          device: str) -> torch.Tensor:
-    if device == "cpu" and os.environ.get("KITJIT_INTERPRET") != "1":
-        os.environ["KITJIT_INTERPRET"] = "1"   # (a gpu test's reference: the interpreter)
-        try:
-            return _run(x, desc, k, out_dtype, device)
-        finally:
-            del os.environ["KITJIT_INTERPRET"]
-    x = x.to(device)
+    # CPU tensors run in the interpreter (in a gpu test too: its references)
+    with mock.patch.dict(os.environ, {"KITJIT_INTERPRET": "1"} if device == "cpu" else {}):
+        return _launch(x.to(device), desc, k, out_dtype)
+
+
+def _launch(x: torch.Tensor, desc: bool, k: int, out_dtype: torch.dtype) -> torch.Tensor:
     n = x.shape[-1]
-    y = poisoned(tuple(x.shape[:-1]) + (k or n,), out_dtype).to(device)
+    y = poisoned(tuple(x.shape[:-1]) + (k or n,), out_dtype).to(x.device)
     if x.dim() == 3:
         sort_3d[(1,)](x, y, *x.shape, k, desc)
     elif x.dim() == 2:

@@ -71,11 +71,10 @@ def _load() -> Any:
             f = getattr(lib, name)
             f.argtypes = args
             f.restype = i
-        for name in ("cuStreamWriteValue32_v2",):  # (CUDA >= 11.7)
-            f = getattr(lib, name, None)
-            if f is not None:
-                f.argtypes = [vp, ctypes.c_uint64, ctypes.c_uint32, u]
-                f.restype = i
+        f = getattr(lib, "cuStreamWriteValue32_v2", None)   # (CUDA >= 11.7)
+        if f is not None:
+            f.argtypes = [vp, ctypes.c_uint64, ctypes.c_uint32, u]
+            f.restype = i
         r = lib.cuInit(0)
         if r != CUDA_SUCCESS:
             _init_error = f"cuInit failed: {_err(lib, r)}"
@@ -103,19 +102,16 @@ def check(code: int, what: str) -> None:
         raise DriverError(f"{what}: {_err(_lib, code)}")
 
 
-def _stream_memop(name: str, stream: int, address: int, value: int) -> None:
-    lib = _load()
-    f = getattr(lib, name, None) if lib is not None else None
-    if f is None:
-        raise DriverError(f"{name} is not available: {_init_error or 'driver older than 11.7'}")
-    check(f(stream, address, value & 0xFFFFFFFF, 0), name)
-
-
 def stream_write_value32(stream: int, address: int, value: int) -> None:
     """Write `value` to the 32-bit word at `address` when `stream` reaches this point, after
     the stream's earlier work (cuStreamWriteValue32; no kernel, so no SM is needed, and the
     driver fences before the write): a copy engine's copy followed by this is a signal."""
-    _stream_memop("cuStreamWriteValue32_v2", stream, address, value)
+    lib = _load()
+    f = getattr(lib, "cuStreamWriteValue32_v2", None) if lib is not None else None
+    if f is None:
+        raise DriverError("cuStreamWriteValue32_v2 is not available: "
+                          f"{_init_error or 'driver older than 11.7'}")
+    check(f(stream, address, value & 0xFFFFFFFF, 0), "cuStreamWriteValue32_v2")
 
 
 def available() -> bool:
