@@ -8,11 +8,10 @@ sm_80 kernel) and cuBLAS, with the Hopper path's GEMM beside it.
 
 GEMM variants: "ex" is examples/matmul_ampere.py's kernel, "pe" its `persistent=True` one
 (one CTA per SM unless "2/SM"; GROUP 8 unless named); "copies only" is the persistent ring
-without its MMAs (C = 0, not checked), what the copies alone could feed. "fragpf" is the
-example's kernel with FRAG_PREFETCH=1 (`kit.mma(..., frag_prefetch=True)`: each k-slice's
-ldmatrix before the previous slice's MMAs), "next" with FRAG_PREFETCH=2 (`kit.mma(...,
-next=...)`: the next stage's first k-slice loaded after its wait, before this stage's last
-MMAs, and carried into the next step in registers). `--variants` keeps the GEMM variants
+without its MMAs (C = 0, not checked), what the copies alone could feed. "next" is the
+example's kernel with NEXT_FRAGS (`kit.mma(..., next=...)`: the next stage's first k-slice
+loaded after its wait, before this stage's last MMAs, and carried into the next step in
+registers). `--variants` keeps the GEMM variants
 whose names contain one of the comma-separated strings.
 
 The kit.mma ceilings (no copies, no waits) run one warp tile size at several BK: one
@@ -83,10 +82,9 @@ GEMM_CONFIGS = {
     "ex 128x256x64 s4 w8": ("ampere", T128),
     "ex 256x128x64 G4": ("ampere", dict(T256, GROUP=4)),
     "ex 256x128x64 G16": ("ampere", dict(T256, GROUP=16)),
-    "ex 256x128x64 s4 w8 fragpf": ("ampere", dict(T256, FRAG_PREFETCH=1)),
-    "ex 256x128x64 s4 w8 next": ("ampere", dict(T256, FRAG_PREFETCH=2)),
+    "ex 256x128x64 s4 w8 next": ("ampere", dict(T256, NEXT_FRAGS=True)),
     "ex 256x128x32 s8 w8": ("ampere", dict(T256, BK=32, STAGES=8)),
-    "ex 256x128x32 s8 w8 next": ("ampere", dict(T256, BK=32, STAGES=8, FRAG_PREFETCH=2)),
+    "ex 256x128x32 s8 w8 next": ("ampere", dict(T256, BK=32, STAGES=8, NEXT_FRAGS=True)),
     "ex 128x128x32 s6 w4 edge": ("edge", dict(BM=128, BN=128, BK=32, STAGES=6, **W4)),
     "pe 256x128x64 s4 w8": ("persistent", T256),
     "pe 128x256x64 s4 w8": ("persistent", T128),

@@ -20,12 +20,10 @@ SM, so a grid of one tile a program has nothing to hide each tile's ramp behind)
 argument above holds over the program's one stream of k-steps (`it` counts them over its
 tiles); the epilogue stores from registers, so nothing else touches shared memory.
 
-`FRAG_PREFETCH` (opt-in, benchmarks/NOTES.md session 10): 1 passes `frag_prefetch=True` to
-`kit.mma` (each 16-deep k-slice's ldmatrix before the MMAs of the previous one: ptxas
-schedules the same SASS either way at 256x128x64); 2 passes `next=` (step i + 1's first
-k-slice loaded, after its wait, before step i's last MMAs; needs STAGES >= 4, so that step
-i + 1's copies are issued before step i's MMAs). Measured on an H200 (sm_80 path, 4096³):
-default 447 TFLOP/s, 1: 450, 2: 406, so the default stays 0.
+`NEXT_FRAGS` (opt-in, benchmarks/NOTES.md session 10) passes `next=` to `kit.mma`: step
+i + 1's first k-slice loaded, after its wait, before step i's last MMAs (needs STAGES >= 4,
+so that step i + 1's copies are issued before step i's MMAs). Measured on an H200 (sm_80
+path, 4096³): default 447 TFLOP/s, NEXT_FRAGS 406, so it stays off.
 
 On an H100 the Ampere code path runs with `arch="sm_80"`.
 """
@@ -39,7 +37,7 @@ from kitjit.testing import bench, check, device, has_gpu
 @kit.jit
 def matmul_ampere_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr,
                          BK: kit.constexpr, STAGES: kit.constexpr, GROUP: kit.constexpr,
-                         FRAG_PREFETCH: kit.constexpr = 0):
+                         NEXT_FRAGS: kit.constexpr = False):
     pid = kit.program_id(0)
     n_m, n_n = kit.cdiv(M, BM), kit.cdiv(N, BN)
     first_m = pid // (GROUP * n_n) * GROUP           # GROUP row-blocks swept column by column
@@ -58,12 +56,12 @@ def matmul_ampere_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr,
     for i in range(n_k):
         s = i % STAGES
         kit.mbarrier_wait(ready[s], i // STAGES % 2)
-        if FRAG_PREFETCH == 2:    # step i + 1's first fragments under step i's last MMAs
+        if NEXT_FRAGS:            # step i + 1's first fragments under step i's last MMAs
             s1 = (i + 1) % STAGES
             acc = kit.mma(a[s], b[s], acc,
                           next=(a[s1], b[s1], ready[s1], (i + 1) // STAGES % 2, i + 1 < n_k))
         else:
-            acc = kit.mma(a[s], b[s], acc, frag_prefetch=FRAG_PREFETCH == 1)
+            acc = kit.mma(a[s], b[s], acc)
         j = i + STAGES // 2                           # past K, the copies read zeros
         if j < n_k:
             kit.tma_load(a[j % STAGES], A, (m0, j * BK), ready[j % STAGES], sync=False)
@@ -179,8 +177,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, arch: str | None = None, persistent
     cfg = dict(pick_config(a.device), **config)
     if cfg["STAGES"] < 2:
         raise ValueError("matmul_ampere: STAGES must be at least 2 (loads run STAGES/2 ahead)")
-    if cfg.get("FRAG_PREFETCH") == 2 and cfg["STAGES"] < 4:
-        raise ValueError("matmul_ampere: FRAG_PREFETCH=2 waits for step i + 1 inside step i's "
+    if cfg.get("NEXT_FRAGS") and cfg["STAGES"] < 4:
+        raise ValueError("matmul_ampere: NEXT_FRAGS waits for step i + 1 inside step i's "
                          "kit.mma: STAGES must be at least 4 (step i + 1 issued before it)")
     c = torch.empty(M, N, device=a.device, dtype=a.dtype) if c is None else c
     tiles = kit.cdiv(M, cfg["BM"]) * kit.cdiv(N, cfg["BN"])

@@ -453,12 +453,6 @@ class AmpereLowering(LoweringBase):
                                 (a_ptr, la, a_rows, a_rb, a_tr),
                                 (b_ptr, lb, b_rows, b_rb, b_tr, wn))
             return
-        if op.attrs.get("frag_prefetch"):
-            self._sm80_mma_prefetched(op, C, cidx, ms, ns, text, cons, ret, K,
-                                      packed if a_regs else None,
-                                      None if a_regs else (a_ptr, la, a_rows, a_rb, a_tr),
-                                      (b_ptr, lb, b_rows, b_rb, b_tr, wn))
-            return
         for k0 in range(0, K, 16):
             afr = {}
             for mi in ms:
@@ -484,24 +478,6 @@ class AmpereLowering(LoweringBase):
                         r = asm(b, ret, text, cons, afr[mi] + bv + cv, side_effect=False)
                         for i, k in enumerate(cidx[(mi, nj)]):
                             C[k] = b.extract_value(r, i)
-        self.set(op.result, C)
-
-    def _sm80_mma_prefetched(self, op: Op, C: list, cidx: dict, ms: list, ns: list, text: str,
-                             cons: str, ret: ir.Type, K: int, packed: dict | None,
-                             a_sh: tuple | None, b_sh: tuple) -> None:
-        """`kit.mma(..., frag_prefetch=True)`: the fragments of k-slice j + 16 (every A
-        and B ldmatrix of it) are issued before the MMAs of slice j, so each slice's loads
-        have a whole slice of MMAs to land under (the default issues each B pair right
-        before its MMAs and leaves the overlap to ptxas). Costs one more slice of fragment
-        registers (A: 4 a m-tile, B: 2 an n-tile)."""
-        def load(k0: int) -> tuple[dict, dict]:
-            return self._sm80_slice(k0, ms, ns, packed, a_sh, b_sh)
-
-        cur = load(0)
-        for k0 in range(0, K, 16):
-            nxt = load(k0 + 16) if k0 + 16 < K else None
-            self._sm80_slice_mmas(C, cidx, ms, ns, text, cons, ret, *cur)
-            cur = nxt
         self.set(op.result, C)
 
     def _sm80_slice(self, k0: int, ms: list, ns: list, packed: dict | None,
@@ -557,8 +533,8 @@ class AmpereLowering(LoweringBase):
     def _sm80_mma_next(self, op: Op, C: list, cidx: dict, ms: list, ns: list, text: str,
                        cons: str, ret: ir.Type, K: int, abase, bbase, a_sh: tuple,
                        b_sh: tuple) -> None:
-        """`kit.mma(a, b, acc, next=(a1, b1, bar, phase, cond))`: the slices in the
-        prefetched order (`_sm80_mma_prefetched`), and before the MMAs of the last slice,
+        """`kit.mma(a, b, acc, next=(a1, b1, bar, phase, cond))`: each slice's fragments
+        loaded before the previous slice's MMAs, and before the MMAs of the last slice,
         when cond holds, the wait for `bar`'s phase and the ldmatrix of a1 / b1's first
         slice, kept for the next run of this op: the stage wait no longer stands between
         a stage's first ldmatrix and its first mma.sync. A run whose tiles are not the ones

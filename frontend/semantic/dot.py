@@ -90,8 +90,7 @@ class DotOps:
         return self.emit1("dot", [a, b, acc], acc.type)
 
     @typing_rule("wgmma")
-    def wgmma(self, a: Any, b: Any, acc: Any, pending: Any, frag_prefetch: Any = False,
-              next: Any = None) -> Value:
+    def wgmma(self, a: Any, b: Any, acc: Any, pending: Any, next: Any = None) -> Value:
         if not isinstance(a, Value) or len(a.shape) != 2:
             raise self.error(f"kit.mma: 'a' must be a 2-d tile (shared, or registers), got "
                              f"{_describe(a)}")
@@ -147,11 +146,7 @@ class DotOps:
                              f"start it as kit.zeros(({M}, {N}), kit.float32)")
         if not isinstance(pending, int) or pending < 0:
             raise self.error("kit.mma: pending must be a constexpr int >= 0")
-        if not isinstance(frag_prefetch, (bool, int)):
-            raise self.error("kit.mma: frag_prefetch must be a constexpr bool")
         attrs = {"pending": pending}
-        if frag_prefetch and self.fn.attrs.get("target"):  # below sm_90 only (no fragments
-            attrs["frag_prefetch"] = True                  # on Hopper: WGMMA reads smem)
         extra = []
         if next is not None:
             extra = self._mma_next(a, b, next)
@@ -212,7 +207,6 @@ def _dot_scaled(c: Call) -> Any:
                                  consts["rhs_k_pack"], consts["out_dtype"])
 
 
-@call_rule("mma", lambda a, b, acc, pending=0, frag_prefetch=False, next=None: None)
+@call_rule("mma", lambda a, b, acc, pending=0, next=None: None)
 def _mma(c: Call) -> Any:
-    return c.b.wgmma(c["a"], c["b"], c["acc"], c.const("pending"), c.const("frag_prefetch"),
-                     c["next"])
+    return c.b.wgmma(c["a"], c["b"], c["acc"], c.const("pending"), c["next"])

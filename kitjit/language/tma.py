@@ -110,7 +110,7 @@ def mbarrier_wait(barrier, phase):
 
 
 @builtin
-def mma(a, b, acc, pending=0, frag_prefetch=False, next=None):
+def mma(a, b, acc, pending=0, next=None):
     """acc + a @ b on Hopper's warpgroup tensor cores (WGMMA), a and b in shared memory, acc in
     registers. Either operand may be a `.T` view of a shared tile (the MMA reads it
     transposed, no copy), and `a` may be a register tile (16-bit, e.g. P of attention).
@@ -132,10 +132,7 @@ def mma(a, b, acc, pending=0, frag_prefetch=False, next=None):
     On Ampere / Ada: `ldmatrix` fragments into `mma.sync.m16n8k16` (a may be a register
     tile, or a transposed shared view `a[s].T`); M and K multiples of 16, N of 8; the warps
     split the rows where the result's rows are reduced (softmax), else a squarer grid.
-    Synchronous: `pending` has nothing to wait for. `frag_prefetch=True` (a constexpr;
-    ignored on Hopper) issues the ldmatrix loads of each 16-deep k-slice before the MMAs of
-    the previous one, at the cost of one more slice of fragment registers (benchmarks/
-    ampere.py times it against the default).
+    Synchronous: `pending` has nothing to wait for.
 
     `next=(a_next, b_next, barrier, phase[, cond])` (Ampere / Ada only; A in shared
     memory): when `cond` (default True) holds, after the MMAs of every k-slice but the last,

@@ -1,18 +1,15 @@
-"""Fragment prefetch below sm_90 (backend/lower/ampere.py), the GEMM example's FRAG_PREFETCH
-(benchmarks/ampere.py times it against the default):
-
-- `kit.mma(..., frag_prefetch=True)` (1): every ldmatrix of k-slice j + 16 before the
-  mma.sync of slice j, in the PTX;
-- `kit.mma(..., next=(a1, b1, bar, phase, cond))` (2): the next stage's first k-slice loaded
-  after that stage's wait and before this stage's last MMAs, carried to the next run of the
-  op in registers.
+"""Fragments prefetched across the stage wait below sm_90 (backend/lower/ampere.py), the GEMM
+example's NEXT_FRAGS (benchmarks/ampere.py times it against the default):
+`kit.mma(..., next=(a1, b1, bar, phase, cond))` loads the next stage's first k-slice after
+that stage's wait and before this stage's last MMAs, carried to the next run of the op in
+registers.
 
 Checked: the PTX order; the SASS for sm_80 / sm_89 and for sm_90 from the compute_80 PTX
-(HMMA, LDGSTS, LDSM, no spills; for `next=`, the loop's first HMMA before any LDSM of its
-own and the next stage's LDSMs before the last slice's HMMAs); Hopper's PTX untouched by
-frag_prefetch and `next=` refused there; the interpreter (results, and the misuses that
-would be wrong on the GPU: a prefetched tile rewritten, a wait nothing arrives on); on a
-GPU the sm_80 path against float64 references with outputs poisoned, shared and register A.
+(HMMA, LDGSTS, LDSM, no spills; the loop's first HMMA before any LDSM of its own and the
+next stage's LDSMs before the last slice's HMMAs); `next=` refused on Hopper; the
+interpreter (results, and the misuses that would be wrong on the GPU: a prefetched tile
+rewritten, a wait nothing arrives on); on a GPU the sm_80 path against float64 references
+with outputs poisoned.
 """
 
 from __future__ import annotations
@@ -43,24 +40,11 @@ def _check(got, want, tol, what="result"):
     assert err < tol, f"{what}: relative error {err:.2e}"
 
 
-def _example(arch, cfg, nw, prefetch):
+def _example(arch, cfg, nw, nxt):
     from tests.test_sass import compile_example
 
-    return compile_example(EXAMPLE, "matmul_ampere_kernel", SIG,
-                           dict(cfg, FRAG_PREFETCH=prefetch), nw, arch)
-
-
-def _ldmatrix_before_first_mma(ptx: str) -> int:
-    body = ptx[ptx.index("ldmatrix"):]
-    return len(re.findall(r"\bldmatrix", body[:body.index("mma.sync")]))
-
-
-@needs_sass
-def test_ptx_loads_the_next_slice_first():
-    """Default: one slice's A fragments (4 x4 loads of a 64x64 warp tile) and one B pair
-    before the first mma.sync; prefetched: all of slices 0 and 1 (2 x (4 A + 4 B))."""
-    assert _ldmatrix_before_first_mma(_example("sm_80", T256, 8, 0).ck.asm["ptx"]) == 5
-    assert _ldmatrix_before_first_mma(_example("sm_80", T256, 8, 1).ck.asm["ptx"]) == 16
+    return compile_example(EXAMPLE, "matmul_ampere_kernel", SIG, dict(cfg, NEXT_FRAGS=nxt), nw,
+                           arch)
 
 
 def _level2(c):
@@ -69,22 +53,12 @@ def _level2(c):
     assert not c.has("STL") and not c.has("LDL"), "spills"
 
 
-@needs_sass
-@pytest.mark.parametrize("arch,cfg,nw", [
-    ("sm_80", T256, 8),
-    ("sm_89", dict(BM=128, BN=128, BK=32, STAGES=6, GROUP=8), 4)], ids=["sm_80", "sm_89"])
-def test_prefetched_sass_has_no_spills(arch, cfg, nw):
-    c = _example(arch, cfg, nw, 1)
-    _level2(c)
-    assert c.ck.metadata["spills"] == 0, c.ck.metadata
-
-
-def _on_sm90(prefetch: int):
+def _on_sm90(nxt: bool):
     """The example's compute_80 PTX assembled for sm_90 (what the driver does on a Hopper),
     checked as a level-2 kernel without spills."""
     from tests.test_sass import Compiled
 
-    c80 = _example("sm_80", T256, 8, prefetch)
+    c80 = _example("sm_80", T256, 8, nxt)
     cubin, res = _ptxas(c80.ck.asm["ptx"], "sm_90", find_tool("ptxas"))
     c = Compiled.__new__(Compiled)
     c.ck, c.sass = c80.ck, disassemble(cubin)
@@ -94,55 +68,9 @@ def _on_sm90(prefetch: int):
     return c
 
 
-@needs_sass
-def test_prefetched_sass_for_sm90_from_compute80_ptx():
-    """What an H100/H200 runs with arch="sm_80": the driver assembles the compute_80 PTX."""
-    _on_sm90(1)
-
-
-def test_hopper_ignores_the_flag():
-    """On sm_90a kit.mma is a WGMMA reading shared memory: no fragments, same PTX."""
-    ptx = [kit.compile_aot(str(EXAMPLE), "matmul_ampere_kernel", SIG,
-                           dict(BM=128, BN=128, BK=64, STAGES=4, GROUP=8, FRAG_PREFETCH=p), 4,
-                           "sm_90a").asm["ptx"] for p in (0, 1)]
-    assert "wgmma.mma_async" in ptx[0] and ptx[0] == ptx[1]
-
-
-@kit.jit
-def pv_kernel(Q, K, V, O, BM: kit.constexpr, BN: kit.constexpr, D: kit.constexpr,
-              PREFETCH: kit.constexpr):
-    """O = bf16(Q @ K^T) @ V for one block: the second kit.mma takes A from registers (P of
-    attention), the first from shared memory, both with frag_prefetch=PREFETCH. K and V
-    may have fewer than BN rows (their boxes read zeros past the edge)."""
-    q = kit.shared((BM, D), Q.dtype.element_ty)
-    k = kit.shared((BN, D), K.dtype.element_ty)
-    v = kit.shared((BN, D), V.dtype.element_ty)
-    bar = kit.mbarriers(1)
-    kit.tma_load(q, Q, (0, 0), bar[0])
-    kit.tma_load(k, K, (0, 0), bar[0])
-    kit.tma_load(v, V, (0, 0), bar[0])
-    kit.mbarrier_wait(bar[0], 0)
-    s = kit.mma(q, k.T, kit.zeros((BM, BN), kit.float32), frag_prefetch=PREFETCH)
-    p = s.to(Q.dtype.element_ty)
-    o = kit.mma(p, v, kit.zeros((BM, D), kit.float32), frag_prefetch=PREFETCH)
-    kit.tma_store(O, (0, 0), o)
-
-
-def _pv(q, k, v, prefetch, **kw):
-    o = torch.full((q.shape[0], v.shape[1]), float("nan"), device=q.device)
-    pv_kernel[(1,)](q, k, v, o, BM=q.shape[0], BN=64, D=q.shape[1],
-                    PREFETCH=prefetch, num_warps=4, **kw)
-    return o
-
-
-def _pv_ref(q, k, v):
-    return (q.double() @ k.double().T).to(q.dtype).double() @ v.double()
-
-
 # (M, N, K): tiles and K steps (7, K ragged), and K of one step (the only step's cond false)
 @pytest.mark.parametrize("M,N,K", [(150, 136, 200), (130, 72, 24)])
-@pytest.mark.parametrize("prefetch", [1, 2])
-def test_gemm_in_interpreter(M, N, K, prefetch, monkeypatch):
+def test_gemm_in_interpreter(M, N, K, monkeypatch):
     from examples.matmul_ampere import matmul
 
     monkeypatch.setenv("KITJIT_INTERPRET", "1")
@@ -151,7 +79,7 @@ def test_gemm_in_interpreter(M, N, K, prefetch, monkeypatch):
     b = torch.randn(K, N, generator=gen).to(torch.bfloat16)
     c = torch.full((M, N), float("nan"), dtype=torch.bfloat16)
     matmul(a, b, arch="sm_80", c=c, BM=64, BN=64, BK=32, STAGES=4, num_warps=4,
-           FRAG_PREFETCH=prefetch)
+           NEXT_FRAGS=True)
     _check(c, a.double() @ b.double(), 1e-2)
 
 
@@ -186,7 +114,7 @@ def test_interpreter_catches_a_rewritten_prefetched_tile(monkeypatch):
 
 
 def test_interpreter_catches_a_wait_for_copies_not_issued(monkeypatch):
-    """FRAG_PREFETCH=2 with 2 stages: step i + 1's copies come after step i's kit.mma,
+    """NEXT_FRAGS with 2 stages: step i + 1's copies come after step i's kit.mma,
     whose next= waits for them (on the GPU: a hang). The example's wrapper refuses it."""
     from examples.matmul_ampere import matmul, matmul_ampere_kernel
     from kitjit.interpreter.errors import DeadlockError
@@ -194,7 +122,7 @@ def test_interpreter_catches_a_wait_for_copies_not_issued(monkeypatch):
     monkeypatch.setenv("KITJIT_INTERPRET", "1")
     a, b = torch.randn(64, 96).to(torch.bfloat16), torch.randn(96, 64).to(torch.bfloat16)
     c = torch.empty(64, 64, dtype=torch.bfloat16)
-    cfg = dict(BM=64, BN=64, BK=32, STAGES=2, GROUP=1, FRAG_PREFETCH=2, num_warps=4)
+    cfg = dict(BM=64, BN=64, BK=32, STAGES=2, GROUP=1, NEXT_FRAGS=True, num_warps=4)
     with pytest.raises(DeadlockError):
         matmul_ampere_kernel[(1,)](a, b, c, 64, 64, 96, arch="sm_80", **cfg)
     with pytest.raises(ValueError, match="STAGES must be at least 4"):
@@ -206,7 +134,7 @@ def test_next_is_refused_on_hopper():
 
     with pytest.raises(CompileError, match=r"next=.*not supported yet"):
         kit.compile_aot(str(EXAMPLE), "matmul_ampere_kernel", SIG,
-                        dict(BM=128, BN=128, BK=64, STAGES=4, GROUP=8, FRAG_PREFETCH=2), 4,
+                        dict(BM=128, BN=128, BK=64, STAGES=4, GROUP=8, NEXT_FRAGS=True), 4,
                         "sm_90a")
 
 
@@ -215,7 +143,7 @@ def test_next_is_refused_on_hopper():
     ("sm_80", T256, 8),
     ("sm_89", dict(BM=128, BN=128, BK=32, STAGES=6, GROUP=8), 4)], ids=["sm_80", "sm_89"])
 def test_next_sass(arch, cfg, nw):
-    c = _example(arch, cfg, nw, 2)
+    c = _example(arch, cfg, nw, True)
     _level2(c)
     assert c.ck.metadata["spills"] == 0, c.ck.metadata
     _check_next_schedule(c.sass)
@@ -238,7 +166,7 @@ def _check_next_schedule(sass: str) -> None:
 
 @needs_sass
 def test_next_sass_for_sm90_from_compute80_ptx():
-    c = _on_sm90(2)
+    c = _on_sm90(True)
     _check_next_schedule(c.sass)
 
 
@@ -305,20 +233,6 @@ def test_pipe_compiles_for_sm80_without_spills(cfg):
     assert ck.asm["ptx"].count("ldmatrix") > 0 and ck.metadata["spills"] == 0, ck.metadata
 
 
-def test_pv_in_interpreter(monkeypatch):
-    monkeypatch.setenv("KITJIT_INTERPRET", "1")
-    gen = torch.Generator().manual_seed(5)
-    q, k, v = (torch.randn(n, 64, generator=gen).to(torch.bfloat16) for n in (64, 48, 48))
-    _check(_pv(q, k, v, True, arch="sm_80"), _pv_ref(q, k, v), 1e-2)
-
-
-@needs_sass
-def test_pv_compiles_for_sm80_without_spills():
-    ck = kit.compile_aot(__file__, "pv_kernel", ["*bf16:16"] * 3 + ["*fp32:16"],
-                         dict(BM=64, BN=64, D=64, PREFETCH=True), 4, "sm_80")
-    assert "ldmatrix" in ck.asm["ptx"] and ck.metadata["spills"] == 0, ck.metadata
-
-
 gpu = pytest.mark.skipif(not has_gpu(), reason="needs a CUDA GPU")
 
 
@@ -335,10 +249,9 @@ def test_gemm_on_gpu_sm80_path():
         for cfg in (dict(BM=256, BN=128, BK=64, STAGES=4, num_warps=8),
                     dict(BM=256, BN=128, BK=32, STAGES=8, num_warps=8),
                     dict(BM=128, BN=128, BK=32, STAGES=6, num_warps=4)):
-            for prefetch in (1, 2):
-                c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-                matmul(a, b, arch="sm_80", c=c, FRAG_PREFETCH=prefetch, **cfg)
-                _check(c, ref, 1e-2, f"{M}x{N}x{K} {cfg} FRAG_PREFETCH={prefetch}")
+            c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+            matmul(a, b, arch="sm_80", c=c, NEXT_FRAGS=True, **cfg)
+            _check(c, ref, 1e-2, f"{M}x{N}x{K} {cfg} NEXT_FRAGS")
 
 
 @pytest.mark.gpu
@@ -349,14 +262,3 @@ def test_pipe_on_gpu_sm80_path(cfg):
     b = torch.randn(200, 72, device="cuda", dtype=torch.bfloat16)
     bb = b.t().contiguous() if cfg[3] else b
     _check(_pipe(a, bb, cfg, arch="sm_80"), a.double() @ b.double(), 1e-2)
-
-
-@pytest.mark.gpu
-@gpu
-def test_pv_on_gpu_sm80_path():
-    """Register A and shared A, against float64; NaN/inf pass through as the default's."""
-    q, k, v = (torch.randn(n, 64, device="cuda", dtype=torch.bfloat16) for n in (64, 48, 48))
-    _check(_pv(q, k, v, True, arch="sm_80"), _pv_ref(q, k, v), 1e-2)
-    q[3, 5], v[7, 2] = float("nan"), float("inf")
-    got, want = _pv(q, k, v, True, arch="sm_80"), _pv(q, k, v, False, arch="sm_80")
-    assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
