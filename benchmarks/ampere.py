@@ -11,8 +11,11 @@ GEMM variants: "ex" is examples/matmul_ampere.py's kernel, "pe" its `persistent=
 without its MMAs (C = 0, not checked), what the copies alone could feed. "next" is the
 example's kernel with NEXT_FRAGS (`kit.mma(..., next=...)`: the next stage's first k-slice
 loaded after its wait, before this stage's last MMAs, and carried into the next step in
-registers). `--variants` keeps the GEMM variants
-whose names contain one of the comma-separated strings.
+registers). "nc" is the example's kernel compiled with frontend/ampere.py's
+`_WARP_COLS_CONTIGUOUS` (each warp owns N / wn consecutive columns of the accumulator, so
+the epilogue's 16-byte stores fill whole 32-byte sectors; the default interleaves the warps'
+8-column tiles and fills half of each). `--variants` keeps the GEMM variants whose names
+contain one of the comma-separated strings (or, written "=name", are that name).
 
 The kit.mma ceilings (no copies, no waits) run one warp tile size at several BK: one
 `kit.mma` of BK/16 k-slices an iteration, so BK 128 / 256 have a half / a quarter of BK 64's
@@ -46,6 +49,7 @@ import torch  # noqa: E402
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import kitjit.backend.lower.ampere as sm80_lowering  # noqa: E402
+import kitjit.frontend.ampere as sm80_frontend  # noqa: E402
 
 import kitjit as kit  # noqa: E402
 from examples.attention_ampere import fa2_kernel, reference  # noqa: E402
@@ -58,6 +62,7 @@ from kitjit.testing import bench  # noqa: E402
 
 fa2_edge = kit.jit(fa2_kernel.fn)                 # compiled with every copy clamped
 gemm_edge = kit.jit(matmul_ampere_kernel.fn)
+gemm_ncontig = kit.jit(matmul_ampere_kernel.fn)   # compiled with _WARP_COLS_CONTIGUOUS
 
 ARCH = "sm_80"
 LOG2E = 1.4426950408889634
@@ -86,6 +91,14 @@ GEMM_CONFIGS = {
     "ex 256x128x32 s8 w8": ("ampere", dict(T256, BK=32, STAGES=8)),
     "ex 256x128x32 s8 w8 next": ("ampere", dict(T256, BK=32, STAGES=8, NEXT_FRAGS=True)),
     "ex 128x128x32 s6 w4 edge": ("edge", dict(BM=128, BN=128, BK=32, STAGES=6, **W4)),
+    "ex 128x128x32 s6 w4": ("ampere", dict(BM=128, BN=128, BK=32, STAGES=6, **W4)),
+    # the example's kernel with each warp's columns contiguous (whole-sector epilogue stores)
+    "nc 256x128x64 s4 w8": ("ncontig", T256),
+    # 16 warps (32x64 warp tiles, 128 registers: 4 warps a scheduler instead of 2, 1.5x the
+    # ldmatrix bytes a flop)
+    "ex 256x128x64 s4 w16": ("ampere", dict(T256, num_warps=16)),
+    "ex 256x128x32 s8 w16": ("ampere", dict(T256, BK=32, STAGES=8, num_warps=16)),
+    "nc 128x128x32 s6 w4": ("ncontig", dict(BM=128, BN=128, BK=32, STAGES=6, **W4)),
     "pe 256x128x64 s4 w8": ("persistent", T256),
     "pe 128x256x64 s4 w8": ("persistent", T128),
     "pe 256x128x64 G4": ("persistent", dict(T256, GROUP=4)),
@@ -178,8 +191,9 @@ def gemm(a, b, cfg, arch=ARCH, c=None, kernel="ampere"):
         return matmul_ampere(a, b, arch=arch, persistent=True, c=c, GROUP=group,
                              programs=cfg.pop("PROGRAMS", sms * cfg.pop("CTAS", 1)), **cfg)
     tiles = kit.cdiv(M, cfg["BM"]) * kit.cdiv(N, cfg["BN"])
-    if kernel in ("ampere", "edge"):
-        kern = matmul_ampere_kernel if kernel == "ampere" else gemm_edge
+    if kernel in ("ampere", "edge", "ncontig"):
+        kern = {"ampere": matmul_ampere_kernel, "edge": gemm_edge,
+                "ncontig": gemm_ncontig}[kernel]
         kern[(tiles,)](a, b, c, M, N, K, GROUP=group, arch=arch, **cfg)
         return c
     sms = torch.cuda.get_device_properties(0).multi_processor_count if DEV == "cuda" else 4
@@ -226,7 +240,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--gemm-only", action="store_true", help="no attention kernels")
     ap.add_argument("--variants", default=None,
-                    help="comma-separated: only the GEMM variants whose names contain one")
+                    help="comma-separated: only the GEMM variants whose names contain one "
+                         "(=name: exactly that one)")
     ap.add_argument("--dry", action="store_true", help="CPU interpreter, tiny sizes, no timing")
     args = ap.parse_args()
     global DEV, CHECK_S, CHECK_H, GEMM_CHECK
@@ -249,14 +264,15 @@ def main() -> None:
     gemm_cfgs = dict(list(GEMM_CONFIGS.items())[:2]) if args.quick else GEMM_CONFIGS
     if args.variants:
         keep = [v.strip() for v in args.variants.split(",") if v.strip()]
-        gemm_cfgs = {n: c for n, c in gemm_cfgs.items() if any(k in n for k in keep)}
+        gemm_cfgs = {n: c for n, c in gemm_cfgs.items()
+                     if any(n == k[1:] if k.startswith("=") else k in n for k in keep)}
 
     # ---------------------------------------------------------------- compile everything
     t0 = time.perf_counter()
     small = {D: qkv(1, CHECK_H, CHECK_S, CHECK_S, D) for D in (64, 128)}
     M0, N0, K0 = GEMM_CHECK
     ga, gb = (torch.randn(s, device=DEV, dtype=torch.bfloat16) for s in ((M0, K0), (K0, N0)))
-    edge_jobs, jobs = [], []
+    edge_jobs, nc_jobs, jobs = [], [], []
     for (D, causal), vs in attn_vars.items():
         for cfg, kern in vs.values():
             (edge_jobs if kern == "edge" else jobs).append(
@@ -266,22 +282,25 @@ def main() -> None:
         jobs.append(lambda: fa2(*small[128], True, dict(BM=128, BN=64, STAGES=2),
                                 kernel="nn"))
     for kern, cfg in gemm_cfgs.values():
-        (edge_jobs if kern == "edge" else jobs).append(
+        {"edge": edge_jobs, "ncontig": nc_jobs}.get(kern, jobs).append(
             lambda cfg=cfg, kern=kern: gemm(ga, gb, cfg, kernel=kern))
     jobs.append(lambda: gemm(ga, gb, HOPPER_GEMM, arch=None, kernel="hopper"))
     sms = torch.cuda.get_device_properties(0).multi_processor_count if DEV == "cuda" else 2
     ceilings = {name: make_ceiling(sms, *cfg) for name, cfg in CEILINGS.items()}
     jobs.extend(ceilings.values())
-    for clamp, js in ((True, edge_jobs), (False, jobs)):   # the edge twins first, alone
+    for clamp, contig, js in ((True, False, edge_jobs), (False, True, nc_jobs),
+                              (False, False, jobs)):   # the twins first, each group alone
         sm80_lowering._ALWAYS_CLAMP = clamp
+        sm80_frontend._WARP_COLS_CONTIGUOUS = contig
         with cf.ThreadPoolExecutor(1 if args.dry else 8) as pool:
             for f in [pool.submit(j) for j in js]:
                 f.result()
     sm80_lowering._ALWAYS_CLAMP = False
+    sm80_frontend._WARP_COLS_CONTIGUOUS = False
     if DEV == "cuda":
         torch.cuda.synchronize()
-    print(f"compiled {len(jobs) + len(edge_jobs)} kernels in {time.perf_counter() - t0:.1f} s",
-          flush=True)
+    n_jobs = len(jobs) + len(edge_jobs) + len(nc_jobs)
+    print(f"compiled {n_jobs} kernels in {time.perf_counter() - t0:.1f} s", flush=True)
 
     # ---------------------------------------------------------------- correctness
     def check(name, got, want, tol):
@@ -355,7 +374,7 @@ def main() -> None:
     except Exception as e:  # a failure here must not hide the timings
         print(f"  check roles: {type(e).__name__}: {e}")
         out["check"].append({"name": "roles", "error": str(e), "ok": False})
-    for jf in (fa2_kernel, fa2_edge, matmul_ampere_kernel, gemm_edge,
+    for jf in (fa2_kernel, fa2_edge, matmul_ampere_kernel, gemm_edge, gemm_ncontig,
                matmul_ampere_persistent_kernel) if DEV == "cuda" else ():
         for record in jf.cache.values():
             ck = record_kernel(record)

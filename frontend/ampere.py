@@ -34,6 +34,13 @@ from .errors import CompileError
 #: the targets whose level-2 ops this module prepares (others: Hopper's lowering)
 AMPERE_ARCHS = ("sm_80", "sm_86", "sm_89")
 
+#: True: a GEMM accumulator's warps own N / wn consecutive columns each (`Mma.n_contig`)
+#: instead of 8-column tiles interleaved with the other warps': the epilogue's 16-byte
+#: stores then fill whole 32-byte sectors (interleaved: half of each; benchmarks/NOTES.md,
+#: session 11). Opt-in until timed (benchmarks/ampere.py's "ncontig" variants set it for
+#: their compile); not part of the disk cache's key: set it with the cache off.
+_WARP_COLS_CONTIGUOUS = False
+
 
 def is_ampere(fn: Function) -> bool:
     return fn.attrs.get("target") in AMPERE_ARCHS
@@ -144,4 +151,4 @@ def acc_layout(op: Op, shape: tuple[int, int], num_warps: int, rows_reduced: boo
         wm *= 2
     if best is None:
         return Mma(num_warps, 1)
-    return Mma(best[1], best[2])
+    return Mma(best[1], best[2], n_contig=_WARP_COLS_CONTIGUOUS and best[2] > 1)

@@ -98,8 +98,9 @@ def thread_origin(lin, lane: int, warp: int) -> tuple[int, int]:
     return c[0], c[1]
 
 
-def simulate_mma(M, N, K, wm, wn, a_tr, b_tr, rng):
-    """Every fragment of acc = A @ B as sm80_mma loads it, against the operands."""
+def simulate_mma(M, N, K, wm, wn, a_tr, b_tr, rng, n_contig=False):
+    """Every fragment of acc = A @ B as sm80_mma loads it, against the operands
+    (`n_contig`: the warps' n-tiles adjacent, `Mma.n_contig`)."""
     A = rng.integers(0, 60000, (M, K))
     B = rng.integers(0, 60000, (K, N))
     a_st, b_st = (A.T.copy() if a_tr else A), (B.T.copy() if b_tr else B)  # stored tiles
@@ -108,15 +109,17 @@ def simulate_mma(M, N, K, wm, wn, a_tr, b_tr, rng):
     sa, sb = fill(a_st, la, 128), fill(b_st, lb, 32)
     a_rows, a_rb = a_st.shape[0], a_st.shape[1] * 2
     b_rows, b_rb = b_st.shape[0], b_st.shape[1] * 2
-    lc = Mma(wm, wn).to_linear((M, N))
+    mma = Mma(wm, wn, n_contig)
+    lc = mma.to_linear((M, N))
     ic = lc.reg_index()
     wl = warp_only(lc)
-    ms, ns = list(range(0, M, 16 * wm)), list(range(0, N, 8 * wn))
+    ms, ns = list(range(0, M, 16 * wm)), mma.n_tiles(N)
+    step = ns[1] - ns[0] if len(ns) > 1 else 0
     for warp in range(wm * wn):
         wrow, wcol = thread_origin(wl, 0, warp)
         a_ptr = [smem_offset(AR, la, a_rows, a_rb, *ldsm_a(AR, lane, wrow, a_tr))
                  for lane in range(32)]
-        pairs = ({8 * wn} if len(ns) > 1 else set()) | ({0} if len(ns) % 2 else set())
+        pairs = ({step} if len(ns) > 1 else set()) | ({0} if len(ns) % 2 else set())
         b_ptr = {p: [smem_offset(AR, lb, b_rows, b_rb, *ldsm_b(AR, lane, wcol, p, b_tr))
                      for lane in range(32)] for p in pairs}
         for k0 in range(0, K, 16):
@@ -129,7 +132,7 @@ def simulate_mma(M, N, K, wm, wn, a_tr, b_tr, rng):
                         r, c = wrow + mi + g + 8 * (j & 1), k0 + 2 * t + 8 * (j >> 1)
                         assert (lo, hi) == (A[r, c], A[r, c + 1]), (warp, lane, mi, k0, j)
             for j in range(0, len(ns), 2):
-                pair = 8 * wn if j + 1 < len(ns) else 0
+                pair = step if j + 1 < len(ns) else 0
                 x, add = split_const(lb, b_rows, b_rb, *ldsm_b_const(ns[j], k0, b_tr))
                 regs = ldsm(sb, [(p ^ x) + add for p in b_ptr[pair]], 4 if pair else 2,
                             not b_tr)
@@ -162,6 +165,14 @@ def simulate_mma(M, N, K, wm, wn, a_tr, b_tr, rng):
 @pytest.mark.parametrize("a_tr,b_tr", [(False, False), (False, True), (True, False)])
 def test_fragments_match_mma_operands(M, N, K, wm, wn, a_tr, b_tr):
     simulate_mma(M, N, K, wm, wn, a_tr, b_tr, np.random.default_rng(M * N + K))
+
+
+@pytest.mark.parametrize("M,N,K,wm,wn", [(256, 128, 64, 4, 2), (64, 64, 32, 2, 2),
+                                         (64, 16, 32, 1, 2), (128, 256, 64, 2, 4)])
+@pytest.mark.parametrize("b_tr", [False, True])
+def test_fragments_match_with_contiguous_warp_columns(M, N, K, wm, wn, b_tr):
+    """frontend/ampere.py's _WARP_COLS_CONTIGUOUS: each warp's n-tiles adjacent."""
+    simulate_mma(M, N, K, wm, wn, False, b_tr, np.random.default_rng(M + N + K), True)
 
 
 @pytest.mark.parametrize("threads", [32, 128, 384])

@@ -400,7 +400,7 @@ class AmpereLowering(LoweringBase):
         M, K = a.shape
         N = bt.shape[1]
         mma = op.result.type.layout
-        wm, wn = mma.wm, mma.wn
+        wm = mma.wm
         lc = _lin(acc.type)
         ic = lc.reg_index()
         C = list(self.get(acc))
@@ -432,9 +432,10 @@ class AmpereLowering(LoweringBase):
         b_tr = bool(lb is not None and lb.transposed)   # stored [N, K]
         b_rows, b_rb = (N, K * e) if b_tr else (K, N * e)
         ms = list(range(0, M, 16 * wm))
-        ns = list(range(0, N, 8 * wn))
+        ns = mma.n_tiles(N)
+        step = ns[1] - ns[0] if len(ns) > 1 else 0   # columns between a warp's n-tiles
         b_ptr = {}
-        for pair in ({8 * wn} if len(ns) > 1 else set()) | ({0} if len(ns) % 2 else set()):
+        for pair in ({step} if len(ns) > 1 else set()) | ({0} if len(ns) % 2 else set()):
             row, unit = ldsm_b(ar, lane, wcol, pair, b_tr)
             b_ptr[pair] = b.add(bbase, smem_offset(ar, lb, b_rows, b_rb, row, unit))
         text = (f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 "
@@ -451,7 +452,7 @@ class AmpereLowering(LoweringBase):
         if op.attrs.get("next"):
             self._sm80_mma_next(op, C, cidx, ms, ns, text, cons, ret, K, abase, bbase,
                                 (a_ptr, la, a_rows, a_rb, a_tr),
-                                (b_ptr, lb, b_rows, b_rb, b_tr, wn))
+                                (b_ptr, lb, b_rows, b_rb, b_tr, step))
             return
         for k0 in range(0, K, 16):
             afr = {}
@@ -465,7 +466,7 @@ class AmpereLowering(LoweringBase):
             # B two n-tiles at a time, each used by every m-tile before the next loads:
             # the fragments in flight stay few (a 128-wide N would hold 64 registers)
             for j in range(0, len(ns), 2):
-                pair = 8 * wn if j + 1 < len(ns) else 0
+                pair = step if j + 1 < len(ns) else 0
                 rc, uc = ldsm_b_const(ns[j], k0, b_tr)
                 regs = self._ldsm(b_ptr[pair], split_const(lb, b_rows, b_rb, rc, uc),
                                   4 if pair else 2, not b_tr)
@@ -484,7 +485,7 @@ class AmpereLowering(LoweringBase):
                     a_sh: tuple | None, b_sh: tuple) -> tuple[dict, dict]:
         """The fragments of k-slice k0: ({m-tile: A x4 regs}, {n-tile: B 2 regs}) (A from
         `packed` registers when given, else ldmatrix at a_sh's pointer)."""
-        b_ptr, lb, b_rows, b_rb, b_tr, wn = b_sh
+        b_ptr, lb, b_rows, b_rb, b_tr, step = b_sh
         afr = {}
         for mi in ms:
             if packed is not None:
@@ -495,7 +496,7 @@ class AmpereLowering(LoweringBase):
                 afr[mi] = self._ldsm(a_ptr, split_const(la, a_rows, a_rb, rc, uc), 4, a_tr)
         bfr = {}
         for j in range(0, len(ns), 2):
-            pair = 8 * wn if j + 1 < len(ns) else 0
+            pair = step if j + 1 < len(ns) else 0
             rc, uc = ldsm_b_const(ns[j], k0, b_tr)
             regs = self._ldsm(b_ptr[pair], split_const(lb, b_rows, b_rb, rc, uc),
                               4 if pair else 2, not b_tr)

@@ -30,7 +30,7 @@ class DotLowering(LoweringBase):
         M, K = a.shape
         N = bb.shape[1]
         mma = op.result.type.layout
-        wm, wn = mma.wm, mma.wn
+        wm = mma.wm
         kind = "bf16" if a.dtype.name == "bf16" else "f16"
         et = llvm_type(a.dtype)
         b = self.b
@@ -46,7 +46,7 @@ class DotLowering(LoweringBase):
         cons = "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f"
         ret = ir.LiteralStructType([F32] * 4)
         for m0 in range(0, M, 16 * wm):
-            for n0 in range(0, N, 8 * wn):
+            for n0 in mma.n_tiles(N):
                 cidx = [ic[(m0, n0)], ic[(m0, n0 + 1)], ic[(m0 + 8, n0)], ic[(m0 + 8, n0 + 1)]]
                 cv = [C[i] for i in cidx]
                 for k0 in range(0, K, 16):

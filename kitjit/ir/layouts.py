@@ -168,14 +168,37 @@ class Slice(Layout):
 @dataclass(frozen=True)
 class Mma(Layout):
     """The accumulator of `mma.sync.m16n8k16`: `wm` x `wn` warps tile the output, each warp
-    owning 16x8 fragments (lane l holds rows l/4 and l/4+8, columns 2(l%4) and 2(l%4)+1)."""
+    owning 16x8 fragments (lane l holds rows l/4 and l/4+8, columns 2(l%4) and 2(l%4)+1).
+    A warp's n-tiles are 8 * wn columns apart (the warps' 8-column tiles interleaved), or,
+    with `n_contig`, adjacent (each warp owns N / wn consecutive columns: a widened store
+    of its rows then fills whole 32-byte sectors)."""
 
     wm: int
     wn: int
+    n_contig: bool = False
 
     @property
     def num_warps(self) -> int:
         return self.wm * self.wn
+
+    def n_tiles(self, N: int) -> list[int]:
+        """Column offsets, from the warp's first column, of a warp's 8-column n-tiles."""
+        if self.n_contig:
+            return list(range(0, max(8, N // self.wn), 8))
+        return list(range(0, N, 8 * self.wn))
+
+    def _n_bases(self, N: int, v) -> tuple[list, list]:
+        """(register bases, warp bases) along N: the n-tiles of a warp and the warps."""
+        if self.n_contig:   # (a narrower shape, such as a broadcast column: bases past N
+            span = max(8, N // self.wn)                 # are 0, as in the interleaved form)
+            reg = [v(0, n) for n in (8 << i for i in range(_log2(span // 8)))]
+            return reg, [v(0, span << i) for i in range(_log2(self.wn))]
+        reg = []
+        n = 8 * self.wn
+        while n < N:
+            reg.append((0, n))
+            n <<= 1
+        return reg, [v(0, 8 << i) for i in range(_log2(self.wn))]
 
     def _linear(self, shape):
         assert len(shape) == 2
@@ -186,12 +209,9 @@ class Mma(Layout):
 
         reg = [v(0, 1), v(8, 0)]
         lane = [v(0, 2), v(0, 4), v(1, 0), v(2, 0), v(4, 0)]
-        warp = [v(16 << i, 0) for i in range(_bits(self.wm))]
-        warp += [v(0, 8 << i) for i in range(_log2(self.wn))]
-        n = 8 * self.wn
-        while n < N:
-            reg.append((0, n))
-            n <<= 1
+        n_reg, n_warp = self._n_bases(N, v)
+        warp = [v(16 << i, 0) for i in range(_bits(self.wm))] + n_warp
+        reg += n_reg
         m = 16 * self.wm
         while m < M:
             reg.append((m, 0))
@@ -199,7 +219,8 @@ class Mma(Layout):
         return _finish(shape, reg, lane, warp)
 
     def __str__(self):
-        return f"#mma<m16n8, warps=[{self.wm},{self.wn}]>"
+        contig = ", n_contig" if self.n_contig else ""
+        return f"#mma<m16n8, warps=[{self.wm},{self.wn}]{contig}>"
 
 
 @dataclass(frozen=True)
@@ -238,15 +259,13 @@ class DotOperand(Layout):
         else:  # [K, N]
             reg = [v(1, 0), v(8, 0)]
             lane = [v(2, 0), v(4, 0), v(0, 1), v(0, 2), v(0, 4)]
-            warp = [(0, 0)] * _bits(wm) + [v(0, 8 << i) for i in range(_log2(wn))]
+            n_reg, n_warp = self.parent._n_bases(C, v)
+            warp = [(0, 0)] * _bits(wm) + n_warp
             k = 16
             while k < R:
                 reg.append((k, 0))
                 k <<= 1
-            n = 8 * wn
-            while n < C:
-                reg.append((0, n))
-                n <<= 1
+            reg += n_reg
         return _finish(shape, reg, lane, warp)
 
     def __str__(self):

@@ -1,0 +1,159 @@
+"""Variants of the sm_80 GEMM that benchmarks/ampere.py times against the example (issue 16):
+the accumulator with each warp's columns contiguous (frontend/ampere.py's
+`_WARP_COLS_CONTIGUOUS`, `Mma.n_contig`: the "nc" variants) and 16 warps (32x64 warp tiles,
+"w16"); and the HMMA order of the example's loop.
+
+Interleaved (the default), a warp's 8-column n-tiles are 8 * wn columns apart, so the
+widened epilogue store of a row writes two 16-byte pieces 32 bytes apart: half of each
+sector. Contiguous, the four lanes of a quad cover 2 rows x 32 bytes: whole sectors.
+
+Checked: the fragments (tests/test_ampere.py simulates every ldmatrix of both layouts); SASS
+for sm_80 / sm_89 and for sm_90 from the compute_80 PTX (HMMA, LDGSTS, LDSM, no spills; 16
+warps in 128 registers); that every HMMA of the loop accumulates onto a result at least 8
+HMMAs older (no back-to-back chain on one accumulator); on a GPU, the sm_80 path against
+float64 references with outputs poisoned, at tile-multiple and ragged sizes.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import kitjit.frontend.ampere as sm80_frontend
+import pytest
+import torch
+from kitjit.backend.compiler import _ptxas
+
+import kitjit as kit
+from kitjit.testing import has_gpu
+from kitjit.tools import disassemble, find_tool, sass_opcodes
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "matmul_ampere.py"
+SIG = ["*bf16:16"] * 3 + ["i32:16"] * 3
+T256 = dict(BM=256, BN=128, BK=64, STAGES=4, GROUP=8)   # the example's H100/H200 config
+T128 = dict(BM=128, BN=128, BK=32, STAGES=6, GROUP=8)   # its A100 / Ada config
+needs_sass = pytest.mark.skipif(
+    find_tool("cuobjdump") is None or find_tool("ptxas") is None,
+    reason="cuobjdump/nvdisasm/ptxas not found")
+
+
+@pytest.fixture
+def contiguous(monkeypatch):
+    """Compile with the flag set (not part of the disk cache's key: the cache is off)."""
+    monkeypatch.setenv("KITJIT_CACHE_DISABLE", "1")
+    monkeypatch.setattr(sm80_frontend, "_WARP_COLS_CONTIGUOUS", True)
+
+
+def _compile(arch: str, cfg: dict, nw: int):
+    ck = kit.compile_aot(str(EXAMPLE), "matmul_ampere_kernel", SIG, cfg, nw, arch)
+    sass = disassemble(ck.asm["cubin"])
+    return ck, sass
+
+
+def _level2(sass: str) -> None:
+    ops = sass_opcodes(sass)
+    for op in ("HMMA.16816.F32.BF16", "LDGSTS", "LDSM.16.M88.4", "LDSM.16.MT88.4"):
+        assert any(o.startswith(op) for o in ops), (op, sorted(ops))
+    assert not any(o.startswith(("STL", "LDL")) for o in ops), "spills"
+
+
+def hmma_chain_distances(sass: str) -> list[int]:
+    """For each HMMA that accumulates onto an earlier HMMA's result: how many HMMAs later
+    it comes (register renaming followed: the C operand's previous writer)."""
+    writer, dist, n = {}, [], 0
+    for m in re.finditer(r"HMMA\.\S+\s+R(\d+),\s*R\d+(?:\.reuse)?,\s*R\d+(?:\.reuse)?,\s*R(\d+)",
+                         sass):
+        d, c = int(m.group(1)), int(m.group(2))
+        if c in writer:
+            dist.append(n - writer[c])
+        writer[d] = n
+        n += 1
+    return dist
+
+
+@needs_sass
+@pytest.mark.parametrize("arch,cfg,nw", [("sm_80", T256, 8), ("sm_89", T128, 4)],
+                         ids=["sm_80", "sm_89"])
+def test_contiguous_sass(arch, cfg, nw, contiguous):
+    ck, sass = _compile(arch, cfg, nw)
+    _level2(sass)
+    assert ck.metadata["spills"] == 0, ck.metadata
+    assert min(hmma_chain_distances(sass)) >= 8
+
+
+@needs_sass
+def test_contiguous_changes_the_ptx(monkeypatch):
+    monkeypatch.setenv("KITJIT_CACHE_DISABLE", "1")
+    default = _compile("sm_80", T256, 8)[0].asm["ptx"]
+    monkeypatch.setattr(sm80_frontend, "_WARP_COLS_CONTIGUOUS", True)
+    assert _compile("sm_80", T256, 8)[0].asm["ptx"] != default
+
+
+@needs_sass
+@pytest.mark.parametrize("contig", [False, True], ids=["interleaved", "contiguous"])
+def test_sm90_from_compute80_ptx(contig, monkeypatch):
+    """What an H100/H200 runs with arch="sm_80" (the driver assembles the compute_80 PTX):
+    level-2 SASS without spills, and no accumulator chain of back-to-back HMMAs (the
+    k-slices' 32 MMAs of a warp issue between two MMAs on one accumulator)."""
+    monkeypatch.setenv("KITJIT_CACHE_DISABLE", "1")
+    monkeypatch.setattr(sm80_frontend, "_WARP_COLS_CONTIGUOUS", contig)
+    ck, _ = _compile("sm_80", T256, 8)
+    cubin, res = _ptxas(ck.asm["ptx"], "sm_90", find_tool("ptxas"))
+    sass = disassemble(cubin)
+    _level2(sass)
+    assert res.spills == 0, res
+    assert min(hmma_chain_distances(sass)) >= 8
+
+
+@needs_sass
+@pytest.mark.parametrize("cfg", [T256, dict(T256, BK=32, STAGES=8)], ids=["s4", "s8"])
+def test_sixteen_warps_sass(cfg, monkeypatch):
+    """256x128 on 16 warps (4 a scheduler): 128 registers, the whole register file."""
+    monkeypatch.setenv("KITJIT_CACHE_DISABLE", "1")
+    ck, sass = _compile("sm_80", cfg, 16)
+    _level2(sass)
+    assert ck.metadata["spills"] == 0 and ck.metadata["registers"] <= 128, ck.metadata
+    _, res = _ptxas(ck.asm["ptx"], "sm_90", find_tool("ptxas"))
+    assert res.spill_stores == 0 and res.registers <= 128, res
+
+
+gpu = pytest.mark.skipif(not has_gpu(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.gpu
+@gpu
+def test_contiguous_gemm_on_gpu_sm80_path(contiguous):
+    """Tile-multiple and ragged sizes; the H100 config and the A100/Ada one, on a twin of
+    the example's kernel compiled with the flag set."""
+    from examples.matmul_ampere import matmul_ampere_kernel
+
+    twin = kit.jit(matmul_ampere_kernel.fn)
+    for M, N, K in ((1024, 512, 1024), (300, 264, 200), (256, 128, 64)):
+        a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+        ref = a.double() @ b.double()
+        for cfg, nw in ((T256, 8), (T128, 4), (dict(T256, BK=32, STAGES=8), 8)):
+            c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+            tiles = kit.cdiv(M, cfg["BM"]) * kit.cdiv(N, cfg["BN"])
+            twin[(tiles,)](a, b, c, M, N, K, num_warps=nw, arch="sm_80", **cfg)
+            assert not torch.isnan(c).any(), (M, N, K, cfg)
+            err = ((c.double() - ref).norm() / ref.norm()).item()
+            assert err < 1e-2, (M, N, K, cfg, err)
+
+
+@pytest.mark.gpu
+@gpu
+def test_sixteen_warps_gemm_on_gpu_sm80_path():
+    from examples.matmul_ampere import matmul
+
+    for M, N, K in ((1024, 512, 1024), (300, 264, 200)):
+        a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+        ref = a.double() @ b.double()
+        for cfg in (dict(BM=256, BN=128, BK=64, STAGES=4), dict(BM=256, BN=128, BK=32, STAGES=8)):
+            c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+            matmul(a, b, arch="sm_80", c=c, num_warps=16, **cfg)
+            assert not torch.isnan(c).any(), (M, N, K, cfg)
+            err = ((c.double() - ref).norm() / ref.norm()).item()
+            assert err < 1e-2, (M, N, K, cfg, err)
