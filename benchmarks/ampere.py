@@ -14,7 +14,10 @@ loaded after its wait, before this stage's last MMAs, and carried into the next 
 registers). "nc" is the example's kernel compiled with frontend/ampere.py's
 `_WARP_COLS_CONTIGUOUS` (each warp owns N / wn consecutive columns of the accumulator, so
 the epilogue's 16-byte stores fill whole 32-byte sectors; the default interleaves the warps'
-8-column tiles and fills half of each). `--variants` keeps the GEMM variants whose names
+8-column tiles and fills half of each). "il" is the example with PEEL=True compiled with
+backend/lower/ampere.py's `_COPIES_IN_LINE` (the in-bounds cp.async predicated instead of
+branched to, so ptxas issues them between the stage's last HMMAs; "il+nc" both flags).
+`--variants` keeps the GEMM variants whose names
 contain one of the comma-separated strings (or, written "=name", are that name).
 
 The kit.mma ceilings (no copies, no waits) run one warp tile size at several BK: one
@@ -63,6 +66,12 @@ from kitjit.testing import bench  # noqa: E402
 fa2_edge = kit.jit(fa2_kernel.fn)                 # compiled with every copy clamped
 gemm_edge = kit.jit(matmul_ampere_kernel.fn)
 gemm_ncontig = kit.jit(matmul_ampere_kernel.fn)   # compiled with _WARP_COLS_CONTIGUOUS
+gemm_inline = kit.jit(matmul_ampere_kernel.fn)    # with _COPIES_IN_LINE (and PEEL=True)
+gemm_inline_nc = kit.jit(matmul_ampere_kernel.fn)  # with both
+# GEMM kernel kind -> (twin, frontend/ampere.py _WARP_COLS_CONTIGUOUS, lower/ampere.py
+# _COPIES_IN_LINE) for the kinds compiled with a flag set, one group after the other
+FLAGGED = {"ncontig": (gemm_ncontig, True, False), "inline": (gemm_inline, False, True),
+           "inline_nc": (gemm_inline_nc, True, True)}
 
 ARCH = "sm_80"
 LOG2E = 1.4426950408889634
@@ -99,6 +108,11 @@ GEMM_CONFIGS = {
     "ex 256x128x64 s4 w16": ("ampere", dict(T256, num_warps=16)),
     "ex 256x128x32 s8 w16": ("ampere", dict(T256, BK=32, STAGES=8, num_warps=16)),
     "nc 128x128x32 s6 w4": ("ncontig", dict(BM=128, BN=128, BK=32, STAGES=6, **W4)),
+    # the example's PEEL (the last STAGES/2 steps in a loop of their own) compiled with the
+    # in-bounds copies predicated, not branched to: in one block with the MMAs
+    "il 256x128x64 s4 w8": ("inline", dict(T256, PEEL=True)),
+    "il 256x128x32 s8 w8": ("inline", dict(T256, BK=32, STAGES=8, PEEL=True)),
+    "il+nc 256x128x64 s4 w8": ("inline_nc", dict(T256, PEEL=True)),
     "pe 256x128x64 s4 w8": ("persistent", T256),
     "pe 128x256x64 s4 w8": ("persistent", T128),
     "pe 256x128x64 G4": ("persistent", dict(T256, GROUP=4)),
@@ -191,9 +205,9 @@ def gemm(a, b, cfg, arch=ARCH, c=None, kernel="ampere"):
         return matmul_ampere(a, b, arch=arch, persistent=True, c=c, GROUP=group,
                              programs=cfg.pop("PROGRAMS", sms * cfg.pop("CTAS", 1)), **cfg)
     tiles = kit.cdiv(M, cfg["BM"]) * kit.cdiv(N, cfg["BN"])
-    if kernel in ("ampere", "edge", "ncontig"):
+    if kernel in ("ampere", "edge") or kernel in FLAGGED:
         kern = {"ampere": matmul_ampere_kernel, "edge": gemm_edge,
-                "ncontig": gemm_ncontig}[kernel]
+                **{k: v[0] for k, v in FLAGGED.items()}}[kernel]
         kern[(tiles,)](a, b, c, M, N, K, GROUP=group, arch=arch, **cfg)
         return c
     sms = torch.cuda.get_device_properties(0).multi_processor_count if DEV == "cuda" else 4
@@ -272,7 +286,8 @@ def main() -> None:
     small = {D: qkv(1, CHECK_H, CHECK_S, CHECK_S, D) for D in (64, 128)}
     M0, N0, K0 = GEMM_CHECK
     ga, gb = (torch.randn(s, device=DEV, dtype=torch.bfloat16) for s in ((M0, K0), (K0, N0)))
-    edge_jobs, nc_jobs, jobs = [], [], []
+    edge_jobs, jobs = [], []
+    flag_jobs: dict = {k: [] for k in FLAGGED}
     for (D, causal), vs in attn_vars.items():
         for cfg, kern in vs.values():
             (edge_jobs if kern == "edge" else jobs).append(
@@ -282,24 +297,26 @@ def main() -> None:
         jobs.append(lambda: fa2(*small[128], True, dict(BM=128, BN=64, STAGES=2),
                                 kernel="nn"))
     for kern, cfg in gemm_cfgs.values():
-        {"edge": edge_jobs, "ncontig": nc_jobs}.get(kern, jobs).append(
+        {"edge": edge_jobs, **flag_jobs}.get(kern, jobs).append(
             lambda cfg=cfg, kern=kern: gemm(ga, gb, cfg, kernel=kern))
     jobs.append(lambda: gemm(ga, gb, HOPPER_GEMM, arch=None, kernel="hopper"))
     sms = torch.cuda.get_device_properties(0).multi_processor_count if DEV == "cuda" else 2
     ceilings = {name: make_ceiling(sms, *cfg) for name, cfg in CEILINGS.items()}
     jobs.extend(ceilings.values())
-    for clamp, contig, js in ((True, False, edge_jobs), (False, True, nc_jobs),
-                              (False, False, jobs)):   # the twins first, each group alone
-        sm80_lowering._ALWAYS_CLAMP = clamp
+    groups = [(True, False, False, edge_jobs)] + [
+        (False, contig, inline, flag_jobs[k]) for k, (_, contig, inline) in FLAGGED.items()]
+    for clamp, contig, inline, js in groups + [(False, False, False, jobs)]:
+        sm80_lowering._ALWAYS_CLAMP = clamp          # the twins first, each group alone
+        sm80_lowering._COPIES_IN_LINE = inline
         sm80_frontend._WARP_COLS_CONTIGUOUS = contig
         with cf.ThreadPoolExecutor(1 if args.dry else 8) as pool:
             for f in [pool.submit(j) for j in js]:
                 f.result()
-    sm80_lowering._ALWAYS_CLAMP = False
+    sm80_lowering._ALWAYS_CLAMP = sm80_lowering._COPIES_IN_LINE = False
     sm80_frontend._WARP_COLS_CONTIGUOUS = False
     if DEV == "cuda":
         torch.cuda.synchronize()
-    n_jobs = len(jobs) + len(edge_jobs) + len(nc_jobs)
+    n_jobs = len(jobs) + len(edge_jobs) + sum(map(len, flag_jobs.values()))
     print(f"compiled {n_jobs} kernels in {time.perf_counter() - t0:.1f} s", flush=True)
 
     # ---------------------------------------------------------------- correctness
@@ -374,7 +391,8 @@ def main() -> None:
     except Exception as e:  # a failure here must not hide the timings
         print(f"  check roles: {type(e).__name__}: {e}")
         out["check"].append({"name": "roles", "error": str(e), "ok": False})
-    for jf in (fa2_kernel, fa2_edge, matmul_ampere_kernel, gemm_edge, gemm_ncontig,
+    for jf in (fa2_kernel, fa2_edge, matmul_ampere_kernel, gemm_edge,
+               *(v[0] for v in FLAGGED.values()),
                matmul_ampere_persistent_kernel) if DEV == "cuda" else ():
         for record in jf.cache.values():
             ck = record_kernel(record)

@@ -25,6 +25,11 @@ i + 1's first k-slice loaded, after its wait, before step i's last MMAs (needs S
 so that step i + 1's copies are issued before step i's MMAs). Measured on an H200 (sm_80
 path, 4096³): default 447 TFLOP/s, NEXT_FRAGS 406, so it stays off.
 
+`PEEL` (opt-in, benchmarks/NOTES.md session 11) runs the last STAGES/2 steps in a loop of
+their own, so the main loop's copies need no `j < n_k` test: compiled with
+backend/lower/ampere.py's `_COPIES_IN_LINE`, the copies then share a basic block with the
+MMAs and ptxas issues them between the last HMMAs (benchmarks/ampere.py's "il" variants).
+
 On an H100 the Ampere code path runs with `arch="sm_80"`.
 """
 
@@ -37,7 +42,7 @@ from kitjit.testing import bench, check, device, has_gpu
 @kit.jit
 def matmul_ampere_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr,
                          BK: kit.constexpr, STAGES: kit.constexpr, GROUP: kit.constexpr,
-                         NEXT_FRAGS: kit.constexpr = False):
+                         NEXT_FRAGS: kit.constexpr = False, PEEL: kit.constexpr = False):
     pid = kit.program_id(0)
     n_m, n_n = kit.cdiv(M, BM), kit.cdiv(N, BN)
     first_m = pid // (GROUP * n_n) * GROUP           # GROUP row-blocks swept column by column
@@ -53,7 +58,14 @@ def matmul_ampere_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr,
             kit.tma_load(a[s], A, (m0, s * BK), ready[s])
             kit.tma_load(b[s], B, (s * BK, n0), ready[s])
     acc = kit.zeros((BM, BN), kit.float32)
-    for i in range(n_k):
+    if PEEL:   # the last STAGES/2 steps apart: the main loop's copies need no test
+        for i in range(n_k - STAGES // 2):
+            s, j = i % STAGES, i + STAGES // 2
+            kit.mbarrier_wait(ready[s], i // STAGES % 2)
+            acc = kit.mma(a[s], b[s], acc)
+            kit.tma_load(a[j % STAGES], A, (m0, j * BK), ready[j % STAGES], sync=False)
+            kit.tma_load(b[j % STAGES], B, (j * BK, n0), ready[j % STAGES], sync=False)
+    for i in range(kit.maximum(n_k - STAGES // 2, 0) if PEEL else 0, n_k):
         s = i % STAGES
         kit.mbarrier_wait(ready[s], i // STAGES % 2)
         if NEXT_FRAGS:            # step i + 1's first fragments under step i's last MMAs
@@ -63,7 +75,7 @@ def matmul_ampere_kernel(A, B, C, M, N, K, BM: kit.constexpr, BN: kit.constexpr,
         else:
             acc = kit.mma(a[s], b[s], acc)
         j = i + STAGES // 2                           # past K, the copies read zeros
-        if j < n_k:
+        if not PEEL and j < n_k:
             kit.tma_load(a[j % STAGES], A, (m0, j * BK), ready[j % STAGES], sync=False)
             kit.tma_load(b[j % STAGES], B, (j * BK, n0), ready[j % STAGES], sync=False)
     rm = m0 + kit.arange(0, BM)
@@ -177,6 +189,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, arch: str | None = None, persistent
     cfg = dict(pick_config(a.device), **config)
     if cfg["STAGES"] < 2:
         raise ValueError("matmul_ampere: STAGES must be at least 2 (loads run STAGES/2 ahead)")
+    if cfg.get("NEXT_FRAGS") and cfg.get("PEEL"):
+        raise ValueError("matmul_ampere: PEEL's main loop has no NEXT_FRAGS form")
     if cfg.get("NEXT_FRAGS") and cfg["STAGES"] < 4:
         raise ValueError("matmul_ampere: NEXT_FRAGS waits for step i + 1 inside step i's "
                          "kit.mma: STAGES must be at least 4 (step i + 1 issued before it)")

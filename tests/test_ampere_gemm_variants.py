@@ -1,7 +1,9 @@
 """Variants of the sm_80 GEMM that benchmarks/ampere.py times against the example (issue 16):
 the accumulator with each warp's columns contiguous (frontend/ampere.py's
 `_WARP_COLS_CONTIGUOUS`, `Mma.n_contig`: the "nc" variants) and 16 warps (32x64 warp tiles,
-"w16"); and the HMMA order of the example's loop.
+"w16"); the copies issued between the MMAs (the example's PEEL compiled with
+backend/lower/ampere.py's `_COPIES_IN_LINE`: the "il" variants); and the HMMA order of the
+example's loop.
 
 Interleaved (the default), a warp's 8-column n-tiles are 8 * wn columns apart, so the
 widened epilogue store of a row writes two 16-byte pieces 32 bytes apart: half of each
@@ -19,6 +21,7 @@ from __future__ import annotations
 import pathlib
 import re
 
+import kitjit.backend.lower.ampere as sm80_lowering
 import kitjit.frontend.ampere as sm80_frontend
 import pytest
 import torch
@@ -118,6 +121,73 @@ def test_sixteen_warps_sass(cfg, monkeypatch):
     assert res.spill_stores == 0 and res.registers <= 128, res
 
 
+def _copies_between_mmas(sass: str) -> bool:
+    """Some LDGSTS sits between two HMMAs (in the default SASS the copies are a block of
+    their own, after the MMAs and a branch)."""
+    ops = re.findall(r"\b(HMMA|LDGSTS)\.", sass)
+    first, last = ops.index("HMMA"), len(ops) - 1 - ops[::-1].index("HMMA")
+    return "LDGSTS" in ops[first:last]
+
+
+@pytest.fixture
+def in_line(monkeypatch):
+    monkeypatch.setenv("KITJIT_CACHE_DISABLE", "1")
+    monkeypatch.setattr(sm80_lowering, "_COPIES_IN_LINE", True)
+
+
+@needs_sass
+@pytest.mark.parametrize("arch,cfg,nw", [("sm_80", T256, 8), ("sm_80", dict(T256, BK=32,
+                                                                            STAGES=8), 8),
+                                         ("sm_89", T128, 4)], ids=["sm_80", "sm_80-s8", "sm_89"])
+def test_in_line_copies_sass(arch, cfg, nw, in_line):
+    ck, sass = _compile(arch, dict(cfg, PEEL=True), nw)
+    _level2(sass)
+    assert ck.metadata["spills"] == 0, ck.metadata
+    assert _copies_between_mmas(sass)
+
+
+@needs_sass
+def test_in_line_copies_sm90_from_compute80_ptx(in_line):
+    ck, _ = _compile("sm_80", dict(T256, PEEL=True), 8)
+    cubin, res = _ptxas(ck.asm["ptx"], "sm_90", find_tool("ptxas"))
+    sass = disassemble(cubin)
+    _level2(sass)
+    assert res.spills == 0, res
+    assert _copies_between_mmas(sass)
+
+
+@needs_sass
+def test_default_copies_are_a_block_of_their_own(monkeypatch):
+    """What the "il" variants change (the default example, flag off)."""
+    monkeypatch.setenv("KITJIT_CACHE_DISABLE", "1")
+    assert not _copies_between_mmas(_compile("sm_80", T256, 8)[1])
+
+
+# (M, N, K): ragged tiles and K steps; K of one step (shorter than the prefetch: the peeled
+# main loop runs no step)
+@pytest.mark.parametrize("M,N,K", [(150, 136, 200), (130, 72, 24), (64, 64, 64)])
+def test_peel_in_interpreter(M, N, K, monkeypatch):
+    from examples.matmul_ampere import matmul
+
+    monkeypatch.setenv("KITJIT_INTERPRET", "1")
+    gen = torch.Generator().manual_seed(M + N + K)
+    a = torch.randn(M, K, generator=gen).to(torch.bfloat16)
+    b = torch.randn(K, N, generator=gen).to(torch.bfloat16)
+    c = torch.full((M, N), float("nan"), dtype=torch.bfloat16)
+    matmul(a, b, arch="sm_80", c=c, BM=64, BN=64, BK=32, STAGES=4, num_warps=4, PEEL=True)
+    assert not torch.isnan(c).any()
+    ref = a.double() @ b.double()
+    assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+def test_peel_refuses_next_frags():
+    from examples.matmul_ampere import matmul
+
+    a, b = torch.randn(64, 64).to(torch.bfloat16), torch.randn(64, 64).to(torch.bfloat16)
+    with pytest.raises(ValueError, match="PEEL"):
+        matmul(a, b, arch="sm_80", PEEL=True, NEXT_FRAGS=True)
+
+
 gpu = pytest.mark.skipif(not has_gpu(), reason="needs a CUDA GPU")
 
 
@@ -157,3 +227,27 @@ def test_sixteen_warps_gemm_on_gpu_sm80_path():
             assert not torch.isnan(c).any(), (M, N, K, cfg)
             err = ((c.double() - ref).norm() / ref.norm()).item()
             assert err < 1e-2, (M, N, K, cfg, err)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("peel", [True, False])
+def test_in_line_copies_gemm_on_gpu_sm80_path(peel, in_line, monkeypatch):
+    """The deferred edge paths (ragged M, N and K tails) and the in-bounds copies
+    predicated, on twins compiled with the flag set, with and without PEEL; n_contig too."""
+    from examples.matmul_ampere import matmul_ampere_kernel
+
+    for contig in (False, True):
+        monkeypatch.setattr(sm80_frontend, "_WARP_COLS_CONTIGUOUS", contig)
+        twin = kit.jit(matmul_ampere_kernel.fn)
+        for M, N, K in ((1024, 512, 1024), (300, 264, 200), (256, 128, 64), (200, 136, 40)):
+            a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+            b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+            ref = a.double() @ b.double()
+            for cfg, nw in ((T256, 8), (T128, 4), (dict(T256, BK=32, STAGES=8), 8)):
+                c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+                tiles = kit.cdiv(M, cfg["BM"]) * kit.cdiv(N, cfg["BN"])
+                twin[(tiles,)](a, b, c, M, N, K, num_warps=nw, arch="sm_80", PEEL=peel, **cfg)
+                assert not torch.isnan(c).any(), (M, N, K, cfg, contig)
+                err = ((c.double() - ref).norm() / ref.norm()).item()
+                assert err < 1e-2, (M, N, K, cfg, contig, err)

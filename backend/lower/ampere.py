@@ -39,6 +39,16 @@ AMPERE_ARCHS = ("sm_80", "sm_86", "sm_89")
 #: path against it in one run). Not part of the disk cache's key: set it with the cache off.
 _ALWAYS_CLAMP = False
 
+#: True: the in-bounds copies are predicated on the box being inside instead of branched to,
+#: and the edge path is a branch after them taken only when it is not: the fast copies then
+#: share a basic block with the code before them (a GEMM's MMAs), and ptxas issues them in
+#: the HMMAs' stall cycles instead of as a block of their own (benchmarks/NOTES.md, session
+#: 11). Opt-in until timed; not part of the disk cache's key either.
+_COPIES_IN_LINE = False
+
+#: Ops a deferred edge path may be moved past (`_sm80_load_follows`): no effects, no regions.
+_PURE = frozenset(("constant", "add", "sub", "mul", "floordiv", "mod", "smem_index"))
+
 
 def _log2(n: int) -> int:
     return n.bit_length() - 1
@@ -293,20 +303,50 @@ class AmpereLowering(LoweringBase):
                                    b.icmp_signed("<=", r0, b.sub(rows, self.c32(R)))),
                             b.and_(b.icmp_signed(">=", c0, self.c32(0)),
                                    b.icmp_signed("<=", c0, b.sub(cols, self.c32(C)))))
-            with b.if_else(inside) as (fast, edge):
-                with fast:
-                    self._sm80_copies(op, ed, sbase, r, u, grow, c0, plan, None)
-                with edge:
-                    self._sm80_copies(op, ed, sbase, r, u, grow, c0, plan, (rows, cols))
+            if _COPIES_IN_LINE:
+                self._sm80_copies(op, ed, sbase, r, u, grow, c0, plan, None, inside)
+                edges = self.__dict__.setdefault("_sm80_edges", [])
+                edges.append((op, ed, sbase, r, u, grow, c0, plan, inside))
+                if op.attrs.get("sm80_arrive") or not self._sm80_load_follows():
+                    self._sm80_edge_paths(edges)   # else the next load does
+            else:
+                with b.if_else(inside) as (fast, edge):
+                    with fast:
+                        self._sm80_copies(op, ed, sbase, r, u, grow, c0, plan, None)
+                    with edge:
+                        self._sm80_copies(op, ed, sbase, r, u, grow, c0, plan, (rows, cols))
         if op.attrs.get("sm80_arrive"):
             asm(b, VOID, "cp.async.mbarrier.arrive.noinc.shared.b64 [$0];", "r,~{memory}",
                 [baddr])
 
+    def _sm80_load_follows(self) -> bool:
+        """Whether the next op of this block with an effect is a `tma_load` (only
+        arithmetic, constants and views of shared tiles between: `_PURE`)."""
+        for op in getattr(self, "later_ops", ()):
+            if op.name == "tma_load":
+                return True
+            if op.regions or op.name not in _PURE:
+                return False
+        return False
+
+    def _sm80_edge_paths(self, edges: list) -> None:
+        """`_COPIES_IN_LINE`: the clamped copies of the loads in `edges` whose box is not
+        inside, one branch each, after all their in-bounds copies (a load followed by another
+        on the same barrier leaves its branch to that one: the branches would otherwise
+        split the run's copies from the code before them)."""
+        b = self.b
+        for op, ed, sbase, r, u, grow, c0, plan, inside in edges:
+            _, rows, cols, _, _ = ed
+            with b.if_then(b.not_(inside)):
+                self._sm80_copies(op, ed, sbase, r, u, grow, c0, plan, (rows, cols))
+        edges.clear()
+
     def _sm80_copies(self, op: Op, ed: tuple, sbase, r, u, grow, c0, plan: tuple[int, int],
-                     bounds: tuple | None) -> None:
+                     bounds: tuple | None, when=None) -> None:
         """The cp.async pieces of one thread (rows `grow` + rounds of h, units `u` + rounds
         of w). `bounds` (rows, cols): clamp each piece to the tensor, reading zeros past it
-        (the `src-size` operand); None: the box is known to be inside."""
+        (the `src-size` operand); None: the box is known to be inside. `when`: an i1 every
+        piece is predicated on (None: all are issued)."""
         dst = op.operands[0]
         b = self.b
         ar = Arith(b)
@@ -343,11 +383,14 @@ class AmpereLowering(LoweringBase):
                     ok = b.icmp_unsigned("<", gi, rows)
                     args = [sbase, b.select(ok, src, safe), b.select(ok, size, self.c32(0))]
                     cons, size_t = "r,l,r", ", $2"
-                pred = ""
+                pred, on = "", when
                 if i + h > R:  # this round has rows past the box
+                    past = b.icmp_unsigned("<", r, self.c32(R - i))
+                    on = past if on is None else b.and_(on, past)
+                if on is not None:
                     pred = f"@${len(args)} "
                     cons += ",b"
-                    args.append(b.icmp_unsigned("<", r, self.c32(R - i)))
+                    args.append(on)
                 asm(b, VOID, f"{{ {pre}{pred}cp.async.cg.shared.global {dst_t}, [$1], 16"
                     f"{size_t}; }}", cons + ",~{memory}", args)
                 if i + h < R:

@@ -483,7 +483,8 @@ class LoweringBase:
             self.retired_here |= outer
 
     def _block_ops(self, block: Block) -> list[list[ir.Value]] | None:
-        for op in block.ops:
+        for i, op in enumerate(block.ops):
+            self.later_ops = block.ops[i + 1:]   # (ampere.py's copies look ahead)
             if op.name == "yield":
                 return [self.get(v) for v in op.operands]
             if self.inflight and op.name not in ("wgmma", "for"):
