@@ -317,6 +317,9 @@ def main() -> None:
     if DEV == "cuda":
         torch.cuda.synchronize()
     n_jobs = len(jobs) + len(edge_jobs) + sum(map(len, flag_jobs.values()))
+    # a twin compiled again later (a new specialization) would be compiled without its flag
+    twins = [gemm_edge, *(v[0] for v in FLAGGED.values())]
+    n_cached = [len(t.cache) for t in twins]
     print(f"compiled {n_jobs} kernels in {time.perf_counter() - t0:.1f} s", flush=True)
 
     # ---------------------------------------------------------------- correctness
@@ -453,6 +456,10 @@ def main() -> None:
         print(f"  gemm {row['shape']}: " + ", ".join(f"{n} {t:.0f}" for n, t in res.items()) +
               f"; Hopper path {hop:.0f}; cuBLAS {cub:.0f} TFLOP/s -> {row['ratio']:.2f}x",
               flush=True)
+
+    if [len(t.cache) for t in twins] != n_cached:
+        raise SystemExit("a flagged twin (edge / nc / il) was compiled again after the compile "
+                         "phase, without its flag: its timings are not that variant's")
 
     # ---------------------------------------------------------------- table
     bad = [c["name"] for c in out["check"] if not c["ok"]]
