@@ -20,38 +20,38 @@ def _is_float(x: Any) -> bool:
     return np.asarray(x).dtype.kind == "f"
 
 
-def _signed_zeros(r: Any, negative: Callable[[], Any]) -> Any:
-    """`r` with its zeros set to -0.0 where `negative()`, +0.0 elsewhere (`negative` is
-    only evaluated when `r` holds a zero: the common case costs one compare)."""
+def _bits(x: np.ndarray) -> np.ndarray:
+    """The float array `x` as unsigned ints of its width (a view)."""
+    return x.view(f"u{x.dtype.itemsize}")
+
+
+def _fix_ties(r: Any, a: Any, b: Any, combine: Callable) -> Any:
+    """numpy's fmax/fmin result `r` with the zeros of a (-0.0, +0.0) pair set to
+    `combine(bits of a, bits of b)`: & for max (+0.0 unless both are -0.0), | for min. A
+    zero paired with a NaN or a number is already right; only a zero result can be wrong,
+    so a tile without one costs one compare."""
     arr = np.asarray(r)
-    z = arr == 0
-    if not z.any():
+    if not (arr == 0).any():
         return r
-    t = arr.dtype.type
-    out = np.where(z, np.where(negative(), t(-0.0), t(0.0)), arr)
-    return out[()] if out.ndim == 0 else out
-
-
-def _pos_zero(x: Any) -> Any:
-    return (x == 0) & ~np.signbit(x)
-
-
-def _neg_zero(x: Any) -> Any:
-    return (x == 0) & np.signbit(x)
+    arr = np.array(arr)  # fmax's result may be a scalar: a writable array
+    a, b = np.asarray(a, arr.dtype), np.asarray(b, arr.dtype)
+    both = (a == 0) & (b == 0)
+    np.copyto(_bits(arr), combine(_bits(a), _bits(b)), where=both)
+    return arr[()] if arr.ndim == 0 else arr
 
 
 def maxnum(a: Any, b: Any) -> Any:
     """Elementwise GPU max: NaN gives the other operand, max(-0.0, +0.0) is +0.0."""
     if not (_is_float(a) or _is_float(b)):
         return np.maximum(a, b)
-    return _signed_zeros(np.fmax(a, b), lambda: ~(_pos_zero(a) | _pos_zero(b)))
+    return _fix_ties(np.fmax(a, b), a, b, np.bitwise_and)
 
 
 def minnum(a: Any, b: Any) -> Any:
     """Elementwise GPU min: NaN gives the other operand, min(-0.0, +0.0) is -0.0."""
     if not (_is_float(a) or _is_float(b)):
         return np.minimum(a, b)
-    return _signed_zeros(np.fmin(a, b), lambda: _neg_zero(a) | _neg_zero(b))
+    return _fix_ties(np.fmin(a, b), a, b, np.bitwise_or)
 
 
 def pick(a: Any, b: Any, largest: bool) -> Any:
@@ -66,7 +66,14 @@ def reduce_maxnum(x: np.ndarray, axis: int, largest: bool) -> np.ndarray:
     x = np.asarray(x)
     if x.dtype.kind != "f":
         return (np.max if largest else np.min)(x, axis=axis)
-    r = (np.fmax if largest else np.fmin).reduce(x, axis=axis)
-    if largest:
-        return _signed_zeros(r, lambda: ~np.any(_pos_zero(x), axis=axis))
-    return _signed_zeros(r, lambda: np.any(_neg_zero(x), axis=axis))
+    r = np.asarray((np.fmax if largest else np.fmin).reduce(x, axis=axis))
+    z = r == 0
+    if not z.any():
+        return r
+    bits = _bits(x)
+    sign = bits.dtype.type(1 << (8 * x.dtype.itemsize - 1))
+    # max: -0.0 unless the row has a +0.0 (all bits clear); min: -0.0 if it has a -0.0
+    neg = ~np.any(bits == 0, axis=axis) if largest else np.any(bits == sign, axis=axis)
+    r = np.array(r)
+    np.copyto(_bits(r), neg.astype(bits.dtype) * sign, where=z)
+    return r
