@@ -20,6 +20,7 @@ from unittest import mock
 import numpy as np
 import pytest
 import torch
+from lang_helpers import compile_gpu  # (tests/ is on sys.path)
 
 import kitjit as kit
 from kitjit.interpreter.floats import maxnum, minnum, reduce_maxnum
@@ -246,6 +247,24 @@ def test_helpers_on_big_tiles(dt):
         assert np.array_equal(red, want, equal_nan=True)
     assert np.signbit(maxnum(dt(-0.0), dt(0.0))) == np.False_
     assert np.signbit(minnum(0.0, -0.0))
+
+
+def test_compile_for_sm90a():
+    """The kernels of the table compile for sm_90a without spills, and max/min are the
+    FMNMX instruction (whose -0.0 < +0.0 and NaN rule the table records)."""
+    from kitjit.tools import ToolError, disassemble, find_tool, sass_opcodes
+
+    x, i = torch.empty(256), torch.empty(256, dtype=torch.int32)
+    cks = [compile_gpu(pairs, x, x, x, N=16), compile_gpu(rows, x, x, i, R=16, N=16)]
+    if find_tool("cuobjdump") is None:
+        pytest.skip("cuobjdump not found")
+    for ck in cks:
+        try:
+            ops = sass_opcodes(disassemble(ck.asm["cubin"]))
+        except ToolError as e:
+            pytest.skip(str(e))
+        assert any(o.startswith("FMNMX") for o in ops), sorted(ops)
+        assert not any(o.startswith(("STL", "LDL")) for o in ops)
 
 
 # --------------------------------------------------------------------------- GPU
