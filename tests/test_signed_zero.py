@@ -123,6 +123,19 @@ def atomics(MX, MN, Y, OX, ON, N: kit.constexpr):
     kit.store(ON + r, kit.atomic_min(MN + r, y))
 
 
+@kit.jit
+def folded(O):
+    """kit.maximum/minimum of two numbers (folded at compile time) by the same rule."""
+    kit.store(O, kit.maximum(-0.0, 0.0))
+    kit.store(O + 1, kit.maximum(0.0, -0.0))
+    kit.store(O + 2, kit.minimum(0.0, -0.0))
+    kit.store(O + 3, kit.minimum(-0.0, 0.0))
+    kit.store(O + 4, kit.maximum(float("nan"), -0.0))
+    kit.store(O + 5, kit.minimum(1.5, float("nan")))
+    kit.store(O + 6, kit.maximum(float("nan"), 1.0, propagate_nan=kit.PropagateNan.ALL))
+    kit.store(O + 7, kit.maximum(-0.0, -0.0))
+
+
 # --------------------------------------------------------------------------- runs
 def _run(device: str, fn, grid_args: tuple, **consts) -> None:
     # CPU tensors run in the interpreter (in the gpu test too: its references)
@@ -226,6 +239,12 @@ def test_atomics():
     _same(on, old)
 
 
+def test_folded_numbers():
+    o = torch.full((8,), 7.0)
+    _run("cpu", folded, (o,))
+    _same(o, [0.0, 0.0, -0.0, -0.0, -0.0, 1.5, NAN, -0.0])
+
+
 @pytest.mark.parametrize("dt", [np.float16, np.float32, np.float64])
 def test_helpers_on_big_tiles(dt):
     """maxnum/minnum/reduce_maxnum against a plain rule on random ±0/NaN/number tiles."""
@@ -285,5 +304,8 @@ def test_gpu_bits_as_interpreter(dt):
             assert torch.equal(got, want), f"{got}\n{want}"
     _same_bits(_scans(dt, "cuda"), _scans(dt, "cpu"))
     if dt is torch.float32:
+        o = torch.full((8,), 7.0, device="cuda")
+        _run("cuda", folded, (o,))
+        _same(o.cpu(), [0.0, 0.0, -0.0, -0.0, -0.0, 1.5, NAN, -0.0])
         for got, want in zip(_atomics("cuda"), _atomics("cpu")):
             _same_bits(got, want)
