@@ -12,6 +12,7 @@ from kitjit.ir.core import Block, Op
 from kitjit.ir.registry import semantics
 
 from .compiler import Env, _Compiler, pure
+from .floats import reduce_maxnum
 from .numeric import _fixer, _np
 from .sync import _Ctx
 
@@ -26,13 +27,16 @@ def _reduce(op: Op, ctx: _Ctx) -> Callable:
         def f(x):
             return np.sum(x, axis=axis, dtype=rdt)
     elif kind in ("max", "min"):
-        # as the GPU's tree of maxnum/minnum: NaNs are skipped unless a row is all NaN
-        g = np.fmax.reduce if kind == "max" else np.fmin.reduce
+        # as the GPU's tree of maxnum/minnum: NaNs are skipped unless a row is all NaN,
+        # -0.0 < +0.0 (floats.py)
+        largest = kind == "max"
 
         def f(x):
-            return np.asarray(g(x, axis=axis)).astype(rdt)
+            return np.asarray(reduce_maxnum(x, axis, largest)).astype(rdt)
     elif kind in ("argmax", "argmin"):
-        g = np.argmax if kind == "argmax" else np.argmin  # first extreme element
+        # the first extreme element (the GPU's arg_better: -0.0 == +0.0 is a tie, the
+        # smaller index wins; the first NaN beats every number)
+        g = np.argmax if kind == "argmax" else np.argmin
 
         def f(x):
             return g(x, axis=axis).astype(rdt)
