@@ -4,9 +4,11 @@ The GPU's max.f32/min.f32 (LLVM maxnum/minnum; fp16 and bf16 go through fp32) or
 -0.0 < +0.0 and return the other operand for a NaN (IEEE 754-2019 maximumNumber /
 minimumNumber). The table below is what an H200 gave (2026-11-29, fp32/fp16/bf16 alike):
 kit.maximum / kit.minimum (also propagate_nan=ALL), libdevice fmax / fmin, kit.clamp,
-kit.max / kit.min (also with return_indices), argmax / argmin (-0.0 == +0.0: a tie, the
+kit.max / kit.min, argmax / argmin (-0.0 == +0.0: a tie, the
 first index), kit.reduce and kit.associative_scan with kit.maximum / kit.minimum, and
 atomic_max / atomic_min (Triton's integer trick: also -0.0 < +0.0, but a +NaN wins).
+kit.max / kit.min with return_indices give the element at the index (torch.max(x, dim)'s
+pair), and kit.sum of a row of -0.0 gives -0.0.
 numpy's fmax / fmin return either zero (by argument order, dtype, SIMD path): the
 interpreter fixes the sign (kitjit/interpreter/floats.py). The gpu test runs the same
 kernels on the GPU and compares bits with the interpreter.
@@ -52,6 +54,8 @@ ROWS = [([-0.0, 0.0] * 8, (0.0, -0.0, 0, 0)),
         ([NAN, -0.0, 0.0, NAN] * 4, (0.0, -0.0, 0, 0)),
         ([-1.0, -0.0] * 8, (-0.0, -1.0, 1, 0)),
         ([1.0] + [0.0, -0.0] * 7 + [NAN], (1.0, -0.0, 15, 15))]
+#: kit.sum of each row: -0.0 only for a row of -0.0 (the GPU's fadd tree has no +0.0 identity)
+SUM = [0.0, 0.0, 0.0, 0.0, -0.0, 0.0, NAN, -8.0, NAN]
 DTYPES = pytest.mark.parametrize("dt", [torch.float32, torch.float16, torch.bfloat16],
                                  ids=["fp32", "fp16", "bf16"])
 BITS = {2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -89,7 +93,7 @@ def pairs(X, Y, O, N: kit.constexpr):
 @kit.jit
 def rows(X, O, I, R: kit.constexpr, N: kit.constexpr):
     """O[k, :]: max, min, max and min with return_indices, kit.reduce with maximum and
-    minimum; I[k, :]: argmax, argmin, the two return_indices' indices."""
+    minimum, sum; I[k, :]: argmax, argmin, the two return_indices' indices."""
     r = kit.arange(0, R)
     x = kit.load(X + r[:, None] * N + kit.arange(0, N)[None, :])
     vmax, imax = kit.max(x, axis=1, return_indices=True)
@@ -100,6 +104,7 @@ def rows(X, O, I, R: kit.constexpr, N: kit.constexpr):
     kit.store(O + 3 * R + r, vmin)
     kit.store(O + 4 * R + r, kit.reduce(x, 1, _max))
     kit.store(O + 5 * R + r, kit.reduce(x, 1, _min))
+    kit.store(O + 6 * R + r, kit.sum(x, axis=1))
     kit.store(I + r, kit.argmax(x, axis=1))
     kit.store(I + R + r, kit.argmin(x, axis=1))
     kit.store(I + 2 * R + r, imax)
@@ -156,7 +161,7 @@ def _pairs(dt: torch.dtype, device: str) -> torch.Tensor:
 def _rows(dt: torch.dtype, device: str) -> tuple[torch.Tensor, torch.Tensor]:
     x = torch.tensor([r for r, _ in ROWS] + [ROWS[0][0]] * (16 - len(ROWS)), dtype=dt,
                      device=device)
-    o = torch.full((6, 16), NAN, dtype=dt, device=device)
+    o = torch.full((7, 16), NAN, dtype=dt, device=device)
     i = torch.full((4, 16), -7, dtype=torch.int32, device=device)
     _run(device, rows, (x, o, i), R=16, N=16)
     return o[:, :len(ROWS)].cpu(), i[:, :len(ROWS)].cpu()
@@ -214,7 +219,11 @@ def test_elementwise_pairs(dt):
 def test_reductions(dt):
     o, i = _rows(dt, "cpu")
     vmax, vmin, amax, amin = (list(c) for c in zip(*(w for _, w in ROWS)))
-    for row, want in zip(o, (vmax, vmin, vmax, vmin, vmax, vmin)):
+    # with return_indices the value is the element at the index (torch.max(x, dim)'s pair:
+    # NaN where argmax found one, the first zero's sign on a -0.0 / +0.0 tie)
+    at_max = [r[a] for (r, _), a in zip(ROWS, amax)]
+    at_min = [r[a] for (r, _), a in zip(ROWS, amin)]
+    for row, want in zip(o, (vmax, vmin, at_max, at_min, vmax, vmin, SUM)):
         _same(row, want)
     assert i.tolist() == [amax, amin, amax, amin]
 

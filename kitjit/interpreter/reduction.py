@@ -25,7 +25,13 @@ def _reduce(op: Op, ctx: _Ctx) -> Callable:
     fix = _fixer(op.result.dtype)
     if kind == "sum":
         def f(x):
-            return np.sum(x, axis=axis, dtype=rdt)
+            r = np.sum(x, axis=axis, dtype=rdt)
+            if np.issubdtype(rdt, np.floating) and np.any(r == 0):
+                # the GPU's tree of fadds has no +0.0 identity: a row of -0.0 sums to -0.0
+                # (numpy's pairwise sum starts from +0.0)
+                neg = np.all((x == 0) & np.signbit(x), axis=axis)
+                r = np.where(neg, np.copysign(r, -1.0), r)[()].astype(rdt)
+            return r
     elif kind in ("max", "min"):
         # as the GPU's tree of maxnum/minnum: NaNs are skipped unless a row is all NaN,
         # -0.0 < +0.0 (floats.py)
