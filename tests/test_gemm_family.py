@@ -107,12 +107,15 @@ def test_fp8_tuner_candidates():
     a = torch.empty(1, 1)
 
     def picks(M, N):
-        return [(c.kwargs["BM"], c.kwargs["BN"], c.kwargs["STAGES"])
+        return [(c.kwargs["BM"], c.kwargs["BN"], c.kwargs["STAGES"],
+                 c.kwargs.get("OVERLAP", False))
                 for c in f8.least_waste(f8.CONFIGS, dict(M=M, N=N, A=a))]
 
-    assert picks(4096, 4096) == [(128, 256, 4), (128, 256, 3), (256, 128, 4)]  # all tie
-    assert picks(8192, 128) == [(256, 128, 4)]       # N = 128: half of a 256-wide tile idle
-    assert picks(128, 8192) == [(128, 256, 4), (128, 256, 3)]
+    ovl, plain, s3, tr = (128, 256, 4, True), (128, 256, 4, False), (128, 256, 3, False), \
+        (256, 128, 4, False)
+    assert picks(4096, 4096) == [ovl, plain, s3, tr]  # all tie
+    assert picks(8192, 128) == [tr]       # N = 128: half of a 256-wide tile idle
+    assert picks(128, 8192) == [ovl, plain, s3]
 
 
 def test_fp8_argument_errors():
@@ -339,7 +342,7 @@ def test_sass_fp8_overlap(tma_store, stages):
 def test_sass_fp8_direct_store():
     """The fallback epilogue (rows of C not a multiple of 16 bytes): 16-byte register
     stores, 4 stages."""
-    c, _ = f8_sass("tensor", STAGES=4, TMA_STORE=False)
+    c, _ = f8_sass("tensor", STAGES=4, TMA_STORE=False, OVERLAP=False)
     assert not c.has("UTMASTG") and len(c.find(r"STG\.E\.128")) == 16, c.summary()
     c.assert_no_spills()
 
