@@ -199,6 +199,16 @@ def _steady(fn) -> float:
     return bench(fn, warmup=2, rep=25)
 
 
+def fill_split(tiles: int, n_k: int, sms: int = SMS) -> int:
+    """The split (2-16, >= 4 k-steps a part) whose tiles x split fill the SMs in the most
+    nearly whole waves (ties: the smaller): 8B qkv's 48 column blocks split 2 leave 36 of
+    132 SMs idle, split 11 is 4 whole waves of the persistent grid."""
+    def waste(s):
+        return -(tiles * s) / (-(-(tiles * s) // sms) * sms)
+    return min((s for s in range(2, 17) if n_k // s >= 4), key=lambda s: (waste(s), s),
+               default=1)
+
+
 def bench_gemm(args) -> list:
     import matmul as mm
 
@@ -222,6 +232,12 @@ def bench_gemm(args) -> list:
                 for l2 in (256, 0):
                     runs[f"ex st6 l2b{l2}"] = lambda l2=l2, d=deep: mm.matmul(
                         a, w, trans_b=True, l2_b=l2, **d)
+                fill = fill_split(mm.kit.cdiv(N, 128), K // 64)
+                if M <= 64 and fill != split:   # split-K that fills the SMs in whole waves
+                    cfg = dict(deep, STAGES=4, SPLIT_K=fill)
+                    for l2 in (256, 0):
+                        runs[f"ex fill{fill} l2b{l2}"] = lambda l2=l2, c=cfg: mm.matmul(
+                            a, w, trans_b=True, l2_b=l2, **c)
                 for l2 in (256, 0):
                     runs[f"cluster-a l2b{l2}"] = lambda l2=l2: matmul_splitk_cluster(
                         a, w, True, share_a=True, L2_B=l2)

@@ -36,6 +36,9 @@ def _randn(*shape, seed=0):
     (16, 128, 2048, {}),                                   # split 2, added in the kernel
     (72, 136, 200, dict(BM=128, BN=128, BK=64, STAGES=4, num_warps=8, SPLIT_K=2,
                         SLABS=True)),                      # slabs, ragged
+    # 11 parts (benchmarks/skinnybw_bench.py's "fill" split: 48 x 11 = 4 x 132 programs),
+    # the last part's k-steps partly past K
+    (16, 136, 1304, dict(BM=64, BN=128, BK=64, STAGES=4, num_warps=4, SPLIT_K=11)),
 ])
 def test_example_l2_b_changes_no_value(monkeypatch, poison, M, N, K, cfg):
     monkeypatch.setenv("KITJIT_INTERPRET", "1")
@@ -107,3 +110,36 @@ def test_graph_descriptor_carries_l2w():
     l2 = sorted(e.get("l2", 256) for e in ck.metadata["tma"])
     assert l2 == [0, 256]                     # W without promotion, x (re-read) with it
     assert ck.metadata["spills"] == 0
+
+
+# ---------------------------------------------------------------- GPU
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("M,N,K", [(16, 6144, 4096), (128, 4096, 4096), (77, 1000, 2056)])
+def test_example_l2_b_gpu(poison, M, N, K):
+    """The example's split-K paths (in-kernel at M <= 64, slabs above) and the cluster
+    split-K with unpromoted weight copies, against float64; the same bits as promoted."""
+    import matmul as ex
+
+    from kitjit.nn.matmul_splitk import matmul_splitk_cluster
+
+    a, w = _randn(M, K).cuda(), _randn(N, K, seed=1).cuda()
+    ref = a.double() @ w.double().T
+    for fn in (lambda l2: ex.matmul(a, w, trans_b=True, l2_b=l2),
+               lambda l2: matmul_splitk_cluster(a, w, True, share_a=True, L2_B=l2)):
+        outs = [fn(l2) for l2 in (256, 0)]
+        assert torch.equal(outs[0], outs[1])
+        err = (outs[1].double() - ref).abs().max() / ref.abs().max()
+        assert err < 1e-2 and not outs[1].isnan().any()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("params", [dict(smem(SPLIT=4, STAGES=4, FUSE=True), L2W=0),
+                                    dict(smem(BN=128, SPLIT=8, FUSE=True), L2W=0)])
+def test_graph_l2w_gpu(params):
+    from kitjit.graph import search
+
+    g, src = _source(params, 16, 4096, 6144)
+    mod = load(src, "l2w_gpu")
+    assert search.verify(g, mod, search.Trials(g, "cuda", 3)) is None
