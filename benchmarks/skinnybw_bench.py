@@ -280,7 +280,7 @@ def main() -> int:
     ap.add_argument("--only", default="graph,gemm")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--m", type=lambda s: [int(x) for x in s.split(",")], default=[16, 128])
-    ap.add_argument("--search-budget", type=float, default=10.0,
+    ap.add_argument("--search-budget", type=float, default=15.0,
                     help="seconds of kit.graph search of rms_norm + linear (0: none)")
     ap.add_argument("--candidates", type=int, default=12)
     args = ap.parse_args()

@@ -33,6 +33,7 @@ def _randn(*shape, seed=0):
 
 # ---------------------------------------------------------------- examples/matmul.py
 @pytest.mark.parametrize("M,N,K,cfg", [
+    (16, 136, 128, {}),                                    # autotuned, no split
     (16, 128, 2048, {}),                                   # split 2, added in the kernel
     (72, 136, 200, dict(BM=128, BN=128, BK=64, STAGES=4, num_warps=8, SPLIT_K=2,
                         SLABS=True)),                      # slabs, ragged
@@ -79,6 +80,10 @@ def test_graph_l2w_only_on_the_weights():
     loads = [ln.strip() for ln in src.splitlines() if "kit.tma_load(" in ln]
     assert loads and all(("l2_promotion=0" in ln) == ln.startswith("kit.tma_load(w0s")
                          for ln in loads), loads
+    epi = dict(smem(M=5), BM=64, NORM="epi", L2W=0)       # x * w as the register A operand
+    _, src = _source(epi)
+    loads = [ln.strip() for ln in src.splitlines() if "kit.tma_load(" in ln]
+    assert len(loads) == 2 and all("ws0" in ln and "l2_promotion=0" in ln for ln in loads)
     _, src = _source(smem(M=5))
     assert "l2_promotion" not in src
     assert codegen_wgmma.l2_option({}) == "" and codegen_wgmma.l2_option({"L2W": 0}) != ""
