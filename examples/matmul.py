@@ -29,7 +29,7 @@ def tile_origin(tile, M, N, n_k, BM: kit.constexpr, BN: kit.constexpr, BK: kit.c
 @kit.jit
 def load_stage(a, b, ready, A, B, m0, n0, k0, kk, it, BK: kit.constexpr,
                STAGES: kit.constexpr, TRANS_B: kit.constexpr, b2=None, B2=None, GATE=None,
-               CHUNK=1, OWN=0, EPOCH=0, A_OWN=None):
+               CHUNK=1, OWN=0, EPOCH=0, A_OWN=None, L2_B: kit.constexpr = 256):
     s = it % STAGES
     k = k0 + kk * BK                                 # past K, TMA reads zeros
     if GATE is None:
@@ -40,7 +40,7 @@ def load_stage(a, b, ready, A, B, m0, n0, k0, kk, it, BK: kit.constexpr,
         if kk == 0:
             kit.signal_wait(GATE + m0 // CHUNK, EPOCH, cmp="ge")
         kit.tma_load(a[s], A, (m0, k), ready[s])
-    kit.tma_load(b[s], B, (n0, k) if TRANS_B else (k, n0), ready[s])
+    kit.tma_load(b[s], B, (n0, k) if TRANS_B else (k, n0), ready[s], l2_promotion=L2_B)
     if B2 is not None:                               # a second B (SwiGLU's up projection)
         kit.tma_load(b2[s], B2, (n0, k) if TRANS_B else (k, n0), ready[s])
 
@@ -49,20 +49,21 @@ def load_stage(a, b, ready, A, B, m0, n0, k0, kk, it, BK: kit.constexpr,
 def refill(a, b, ready, A, B, tile, step, n_tiles, kk, it, m0, n0, k0, m1, n1, k1, M, N, n_k,
            BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr, STAGES: kit.constexpr,
            GROUP: kit.constexpr, TRANS_B: kit.constexpr, SPLIT_K: kit.constexpr, b2=None,
-           B2=None, GATE=None, CHUNK=1, OWN=0, EPOCH=0, ROT=None, A_OWN=None):
+           B2=None, GATE=None, CHUNK=1, OWN=0, EPOCH=0, ROT=None, A_OWN=None,
+           L2_B: kit.constexpr = 256):
     j = kk + STAGES - 1        # refill the stage MMA it-1 freed, running into the next tile
     if j < n_k:                # (its origin m1, n1, k1) so its loads fly during this epilogue
         load_stage(a, b, ready, A, B, m0, n0, k0, j, it + STAGES - 1, BK, STAGES, TRANS_B,
-                   b2, B2, GATE, CHUNK, OWN, EPOCH, A_OWN)
+                   b2, B2, GATE, CHUNK, OWN, EPOCH, A_OWN, L2_B)
     elif j < 2 * n_k:
         if tile + step < n_tiles:
             load_stage(a, b, ready, A, B, m1, n1, k1, j - n_k, it + STAGES - 1, BK, STAGES,
-                       TRANS_B, b2, B2, GATE, CHUNK, OWN, EPOCH, A_OWN)
+                       TRANS_B, b2, B2, GATE, CHUNK, OWN, EPOCH, A_OWN, L2_B)
     elif tile + j // n_k * step < n_tiles:           # K shorter than the ring
         mj, nj, kj = tile_origin(tile + j // n_k * step, M, N, n_k, BM, BN, BK, GROUP, SPLIT_K,
                                  ROT)
         load_stage(a, b, ready, A, B, mj, nj, kj, j % n_k, it + STAGES - 1, BK, STAGES,
-                   TRANS_B, b2, B2, GATE, CHUNK, OWN, EPOCH, A_OWN)
+                   TRANS_B, b2, B2, GATE, CHUNK, OWN, EPOCH, A_OWN, L2_B)
 
 
 @kit.jit
@@ -135,7 +136,8 @@ def splitk_sum(W, C, n, SPLIT_K: kit.constexpr, BLOCK: kit.constexpr):
 def matmul_kernel(A, B, C, W, LOCKS, M, N, K, BM: kit.constexpr, BN: kit.constexpr,
                   BK: kit.constexpr, STAGES: kit.constexpr, GROUP: kit.constexpr,
                   TRANS_B: kit.constexpr = False, SPLIT_K: kit.constexpr = 1,
-                  TMA_STORE: kit.constexpr = 0, SLABS: kit.constexpr = False):
+                  TMA_STORE: kit.constexpr = 0, SLABS: kit.constexpr = False,
+                  L2_B: kit.constexpr = 256):
     a = kit.shared((STAGES, BM, BK), A.dtype.element_ty)   # 128-byte swizzle, from the width
     # B is [K, N], or [N, K] when TRANS_B (then b[s].T is a K-major view for WGMMA)
     b = kit.shared((STAGES, BN, BK) if TRANS_B else (STAGES, BK, BN), B.dtype.element_ty)
@@ -149,7 +151,8 @@ def matmul_kernel(A, B, C, W, LOCKS, M, N, K, BM: kit.constexpr, BN: kit.constex
         t = first + s // n_k * step                          # this program's first k-steps
         if t < n_tiles:                                      # (several tiles when K is short)
             m0, n0, k0 = tile_origin(t, M, N, n_k, BM, BN, BK, GROUP, SPLIT_K)
-            load_stage(a, b, ready, A, B, m0, n0, k0, s % n_k, s, BK, STAGES, TRANS_B)
+            load_stage(a, b, ready, A, B, m0, n0, k0, s % n_k, s, BK, STAGES, TRANS_B,
+                       L2_B=L2_B)
     it = 0                                                   # k-steps done by this program
     for tile in range(first, n_tiles, step):
         m0, n0, k0 = tile_origin(tile, M, N, n_k, BM, BN, BK, GROUP, SPLIT_K)
@@ -160,7 +163,7 @@ def matmul_kernel(A, B, C, W, LOCKS, M, N, K, BM: kit.constexpr, BN: kit.constex
             bs = b[it % STAGES].T if TRANS_B else b[it % STAGES]
             acc = kit.mma(a[it % STAGES], bs, acc, pending=1)
             refill(a, b, ready, A, B, tile, step, n_tiles, kk, it, m0, n0, k0, m1, n1, k1, M,
-                   N, n_k, BM, BN, BK, STAGES, GROUP, TRANS_B, SPLIT_K)
+                   N, n_k, BM, BN, BK, STAGES, GROUP, TRANS_B, SPLIT_K, L2_B=L2_B)
             it += 1
         if SPLIT_K == 1:
             store_tile(C, acc, m0, n0, M, N, BM, BN, TMA_STORE)
@@ -237,10 +240,12 @@ SPLIT_MODE: str | None = None
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False, arch: str | None = None,
-           split_mode: str | None = None, **config) -> torch.Tensor:
+           split_mode: str | None = None, l2_b: int = 256, **config) -> torch.Tensor:
     """a @ b (a @ b.T when trans_b: b is [N, K]); with no config, the autotuned choice.
     `arch`: compile for this target ("sm_80": the Ampere code path, on any newer GPU too).
-    `split_mode`: how the shapes that split K add their parts (see SPLIT_MODE)."""
+    `split_mode`: how the shapes that split K add their parts (see SPLIT_MODE).
+    `l2_b`: the L2 promotion of B's TMA copies (0, 64, 128 or 256 bytes; a skinny GEMM
+    streams its weights once from DRAM, where the decode kernel gained with 0)."""
     M, K = a.shape
     N = b.shape[0] if trans_b else b.shape[1]
     split_mode = split_mode or SPLIT_MODE
@@ -250,7 +255,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False, arch: str | 
     sms = num_sms(a.device)
     if split_mode and not config and arch is None and splitk_for(M, N, K, sms) > 1:
         from kitjit.nn.matmul_splitk import matmul_splitk_cluster
-        return matmul_splitk_cluster(a, b, trans_b, share_a=split_mode == "cluster-a")
+        return matmul_splitk_cluster(a, b, trans_b, share_a=split_mode == "cluster-a",
+                                     **({} if l2_b == 256 else {"L2_B": l2_b}))
     c = torch.empty(M, N, device=a.device, dtype=a.dtype)
     if K == 0:            # the kernel assumes every tile has k-steps (see kit.assume there)
         return c.zero_()
@@ -260,6 +266,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False, arch: str | 
                       **({} if config or ampere else {"num_warps": CONFIGS[1].num_warps}))
         sms *= AMPERE_CTAS_PER_SM if ampere else 1
     split = config.get("SPLIT_K", 1) if config else splitk_for(M, N, K, sms)
+    if l2_b != 256 and arch is None:     # (the sm_80 path has no TMA copies)
+        config = dict(config, L2_B=l2_b)
 
     def grid(meta):
         return (min(kit.cdiv(M, meta["BM"]) * kit.cdiv(N, meta["BN"]) * split, sms),)

@@ -28,7 +28,8 @@ from kitjit.testing import bench, check, device, has_gpu
 @kit.jit
 def matmul_fp8_kernel(A, B, C, SA, SB, M, N, K, BM: kit.constexpr, BN: kit.constexpr,
                       BK: kit.constexpr, STAGES: kit.constexpr, GROUP: kit.constexpr,
-                      SCALE: kit.constexpr, TMA_STORE: kit.constexpr = False):
+                      SCALE: kit.constexpr, TMA_STORE: kit.constexpr = False,
+                      OVERLAP: kit.constexpr = False):
     a = kit.shared((STAGES, BM, BK), A.dtype.element_ty)   # [BM, 128] fp8: 128-byte swizzle
     b = kit.shared((STAGES, BN, BK), B.dtype.element_ty)   # [N, K]: K-major, as QGMMA needs
     ready = kit.mbarriers(STAGES)
@@ -41,6 +42,8 @@ def matmul_fp8_kernel(A, B, C, SA, SB, M, N, K, BM: kit.constexpr, BN: kit.const
             m0, n0, k0 = tile_origin(t, M, N, n_k, BM, BN, BK, GROUP, 1)
             load_stage(a, b, ready, A, B, m0, n0, k0, s % n_k, s, BK, STAGES, True)
     it = 0
+    if OVERLAP:        # the last tile's C and origin, stored under this tile's first MMAs
+        prev, pm, pn = kit.zeros((BM, BN), C.dtype.element_ty), 0, 0
     for tile in range(first, n_tiles, step):
         m0, n0, k0 = tile_origin(tile, M, N, n_k, BM, BN, BK, GROUP, 1)
         m1, n1, k1 = tile_origin(tile + step, M, N, n_k, BM, BN, BK, GROUP, 1)
@@ -49,7 +52,15 @@ def matmul_fp8_kernel(A, B, C, SA, SB, M, N, K, BM: kit.constexpr, BN: kit.const
         acc = kit.zeros((BM, BN), kit.float32)
         part = kit.zeros((BM, BN), kit.float32)      # block scales: the last K-block's sum
         s_part = kit.zeros((BM,), kit.float32)       # and its scales
-        for kk in range(n_k):
+        if OVERLAP:    # k-step 0 peeled: the tensor cores run it while the registers of the
+            kit.mbarrier_wait(ready[it % STAGES], it // STAGES % 2)   # last tile's C go out
+            acc = kit.mma(a[it % STAGES], b[it % STAGES].T, acc, pending=1)
+            refill(a, b, ready, A, B, tile, step, n_tiles, 0, it, m0, n0, k0, m1, n1, k1, M,
+                   N, n_k, BM, BN, BK, STAGES, GROUP, True, 1)
+            it += 1
+            if tile != first:
+                store_tile(C, prev, pm, pn, M, N, BM, BN, TMA_STORE)
+        for kk in range(1 if OVERLAP else 0, n_k):
             if SCALE == "block":       # this K-block's scales (BN <= 128: one B block)
                 s_new = kit.load(SA + rm * n_k + kk, mask=rm < M, other=0.0) * \
                     kit.load(SB + n0 // 128 * n_k + kk)
@@ -71,11 +82,16 @@ def matmul_fp8_kernel(A, B, C, SA, SB, M, N, K, BM: kit.constexpr, BN: kit.const
         elif SCALE == "row":
             acc = acc * kit.load(SA + rm, mask=rm < M, other=0.0)[:, None] \
                 * kit.load(SB + rn, mask=rn < N, other=0.0)[None, :]
-        if TMA_STORE:   # through a staging tile: the bulk copy drains under the next tile
+        if OVERLAP:     # kept in registers (16-bit: half the accumulator's) until the
+            prev, pm, pn = acc.to(C.dtype.element_ty), m0, n0      # next tile's k-step 0
+        elif TMA_STORE:  # through a staging tile: the bulk copy drains under the next tile
             store_tile(C, acc, m0, n0, M, N, BM, BN, TMA_STORE)   # (2: in two halves)
         else:
             mask = (rm[:, None] < M) & (rn[None, :] < N)
             kit.store(C + rm[:, None] * N + rn[None, :], acc.to(C.dtype.element_ty), mask=mask)
+    if OVERLAP:
+        if first < n_tiles:                           # this program's last tile
+            store_tile(C, prev, pm, pn, M, N, BM, BN, TMA_STORE)
 
 
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -87,10 +103,46 @@ FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 # tile does not fit (fp32 C: 128 KB) or rows of C are not a multiple of 16 bytes, and for
 # per-row scales (measured: the scale vectors' registers make the TMA-store variant no
 # faster there). Block scales keep two accumulators (the sum and the last K-block's partial):
-# 128x128 tiles.
-DEFAULT = dict(BM=128, BN=256, BK=128, STAGES=4, TMA_STORE=2, num_warps=8)
-DEFAULT_DIRECT = dict(DEFAULT, TMA_STORE=False)
+# 128x128 tiles. OVERLAP keeps a finished tile's C in 16-bit registers and stores it while the
+# next tile's first k-step runs (H200, 2026-11-29: 1.024x fast-accum cuBLAS over the four
+# shapes, against 0.96-0.97 without; +4-13% where K is short and the epilogue weighs most).
+DEFAULT = dict(BM=128, BN=256, BK=128, STAGES=4, TMA_STORE=2, OVERLAP=True, num_warps=8)
+DEFAULT_DIRECT = dict(DEFAULT, TMA_STORE=False, OVERLAP=False)
 DEFAULT_BLOCK = dict(BM=128, BN=128, BK=128, STAGES=6, num_warps=8)
+
+
+# Per-tensor scales into 16-bit C with 16-byte rows: kit.autotune times these on the first call
+# per (M, N, K, scaling, dtypes) key and GPU and keeps the winner on disk, as examples/matmul.py
+# does. Each won a shape in one H200 run (TFLOP/s at 4096^3 / 8192^3 / 8192x8192x1024 /
+# 16384x1024x4096: 1378 / 1308 / 1104 / 1298 for the best of them), but by 1-2%, within what
+# the same config moved between two columns of that run: expect little from the choice itself.
+# OVERLAP won at every shape (benchmarks/fp8_overlap.py, H200 2026-11-29: 1331 / 1289 / 1139 /
+# 1352 against 1298 / 1306 / 1063 / 1199 without), so it leads the list.
+CONFIGS = [kit.Config(c, num_warps=8) for c in (
+    dict(BM=128, BN=256, BK=128, STAGES=4, TMA_STORE=2, OVERLAP=True),   # DEFAULT
+    dict(BM=128, BN=256, BK=128, STAGES=4, TMA_STORE=2),    # the same, C stored after
+    dict(BM=128, BN=256, BK=128, STAGES=3, TMA_STORE=1),    # whole-tile staging, 3 stages
+    dict(BM=256, BN=128, BK=128, STAGES=4, TMA_STORE=2))]   # the tile transposed
+
+
+def waves_of_work(M: int, N: int, BM: int, BN: int, sms: int) -> int:
+    """Elements of C one SM computes in this tile shape: whole waves of whole tiles (what the
+    padding past M, N and the last wave's idle SMs cost)."""
+    return kit.cdiv(kit.cdiv(M, BM) * kit.cdiv(N, BN), sms) * BM * BN
+
+
+def least_waste(configs, named_args, **kwargs):
+    """Time only the tile shapes whose padding and last wave waste least (within 2%), in the
+    list's order: the first is the heuristic's pick, which the interpreter takes untimed."""
+    M, N = named_args["M"], named_args["N"]
+    sms = num_sms(named_args["A"].device)
+    work = [waves_of_work(M, N, c.kwargs["BM"], c.kwargs["BN"], sms) for c in configs]
+    return [c for c, w in zip(configs, work) if w <= 1.02 * min(work)]
+
+
+matmul_fp8_tuned = kit.autotune(CONFIGS, key=["M", "N", "K", "SCALE"],
+                                prune_configs_by={"early_config_prune": least_waste}
+                                )(matmul_fp8_kernel)
 
 
 def default_config(mode: str, N: int, out_dtype: torch.dtype) -> dict:
@@ -119,9 +171,12 @@ def scale_mode(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Ten
 
 def matmul_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
                scale_b: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16,
-               **config) -> torch.Tensor:
+               tune: bool = True, **config) -> torch.Tensor:
     """(a * scale_a) @ (b * scale_b).T for fp8 a [M, K] and b [N, K] (K a multiple of 16:
-    TMA rows are 16-byte aligned), fp32 accumulation, out_dtype bf16/fp16/fp32."""
+    TMA rows are 16-byte aligned), fp32 accumulation, out_dtype bf16/fp16/fp32. With no
+    config, per-tensor scales and TMA-storable C, the tile config is tuned per shape
+    (CONFIGS; `tune=False`: the untimed heuristic pick); otherwise `default_config`.
+    `OVERLAP=True` stores each tile's C under the next tile's first MMAs (not block scales)."""
     if a.dtype not in FP8 or b.dtype not in FP8:
         raise TypeError(f"matmul_fp8 takes float8_e4m3fn / float8_e5m2, got {a.dtype}, "
                         f"{b.dtype}")
@@ -131,14 +186,27 @@ def matmul_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
         raise ValueError(f"a is {list(a.shape)}, b must be [N, {K}] with K % 16 == 0, got "
                          f"{list(b.shape)}")
     mode, sa, sb = scale_mode(a, b, scale_a, scale_b)
+    c = torch.empty(M, N, device=a.device, dtype=out_dtype)
+    if K == 0:     # the kernel's ring assumes k-steps (the prologue divides by their count)
+        return c.zero_()
+    sms = num_sms(a.device)
+    if not config and default_config(mode, N, out_dtype) is DEFAULT:
+        if tune:
+            def grid(meta):
+                return (min(kit.cdiv(M, meta["BM"]) * kit.cdiv(N, meta["BN"]), sms),)
+            matmul_fp8_tuned[grid](a, b, c, sa, sb, M, N, K, GROUP=8, SCALE=mode)
+            return c
+        config = dict(least_waste(CONFIGS, dict(M=M, N=N, A=a))[0].all_kwargs())
     cfg = dict(default_config(mode, N, out_dtype), **config)
+    if cfg.get("OVERLAP") and (mode == "block" or out_dtype.itemsize != 2):
+        raise ValueError("OVERLAP is not supported yet with block scales or fp32 C (a second "
+                         "accumulator-sized tile of registers for the last tile's C)")
     if mode == "block" and (cfg["BK"] != 128 or 128 % cfg["BN"]):
         raise ValueError("block scales need BK=128 (one K-block of scales per stage) and BN "
                          "dividing 128 (one block of B's scales per tile)")
     if cfg.get("TMA_STORE") and (N * out_dtype.itemsize) % 16:
         raise ValueError("TMA_STORE needs rows of C a multiple of 16 bytes")
-    c = torch.empty(M, N, device=a.device, dtype=out_dtype)
-    grid = (min(kit.cdiv(M, cfg["BM"]) * kit.cdiv(N, cfg["BN"]), num_sms(a.device)),)
+    grid = (min(kit.cdiv(M, cfg["BM"]) * kit.cdiv(N, cfg["BN"]), sms),)
     matmul_fp8_kernel[grid](a, b, c, sa, sb, M, N, K, GROUP=8, SCALE=mode, **cfg)
     return c
 

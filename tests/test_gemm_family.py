@@ -70,12 +70,19 @@ FP8_CPU = [  # (M, N, K, a dtype, b dtype, out dtype, scales, config)
     (100, 72, 160, E4, E4, torch.bfloat16, "tensor", dict(SMALL, STAGES=3, TMA_STORE=True)),
     (100, 68, 160, E4, E4, torch.bfloat16, "tensor", dict(SMALL)),  # 136-byte rows: direct
     (70, 264, 96, E5, E4, torch.float32, "row", dict(SMALL, BN=128, STAGES=2, TMA_STORE=True)),
+    # OVERLAP: each tile's C stored under the next tile's first k-step (persistent: 4 programs)
+    (200, 136, 160, E4, E4, torch.bfloat16, "tensor", dict(SMALL, STAGES=3, TMA_STORE=2,
+                                                            OVERLAP=True)),
+    (150, 72, 32, E4, E5, torch.float16, "tensor", dict(SMALL, STAGES=4, OVERLAP=True)),
+    (100, 200, 272, E5, E5, torch.bfloat16, "row", dict(SMALL, STAGES=3, TMA_STORE=True,
+                                                        OVERLAP=True)),
 ]
 
 
 @pytest.mark.parametrize("M,N,K,da,db,dc,mode,cfg", FP8_CPU, ids=[
     f"{m}x{n}x{k}-{str(a)[-4:]}x{str(b)[-4:]}-{str(c)[6:]}-{s}" + ("-tma" if "TMA_STORE" in g
                                                                    else "")
+    + ("-overlap" if g.get("OVERLAP") else "")
     for m, n, k, a, b, c, s, g in FP8_CPU])
 def test_interp_fp8(M, N, K, da, db, dc, mode, cfg, poison):
     a, b = fp8(M, K, dtype=da, seed=1), fp8(N, K, dtype=db, seed=2)
@@ -85,11 +92,30 @@ def test_interp_fp8(M, N, K, da, db, dc, mode, cfg, poison):
     assert_rows_close(c, f8.reference(a, b, sa, sb), out_tol(dc), f"fp8 {mode} {M}x{N}x{K}")
 
 
-def test_interp_fp8_default_config(poison):
+@pytest.mark.parametrize("tune", [True, False], ids=["tuned", "heuristic"])
+def test_interp_fp8_default_config(tune, poison):
+    """The tuned path (the interpreter takes the heuristic's pick, untimed) and tune=False."""
     a, b = fp8(130, 128, seed=3), fp8(264, 128, seed=4)
     sa, sb = scales("tensor", 130, 264, 128)
-    c = f8.matmul_fp8(a, b, sa, sb)
+    c = f8.matmul_fp8(a, b, sa, sb, tune=tune)
+    assert is_poisoned(c, poison)
     assert_rows_close(c, f8.reference(a, b, sa, sb), 1e-2, "fp8 default config")
+
+
+def test_fp8_tuner_candidates():
+    """The tuner times only the tile shapes that waste least; the first is the heuristic's."""
+    a = torch.empty(1, 1)
+
+    def picks(M, N):
+        return [(c.kwargs["BM"], c.kwargs["BN"], c.kwargs["STAGES"],
+                 c.kwargs.get("OVERLAP", False))
+                for c in f8.least_waste(f8.CONFIGS, dict(M=M, N=N, A=a))]
+
+    ovl, plain, s3, tr = (128, 256, 4, True), (128, 256, 4, False), (128, 256, 3, False), \
+        (256, 128, 4, False)
+    assert picks(4096, 4096) == [ovl, plain, s3, tr]  # all tie
+    assert picks(8192, 128) == [tr]       # N = 128: half of a 256-wide tile idle
+    assert picks(128, 8192) == [ovl, plain, s3]
 
 
 def test_fp8_argument_errors():
@@ -103,6 +129,9 @@ def test_fp8_argument_errors():
         f8.matmul_fp8(a, b, torch.ones(3), one)
     with pytest.raises(ValueError, match="BN dividing 128"):
         f8.matmul_fp8(a, b, torch.ones(64, 1), torch.ones(1, 1), BN=256)
+    assert not f8.matmul_fp8(fp8(64, 0), fp8(32, 0), one, one).any()   # K = 0: zeros
+    with pytest.raises(ValueError, match="OVERLAP is not supported"):
+        f8.matmul_fp8(a, b, one, one, out_dtype=torch.float32, OVERLAP=True)
 
 
 @kit.jit
@@ -291,10 +320,29 @@ def test_mma_retires_only_where_it_runs(loop):
 
 
 @needs_sass
+@pytest.mark.parametrize("tma_store,stages", [(2, 4), (False, 4), (1, 3)],
+                         ids=["tma-halves", "direct", "tma-whole-s3"])
+def test_sass_fp8_overlap(tma_store, stages):
+    """OVERLAP: the tile's k-step 0 is peeled (4 more QGMMAs, still one ARRIVE per 4) and the
+    last tile's C (16-bit registers beside the accumulator: no spills) goes out between its
+    issue and the next wait, so no `wait_group 0` stands between them."""
+    c, cfg = f8_sass("tensor", OVERLAP=True, TMA_STORE=tma_store, STAGES=stages)
+    mma = c.find(r"QGMMA\.64x256x32\.F32\.E4M3\.E4M3 R\d+, gdesc\[")
+    assert len(mma) == 8 == 4 * len(c.find(r"WARPGROUP\.ARRIVE")), c.summary()
+    c.assert_no_spills()
+    assert c.has("UTMASTG") == bool(tma_store), c.summary()
+    lines = c.text.splitlines()
+    first = next(i for i, ln in enumerate(lines) if "QGMMA" in ln and "RZ, !UPT" in ln)
+    store = next(i for i, ln in enumerate(lines) if i > first and re.search(r"\b(STS|STG)", ln))
+    between = "\n".join(lines[first:store])
+    assert "gsb0, 0x0" not in between and between.count("QGMMA") == 4, between
+
+
+@needs_sass
 def test_sass_fp8_direct_store():
     """The fallback epilogue (rows of C not a multiple of 16 bytes): 16-byte register
     stores, 4 stages."""
-    c, _ = f8_sass("tensor", STAGES=4, TMA_STORE=False)
+    c, _ = f8_sass("tensor", STAGES=4, TMA_STORE=False, OVERLAP=False)
     assert not c.has("UTMASTG") and len(c.find(r"STG\.E\.128")) == 16, c.summary()
     c.assert_no_spills()
 
@@ -363,6 +411,23 @@ def test_gpu_fp8(M, N, K, da, db, dc, mode, poison):
     if mode == "tensor" and dc == torch.bfloat16:    # the other epilogue
         c2 = f8.matmul_fp8(a, b, sa, sb, out_dtype=dc, **f8.DEFAULT_DIRECT)
         assert_rows_close(c2, f8.reference(a, b, sa, sb), 1e-2, "fp8 direct-store epilogue")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M,N,K,dc,mode,tma", [
+    (1000, 1032, 1040, torch.bfloat16, "tensor", 2),     # ragged edges, TMA store in halves
+    (1000, 1036, 1040, torch.float16, "tensor", False),  # rows of 2072 B: direct stores
+    (4096, 4096, 1024, torch.bfloat16, "tensor", 2),     # several tiles per program
+    (2000, 4096, 384, torch.bfloat16, "row", 2),         # K of 3 steps: shorter than the ring
+])
+def test_gpu_fp8_overlap(M, N, K, dc, mode, tma, poison):
+    a, b = fp8(M, K, seed=5, device="cuda"), fp8(N, K, seed=6, device="cuda")
+    sa, sb = scales(mode, M, N, K, device="cuda")
+    c = f8.matmul_fp8(a, b, sa, sb, out_dtype=dc, OVERLAP=True, TMA_STORE=tma)
+    assert is_poisoned(c, poison)
+    assert_rows_close(c, f8.reference(a, b, sa, sb), 1e-2, f"fp8 overlap {M}x{N}x{K}")
+    d = f8.matmul_fp8(a, b, sa, sb, out_dtype=dc, tune=False)
+    assert torch.equal(c, d), "the same sums in the same order as the default config"
 
 
 @pytest.mark.gpu

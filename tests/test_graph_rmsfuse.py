@@ -102,7 +102,8 @@ def test_nan_row_stays_in_its_row():
 def test_the_search_times_both_forms(monkeypatch):
     """At 16x4096x6144 on an H200 the timed set holds the fused form and the row kernel +
     split-K matmul (PDL) that the search picked before it (BN 64, split 4, 3 stages), each
-    with that configuration, and the register-A norm form (measured slow) stays out."""
+    with that configuration, and the register-A norm form (measured slow) stays out; the
+    two best fused candidates with the weights' L2 promotion and without (L2W 0)."""
     monkeypatch.setattr(space, "bandwidth", lambda: 4.8e12)
     g = build(16, 4096, 6144)
     timed = search.pick(search.candidates(g), 16)
@@ -110,6 +111,12 @@ def test_the_search_times_both_forms(monkeypatch):
     assert {FUSED_PLAN, ROW_PLAN} <= names
     fused = [c[2][0].params for c in timed if c[1] == FUSED_PLAN]
     row = [c[2][1].params for c in timed if c[1] == ROW_PLAN]
+    # the best fused candidates are timed with the weights' L2 promotion (256) and without
+    assert [p.get("L2W", 256) for p in fused[:4]] == [0, 256, 0, 256]
+    assert {p.get("L2W", 256) for p in row} == {0}    # (the model's tie-break elsewhere)
+    fused = [p for p in fused if p.get("L2W") == 0]
+    row = [{k: v for k, v in p.items() if k != "L2W"} for p in row]
+    fused = [{k: v for k, v in p.items() if k != "L2W"} for p in fused]
     win = dict(FORM="wgmma", BM=16, BN=64, BK=64, SPLIT=4, STAGES=3, num_warps=4, FUSE=True)
     assert win in row and dict(win, NORM="smem") in fused
     assert all(p.get("NORM") == "smem" for p in fused)

@@ -371,6 +371,20 @@ def _where(c: Call) -> Any:
     return c.b.where(c["condition"], c["x"], c["y"])
 
 
+def _fold_min_max(largest: bool, x: Any, y: Any, propagate_nan: Any) -> Any:
+    """kit.maximum/minimum of two numbers, by the GPU's rule (maxnum/minnum): a NaN gives
+    the other number (NaN with propagate_nan=ALL) and -0.0 < +0.0 (Python's max(-0.0, 0.0)
+    is -0.0)."""
+    if isinstance(x, float) and x != x:
+        return x if propagate_nan else y
+    if isinstance(y, float) and y != y:
+        return y if propagate_nan else x
+    if x == 0 and y == 0 and (isinstance(x, float) or isinstance(y, float)):
+        nx, ny = math.copysign(1.0, x) < 0, math.copysign(1.0, y) < 0
+        return -0.0 if ((nx and ny) if largest else (nx or ny)) else 0.0
+    return (builtins.max if largest else builtins.min)(x, y)
+
+
 @call_rule(("minimum", "maximum"), lambda x, y, propagate_nan=0: None)
 def _min_max(c: Call) -> Any:
     """NaN: by default the other operand (the GPU's min/max.f32, Triton's NONE); with
@@ -378,7 +392,7 @@ def _min_max(c: Call) -> Any:
     nan = c.const("propagate_nan", "kit.PropagateNan.NONE or ALL")
     nan = getattr(nan, "value", nan)
     if not isinstance(c["x"], Value) and not isinstance(c["y"], Value):
-        return (min if c.name == "minimum" else max)(c["x"], c["y"])
+        return _fold_min_max(c.name == "maximum", c["x"], c["y"], nan)
     # Triton's tl.minimum/maximum take a number as its `to_tensor` dtype (not the tile's:
     # maximum(x_fp16, 0.0) is fp32 there) and compute bf16 in fp32 (no bf16 min/max)
     x, y = (typed_number(v) if not isinstance(v, Value) else

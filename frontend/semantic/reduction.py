@@ -223,8 +223,25 @@ def _max_min(c: Call) -> Any:
     x = c["input"]
     if isinstance(x, Value) and x.dtype is bfloat16:  # as Triton
         x = c.b.cast(x, float32)
-    return (c.b.reduce(c.name, x, axis, keep, indices=True),
-            c.b.reduce("arg" + c.name, x, axis, keep))
+    idx = c.b.reduce("arg" + c.name, x, axis, keep)
+    if not (isinstance(x, Value) and x.dtype.is_floating()):
+        return c.b.reduce(c.name, x, axis, keep, indices=True), idx
+    return _value_at(c.b, x, idx, axis, keep), idx
+
+
+def _value_at(b: Any, x: Value, idx: Value, axis: int, keep: bool) -> Value:
+    """x[..., idx, ...] along `axis`: the value of a float max/min with indices, so that the
+    pair agrees where the row holds NaN (argmax's first NaN: the value is NaN, as torch.max's)
+    or both zeros (-0.0 vs +0.0 tie: the first's sign). A sum of the selected element and
+    -0.0 elsewhere, exact in any order (x + -0.0 is x, -0.0 included)."""
+    axis = b.reduction_axis(x, axis)
+    iota = b.arange(0, x.shape[axis])
+    for i in range(len(x.shape)):
+        if i != axis:
+            iota = b.expand_dims(iota, i)
+    at = idx if keep else b.expand_dims(idx, axis)
+    picked = b.where(b.compare("eq", iota, at), x, -0.0)
+    return b.reduce("sum", picked, axis, keep, dtype=x.dtype)
 
 
 @call_rule(("argmax", "argmin"), lambda input, axis, tie_break_left=True, keep_dims=False:

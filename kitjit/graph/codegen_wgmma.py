@@ -118,9 +118,11 @@ def wgmma_kernel(group, name: str, pdl: bool = False) -> tuple[list[str], list[s
     if pdl:
         e.line(f"xready = kit.mbarriers({STAGES})   # stage s of x has landed")
 
+    l2w = l2_option(P)
+
     def loads(stage: str, k: str) -> list[str]:
         return [f"kit.tma_load(xs[{stage}], {xb}, (0, {k}), {xbar}[{stage}])"] + [
-            f"kit.tma_load(w{i}s[{stage}], {w}, ({k}, n0), ready[{stage}])"
+            f"kit.tma_load(w{i}s[{stage}], {w}, ({k}, n0), ready[{stage}]{l2w})"
             for i, w in enumerate(ws)]
 
     first = min(STAGES - 1, n_k)
@@ -220,7 +222,8 @@ def _norm_kernel(group, name: str) -> tuple[list[str], list[str]]:
     e.line(f"rk = kit.arange(0, {BK})")
     first = min(STAGES - 1, n_k)
     e.line(f"for s in kit.static_range({first}):   # fill the ring")
-    e.line(f"    kit.tma_load(ws0[s], {wb}, (k0 + s * {BK}, n0), ready[s])")
+    l2w = l2_option(P)
+    e.line(f"    kit.tma_load(ws0[s], {wb}, (k0 + s * {BK}, n0), ready[s]{l2w})")
     xm = [f"(rm < {M})[:, None]"] if M % BM else []
 
     def xload(k: str) -> str:
@@ -250,7 +253,7 @@ def _norm_kernel(group, name: str) -> tuple[list[str], list[str]]:
         e.line(f"    if i + {STAGES - 1} < {n_k}:   # refill the stage the last MMA freed")
         e.line(f"        s1 = (i + {STAGES - 1}) % {STAGES}")
         e.line(f"        kit.tma_load(ws0[s1], {wb}, (k0 + (i + {STAGES - 1}) * {BK}, n0), "
-               "ready[s1])")
+               f"ready[s1]{l2w})")
     e.line("    k, x = kn, x_next")
     e.line(f"rn = n0 + kit.arange(0, {BN})")
     args = group.args()
@@ -265,6 +268,13 @@ def _norm_kernel(group, name: str) -> tuple[list[str], list[str]]:
         f"{name}[{grid}]({', '.join(args)}, num_warps={nw})"]
 
 
+def l2_option(p: dict) -> str:
+    """The weights' `l2_promotion=` keyword (none at the default 256 bytes): each weight
+    byte is read once, by one program, so the search also times copies that ask L2 for
+    the box alone (L2W 0; the decode kernel's K/V stream gained ~7% from it)."""
+    return "" if p.get("L2W", 256) == 256 else f", l2_promotion={p['L2W']}"
+
+
 def choices(group) -> list[dict]:
     """The level-2 parameter sets of an eligible group: BN 64 (one warpgroup) or 128 (two),
     any split-K count up to 16 whose every split keeps two k-steps (so a grid can fill the
@@ -272,7 +282,8 @@ def choices(group) -> list[dict]:
     partials added by a combine kernel or (FUSE) by the last split program of each column
     block; rings of 3-12 stages within shared memory and no deeper than a program's
     k-steps (a deep ring fills with weights while the kernel before finishes, PDL). With an
-    rms_norm prologue, each set in both norm forms (NORM "smem" and "epi")."""
+    rms_norm prologue, each set in both norm forms (NORM "smem" and "epi"). Each set twice:
+    the weights' copies with L2's default 256-byte promotion and without (L2W 0)."""
     if not eligible(group):
         return []
     M, N = group.mms[0].shape
@@ -295,9 +306,9 @@ def choices(group) -> list[dict]:
                     p["NORM"] = norm
                 if smem_bytes(group, p) > MAX_RING or (stages > 3 and stages > ch + 1):
                     continue
-                out.append(p)
-                if split > 1:   # the last split program runs the epilogue: one launch
-                    out.append(dict(p, FUSE=True))
+                fused = [dict(p, FUSE=True)] if split > 1 else []   # the last split
+                for q in (p, *fused):                  # program runs the epilogue: one launch
+                    out += [q, dict(q, L2W=0)]
     return out
 
 

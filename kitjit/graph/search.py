@@ -28,9 +28,10 @@ from .host import Host
 from .module import module_source
 from .progress import Progress
 
-GENERATOR_VERSION = "6"
+GENERATOR_VERSION = "7"
 TOL = {torch.float16: 1e-2, torch.bfloat16: 1e-2, torch.float32: 1e-4}
 MAX_CANDIDATES = 24
+L2W_TWINS = 4    # timed candidates whose twin with promoted weight copies is timed too
 _loaded = 0
 
 
@@ -199,7 +200,8 @@ def _param_family(p: dict, grp=None) -> str:
     1.06x), where a deeper ring past two stages changed little. For the level-2 matmul the
     tile BN and how many programs its busiest SM runs (column blocks x splits over the SMs):
     whether co-resident programs share an SM's stream or add to it is the model's guess
-    (space.L2_SM_BPS), so each count is timed at its best split."""
+    (space.L2_SM_BPS), so each count is timed at its best split. (The weights' L2
+    promotion is no family: `pick` times the best candidates with both.)"""
     if p.get("FORM") == "wgmma" and grp is not None and grp.kind == "matmul":
         progs = -(-grp.mms[0].shape[-1] // p["BN"]) * p.get("SPLIT", 1)
         norm = f",NORM={p['NORM']}" if "NORM" in p else ""
@@ -212,10 +214,35 @@ def _param_family(p: dict, grp=None) -> str:
         ",split" if p.get("SPLIT", 1) > 1 else "") + (",fused" if p.get("FUSE") else "")
 
 
+def l2w_twin(c):
+    """Candidate `c` with its weights' copies at L2's default 256-byte promotion (None where
+    no group of it reads weights with promotion 0, L2W 0, which the model prefers in ties)."""
+    import copy
+
+    if not any(g.params.get("L2W") == 0 for g in c[2]):
+        return None
+    gs = []
+    for g in c[2]:
+        t = copy.copy(g)
+        t.params = {k: v for k, v in g.params.items() if k != "L2W"}
+        gs.append(t)
+    return (sum(space.cost(g, g.params) for g in gs), c[1], gs,
+            c[1] + "|" + "|".join(_param_family(g.params, g) for g in gs))
+
+
 def pick(cands: list, limit: int) -> list:
     """What the GPU times, `limit` in all: the best of each fusion plan, the best of each
     form and then of each family of the two best plans (the model may misjudge a whole
-    family), then the rest by modelled time."""
+    family), then the rest by modelled time; and the best L2W_TWINS of those that read
+    weights without L2 promotion once more with it (l2w_twin), so that timing, not the
+    model's tie-break, picks the promotion."""
+    n_twins = min(L2W_TWINS, limit // 6)
+    chosen = _pick(cands, limit - n_twins)
+    twins = [t for t in map(l2w_twin, chosen) if t is not None][:n_twins]
+    return sorted(chosen + twins, key=lambda c: c[0])
+
+
+def _pick(cands: list, limit: int) -> list:
     plans = list(dict.fromkeys(c[1] for c in cands))
     chosen: list = []
 

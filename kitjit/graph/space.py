@@ -80,6 +80,11 @@ ATTN_TILE_S = 0.28e-6
 # ones share it) stream their bytes at this rate: more splits or narrower blocks fill the
 # SMs, in whole waves or not at all (144 programs on 132 SMs: the busiest SM has two).
 L2_SM_BPS = 38e9
+# A level-2 matmul's weights are read once (one program per weight tile), so their copies
+# may skip L2's 256-byte promotion (L2W 0): the decode kernel's stream gained ~7% that way
+# on an H200 (NOTES.md, session 9). The model has no term for it: both are timed (search.py
+# keys the families by L2W), and 0 wins a modelled tie by this much
+L2W_TIE = 0.005
 # the step chain and the memory stream overlap, not perfectly: the smaller of the two
 # counts this much on top of the larger (so fewer, longer steps win a bandwidth-bound tie)
 ATTN_OVERLAP = 0.15
@@ -299,6 +304,8 @@ def cost(grp: Group, p: dict) -> float:
         t *= NORM_A_SLOWDOWN if p.get("NORM") == "epi" else NORM_SMEM_COST
     elif grp.kind == "matmul" and p.get("FORM") is None and codegen_wgmma.eligible(grp):
         t *= LEVEL1_BESIDE_L2
+    if p.get("L2W") == 0:   # ties: no promotion for weights each program reads once
+        t *= 1 - L2W_TIE
     if grp.kind == "attention" and p["FORM"] == "wgmma":   # ties: the smaller ring
         t *= 1 + 0.02 * codegen_attn_wgmma.smem_bytes(grp, p) / SMEM_BYTES
     return t * (1 + 0.05 * regs / MAX_REGS)   # ties: the lighter kernel (spills, residency)

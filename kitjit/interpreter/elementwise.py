@@ -15,6 +15,7 @@ from kitjit.ir.registry import semantics
 from kitjit.ir.types import DType, bfloat16, float16, int16, uint16
 
 from .compiler import pure
+from .floats import maxnum, minnum
 from .libm import math_fn
 from .libm_typed import typed_fn
 from .numeric import (
@@ -146,9 +147,10 @@ def _binary(op: Op) -> Callable:
     name, dt = op.name, op.operands[0].dtype
     if name in ("add", "sub", "mul", "minimum", "maximum", "and", "or", "xor"):
         # minimum/maximum: the GPU's min.f32/max.f32 (LLVM minnum/maxnum) return the other
-        # operand when one is NaN, as Triton does by default (propagate_nan=NONE): fmin/fmax
-        f = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "minimum": np.fmin,
-             "maximum": np.fmax, "and": np.bitwise_and, "or": np.bitwise_or,
+        # operand when one is NaN, as Triton does by default (propagate_nan=NONE), and
+        # order -0.0 < +0.0 (floats.py)
+        f = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "minimum": minnum,
+             "maximum": maxnum, "and": np.bitwise_and, "or": np.bitwise_or,
              "xor": np.bitwise_xor}[name]
         return f
     if name in ("shl", "shr"):

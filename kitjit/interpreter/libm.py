@@ -21,6 +21,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from .floats import maxnum, minnum
 from .libm_round import MODES, directed_arith, directed_sqrt
 from .libm_special import SPECIAL, special_fn
 
@@ -211,7 +212,7 @@ def _mp(name: str) -> Callable:
 _F64: dict[str, Callable] = {
     "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "rint": np.rint,
     "nearbyint": np.rint, "fabs": np.abs, "round": _round,
-    "copysign": np.copysign, "fmin": np.fmin, "fmax": np.fmax, "fmod": np.fmod,
+    "copysign": np.copysign, "fmin": minnum, "fmax": maxnum, "fmod": np.fmod,
     "sqrt_rn": np.sqrt, "sqrt": np.sqrt, "div_rn": np.true_divide,
     "rsqrt": lambda x: 1.0 / np.sqrt(x), "cbrt": np.cbrt, "hypot": np.hypot,
     "exp": np.exp, "exp2": np.exp2, "exp10": lambda x: np.power(10.0, x), "expm1": np.expm1,

@@ -12,6 +12,7 @@ from kitjit.ir.core import Block, Op
 from kitjit.ir.registry import semantics
 
 from .compiler import Env, _Compiler, pure
+from .floats import reduce_maxnum
 from .numeric import _fixer, _np
 from .sync import _Ctx
 
@@ -24,15 +25,24 @@ def _reduce(op: Op, ctx: _Ctx) -> Callable:
     fix = _fixer(op.result.dtype)
     if kind == "sum":
         def f(x):
-            return np.sum(x, axis=axis, dtype=rdt)
+            r = np.sum(x, axis=axis, dtype=rdt)
+            if np.issubdtype(rdt, np.floating) and np.any(r == 0):
+                # the GPU's tree of fadds has no +0.0 identity: a row of -0.0 sums to -0.0
+                # (numpy's pairwise sum starts from +0.0)
+                neg = np.all((x == 0) & np.signbit(x), axis=axis)
+                r = np.where(neg, np.copysign(r, -1.0), r)[()].astype(rdt)
+            return r
     elif kind in ("max", "min"):
-        # as the GPU's tree of maxnum/minnum: NaNs are skipped unless a row is all NaN
-        g = np.fmax.reduce if kind == "max" else np.fmin.reduce
+        # as the GPU's tree of maxnum/minnum: NaNs are skipped unless a row is all NaN,
+        # -0.0 < +0.0 (floats.py)
+        largest = kind == "max"
 
         def f(x):
-            return np.asarray(g(x, axis=axis)).astype(rdt)
+            return np.asarray(reduce_maxnum(x, axis, largest)).astype(rdt)
     elif kind in ("argmax", "argmin"):
-        g = np.argmax if kind == "argmax" else np.argmin  # first extreme element
+        # the first extreme element (the GPU's arg_better: -0.0 == +0.0 is a tie, the
+        # smaller index wins; the first NaN beats every number)
+        g = np.argmax if kind == "argmax" else np.argmin
 
         def f(x):
             return g(x, axis=axis).astype(rdt)

@@ -14,6 +14,7 @@ from kitjit.ir.core import Op
 from kitjit.ir.registry import semantics
 
 from .compiler import Env, _Compiler, pure
+from .floats import pick
 from .numeric import _np
 from .reduction import region_fn
 from .sync import _Ctx
@@ -73,17 +74,6 @@ def _merge(x: np.ndarray, stage: int, steps: int, desc: bool) -> np.ndarray:
     return x
 
 
-def _maxnum(a: np.ndarray, b: np.ndarray, largest: bool) -> np.ndarray:
-    """The GPU's max.f32 / min.f32 (LLVM maxnum/minnum, kit.max's rule): a NaN operand gives
-    the other, and -0.0 < +0.0 (numpy's fmax returns either zero, by code path)."""
-    if not np.issubdtype(a.dtype, np.floating):
-        return np.maximum(a, b) if largest else np.minimum(a, b)
-    with np.errstate(invalid="ignore"):
-        first = (a > b) if largest else (a < b)
-    tie = (a == b) & (np.signbit(b) if largest else ~np.signbit(b))
-    return np.where(first | tie | np.isnan(b), a, b)
-
-
 def bitonic(x: np.ndarray, descending: bool, k: int | None = None) -> np.ndarray:
     """Triton's `sort_impl` along the last axis (a power of two), step for step as
     backend/lower/scan.py: bitonic stages 1..log2(k), then (k < n) rounds that keep the max
@@ -96,7 +86,7 @@ def bitonic(x: np.ndarray, descending: bool, k: int | None = None) -> np.ndarray
         x = _merge(x, s, s, descending)
     while x.shape[-1] > 1 << log_k:
         g = x.reshape(*x.shape[:-1], -1, 2, 1 << log_k)
-        x = _maxnum(g[..., 0, :], g[..., 1, :], descending).reshape(*x.shape[:-1], -1)
+        x = pick(g[..., 0, :], g[..., 1, :], descending).reshape(*x.shape[:-1], -1)
         x = _merge(x, log_k, log_k, descending)
     return x
 
