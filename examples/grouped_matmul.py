@@ -12,7 +12,7 @@ expert's tokens: the MMA computes them and the store drops them.
 """
 
 import torch
-from matmul import load_stage, num_sms, tile_origin
+from matmul import load_stage, num_sms, store_tile, tile_origin
 
 import kitjit as kit
 from kitjit.testing import bench, check, device, has_gpu
@@ -46,7 +46,7 @@ def group_tile(tile, e, base, OFFS, E, N, BM: kit.constexpr, BN: kit.constexpr,
 @kit.jit
 def grouped_matmul_kernel(A, B, C, OFFS, E, N, K, BM: kit.constexpr, BN: kit.constexpr,
                           BK: kit.constexpr, STAGES: kit.constexpr, GROUP: kit.constexpr,
-                          EP: kit.constexpr):
+                          EP: kit.constexpr, TMA_STORE: kit.constexpr = 0):
     a = kit.shared((STAGES, BM, BK), A.dtype.element_ty)
     b = kit.shared((STAGES, BN, BK), B.dtype.element_ty)   # B is w viewed as [E * N, K]
     ready = kit.mbarriers(STAGES)
@@ -83,26 +83,49 @@ def grouped_matmul_kernel(A, B, C, OFFS, E, N, K, BM: kit.constexpr, BN: kit.con
                 load_stage(a, b, ready, A, B, mj, nbj, 0, j % n_k, it + STAGES - 1, BK,
                            STAGES, True)
             it += 1
-        rm = m0 + kit.arange(0, BM)
-        rn = n0 + kit.arange(0, BN)
-        mask = (rm[:, None] < end) & (rn[None, :] < N)       # rows of this expert only
-        kit.store(C + rm[:, None] * N + rn[None, :], acc.to(C.dtype.element_ty), mask=mask)
+        if TMA_STORE and m0 + BM <= end:   # a whole tile of this expert: through the TMA
+            store_tile(C, acc, m0, n0, end, N, BM, BN, TMA_STORE)   # (drains under the next
+        else:                              # tile's MMAs); its last tile: only its own rows
+            store_tile(C, acc, m0, n0, end, N, BM, BN, 0)
 
 
-DEFAULT = dict(BM=128, BN=256, BK=64, STAGES=4, num_warps=8)
+# Tile configs (benchmarks/NOTES.md, session 11). Every whole 128- (or 64-) row tile of an
+# expert stores C through the TMA in two column halves (TMA_STORE=2: the bulk copy drains
+# under the next tile's MMAs, as matmul.py's tma-halves); an expert's last, partial tile
+# stores its own rows from the registers. LEGACY is the kernel before (register stores).
+LEGACY = dict(BM=128, BN=256, BK=64, STAGES=4, num_warps=8)
+DEFAULT = dict(LEGACY, TMA_STORE=2)    # 4 x 48 KB stages + a 32 KB staging tile: 226 KB
+# 64-row tiles (one warpgroup) where experts hold few rows: a 520-row expert costs 9 of them
+# (576 rows) instead of 5 128-row tiles (640), and there are twice as many tiles to even out
+# the last wave; 5 x 40 KB stages + 16 KB staging
+SMALL_GROUPS = dict(BM=64, BN=256, BK=64, STAGES=5, num_warps=4, TMA_STORE=2)
+SMALL_GROUP_ROWS = 1024   # mean rows per expert (T / E) at or below which SMALL_GROUPS runs
+
+
+def default_config(T: int, E: int, N: int) -> dict:
+    """The tile config for T tokens over E experts (the host knows T and E, not the
+    routing: no sync). Rows of C that are not a multiple of 16 bytes store from registers."""
+    cfg = dict(SMALL_GROUPS if T <= SMALL_GROUP_ROWS * E else DEFAULT)
+    if N % 8:
+        cfg["TMA_STORE"] = 0
+    return cfg
 
 
 def grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, **config) -> torch.Tensor:
     """out[offs[e-1]:offs[e]] = x[offs[e-1]:offs[e]] @ w[e].T for x [T, K] (bf16/fp16, K a
     multiple of 8), w [E, N, K], offs int32 [E] (cumulative ends, offs[-1] <= T; rows past
-    it are left unwritten). No host sync."""
+    it are left unwritten). No host sync. `config`: BM, BN, BK, STAGES, num_warps,
+    TMA_STORE (a config naming BM starts from LEGACY, else from default_config)."""
     T, K = x.shape
     E, N, K2 = w.shape
     if K2 != K or tuple(offs.shape) != (E,) or offs.dtype != torch.int32:
         raise ValueError(f"x [T, K], w [E, N, K], offs int32 [E]: got x {list(x.shape)}, w "
                          f"{list(w.shape)}, offs {offs.dtype} {list(offs.shape)}")
     c = torch.empty(T, N, device=x.device, dtype=x.dtype)
-    cfg = dict(DEFAULT, **config)
+    cfg = dict(LEGACY, **config) if "BM" in config else dict(default_config(T, E, N), **config)
+    if cfg.get("TMA_STORE") and (N * x.element_size()) % 16:
+        raise ValueError(f"grouped_mm: TMA_STORE needs rows of the output a multiple of 16 "
+                         f"bytes, got N={N}")
     most = (kit.cdiv(T, cfg["BM"]) + E) * kit.cdiv(N, cfg["BN"])   # tiles, at most
     grid = (max(1, min(most, num_sms(x.device))),)
     grouped_matmul_kernel[grid](x, w.reshape(E * N, K), c, offs, E, N, K, GROUP=8,
