@@ -23,7 +23,7 @@ timings with the L2 flushed, two interleaved rounds, best of the two.
     python benchmarks/gemm_family.py [--only fp8,grouped,epilogue,llm,large,skinny,probe,
         cluster]
         [--json out.json] [--fp8-configs NAME,...] [--no-fp8-scales]
-        [--grouped-variants legacy,tma,bm64 tma]
+        [--grouped-variants legacy,tma,bm64,halves]
 """
 
 from __future__ import annotations
@@ -236,10 +236,11 @@ def _torch_scaled(mode, a, b, sa, sb, out):
 GROUPED = [(E, T, N, K) for E in (8, 64) for T in (4096, 16384)
            for N, K in ((14336, 4096), (4096, 14336))]
 # kitjit configs timed side by side (`--grouped-variants`; names start with "kitjit"):
-# the kernel before session 11 (register stores), whole tiles through the TMA store, and
-# 64-row tiles with the TMA store (grouped_matmul.default_config picks one of the last two)
+# the kernel before session 11 (register stores), whole tiles through the TMA store,
+# 64-row tiles with the TMA store (grouped_matmul.default_config picks one of these two),
+# and the warp-specialized kernel whose expert-last tiles of <= 64 rows cost half a tile
 GROUPED_VARIANTS = {"kitjit legacy": grp.LEGACY, "kitjit tma": grp.DEFAULT,
-                    "kitjit bm64 tma": grp.SMALL_GROUPS}
+                    "kitjit bm64": grp.SMALL_GROUPS, "kitjit halves": grp.HALVES}
 
 
 def bench_grouped() -> None:

@@ -44,6 +44,15 @@ def group_tile(tile, e, base, OFFS, E, N, BM: kit.constexpr, BN: kit.constexpr,
 
 
 @kit.jit
+def count_tiles(OFFS, E, N, BM: kit.constexpr, BN: kit.constexpr, EP: kit.constexpr):
+    """Tiles of all experts (every program counts them: EP >= E offsets at once)."""
+    ex = kit.arange(0, EP)
+    ends = kit.load(OFFS + ex, mask=ex < E, other=0)
+    starts = kit.load(OFFS + ex - 1, mask=(ex > 0) & (ex < E), other=0)
+    return kit.sum(kit.cdiv(ends - starts, BM), axis=0) * kit.cdiv(N, BN)
+
+
+@kit.jit
 def grouped_matmul_kernel(A, B, C, OFFS, E, N, K, BM: kit.constexpr, BN: kit.constexpr,
                           BK: kit.constexpr, STAGES: kit.constexpr, GROUP: kit.constexpr,
                           EP: kit.constexpr, TMA_STORE: kit.constexpr = 0):
@@ -51,10 +60,7 @@ def grouped_matmul_kernel(A, B, C, OFFS, E, N, K, BM: kit.constexpr, BN: kit.con
     b = kit.shared((STAGES, BN, BK), B.dtype.element_ty)   # B is w viewed as [E * N, K]
     ready = kit.mbarriers(STAGES)
     n_k = kit.cdiv(K, BK)
-    ex = kit.arange(0, EP)                                   # every program counts the tiles
-    ends = kit.load(OFFS + ex, mask=ex < E, other=0)
-    starts = kit.load(OFFS + ex - 1, mask=(ex > 0) & (ex < E), other=0)
-    n_tiles = kit.sum(kit.cdiv(ends - starts, BM), axis=0) * kit.cdiv(N, BN)
+    n_tiles = count_tiles(OFFS, E, N, BM, BN, EP)
     step, first = kit.num_programs(0), kit.program_id(0)
     for s in kit.static_range(STAGES - 1):                   # prologue, as in matmul.py
         t = first + s // n_k * step
@@ -89,6 +95,93 @@ def grouped_matmul_kernel(A, B, C, OFFS, E, N, K, BM: kit.constexpr, BN: kit.con
             store_tile(C, acc, m0, n0, end, N, BM, BN, 0)
 
 
+@kit.jit
+def produce(a, b, ready, empty, A, B, OFFS, E, N, n_k, n_tiles, first, step,
+            BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr, STAGES: kit.constexpr,
+            GROUP: kit.constexpr):
+    """The producer warpgroup (HALVES): every k-step of this program's tiles into the ring,
+    a stage once both consumers released it; A as two 64-row halves, one per consumer."""
+    g = 0
+    e, base = 0, 0
+    for tile in range(first, n_tiles, step):
+        e, base, m0, nb0, _, _ = group_tile(tile, e, base, OFFS, E, N, BM, BN, BK, GROUP)
+        for kk in range(n_k):
+            s = g % STAGES
+            kit.mbarrier_wait(empty[s], g // STAGES % 2 ^ 1)   # a fresh barrier passes 1
+            kit.tma_load(a[2 * s], A, (m0, kk * BK), ready[s], sync=False)
+            kit.tma_load(a[2 * s + 1], A, (m0 + BM // 2, kk * BK), ready[s], sync=False)
+            kit.tma_load(b[s], B, (nb0, kk * BK), ready[s], sync=False)
+            g += 1
+
+
+@kit.jit
+def consume(a, b, ready, empty, C, OFFS, E, N, n_k, n_tiles, first, step, HALF: kit.constexpr,
+            BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr, STAGES: kit.constexpr,
+            GROUP: kit.constexpr, TMA_STORE: kit.constexpr):
+    """Consumer warpgroup HALF (HALVES): rows [HALF * BM/2, (HALF+1) * BM/2) of each tile.
+    Where none of them belong to the tile's expert (the expert's last tile holds <= BM/2
+    rows) it only takes the stages and gives them back: the other consumer's MMAs then have
+    the tensor cores to themselves and the tile costs about half."""
+    it = 0
+    e, base = 0, 0
+    H: kit.constexpr = BM // 2
+    for tile in range(first, n_tiles, step):
+        e, base, m0, _, n0, end = group_tile(tile, e, base, OFFS, E, N, BM, BN, BK, GROUP)
+        m0 += HALF * H
+        if m0 < end:
+            acc = kit.zeros((H, BN), kit.float32)
+            for kk in range(n_k):
+                s = it % STAGES
+                kit.mbarrier_wait(ready[s], it // STAGES % 2)
+                acc = kit.mma(a[2 * s + HALF], b[s].T, acc, pending=1)
+                if kk > 0:     # MMA it-1 retired: its stage is free
+                    kit.mbarrier_arrive(empty[(it - 1) % STAGES])
+                it += 1
+            out = acc.to(C.dtype.element_ty)          # waits for the last MMA
+            kit.mbarrier_arrive(empty[(it - 1) % STAGES])
+            if TMA_STORE and m0 + H <= end:
+                store_tile(C, out, m0, n0, end, N, H, BN, TMA_STORE)
+            else:
+                store_tile(C, out, m0, n0, end, N, H, BN, 0)
+        else:
+            for _ in range(n_k):
+                kit.mbarrier_wait(ready[it % STAGES], it // STAGES % 2)
+                kit.mbarrier_arrive(empty[it % STAGES])
+                it += 1
+
+
+@kit.jit
+def grouped_matmul_ws_kernel(A, B, C, OFFS, E, N, K, BM: kit.constexpr, BN: kit.constexpr,
+                             BK: kit.constexpr, STAGES: kit.constexpr, GROUP: kit.constexpr,
+                             EP: kit.constexpr, TMA_STORE: kit.constexpr = 0):
+    """The HALVES kernel: the same tile list as grouped_matmul_kernel, warp-specialized
+    (a producer warpgroup and two consumers of BM/2 rows each, 12 warps), so that an
+    expert's last tile with <= BM/2 rows runs one consumer's MMAs only."""
+    a = kit.shared((2 * STAGES, BM // 2, BK), A.dtype.element_ty)   # stage s: a[2s], a[2s+1]
+    b = kit.shared((STAGES, BN, BK), B.dtype.element_ty)
+    ready = kit.mbarriers(STAGES)
+    empty = kit.mbarriers(STAGES, arrivals=2)                 # both consumers are done with s
+    n_k = kit.cdiv(K, BK)
+    kit.assume(n_k > 0)        # the k-loop runs: its MMAs stay in flight (ptxas C7514/5)
+    step, first = kit.num_programs(0), kit.program_id(0)
+    wg = kit.warpgroup_id()
+    if wg == 0:                # (the tile count inside each role: 12 warps hold no tile)
+        kit.setmaxnreg(40)
+        n_tiles = count_tiles(OFFS, E, N, BM, BN, EP)
+        produce(a, b, ready, empty, A, B, OFFS, E, N, n_k, n_tiles, first, step, BM, BN, BK,
+                STAGES, GROUP)
+    elif wg == 1:
+        kit.setmaxnreg(232)
+        n_tiles = count_tiles(OFFS, E, N, BM, BN, EP)
+        consume(a, b, ready, empty, C, OFFS, E, N, n_k, n_tiles, first, step, 0, BM, BN, BK,
+                STAGES, GROUP, TMA_STORE)
+    else:
+        kit.setmaxnreg(232)
+        n_tiles = count_tiles(OFFS, E, N, BM, BN, EP)
+        consume(a, b, ready, empty, C, OFFS, E, N, n_k, n_tiles, first, step, 1, BM, BN, BK,
+                STAGES, GROUP, TMA_STORE)
+
+
 # Tile configs (benchmarks/NOTES.md, session 11). Every whole 128- (or 64-) row tile of an
 # expert stores C through the TMA in two column halves (TMA_STORE=2: the bulk copy drains
 # under the next tile's MMAs, as matmul.py's tma-halves); an expert's last, partial tile
@@ -99,6 +192,10 @@ DEFAULT = dict(LEGACY, TMA_STORE=2)    # 4 x 48 KB stages + a 32 KB staging tile
 # (576 rows) instead of 5 128-row tiles (640), and there are twice as many tiles to even out
 # the last wave; 5 x 40 KB stages + 16 KB staging
 SMALL_GROUPS = dict(BM=64, BN=256, BK=64, STAGES=5, num_warps=4, TMA_STORE=2)
+# HALVES: grouped_matmul_ws_kernel (producer + two 64-row consumers, 12 warps): an expert's
+# last tile of <= 64 rows costs half a tile. Register stores: with TMA_STORE=2 ptxas
+# serializes the consumers' WGMMAs (C7514, one HGMMA at a time; NOTES, session 11)
+HALVES = dict(LEGACY, HALVES=True, num_warps=12)
 SMALL_GROUP_ROWS = 1024   # mean rows per expert (T / E) at or below which SMALL_GROUPS runs
 
 
@@ -128,8 +225,9 @@ def grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, **config) -
                          f"bytes, got N={N}")
     most = (kit.cdiv(T, cfg["BM"]) + E) * kit.cdiv(N, cfg["BN"])   # tiles, at most
     grid = (max(1, min(most, num_sms(x.device))),)
-    grouped_matmul_kernel[grid](x, w.reshape(E * N, K), c, offs, E, N, K, GROUP=8,
-                                EP=max(16, 1 << (E - 1).bit_length()), **cfg)
+    kernel = grouped_matmul_ws_kernel if cfg.pop("HALVES", False) else grouped_matmul_kernel
+    kernel[grid](x, w.reshape(E * N, K), c, offs, E, N, K, GROUP=8,
+                 EP=max(16, 1 << (E - 1).bit_length()), **cfg)
     return c
 
 
