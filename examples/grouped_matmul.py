@@ -115,9 +115,9 @@ def produce(a, b, ready, empty, A, B, OFFS, E, N, n_k, n_tiles, first, step,
 
 
 @kit.jit
-def consume(a, b, ready, empty, C, OFFS, E, N, n_k, n_tiles, first, step, HALF: kit.constexpr,
-            BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr, STAGES: kit.constexpr,
-            GROUP: kit.constexpr, TMA_STORE: kit.constexpr):
+def consume(a, b, ready, empty, C, OFFS, T, E, N, n_k, n_tiles, first, step,
+            HALF: kit.constexpr, BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr,
+            STAGES: kit.constexpr, GROUP: kit.constexpr, TMA_STORE: kit.constexpr):
     """Consumer warpgroup HALF (HALVES): rows [HALF * BM/2, (HALF+1) * BM/2) of each tile.
     Where none of them belong to the tile's expert (the expert's last tile holds <= BM/2
     rows) it only takes the stages and gives them back: the other consumer's MMAs then have
@@ -139,8 +139,14 @@ def consume(a, b, ready, empty, C, OFFS, E, N, n_k, n_tiles, first, step, HALF: 
                 it += 1
             out = acc.to(C.dtype.element_ty)          # waits for the last MMA
             kit.mbarrier_arrive(empty[(it - 1) % STAGES])
-            if TMA_STORE and m0 + H <= end:
-                store_tile(C, out, m0, n0, end, N, H, BN, TMA_STORE)
+            if TMA_STORE:
+                # both stores run on every tile (a branch between them made ptxas serialize
+                # the WGMMAs, C7514): a whole half goes through the TMA, a partial one from
+                # the registers; the other is a no-op (a TMA box from row T, past C's end,
+                # is dropped; the register store's mask is empty)
+                whole = m0 + H <= end
+                store_tile(C, out, kit.where(whole, m0, T), n0, end, N, H, BN, TMA_STORE)
+                store_tile(C, out, m0, n0, kit.where(whole, m0, end), N, H, BN, 0)
             else:
                 store_tile(C, out, m0, n0, end, N, H, BN, 0)
         else:
@@ -151,7 +157,7 @@ def consume(a, b, ready, empty, C, OFFS, E, N, n_k, n_tiles, first, step, HALF: 
 
 
 @kit.jit
-def grouped_matmul_ws_kernel(A, B, C, OFFS, E, N, K, BM: kit.constexpr, BN: kit.constexpr,
+def grouped_matmul_ws_kernel(A, B, C, OFFS, T, E, N, K, BM: kit.constexpr, BN: kit.constexpr,
                              BK: kit.constexpr, STAGES: kit.constexpr, GROUP: kit.constexpr,
                              EP: kit.constexpr, TMA_STORE: kit.constexpr = 0):
     """The HALVES kernel: the same tile list as grouped_matmul_kernel, warp-specialized
@@ -173,13 +179,13 @@ def grouped_matmul_ws_kernel(A, B, C, OFFS, E, N, K, BM: kit.constexpr, BN: kit.
     elif wg == 1:
         kit.setmaxnreg(232)
         n_tiles = count_tiles(OFFS, E, N, BM, BN, EP)
-        consume(a, b, ready, empty, C, OFFS, E, N, n_k, n_tiles, first, step, 0, BM, BN, BK,
-                STAGES, GROUP, TMA_STORE)
+        consume(a, b, ready, empty, C, OFFS, T, E, N, n_k, n_tiles, first, step, 0, BM, BN,
+                BK, STAGES, GROUP, TMA_STORE)
     else:
         kit.setmaxnreg(232)
         n_tiles = count_tiles(OFFS, E, N, BM, BN, EP)
-        consume(a, b, ready, empty, C, OFFS, E, N, n_k, n_tiles, first, step, 1, BM, BN, BK,
-                STAGES, GROUP, TMA_STORE)
+        consume(a, b, ready, empty, C, OFFS, T, E, N, n_k, n_tiles, first, step, 1, BM, BN,
+                BK, STAGES, GROUP, TMA_STORE)
 
 
 # Tile configs (benchmarks/NOTES.md, session 11). Every whole 128- (or 64-) row tile of an
@@ -193,9 +199,8 @@ DEFAULT = dict(LEGACY, TMA_STORE=2)    # 4 x 48 KB stages + a 32 KB staging tile
 # the last wave; 5 x 40 KB stages + 16 KB staging
 SMALL_GROUPS = dict(BM=64, BN=256, BK=64, STAGES=5, num_warps=4, TMA_STORE=2)
 # HALVES: grouped_matmul_ws_kernel (producer + two 64-row consumers, 12 warps): an expert's
-# last tile of <= 64 rows costs half a tile. Register stores: with TMA_STORE=2 ptxas
-# serializes the consumers' WGMMAs (C7514, one HGMMA at a time; NOTES, session 11)
-HALVES = dict(LEGACY, HALVES=True, num_warps=12)
+# last tile of <= 64 rows costs half a tile; 4 x 48 KB stages + 2 x 16 KB staging tiles
+HALVES = dict(LEGACY, TMA_STORE=2, HALVES=True, num_warps=12)
 SMALL_GROUP_ROWS = 1024   # mean rows per expert (T / E) at or below which SMALL_GROUPS runs
 
 
@@ -225,9 +230,13 @@ def grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, **config) -
                          f"bytes, got N={N}")
     most = (kit.cdiv(T, cfg["BM"]) + E) * kit.cdiv(N, cfg["BN"])   # tiles, at most
     grid = (max(1, min(most, num_sms(x.device))),)
-    kernel = grouped_matmul_ws_kernel if cfg.pop("HALVES", False) else grouped_matmul_kernel
-    kernel[grid](x, w.reshape(E * N, K), c, offs, E, N, K, GROUP=8,
-                 EP=max(16, 1 << (E - 1).bit_length()), **cfg)
+    ep = max(16, 1 << (E - 1).bit_length())
+    if cfg.pop("HALVES", False):
+        grouped_matmul_ws_kernel[grid](x, w.reshape(E * N, K), c, offs, T, E, N, K, GROUP=8,
+                                       EP=ep, **cfg)
+    else:
+        grouped_matmul_kernel[grid](x, w.reshape(E * N, K), c, offs, E, N, K, GROUP=8, EP=ep,
+                                    **cfg)
     return c
 
 
