@@ -23,7 +23,7 @@ timings with the L2 flushed, two interleaved rounds, best of the two.
     python benchmarks/gemm_family.py [--only fp8,grouped,epilogue,llm,large,skinny,probe,
         cluster]
         [--json out.json] [--fp8-configs NAME,...] [--no-fp8-scales]
-        [--grouped-variants legacy,tma,bm64,halves]
+        [--grouped-variants legacy,tma,bm64,halves,halves-bal]
 """
 
 from __future__ import annotations
@@ -238,9 +238,11 @@ GROUPED = [(E, T, N, K) for E in (8, 64) for T in (4096, 16384)
 # kitjit configs timed side by side (`--grouped-variants`; names start with "kitjit"):
 # the kernel before session 11 (register stores), whole tiles through the TMA store,
 # 64-row tiles with the TMA store (grouped_matmul.default_config picks one of these two),
-# and the warp-specialized kernel whose expert-last tiles of <= 64 rows cost half a tile
+# the warp-specialized kernel whose expert-last tiles of <= 64 rows cost half a tile, and
+# that one with each expert's row blocks in even groups (BALANCE)
 GROUPED_VARIANTS = {"kitjit legacy": grp.LEGACY, "kitjit tma": grp.DEFAULT,
-                    "kitjit bm64": grp.SMALL_GROUPS, "kitjit halves": grp.HALVES}
+                    "kitjit bm64": grp.SMALL_GROUPS, "kitjit halves": grp.HALVES,
+                    "kitjit halves-bal": dict(grp.HALVES, BALANCE=True)}
 
 
 def bench_grouped() -> None:

@@ -36,10 +36,16 @@ def expert_of(tile, e, base, OFFS, E, N, BM: kit.constexpr, BN: kit.constexpr):
 
 @kit.jit
 def group_tile(tile, e, base, OFFS, E, N, BM: kit.constexpr, BN: kit.constexpr,
-               BK: kit.constexpr, GROUP: kit.constexpr):
-    """(cursor e, base, first row m0, B's row e * N + n0, n0, the expert's end row)."""
+               BK: kit.constexpr, GROUP: kit.constexpr, BALANCE: kit.constexpr = False):
+    """(cursor e, base, first row m0, B's row e * N + n0, n0, the expert's end row).
+    BALANCE: the expert's row blocks in groups of even size (17 -> 6, 6, 5 instead of 8, 8,
+    1: a group of one row block reads each of the expert's B tiles for one tile only)."""
     e, base, start, end = expert_of(tile, e, base, OFFS, E, N, BM, BN)
-    m0, n0, _ = tile_origin(tile - base, end - start, N, 1, BM, BN, BK, GROUP, 1)
+    group = GROUP
+    if BALANCE:
+        n_m = kit.cdiv(end - start, BM)
+        group = kit.cdiv(n_m, kit.maximum(kit.cdiv(n_m, GROUP), 1))
+    m0, n0, _ = tile_origin(tile - base, end - start, N, 1, BM, BN, BK, group, 1)
     return e, base, start + m0, e * N + n0, n0, end
 
 
@@ -55,7 +61,8 @@ def count_tiles(OFFS, E, N, BM: kit.constexpr, BN: kit.constexpr, EP: kit.conste
 @kit.jit
 def grouped_matmul_kernel(A, B, C, OFFS, E, N, K, BM: kit.constexpr, BN: kit.constexpr,
                           BK: kit.constexpr, STAGES: kit.constexpr, GROUP: kit.constexpr,
-                          EP: kit.constexpr, TMA_STORE: kit.constexpr = 0):
+                          EP: kit.constexpr, TMA_STORE: kit.constexpr = 0,
+                          BALANCE: kit.constexpr = False):
     a = kit.shared((STAGES, BM, BK), A.dtype.element_ty)
     b = kit.shared((STAGES, BN, BK), B.dtype.element_ty)   # B is w viewed as [E * N, K]
     ready = kit.mbarriers(STAGES)
@@ -65,13 +72,15 @@ def grouped_matmul_kernel(A, B, C, OFFS, E, N, K, BM: kit.constexpr, BN: kit.con
     for s in kit.static_range(STAGES - 1):                   # prologue, as in matmul.py
         t = first + s // n_k * step
         if t < n_tiles:
-            _, _, m0, nb0, _, _ = group_tile(t, 0, 0, OFFS, E, N, BM, BN, BK, GROUP)
+            _, _, m0, nb0, _, _ = group_tile(t, 0, 0, OFFS, E, N, BM, BN, BK, GROUP, BALANCE)
             load_stage(a, b, ready, A, B, m0, nb0, 0, s % n_k, s, BK, STAGES, True)
     it = 0
     e, base = 0, 0                                           # the cursor
     for tile in range(first, n_tiles, step):
-        e, base, m0, nb0, n0, end = group_tile(tile, e, base, OFFS, E, N, BM, BN, BK, GROUP)
-        _, _, m1, nb1, _, _ = group_tile(tile + step, e, base, OFFS, E, N, BM, BN, BK, GROUP)
+        e, base, m0, nb0, n0, end = group_tile(tile, e, base, OFFS, E, N, BM, BN, BK, GROUP,
+                                               BALANCE)
+        _, _, m1, nb1, _, _ = group_tile(tile + step, e, base, OFFS, E, N, BM, BN, BK, GROUP,
+                                         BALANCE)
         acc = kit.zeros((BM, BN), kit.float32)
         for kk in range(n_k):
             kit.mbarrier_wait(ready[it % STAGES], it // STAGES % 2)
@@ -85,7 +94,7 @@ def grouped_matmul_kernel(A, B, C, OFFS, E, N, K, BM: kit.constexpr, BN: kit.con
                                STAGES, True)
             elif tile + j // n_k * step < n_tiles:           # K shorter than the ring
                 _, _, mj, nbj, _, _ = group_tile(tile + j // n_k * step, e, base, OFFS, E, N,
-                                                 BM, BN, BK, GROUP)
+                                                 BM, BN, BK, GROUP, BALANCE)
                 load_stage(a, b, ready, A, B, mj, nbj, 0, j % n_k, it + STAGES - 1, BK,
                            STAGES, True)
             it += 1
@@ -98,13 +107,13 @@ def grouped_matmul_kernel(A, B, C, OFFS, E, N, K, BM: kit.constexpr, BN: kit.con
 @kit.jit
 def produce(a, b, ready, empty, A, B, OFFS, E, N, n_k, n_tiles, first, step,
             BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr, STAGES: kit.constexpr,
-            GROUP: kit.constexpr):
+            GROUP: kit.constexpr, BALANCE: kit.constexpr):
     """The producer warpgroup (HALVES): every k-step of this program's tiles into the ring,
     a stage once both consumers released it; A as two 64-row halves, one per consumer."""
     g = 0
     e, base = 0, 0
     for tile in range(first, n_tiles, step):
-        e, base, m0, nb0, _, _ = group_tile(tile, e, base, OFFS, E, N, BM, BN, BK, GROUP)
+        e, base, m0, nb0, _, _ = group_tile(tile, e, base, OFFS, E, N, BM, BN, BK, GROUP, BALANCE)
         for kk in range(n_k):
             s = g % STAGES
             kit.mbarrier_wait(empty[s], g // STAGES % 2 ^ 1)   # a fresh barrier passes 1
@@ -117,7 +126,8 @@ def produce(a, b, ready, empty, A, B, OFFS, E, N, n_k, n_tiles, first, step,
 @kit.jit
 def consume(a, b, ready, empty, C, OFFS, T, E, N, n_k, n_tiles, first, step,
             HALF: kit.constexpr, BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr,
-            STAGES: kit.constexpr, GROUP: kit.constexpr, TMA_STORE: kit.constexpr):
+            STAGES: kit.constexpr, GROUP: kit.constexpr, TMA_STORE: kit.constexpr,
+            BALANCE: kit.constexpr):
     """Consumer warpgroup HALF (HALVES): rows [HALF * BM/2, (HALF+1) * BM/2) of each tile.
     Where none of them belong to the tile's expert (the expert's last tile holds <= BM/2
     rows) it only takes the stages and gives them back: the other consumer's MMAs then have
@@ -126,7 +136,7 @@ def consume(a, b, ready, empty, C, OFFS, T, E, N, n_k, n_tiles, first, step,
     e, base = 0, 0
     H: kit.constexpr = BM // 2
     for tile in range(first, n_tiles, step):
-        e, base, m0, _, n0, end = group_tile(tile, e, base, OFFS, E, N, BM, BN, BK, GROUP)
+        e, base, m0, _, n0, end = group_tile(tile, e, base, OFFS, E, N, BM, BN, BK, GROUP, BALANCE)
         m0 += HALF * H
         if m0 < end:
             acc = kit.zeros((H, BN), kit.float32)
@@ -159,7 +169,8 @@ def consume(a, b, ready, empty, C, OFFS, T, E, N, n_k, n_tiles, first, step,
 @kit.jit
 def grouped_matmul_ws_kernel(A, B, C, OFFS, T, E, N, K, BM: kit.constexpr, BN: kit.constexpr,
                              BK: kit.constexpr, STAGES: kit.constexpr, GROUP: kit.constexpr,
-                             EP: kit.constexpr, TMA_STORE: kit.constexpr = 0):
+                             EP: kit.constexpr, TMA_STORE: kit.constexpr = 0,
+                          BALANCE: kit.constexpr = False):
     """The HALVES kernel: the same tile list as grouped_matmul_kernel, warp-specialized
     (a producer warpgroup and two consumers of BM/2 rows each, 12 warps), so that an
     expert's last tile with <= BM/2 rows runs one consumer's MMAs only."""
@@ -175,17 +186,17 @@ def grouped_matmul_ws_kernel(A, B, C, OFFS, T, E, N, K, BM: kit.constexpr, BN: k
         kit.setmaxnreg(40)
         n_tiles = count_tiles(OFFS, E, N, BM, BN, EP)
         produce(a, b, ready, empty, A, B, OFFS, E, N, n_k, n_tiles, first, step, BM, BN, BK,
-                STAGES, GROUP)
+                STAGES, GROUP, BALANCE)
     elif wg == 1:
         kit.setmaxnreg(232)
         n_tiles = count_tiles(OFFS, E, N, BM, BN, EP)
         consume(a, b, ready, empty, C, OFFS, T, E, N, n_k, n_tiles, first, step, 0, BM, BN,
-                BK, STAGES, GROUP, TMA_STORE)
+                BK, STAGES, GROUP, TMA_STORE, BALANCE)
     else:
         kit.setmaxnreg(232)
         n_tiles = count_tiles(OFFS, E, N, BM, BN, EP)
         consume(a, b, ready, empty, C, OFFS, T, E, N, n_k, n_tiles, first, step, 1, BM, BN,
-                BK, STAGES, GROUP, TMA_STORE)
+                BK, STAGES, GROUP, TMA_STORE, BALANCE)
 
 
 # Tile configs (benchmarks/NOTES.md, session 11). Every whole 128- (or 64-) row tile of an

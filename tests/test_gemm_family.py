@@ -194,12 +194,15 @@ GROUPED_CPU = [  # (T, E, N, K, offsets or a skew seed, config)
     (220, 7, 136, 64, [0, 1, 1, 65, 129, 193, 200], dict(HALVES, BN=64, BK=32, STAGES=3)),
     (150, 5, 72, 96, 0, dict(HALVES, BN=64, BK=32, STAGES=2, TMA_STORE=0)),
     (130, 4, 64, 32, [10, 70, 70, 100], dict(HALVES, BN=64, BK=32, STAGES=3)),   # K < ring
+    # BALANCE: 9 row blocks in groups of 5 and 4 (not 8 and 1)
+    (620, 2, 136, 32, [545, 600], dict(SMALL, BK=32, STAGES=2, TMA_STORE=2, BALANCE=True)),
+    (620, 3, 136, 32, [0, 1100 // 2, 600], dict(HALVES, BN=64, BK=32, STAGES=2, BALANCE=True)),
 ]
 
 
 @pytest.mark.parametrize("T,E,N,K,groups,cfg", GROUPED_CPU, ids=[
     f"T{t}-E{e}-{n}x{k}-BM{c.get('BM', 'auto')}" + ("-tma" if c.get("TMA_STORE") else "")
-    + ("-halves" if c.get("HALVES") else "")
+    + ("-halves" if c.get("HALVES") else "") + ("-balance" if c.get("BALANCE") else "")
     for t, e, n, k, _, c in GROUPED_CPU])
 def test_interp_grouped(T, E, N, K, groups, cfg, poison):
     g = torch.Generator().manual_seed(T + E)
