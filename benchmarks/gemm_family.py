@@ -237,11 +237,11 @@ GROUPED = [(E, T, N, K) for E in (8, 64) for T in (4096, 16384)
            for N, K in ((14336, 4096), (4096, 14336))]
 # kitjit configs timed side by side (`--grouped-variants`; names start with "kitjit"):
 # the kernel before session 11 (register stores), whole tiles through the TMA store,
-# 64-row tiles with the TMA store (grouped_matmul.default_config picks one of these two),
-# the warp-specialized kernel whose expert-last tiles of <= 64 rows cost half a tile, and
-# that one with each expert's row blocks in even groups (BALANCE)
-GROUPED_VARIANTS = {"kitjit legacy": grp.LEGACY, "kitjit tma": grp.DEFAULT,
-                    "kitjit bm64": grp.SMALL_GROUPS, "kitjit halves": grp.HALVES,
+# 64-row tiles with the TMA store, the warp-specialized kernel whose expert-last tiles of
+# <= 64 rows cost half a tile (grouped_matmul.default_config's choice), and that one with
+# each expert's row blocks in even groups (BALANCE)
+GROUPED_VARIANTS = {"kitjit legacy": grp.LEGACY, "kitjit tma": grp.TMA,
+                    "kitjit bm64": grp.BM64, "kitjit halves": grp.HALVES,
                     "kitjit halves-bal": dict(grp.HALVES, BALANCE=True)}
 
 

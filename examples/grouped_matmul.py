@@ -9,6 +9,13 @@ L2-friendly order) walked by a persistent grid with examples/matmul.py's TMA rin
 finds the expert of its next tile by moving a cursor forward over the offsets (its tiles come
 in increasing order, so the cursor never goes back). A tile's A rows may run into the next
 expert's tokens: the MMA computes them and the store drops them.
+
+Two kernels walk that list. grouped_matmul_kernel: both warpgroups run WGMMA on 128-row
+tiles and take turns issuing the copies (matmul.py's kernel). grouped_matmul_ws_kernel (the
+default, HALVES): a producer warpgroup issues the copies and two consumer warpgroups each
+own 64 rows of the tile, so where an expert's last tile holds <= 64 of its rows the second
+consumer only passes the stages back and the tile costs about half (a 520-row expert: 4.5
+tiles of work instead of 5). Configs at the bottom (benchmarks/NOTES.md, session 11).
 """
 
 import torch
@@ -199,26 +206,27 @@ def grouped_matmul_ws_kernel(A, B, C, OFFS, T, E, N, K, BM: kit.constexpr, BN: k
                 BK, STAGES, GROUP, TMA_STORE, BALANCE)
 
 
-# Tile configs (benchmarks/NOTES.md, session 11). Every whole 128- (or 64-) row tile of an
-# expert stores C through the TMA in two column halves (TMA_STORE=2: the bulk copy drains
-# under the next tile's MMAs, as matmul.py's tma-halves); an expert's last, partial tile
-# stores its own rows from the registers. LEGACY is the kernel before (register stores).
+# Tile configs, timed side by side by `benchmarks/gemm_family.py --only grouped` (NOTES,
+# session 11). TMA_STORE=2: every whole tile (or 64-row half) of an expert stores C through
+# the TMA in two column halves, a bulk copy that drains under the next tile's MMAs (as
+# matmul.py's tma-halves); an expert's last, partial tile stores its own rows from the
+# registers. LEGACY: the kernel before session 11 (register stores only).
 LEGACY = dict(BM=128, BN=256, BK=64, STAGES=4, num_warps=8)
-DEFAULT = dict(LEGACY, TMA_STORE=2)    # 4 x 48 KB stages + a 32 KB staging tile: 226 KB
-# 64-row tiles (one warpgroup) where experts hold few rows: a 520-row expert costs 9 of them
-# (576 rows) instead of 5 128-row tiles (640), and there are twice as many tiles to even out
-# the last wave; 5 x 40 KB stages + 16 KB staging
-SMALL_GROUPS = dict(BM=64, BN=256, BK=64, STAGES=5, num_warps=4, TMA_STORE=2)
-# HALVES: grouped_matmul_ws_kernel (producer + two 64-row consumers, 12 warps): an expert's
-# last tile of <= 64 rows costs half a tile; 4 x 48 KB stages + 2 x 16 KB staging tiles
+TMA = dict(LEGACY, TMA_STORE=2)        # 4 x 48 KB stages + a 32 KB staging tile: 226 KB
+# 64-row tiles (one warpgroup): a 520-row expert costs 9 of them (576 rows) instead of 5
+# 128-row tiles (640), but each k-step moves 40 KB per 64 rows instead of 48 KB per 128
+BM64 = dict(BM=64, BN=256, BK=64, STAGES=5, num_warps=4, TMA_STORE=2)
+# grouped_matmul_ws_kernel (a producer warpgroup + two 64-row consumers, 12 warps): the
+# 128-row tiles of TMA, but an expert's last tile of <= 64 rows costs about half a tile;
+# 4 x 48 KB stages + 2 x 16 KB staging tiles
 HALVES = dict(LEGACY, TMA_STORE=2, HALVES=True, num_warps=12)
-SMALL_GROUP_ROWS = 1024   # mean rows per expert (T / E) at or below which SMALL_GROUPS runs
 
 
 def default_config(T: int, E: int, N: int) -> dict:
-    """The tile config for T tokens over E experts (the host knows T and E, not the
-    routing: no sync). Rows of C that are not a multiple of 16 bytes store from registers."""
-    cfg = dict(SMALL_GROUPS if T <= SMALL_GROUP_ROWS * E else DEFAULT)
+    """The config grouped_mm runs with none given: HALVES (the host knows T and E, not the
+    routing, so the choice cannot depend on the group sizes without a sync). Rows of C that
+    are not a multiple of 16 bytes store from the registers."""
+    cfg = dict(HALVES)
     if N % 8:
         cfg["TMA_STORE"] = 0
     return cfg

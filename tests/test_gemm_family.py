@@ -188,15 +188,16 @@ GROUPED_CPU = [  # (T, E, N, K, offsets or a skew seed, config)
     # whole tiles that start on odd rows, a TMA box clipped at N
     (220, 7, 136, 64, [0, 1, 1, 65, 129, 193, 200], dict(SMALL, BK=32, STAGES=3,
                                                          TMA_STORE=2)),
-    (300, 3, 264, 64, [1, 130, 300], dict(grp.DEFAULT)),              # 128x256 tma-halves
-    (120, 2, 200, 64, [1, 120], {}),       # default_config: 64x256 (few rows per expert)
+    (300, 3, 264, 64, [1, 130, 300], dict(grp.TMA)),                  # 128x256 tma-halves
+    (120, 2, 200, 64, [1, 120], {}),       # default_config: HALVES 128x256
+    (130, 2, 200, 64, [1, 120], dict(grp.BM64)),   # 64x256, 5 stages
     # HALVES (producer + two 64-row consumers): last tiles of <= 64 rows run one consumer
     (220, 7, 136, 64, [0, 1, 1, 65, 129, 193, 200], dict(HALVES, BN=64, BK=32, STAGES=3)),
     (150, 5, 72, 96, 0, dict(HALVES, BN=64, BK=32, STAGES=2, TMA_STORE=0)),
     (130, 4, 64, 32, [10, 70, 70, 100], dict(HALVES, BN=64, BK=32, STAGES=3)),   # K < ring
     # BALANCE: 9 row blocks in groups of 5 and 4 (not 8 and 1)
     (620, 2, 136, 32, [545, 600], dict(SMALL, BK=32, STAGES=2, TMA_STORE=2, BALANCE=True)),
-    (620, 3, 136, 32, [0, 1100 // 2, 600], dict(HALVES, BN=64, BK=32, STAGES=2, BALANCE=True)),
+    (620, 3, 136, 32, [0, 550, 600], dict(HALVES, BN=64, BK=32, STAGES=2, BALANCE=True)),
 ]
 
 
@@ -336,8 +337,8 @@ def test_sass_epilogue(spec):
 
 
 @needs_sass
-@pytest.mark.parametrize("name", ["LEGACY", "DEFAULT", "SMALL_GROUPS", "HALVES"])
-@pytest.mark.slow_except("DEFAULT", "HALVES")
+@pytest.mark.parametrize("name", ["LEGACY", "TMA", "BM64", "HALVES"])
+@pytest.mark.slow_except("TMA", "HALVES")
 def test_sass_grouped(name):
     """Each config: HGMMA from shared tiles, TMA loads, no spills, the k-step's HGMMAs in
     flight together (no C7514; a full wait only after each tile's loop); with TMA_STORE the
@@ -411,7 +412,7 @@ def test_gpu_epilogue(spec, poison):
 @pytest.mark.gpu
 @pytest.mark.parametrize("T,E,N,K", [(4096, 8, 1032, 1024), (4096, 64, 512, 2048),
                                      (1000, 16, 200, 136), (20000, 4, 520, 256)])
-@pytest.mark.parametrize("cfg", ["default", "LEGACY", "DEFAULT", "SMALL_GROUPS", "HALVES"])
+@pytest.mark.parametrize("cfg", ["default", "LEGACY", "TMA", "BM64"])
 def test_gpu_grouped(T, E, N, K, cfg, poison):
     x = torch.randn(T, K, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(E, N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5
@@ -425,7 +426,7 @@ def test_gpu_grouped(T, E, N, K, cfg, poison):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("cfg", ["LEGACY", "DEFAULT", "SMALL_GROUPS", "HALVES"])
+@pytest.mark.parametrize("cfg", ["LEGACY", "TMA", "BM64", "HALVES"])
 def test_gpu_grouped_ragged(cfg, poison):
     """Experts of 0 and 1 rows, whole tiles that start on odd rows, rows past the last
     group left unwritten (NaN)."""
