@@ -11,11 +11,12 @@ in increasing order, so the cursor never goes back). A tile's A rows may run int
 expert's tokens: the MMA computes them and the store drops them.
 
 Two kernels walk that list. grouped_matmul_kernel: both warpgroups run WGMMA on 128-row
-tiles and the CTA refills the ring between k-steps (matmul.py's kernel). grouped_matmul_ws_kernel (the
-default, HALVES): a producer warpgroup issues the copies and two consumer warpgroups each
-own 64 rows of the tile, so where an expert's last tile holds <= 64 of its rows the second
-consumer only passes the stages back and the tile costs about half (a 520-row expert: 4.5
-tiles of work instead of 5). Configs at the bottom (benchmarks/NOTES.md, session 11).
+tiles and the CTA refills the ring between k-steps (matmul.py's kernel).
+grouped_matmul_ws_kernel (the default, HALVES): a producer warpgroup issues the copies and
+two consumer warpgroups each own 64 rows of the tile, so where an expert's last tile holds
+<= 64 of its rows the second consumer only passes the stages back and the tile costs about
+half (a 520-row expert: 4.5 tiles of work instead of 5). Configs at the bottom
+(benchmarks/NOTES.md, session 11).
 """
 
 import torch
