@@ -23,7 +23,7 @@ timings with the L2 flushed, two interleaved rounds, best of the two.
     python benchmarks/gemm_family.py [--only fp8,grouped,epilogue,llm,large,skinny,probe,
         cluster]
         [--json out.json] [--fp8-configs NAME,...] [--no-fp8-scales]
-        [--grouped-variants legacy,tma,bm64,halves,halves-bal]
+        [--grouped-variants legacy,tma,bm64,halves,halves-bal,halves-n128]
 """
 
 from __future__ import annotations
@@ -239,10 +239,11 @@ GROUPED = [(E, T, N, K) for E in (8, 64) for T in (4096, 16384)
 # the kernel before session 11 (register stores), whole tiles through the TMA store,
 # 64-row tiles with the TMA store, the warp-specialized kernel whose expert-last tiles of
 # <= 64 rows cost half a tile (grouped_matmul.default_config's choice), and that one with
-# each expert's row blocks in even groups (BALANCE)
+# each expert's row blocks in even groups (BALANCE), and that one on 128x128 tiles
 GROUPED_VARIANTS = {"kitjit legacy": grp.LEGACY, "kitjit tma": grp.TMA,
                     "kitjit bm64": grp.BM64, "kitjit halves": grp.HALVES,
-                    "kitjit halves-bal": dict(grp.HALVES, BALANCE=True)}
+                    "kitjit halves-bal": dict(grp.HALVES, BALANCE=True),
+                    "kitjit halves-n128": grp.HALVES_N128}
 
 
 def bench_grouped() -> None:

@@ -221,6 +221,10 @@ BM64 = dict(BM=64, BN=256, BK=64, STAGES=5, num_warps=4, TMA_STORE=2)
 # 128-row tiles of TMA, but an expert's last tile of <= 64 rows costs about half a tile;
 # 4 x 48 KB stages + 2 x 16 KB staging tiles
 HALVES = dict(LEGACY, TMA_STORE=2, HALVES=True, num_warps=12)
+# the same on 128x128 tiles, 6 stages: twice the tiles to even out the last wave (4096 x
+# 14336 at 8 x 512 tokens: 576 128x256 tiles are 4.36 waves of 132 SMs), a third more
+# L2 -> shared traffic per flop
+HALVES_N128 = dict(HALVES, BN=128, STAGES=6)
 
 
 def default_config(T: int, E: int, N: int) -> dict:
