@@ -777,23 +777,14 @@ def main() -> None:
                     help="seconds after the start past which LLM shapes are skipped")
     args = ap.parse_args()
     start = time.perf_counter()
-    if args.fp8_configs:
-        keep = args.fp8_configs.split(",")
-        for name in list(FP8_CONFIGS):
-            if name not in keep:
-                del FP8_CONFIGS[name]
+    for table, names, prefix in ((FP8_CONFIGS, args.fp8_configs, ""),
+                                 (BF16_EPILOGUES, args.large_variants, ""),
+                                 (GROUPED_VARIANTS, args.grouped_variants, "kitjit ")):
+        for name in list(table) if names else ():     # keep only the variants named
+            if name not in [prefix + n for n in names.split(",")]:
+                del table[name]
     if args.skinny_m:
         SKINNY_M[:] = [int(m) for m in args.skinny_m.split(",")]
-    if args.large_variants:
-        keep = args.large_variants.split(",")
-        for name in list(BF16_EPILOGUES):
-            if name not in keep:
-                del BF16_EPILOGUES[name]
-    if args.grouped_variants:
-        keep = ["kitjit " + n for n in args.grouped_variants.split(",")]
-        for name in list(GROUPED_VARIANTS):
-            if name not in keep:
-                del GROUPED_VARIANTS[name]
     if args.no_fp8_scales:
         globals()["bench_fp8_scaled"] = lambda: None
     results["device"] = torch.cuda.get_device_name()
