@@ -248,6 +248,8 @@ def grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, **config) -
         raise ValueError(f"x [T, K], w [E, N, K], offs int32 [E]: got x {list(x.shape)}, w "
                          f"{list(w.shape)}, offs {offs.dtype} {list(offs.shape)}")
     c = torch.empty(T, N, device=x.device, dtype=x.dtype)
+    if K == 0:            # (the kernels divide by the k-steps and assume there are some)
+        return c.zero_()
     cfg = dict(LEGACY, **config) if "BM" in config else dict(default_config(T, E, N), **config)
     if cfg.get("TMA_STORE") and (N * x.element_size()) % 16:
         raise ValueError(f"grouped_mm: TMA_STORE needs rows of the output a multiple of 16 "

@@ -218,6 +218,12 @@ def test_interp_grouped(T, E, N, K, groups, cfg, poison):
     assert torch.isnan(out[n:]).all(), "rows past the last group were written"
 
 
+def test_grouped_k0():
+    x, w = torch.randn(10, 0, dtype=torch.bfloat16), torch.randn(2, 16, 0, dtype=torch.bfloat16)
+    out = grp.grouped_mm(x, w, torch.tensor([4, 10], dtype=torch.int32))
+    assert out.shape == (10, 16) and not out.any()
+
+
 def test_grouped_argument_errors():
     x, w = torch.randn(64, 32, dtype=torch.bfloat16), torch.randn(2, 16, 32, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="offs int32"):
