@@ -240,8 +240,9 @@ def default_config(T: int, E: int, N: int) -> dict:
 def grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, **config) -> torch.Tensor:
     """out[offs[e-1]:offs[e]] = x[offs[e-1]:offs[e]] @ w[e].T for x [T, K] (bf16/fp16, K a
     multiple of 8), w [E, N, K], offs int32 [E] (cumulative ends, offs[-1] <= T; rows past
-    it are left unwritten). No host sync. `config`: BM, BN, BK, STAGES, num_warps,
-    TMA_STORE (a config naming BM starts from LEGACY, else from default_config)."""
+    it are left unwritten; K == 0: all zeros). No host sync. `config`: BM, BN, BK, STAGES,
+    num_warps, TMA_STORE, HALVES, BALANCE (a config naming BM starts from LEGACY, else from
+    default_config)."""
     T, K = x.shape
     E, N, K2 = w.shape
     if K2 != K or tuple(offs.shape) != (E,) or offs.dtype != torch.int32:
