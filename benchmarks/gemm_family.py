@@ -23,6 +23,7 @@ timings with the L2 flushed, two interleaved rounds, best of the two.
     python benchmarks/gemm_family.py [--only fp8,grouped,epilogue,llm,large,skinny,probe,
         cluster]
         [--json out.json] [--fp8-configs NAME,...] [--no-fp8-scales]
+        [--grouped-variants legacy,tma,bm64,halves,halves-bal,halves-n128]
 """
 
 from __future__ import annotations
@@ -239,6 +240,15 @@ def _torch_scaled(mode, a, b, sa, sb, out):
 # ----------------------------------------------------------------------------- grouped
 GROUPED = [(E, T, N, K) for E in (8, 64) for T in (4096, 16384)
            for N, K in ((14336, 4096), (4096, 14336))]
+# kitjit configs timed side by side (`--grouped-variants`; names start with "kitjit"):
+# the kernel before session 11 (register stores), whole tiles through the TMA store,
+# 64-row tiles with the TMA store, the warp-specialized kernel whose expert-last tiles of
+# <= 64 rows cost half a tile (grouped_matmul.default_config's choice), and that one with
+# each expert's row blocks in even groups (BALANCE), and that one on 128x128 tiles
+GROUPED_VARIANTS = {"kitjit legacy": grp.LEGACY, "kitjit tma": grp.TMA,
+                    "kitjit bm64": grp.BM64, "kitjit halves": grp.HALVES,
+                    "kitjit halves-bal": dict(grp.HALVES, BALANCE=True),
+                    "kitjit halves-n128": grp.HALVES_N128}
 
 
 def bench_grouped() -> None:
@@ -266,7 +276,7 @@ def bench_grouped() -> None:
             runs["torch._grouped_mm"] = lambda: torch._grouped_mm(x, wt, offs=offs)
         except Exception as e:
             row["grouped_mm"] = f"none: {type(e).__name__}: {str(e)[:160]}"
-        for name, cfg in (("kitjit", {}), ("kitjit 128x128 s6", dict(BN=128, STAGES=6))):
+        for name, cfg in GROUPED_VARIANTS.items():
             try:
                 with poisoned():
                     got = grp.grouped_mm(x, w, offs, **cfg)
@@ -280,13 +290,20 @@ def bench_grouped() -> None:
         row["tflops"] = {n: round(flop / v, 1) for n, v in ms.items()}
         if mine:
             row["vs_best_torch"] = round(min(peers.values()) / min(mine.values()), 3)
-            row["default_vs_best_torch"] = round(min(peers.values()) / mine["kitjit"], 3) \
-                if "kitjit" in mine else None
+        for n in mine:
+            row[f"{n}_vs_best_torch"] = round(min(peers.values()) / mine[n], 3)
+        auto = grp.default_config(T, E, N)     # the variant grouped_mm runs with no config
+        row["auto"] = next((n for n, c in GROUPED_VARIANTS.items() if c == auto), str(auto))
+        row["default_vs_best_torch"] = row.get(f"{row['auto']}_vs_best_torch")
         rows.append(row)
         print(row, flush=True)
         runs.clear()
         torch.cuda.empty_cache()
     results["grouped_geomean_vs_best_torch"] = geomean(r.get("vs_best_torch") for r in rows)
+    for n in GROUPED_VARIANTS:
+        results[f"grouped_geomean_{n}"] = geomean(r.get(f"{n}_vs_best_torch") for r in rows)
+    results["grouped_geomean_auto"] = geomean(r.get(f"{r['auto']}_vs_best_torch")
+                                              for r in rows)
 
 
 # ----------------------------------------------------------------------------- epilogues
@@ -723,11 +740,17 @@ def table() -> str:
     for r in results.get("fp8_scales", []):
         out.append(f"  {r['shape']} row {r.get('row_tflops')} block {r.get('block_tflops')}")
     if results.get("grouped"):
-        out.append("grouped (TFLOP/s)")
+        names = list(results["grouped"][0].get("tflops", {}))
+        out.append("grouped (TFLOP/s)  " + " | ".join(names) + " | auto picks | x best torch "
+                   "of each kitjit")
         for r in results["grouped"]:
-            out.append(f"  {r['case']:32} {r.get('tflops')} x best torch "
-                       f"{r.get('vs_best_torch')}")
-        out.append(f"  geomean x best torch {results.get('grouped_geomean_vs_best_torch')}")
+            t = r.get("tflops", {})
+            xs = [str(r.get(f"{n}_vs_best_torch")) for n in names if n.startswith("kitjit")]
+            out.append(f"  {r['case']:30} " + " ".join(f"{t.get(n, '-'):>6}" for n in names)
+                       + f"  {r.get('auto', '')[7:]:9} " + " ".join(xs))
+        out.append("  geomean x best torch: " + ", ".join(
+            f"{k[16:].replace('vs_best_torch', 'best variant')} {v}"
+            for k, v in results.items() if k.startswith("grouped_geomean_")))
     for r in results.get("epilogue", []):
         out.append(f"epilogue {r['case']:28} {r.get('tflops')} x torch {r.get('vs_torch')}")
     if results.get("llm"):
@@ -750,24 +773,23 @@ def main() -> None:
     ap.add_argument("--skinny-m", default=None, help="M values of the skinny section")
     ap.add_argument("--large-variants", default=None,
                     help="comma-separated names of BF16_EPILOGUES to time (default: all)")
+    ap.add_argument("--grouped-variants", default=None,
+                    help="comma-separated names of GROUPED_VARIANTS to time, without the "
+                         "'kitjit ' prefix (default: all)")
     ap.add_argument("--no-fp8-scales", action="store_true",
                     help="skip the row-wise and block-scale rows of the fp8 section")
     ap.add_argument("--llm-deadline", type=float, default=240.0,
                     help="seconds after the start past which LLM shapes are skipped")
     args = ap.parse_args()
     start = time.perf_counter()
-    if args.fp8_configs:
-        keep = args.fp8_configs.split(",")
-        for name in list(FP8_CONFIGS):
-            if name not in keep:
-                del FP8_CONFIGS[name]
+    for table, names, prefix in ((FP8_CONFIGS, args.fp8_configs, ""),
+                                 (BF16_EPILOGUES, args.large_variants, ""),
+                                 (GROUPED_VARIANTS, args.grouped_variants, "kitjit ")):
+        for name in list(table) if names else ():     # keep only the variants named
+            if name not in [prefix + n for n in names.split(",")]:
+                del table[name]
     if args.skinny_m:
         SKINNY_M[:] = [int(m) for m in args.skinny_m.split(",")]
-    if args.large_variants:
-        keep = args.large_variants.split(",")
-        for name in list(BF16_EPILOGUES):
-            if name not in keep:
-                del BF16_EPILOGUES[name]
     if args.no_fp8_scales:
         globals()["bench_fp8_scaled"] = lambda: None
     results["device"] = torch.cuda.get_device_name()

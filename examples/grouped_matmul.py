@@ -9,10 +9,18 @@ L2-friendly order) walked by a persistent grid with examples/matmul.py's TMA rin
 finds the expert of its next tile by moving a cursor forward over the offsets (its tiles come
 in increasing order, so the cursor never goes back). A tile's A rows may run into the next
 expert's tokens: the MMA computes them and the store drops them.
+
+Two kernels walk that list. grouped_matmul_kernel: both warpgroups run WGMMA on 128-row
+tiles and the CTA refills the ring between k-steps (matmul.py's kernel).
+grouped_matmul_ws_kernel (the default, HALVES): a producer warpgroup issues the copies and
+two consumer warpgroups each own 64 rows of the tile, so where an expert's last tile holds
+<= 64 of its rows the second consumer only passes the stages back and the tile costs about
+half (a 520-row expert: 4.5 tiles of work instead of 5). Configs at the bottom
+(benchmarks/NOTES.md, session 11).
 """
 
 import torch
-from matmul import load_stage, num_sms, tile_origin
+from matmul import load_stage, num_sms, store_tile, tile_origin
 
 import kitjit as kit
 from kitjit.testing import bench, check, device, has_gpu
@@ -36,36 +44,51 @@ def expert_of(tile, e, base, OFFS, E, N, BM: kit.constexpr, BN: kit.constexpr):
 
 @kit.jit
 def group_tile(tile, e, base, OFFS, E, N, BM: kit.constexpr, BN: kit.constexpr,
-               BK: kit.constexpr, GROUP: kit.constexpr):
-    """(cursor e, base, first row m0, B's row e * N + n0, n0, the expert's end row)."""
+               BK: kit.constexpr, GROUP: kit.constexpr, BALANCE: kit.constexpr = False):
+    """(cursor e, base, first row m0, B's row e * N + n0, n0, the expert's end row).
+    BALANCE: the expert's row blocks in groups of even size (17 -> 6, 6, 5 instead of 8, 8,
+    1: a group of one row block reads each of the expert's B tiles for one tile only)."""
     e, base, start, end = expert_of(tile, e, base, OFFS, E, N, BM, BN)
-    m0, n0, _ = tile_origin(tile - base, end - start, N, 1, BM, BN, BK, GROUP, 1)
+    group = GROUP
+    if BALANCE:
+        n_m = kit.cdiv(end - start, BM)
+        group = kit.cdiv(n_m, kit.maximum(kit.cdiv(n_m, GROUP), 1))
+    m0, n0, _ = tile_origin(tile - base, end - start, N, 1, BM, BN, BK, group, 1)
     return e, base, start + m0, e * N + n0, n0, end
+
+
+@kit.jit
+def count_tiles(OFFS, E, N, BM: kit.constexpr, BN: kit.constexpr, EP: kit.constexpr):
+    """Tiles of all experts (every program counts them: EP >= E offsets at once)."""
+    ex = kit.arange(0, EP)
+    ends = kit.load(OFFS + ex, mask=ex < E, other=0)
+    starts = kit.load(OFFS + ex - 1, mask=(ex > 0) & (ex < E), other=0)
+    return kit.sum(kit.cdiv(ends - starts, BM), axis=0) * kit.cdiv(N, BN)
 
 
 @kit.jit
 def grouped_matmul_kernel(A, B, C, OFFS, E, N, K, BM: kit.constexpr, BN: kit.constexpr,
                           BK: kit.constexpr, STAGES: kit.constexpr, GROUP: kit.constexpr,
-                          EP: kit.constexpr):
+                          EP: kit.constexpr, TMA_STORE: kit.constexpr = 0,
+                          BALANCE: kit.constexpr = False):
     a = kit.shared((STAGES, BM, BK), A.dtype.element_ty)
     b = kit.shared((STAGES, BN, BK), B.dtype.element_ty)   # B is w viewed as [E * N, K]
     ready = kit.mbarriers(STAGES)
     n_k = kit.cdiv(K, BK)
-    ex = kit.arange(0, EP)                                   # every program counts the tiles
-    ends = kit.load(OFFS + ex, mask=ex < E, other=0)
-    starts = kit.load(OFFS + ex - 1, mask=(ex > 0) & (ex < E), other=0)
-    n_tiles = kit.sum(kit.cdiv(ends - starts, BM), axis=0) * kit.cdiv(N, BN)
+    n_tiles = count_tiles(OFFS, E, N, BM, BN, EP)
     step, first = kit.num_programs(0), kit.program_id(0)
     for s in kit.static_range(STAGES - 1):                   # prologue, as in matmul.py
         t = first + s // n_k * step
         if t < n_tiles:
-            _, _, m0, nb0, _, _ = group_tile(t, 0, 0, OFFS, E, N, BM, BN, BK, GROUP)
+            _, _, m0, nb0, _, _ = group_tile(t, 0, 0, OFFS, E, N, BM, BN, BK, GROUP, BALANCE)
             load_stage(a, b, ready, A, B, m0, nb0, 0, s % n_k, s, BK, STAGES, True)
     it = 0
     e, base = 0, 0                                           # the cursor
     for tile in range(first, n_tiles, step):
-        e, base, m0, nb0, n0, end = group_tile(tile, e, base, OFFS, E, N, BM, BN, BK, GROUP)
-        _, _, m1, nb1, _, _ = group_tile(tile + step, e, base, OFFS, E, N, BM, BN, BK, GROUP)
+        e, base, m0, nb0, n0, end = group_tile(tile, e, base, OFFS, E, N, BM, BN, BK, GROUP,
+                                               BALANCE)
+        _, _, m1, nb1, _, _ = group_tile(tile + step, e, base, OFFS, E, N, BM, BN, BK, GROUP,
+                                         BALANCE)
         acc = kit.zeros((BM, BN), kit.float32)
         for kk in range(n_k):
             kit.mbarrier_wait(ready[it % STAGES], it // STAGES % 2)
@@ -79,34 +102,168 @@ def grouped_matmul_kernel(A, B, C, OFFS, E, N, K, BM: kit.constexpr, BN: kit.con
                                STAGES, True)
             elif tile + j // n_k * step < n_tiles:           # K shorter than the ring
                 _, _, mj, nbj, _, _ = group_tile(tile + j // n_k * step, e, base, OFFS, E, N,
-                                                 BM, BN, BK, GROUP)
+                                                 BM, BN, BK, GROUP, BALANCE)
                 load_stage(a, b, ready, A, B, mj, nbj, 0, j % n_k, it + STAGES - 1, BK,
                            STAGES, True)
             it += 1
-        rm = m0 + kit.arange(0, BM)
-        rn = n0 + kit.arange(0, BN)
-        mask = (rm[:, None] < end) & (rn[None, :] < N)       # rows of this expert only
-        kit.store(C + rm[:, None] * N + rn[None, :], acc.to(C.dtype.element_ty), mask=mask)
+        if TMA_STORE and m0 + BM <= end:   # a whole tile of this expert: through the TMA
+            store_tile(C, acc, m0, n0, end, N, BM, BN, TMA_STORE)   # (drains under the next
+        else:                              # tile's MMAs); its last tile: only its own rows
+            store_tile(C, acc, m0, n0, end, N, BM, BN, 0)
 
 
-DEFAULT = dict(BM=128, BN=256, BK=64, STAGES=4, num_warps=8)
+@kit.jit
+def produce(a, b, ready, empty, A, B, OFFS, E, N, n_k, n_tiles, first, step,
+            BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr, STAGES: kit.constexpr,
+            GROUP: kit.constexpr, BALANCE: kit.constexpr):
+    """The producer warpgroup (HALVES): every k-step of this program's tiles into the ring,
+    a stage once both consumers released it; A as two 64-row halves, one per consumer."""
+    g = 0
+    e, base = 0, 0
+    for tile in range(first, n_tiles, step):
+        e, base, m0, nb0, _, _ = group_tile(tile, e, base, OFFS, E, N, BM, BN, BK, GROUP, BALANCE)
+        for kk in range(n_k):
+            s = g % STAGES
+            kit.mbarrier_wait(empty[s], g // STAGES % 2 ^ 1)   # a fresh barrier passes 1
+            kit.tma_load(a[2 * s], A, (m0, kk * BK), ready[s], sync=False)
+            kit.tma_load(a[2 * s + 1], A, (m0 + BM // 2, kk * BK), ready[s], sync=False)
+            kit.tma_load(b[s], B, (nb0, kk * BK), ready[s], sync=False)
+            g += 1
+
+
+@kit.jit
+def consume(a, b, ready, empty, C, OFFS, T, E, N, n_k, n_tiles, first, step,
+            HALF: kit.constexpr, BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr,
+            STAGES: kit.constexpr, GROUP: kit.constexpr, TMA_STORE: kit.constexpr,
+            BALANCE: kit.constexpr):
+    """Consumer warpgroup HALF (HALVES): rows [HALF * BM/2, (HALF+1) * BM/2) of each tile.
+    Where none of them belong to the tile's expert (the expert's last tile holds <= BM/2
+    rows) it only takes the stages and gives them back: the other consumer's MMAs then have
+    the tensor cores to themselves and the tile costs about half."""
+    it = 0
+    e, base = 0, 0
+    H: kit.constexpr = BM // 2
+    for tile in range(first, n_tiles, step):
+        e, base, m0, _, n0, end = group_tile(tile, e, base, OFFS, E, N, BM, BN, BK, GROUP, BALANCE)
+        m0 += HALF * H
+        if m0 < end:
+            acc = kit.zeros((H, BN), kit.float32)
+            for kk in range(n_k):
+                s = it % STAGES
+                kit.mbarrier_wait(ready[s], it // STAGES % 2)
+                acc = kit.mma(a[2 * s + HALF], b[s].T, acc, pending=1)
+                if kk > 0:     # MMA it-1 retired: its stage is free
+                    kit.mbarrier_arrive(empty[(it - 1) % STAGES])
+                it += 1
+            out = acc.to(C.dtype.element_ty)          # waits for the last MMA
+            kit.mbarrier_arrive(empty[(it - 1) % STAGES])
+            if TMA_STORE:
+                # both stores run on every tile (a branch between them made ptxas serialize
+                # the WGMMAs, C7514): a whole half goes through the TMA, a partial one from
+                # the registers; the other is a no-op (a TMA box from row T, past C's end,
+                # is dropped; the register store's mask is empty)
+                whole = m0 + H <= end
+                store_tile(C, out, kit.where(whole, m0, T), n0, end, N, H, BN, TMA_STORE)
+                store_tile(C, out, m0, n0, kit.where(whole, m0, end), N, H, BN, 0)
+            else:
+                store_tile(C, out, m0, n0, end, N, H, BN, 0)
+        else:
+            for _ in range(n_k):
+                kit.mbarrier_wait(ready[it % STAGES], it // STAGES % 2)
+                kit.mbarrier_arrive(empty[it % STAGES])
+                it += 1
+
+
+@kit.jit
+def grouped_matmul_ws_kernel(A, B, C, OFFS, T, E, N, K, BM: kit.constexpr, BN: kit.constexpr,
+                             BK: kit.constexpr, STAGES: kit.constexpr, GROUP: kit.constexpr,
+                             EP: kit.constexpr, TMA_STORE: kit.constexpr = 0,
+                          BALANCE: kit.constexpr = False):
+    """The HALVES kernel: the same tile list as grouped_matmul_kernel, warp-specialized
+    (a producer warpgroup and two consumers of BM/2 rows each, 12 warps), so that an
+    expert's last tile with <= BM/2 rows runs one consumer's MMAs only."""
+    a = kit.shared((2 * STAGES, BM // 2, BK), A.dtype.element_ty)   # stage s: a[2s], a[2s+1]
+    b = kit.shared((STAGES, BN, BK), B.dtype.element_ty)
+    ready = kit.mbarriers(STAGES)
+    empty = kit.mbarriers(STAGES, arrivals=2)                 # both consumers are done with s
+    n_k = kit.cdiv(K, BK)
+    kit.assume(n_k > 0)        # the k-loop runs: its MMAs stay in flight (ptxas C7514/5)
+    step, first = kit.num_programs(0), kit.program_id(0)
+    wg = kit.warpgroup_id()
+    if wg == 0:                # (the tile count inside each role: 12 warps hold no tile)
+        kit.setmaxnreg(40)
+        n_tiles = count_tiles(OFFS, E, N, BM, BN, EP)
+        produce(a, b, ready, empty, A, B, OFFS, E, N, n_k, n_tiles, first, step, BM, BN, BK,
+                STAGES, GROUP, BALANCE)
+    elif wg == 1:
+        kit.setmaxnreg(232)
+        n_tiles = count_tiles(OFFS, E, N, BM, BN, EP)
+        consume(a, b, ready, empty, C, OFFS, T, E, N, n_k, n_tiles, first, step, 0, BM, BN,
+                BK, STAGES, GROUP, TMA_STORE, BALANCE)
+    else:
+        kit.setmaxnreg(232)
+        n_tiles = count_tiles(OFFS, E, N, BM, BN, EP)
+        consume(a, b, ready, empty, C, OFFS, T, E, N, n_k, n_tiles, first, step, 1, BM, BN,
+                BK, STAGES, GROUP, TMA_STORE, BALANCE)
+
+
+# Tile configs, timed side by side by `benchmarks/gemm_family.py --only grouped` (NOTES,
+# session 11). TMA_STORE=2: every whole tile (or 64-row half) of an expert stores C through
+# the TMA in two column halves, a bulk copy that drains under the next tile's MMAs (as
+# matmul.py's tma-halves); an expert's last, partial tile stores its own rows from the
+# registers. LEGACY: the kernel before session 11 (register stores only).
+LEGACY = dict(BM=128, BN=256, BK=64, STAGES=4, num_warps=8)
+TMA = dict(LEGACY, TMA_STORE=2)        # 4 x 48 KB stages + a 32 KB staging tile: 226 KB
+# 64-row tiles (one warpgroup): a 520-row expert costs 9 of them (576 rows) instead of 5
+# 128-row tiles (640), but each k-step moves 40 KB per 64 rows instead of 48 KB per 128
+BM64 = dict(BM=64, BN=256, BK=64, STAGES=5, num_warps=4, TMA_STORE=2)
+# grouped_matmul_ws_kernel (a producer warpgroup + two 64-row consumers, 12 warps): the
+# 128-row tiles of TMA, but an expert's last tile of <= 64 rows costs about half a tile;
+# 4 x 48 KB stages + 2 x 16 KB staging tiles
+HALVES = dict(LEGACY, TMA_STORE=2, HALVES=True, num_warps=12)
+# the same on 128x128 tiles, 6 stages: twice the tiles to even out the last wave (4096 x
+# 14336 at 8 x 512 tokens: 576 128x256 tiles are 4.36 waves of 132 SMs), a third more
+# L2 -> shared traffic per flop
+HALVES_N128 = dict(HALVES, BN=128, STAGES=6)
+
+
+def default_config(T: int, E: int, N: int) -> dict:
+    """The config grouped_mm runs with none given: HALVES (the host knows T and E, not the
+    routing, so the choice cannot depend on the group sizes without a sync). Rows of C that
+    are not a multiple of 16 bytes store from the registers."""
+    cfg = dict(HALVES)
+    if N % 8:
+        cfg["TMA_STORE"] = 0
+    return cfg
 
 
 def grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, **config) -> torch.Tensor:
     """out[offs[e-1]:offs[e]] = x[offs[e-1]:offs[e]] @ w[e].T for x [T, K] (bf16/fp16, K a
     multiple of 8), w [E, N, K], offs int32 [E] (cumulative ends, offs[-1] <= T; rows past
-    it are left unwritten). No host sync."""
+    it are left unwritten; K == 0: all zeros). No host sync. `config`: BM, BN, BK, STAGES,
+    num_warps, TMA_STORE, HALVES, BALANCE (a config naming BM starts from LEGACY, else from
+    default_config)."""
     T, K = x.shape
     E, N, K2 = w.shape
     if K2 != K or tuple(offs.shape) != (E,) or offs.dtype != torch.int32:
         raise ValueError(f"x [T, K], w [E, N, K], offs int32 [E]: got x {list(x.shape)}, w "
                          f"{list(w.shape)}, offs {offs.dtype} {list(offs.shape)}")
     c = torch.empty(T, N, device=x.device, dtype=x.dtype)
-    cfg = dict(DEFAULT, **config)
+    if K == 0:            # (the kernels divide by the k-steps and assume there are some)
+        return c.zero_()
+    cfg = dict(LEGACY, **config) if "BM" in config else dict(default_config(T, E, N), **config)
+    if cfg.get("TMA_STORE") and (N * x.element_size()) % 16:
+        raise ValueError(f"grouped_mm: TMA_STORE needs rows of the output a multiple of 16 "
+                         f"bytes, got N={N}")
     most = (kit.cdiv(T, cfg["BM"]) + E) * kit.cdiv(N, cfg["BN"])   # tiles, at most
     grid = (max(1, min(most, num_sms(x.device))),)
-    grouped_matmul_kernel[grid](x, w.reshape(E * N, K), c, offs, E, N, K, GROUP=8,
-                                EP=max(16, 1 << (E - 1).bit_length()), **cfg)
+    ep = max(16, 1 << (E - 1).bit_length())
+    if cfg.pop("HALVES", False):
+        grouped_matmul_ws_kernel[grid](x, w.reshape(E * N, K), c, offs, T, E, N, K, GROUP=8,
+                                       EP=ep, **cfg)
+    else:
+        grouped_matmul_kernel[grid](x, w.reshape(E * N, K), c, offs, E, N, K, GROUP=8, EP=ep,
+                                    **cfg)
     return c
 
 
@@ -131,7 +288,7 @@ def routed(T: int, E: int, device, skew: bool = True, seed: int = 0) -> torch.Te
 def main() -> None:
     dev = device()
     T, E, N, K = (1000, 8, 264, 200) if has_gpu() else (150, 5, 72, 96)
-    small = {} if has_gpu() else dict(BM=64, BN=64, BK=32, STAGES=3, num_warps=4)
+    small = {} if has_gpu() else dict(HALVES, BN=64, BK=32, STAGES=3)   # the default kernel
     x = torch.randn(T, K, device=dev, dtype=torch.bfloat16)
     w = torch.randn(E, N, K, device=dev, dtype=torch.bfloat16) / K ** 0.5
     offs = routed(T, E, dev)

@@ -206,17 +206,34 @@ def test_epilogue_argument_errors():
         epi.linear(x, w, bias=torch.zeros(32, dtype=torch.bfloat16))
 
 
+HALVES = dict(grp.HALVES)
 GROUPED_CPU = [  # (T, E, N, K, offsets or a skew seed, config)
     (150, 5, 72, 96, 0, dict(SMALL, BK=32, STAGES=3)),              # skewed, an empty group
     (200, 3, 136, 64, [0, 0, 200], dict(SMALL, BK=32, STAGES=4)),   # empty first experts,
     (130, 4, 64, 96, [10, 70, 70, 100], dict(SMALL, BK=32, STAGES=3)),   # K < the ring; rows
     (90, 1, 200, 64, [90], dict(SMALL, BK=64, STAGES=2)),              # past 100 unwritten
-    (200, 6, 264, 64, 1, {}),                                         # the default 128x256
+    (200, 6, 264, 64, 1, dict(grp.LEGACY)),                           # 128x256, no TMA store
+    # whole tiles through the TMA store, last tiles from registers; experts of 0 and 1 rows,
+    # whole tiles that start on odd rows, a TMA box clipped at N
+    (220, 7, 136, 64, [0, 1, 1, 65, 129, 193, 200], dict(SMALL, BK=32, STAGES=3,
+                                                         TMA_STORE=2)),
+    (300, 3, 264, 64, [1, 130, 300], dict(grp.TMA)),                  # 128x256 tma-halves
+    (120, 2, 200, 64, [1, 120], {}),       # default_config: HALVES 128x256
+    (130, 2, 200, 64, [1, 120], dict(grp.BM64)),   # 64x256, 5 stages
+    # HALVES (producer + two 64-row consumers): last tiles of <= 64 rows run one consumer
+    (220, 7, 136, 64, [0, 1, 1, 65, 129, 193, 200], dict(HALVES, BN=64, BK=32, STAGES=3)),
+    (150, 5, 72, 96, 0, dict(HALVES, BN=64, BK=32, STAGES=2, TMA_STORE=0)),
+    (130, 4, 64, 32, [10, 70, 70, 100], dict(HALVES, BN=64, BK=32, STAGES=3)),   # K < ring
+    # BALANCE: 9 row blocks in groups of 5 and 4 (not 8 and 1)
+    (620, 2, 136, 32, [545, 600], dict(SMALL, BK=32, STAGES=2, TMA_STORE=2, BALANCE=True)),
+    (620, 3, 136, 32, [0, 550, 600], dict(HALVES, BN=64, BK=32, STAGES=2, BALANCE=True)),
 ]
 
 
 @pytest.mark.parametrize("T,E,N,K,groups,cfg", GROUPED_CPU, ids=[
-    f"T{t}-E{e}-{n}x{k}" + ("-default" if not c else "") for t, e, n, k, _, c in GROUPED_CPU])
+    f"T{t}-E{e}-{n}x{k}-BM{c.get('BM', 'auto')}" + ("-tma" if c.get("TMA_STORE") else "")
+    + ("-halves" if c.get("HALVES") else "") + ("-balance" if c.get("BALANCE") else "")
+    for t, e, n, k, _, c in GROUPED_CPU])
 def test_interp_grouped(T, E, N, K, groups, cfg, poison):
     g = torch.Generator().manual_seed(T + E)
     x = torch.randn(T, K, generator=g).to(torch.bfloat16)
@@ -228,6 +245,12 @@ def test_interp_grouped(T, E, N, K, groups, cfg, poison):
     n = int(offs[-1])
     assert_rows_close(out[:n], grp.reference(x, w, offs)[:n], 1e-2, f"grouped {groups}")
     assert torch.isnan(out[n:]).all(), "rows past the last group were written"
+
+
+def test_grouped_k0():
+    x, w = torch.randn(10, 0, dtype=torch.bfloat16), torch.randn(2, 16, 0, dtype=torch.bfloat16)
+    out = grp.grouped_mm(x, w, torch.tensor([4, 10], dtype=torch.int32))
+    assert out.shape == (10, 16) and not out.any()
 
 
 def test_grouped_argument_errors():
@@ -368,17 +391,30 @@ def test_sass_epilogue(spec):
 
 
 @needs_sass
-def test_sass_grouped():
-    cfg = dict(grp.DEFAULT)
+@pytest.mark.parametrize("name", ["LEGACY", "TMA", "BM64", "HALVES", "HALVES_N128"])
+@pytest.mark.slow_except("TMA", "HALVES")
+def test_sass_grouped(name):
+    """Each config: HGMMA from shared tiles, TMA loads, no spills, the k-step's HGMMAs in
+    flight together (no C7514; a full wait only after each tile's loop); with TMA_STORE the
+    whole tiles leave through UTMASTG (two column halves) and the last tiles through 16-byte
+    register stores, and the ring plus the staging tile fit the 227 KB. HALVES: a producer
+    and two consumers, each with its own copy of the loop (4 HGMMAs each)."""
+    cfg = dict(getattr(grp, name))
     nw = cfg.pop("num_warps")
-    sig = ["*bf16:16"] * 3 + ["*i32:16", "i32", "i32:16", "i32:16"]
-    c = sass(EXAMPLES / "grouped_matmul.py", "grouped_matmul_kernel", sig,
-             dict(cfg, GROUP=8, EP=64), nw)
-    mma = c.find(r"HGMMA\.64x256x16\.F32\.BF16 R\d+, gdesc\[")
-    assert len(mma) >= 4 and len(mma) == len(c.hgmma()), c.hgmma()
+    kernel = "grouped_matmul_ws_kernel" if cfg.pop("HALVES", False) else \
+        "grouped_matmul_kernel"
+    sig = ["*bf16:16"] * 3 + ["*i32:16"] + ["i32"] * (2 if nw == 12 else 1) + ["i32:16"] * 2
+    c = sass(EXAMPLES / "grouped_matmul.py", kernel, sig, dict(cfg, GROUP=8, EP=64), nw)
+    mma = c.find(rf"HGMMA\.64x{cfg['BN']}x16\.F32\.BF16 R\d+, gdesc\[")
+    roles = 2 if nw == 12 else 1
+    assert len(mma) >= 4 * roles and len(mma) == len(c.hgmma()), c.hgmma()
+    assert not c.md.get("ptxas_warnings"), c.md["ptxas_warnings"]
+    assert len(c.find(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x0")) <= 2, c.summary()
     assert c.has("UTMALDG"), c.summary()
     c.assert_no_spills()
     assert re.search(r"st\.global\.v4\.b32", c.ptx), "16-byte epilogue stores"
+    assert c.has("UTMASTG") == bool(cfg.get("TMA_STORE")), c.summary()
+    assert c.md["shared"] <= SMEM_MAX, c.md
 
 
 # ============================================================================ GPU
@@ -446,11 +482,30 @@ def test_gpu_epilogue(spec, poison):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("T,E,N,K", [(4096, 8, 1032, 1024), (4096, 64, 512, 2048),
-                                     (1000, 16, 200, 136)])
-def test_gpu_grouped(T, E, N, K, poison):
+                                     (1000, 16, 200, 136), (20000, 4, 520, 256)])
+@pytest.mark.parametrize("cfg", ["default", "LEGACY", "TMA", "BM64"])
+def test_gpu_grouped(T, E, N, K, cfg, poison):
     x = torch.randn(T, K, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(E, N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5
     offs = grp.routed(T, E, "cuda", seed=E)
-    out = grp.grouped_mm(x, w, offs)
+    config = {} if cfg == "default" else dict(getattr(grp, cfg))
+    if N % 8:
+        config["TMA_STORE"] = 0
+    out = grp.grouped_mm(x, w, offs, **config)
     assert is_poisoned(out, poison)
     assert_rows_close(out, grp.reference(x, w, offs).cuda(), 1e-2, f"grouped T={T} E={E}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", ["LEGACY", "TMA", "BM64", "HALVES"])
+def test_gpu_grouped_ragged(cfg, poison):
+    """Experts of 0 and 1 rows, whole tiles that start on odd rows, rows past the last
+    group left unwritten (NaN)."""
+    T, N, K = 1200, 1032, 520
+    offs = torch.tensor([0, 1, 1, 129, 193, 700, 700, 1100], dtype=torch.int32, device="cuda")
+    x = torch.randn(T, K, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(len(offs), N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5
+    out = grp.grouped_mm(x, w, offs, **getattr(grp, cfg))
+    assert is_poisoned(out, poison)
+    assert_rows_close(out[:1100], grp.reference(x, w, offs)[:1100].cuda(), 1e-2, cfg)
+    assert torch.isnan(out[1100:]).all(), "rows past the last group were written"
