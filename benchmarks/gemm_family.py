@@ -241,9 +241,10 @@ def _torch_scaled(mode, a, b, sa, sb, out):
 GROUPED = [(E, T, N, K) for E in (8, 64) for T in (4096, 16384)
            for N, K in ((14336, 4096), (4096, 14336))]
 # kitjit configs timed side by side (`--grouped-variants`; names start with "kitjit"):
-# the kernel before session 11 (register stores), whole tiles through the TMA store,
-# 64-row tiles with the TMA store, the warp-specialized kernel whose expert-last tiles of
-# <= 64 rows cost half a tile (grouped_matmul.default_config's choice), and that one with
+# the kernel before session 11 (register stores; grouped_matmul.default_config's choice,
+# the fastest on the H200), whole tiles through the TMA store, 64-row tiles with the TMA
+# store, the warp-specialized kernel whose expert-last tiles of <= 64 rows cost half a
+# tile, and that one with
 # each expert's row blocks in even groups (BALANCE), and that one on 128x128 tiles
 GROUPED_VARIANTS = {"kitjit legacy": grp.LEGACY, "kitjit tma": grp.TMA,
                     "kitjit bm64": grp.BM64, "kitjit halves": grp.HALVES,
@@ -782,12 +783,12 @@ def main() -> None:
                     help="seconds after the start past which LLM shapes are skipped")
     args = ap.parse_args()
     start = time.perf_counter()
-    for table, names, prefix in ((FP8_CONFIGS, args.fp8_configs, ""),
-                                 (BF16_EPILOGUES, args.large_variants, ""),
-                                 (GROUPED_VARIANTS, args.grouped_variants, "kitjit ")):
-        for name in list(table) if names else ():     # keep only the variants named
+    for variants, names, prefix in ((FP8_CONFIGS, args.fp8_configs, ""),
+                                    (BF16_EPILOGUES, args.large_variants, ""),
+                                    (GROUPED_VARIANTS, args.grouped_variants, "kitjit ")):
+        for name in list(variants) if names else ():  # keep only the variants named
             if name not in [prefix + n for n in names.split(",")]:
-                del table[name]
+                del variants[name]
     if args.skinny_m:
         SKINNY_M[:] = [int(m) for m in args.skinny_m.split(",")]
     if args.no_fp8_scales:

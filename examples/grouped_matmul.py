@@ -228,13 +228,12 @@ HALVES_N128 = dict(HALVES, BN=128, STAGES=6)
 
 
 def default_config(T: int, E: int, N: int) -> dict:
-    """The config grouped_mm runs with none given: HALVES (the host knows T and E, not the
-    routing, so the choice cannot depend on the group sizes without a sync). Rows of C that
-    are not a multiple of 16 bytes store from the registers."""
-    cfg = dict(HALVES)
-    if N % 8:
-        cfg["TMA_STORE"] = 0
-    return cfg
+    """The config grouped_mm runs with none given: LEGACY, the fastest on the H200 over the
+    eight benchmark cases (2026-11-29, x the best torch path: LEGACY 0.964, TMA 0.944, BM64
+    0.903, HALVES 0.892, HALVES_N128 0.736; benchmarks/NOTES.md, session 11 call 4). The host
+    knows T and E, not the routing, so the choice cannot depend on the group sizes without a
+    sync."""
+    return dict(LEGACY)
 
 
 def grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, **config) -> torch.Tensor:

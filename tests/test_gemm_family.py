@@ -218,7 +218,7 @@ GROUPED_CPU = [  # (T, E, N, K, offsets or a skew seed, config)
     (220, 7, 136, 64, [0, 1, 1, 65, 129, 193, 200], dict(SMALL, BK=32, STAGES=3,
                                                          TMA_STORE=2)),
     (300, 3, 264, 64, [1, 130, 300], dict(grp.TMA)),                  # 128x256 tma-halves
-    (120, 2, 200, 64, [1, 120], {}),       # default_config: HALVES 128x256
+    (120, 2, 200, 64, [1, 120], {}),       # default_config: LEGACY 128x256
     (130, 2, 200, 64, [1, 120], dict(grp.BM64)),   # 64x256, 5 stages
     # HALVES (producer + two 64-row consumers): last tiles of <= 64 rows run one consumer
     (220, 7, 136, 64, [0, 1, 1, 65, 129, 193, 200], dict(HALVES, BN=64, BK=32, STAGES=3)),
