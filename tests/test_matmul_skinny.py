@@ -6,12 +6,14 @@ split choice; sm_90a SASS (HGMMA with the tokens on N, UTMALDG, no spills); GPU 
 
 from __future__ import annotations
 
+import importlib
 import re
 
-import matmul_skinny as sk
 import pytest
 import torch
 from hopper_helpers import assert_rows_close, is_poisoned, mm_ex, needs_sass, poison, randn
+
+sk = importlib.import_module("matmul_skinny")   # examples/, on the path via hopper_helpers
 
 __all__ = ["poison"]  # the fixture, imported for the tests here
 
