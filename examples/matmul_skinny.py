@@ -1,4 +1,4 @@
-"""Skinny bf16/fp16 GEMM on Hopper (decode: M = 1..64 tokens): C [M, N] = X [M, K] @ W^T,
+"""Skinny bf16/fp16 GEMM on Hopper (decode, M = 1..128 tokens): C [M, N] = X [M, K] @ W^T,
 the weights W given as [N, K] (nn.Linear's layout; trans_b) or as [K, N].
 
 The time is the weights' stream from DRAM (8B qkv 16x6144x4096: 50 MB, ~11.5 us at the
@@ -6,7 +6,7 @@ H200's ~4.4 TB/s), so the kernel is built to keep every SM's copy engine busy:
 
 - "swap AB": WGMMA's M side is 64 rows a warpgroup, but there are only M tokens, so the
   product is computed transposed, C^T = W X^T: BN rows of the weights are the MMA's rows
-  (its A operand, straight from the TMA tile), the tokens padded to MP = 16/32/64 its N
+  (its A operand, straight from the TMA tile), the tokens padded to MP = 16..128 its N
   (the B operand: x's [MP, BK] tile through a K-major `.T` view; TMA reads rows past M as
   zeros). With W as [K, N] the weights' [BK, BN] tile is read through `.T` (an MN-major A,
   which WGMMA takes for 16-bit types).
@@ -31,14 +31,14 @@ except ModuleNotFoundError:   # imported as examples.matmul_skinny
     from examples.matmul import num_sms, tile_counters
 
 BK = 64            # 128-byte rows of bf16/fp16: the 128-byte swizzle
-MAX_M = 64         # WGMMA's N side (and the accumulators) stay small
+MAX_M = 128        # WGMMA's N side (and the accumulators) stay small
 MAX_SPLIT = 16
 
 
 @kit.jit
 def skinny_kernel(X, W, C, WS, CNT, M, N, K, n_k, MP: kit.constexpr, BN: kit.constexpr,
                   BK: kit.constexpr, STAGES: kit.constexpr, SPLIT: kit.constexpr,
-                  TRANS_B: kit.constexpr, L2_W: kit.constexpr = 0):
+                  TRANS_B: kit.constexpr, L2_W: kit.constexpr = 0, RCH: kit.constexpr = 16):
     xs = kit.shared((STAGES, MP, BK), X.dtype.element_ty)      # x's [MP, BK] tiles
     ws = kit.shared((STAGES, BN, BK) if TRANS_B else (STAGES, BK, BN), W.dtype.element_ty)
     ready = kit.mbarriers(STAGES)                              # stage s has landed
@@ -71,25 +71,25 @@ def skinny_kernel(X, W, C, WS, CNT, M, N, K, n_k, MP: kit.constexpr, BN: kit.con
                   mask=(rm[:, None] < M) & (rn[None, :] < N))
     else:
         add_parts(C, WS + kit.program_id(0) * SPLIT * MP * BN, CNT + kit.program_id(0), out,
-                  sp, n0, M, N, MP, BN, SPLIT)
+                  sp, n0, M, N, MP, BN, SPLIT, RCH)
 
 
 @kit.jit
 def add_parts(C, Wt, cnt, out, sp, n0, M, N, MP: kit.constexpr, BN: kit.constexpr,
-              SPLIT: kit.constexpr):
+              SPLIT: kit.constexpr, RCH: kit.constexpr):
     # the column block's parts, one launch: store this part (rows < M) to the block's
-    # region Wt, count in (acq_rel, GPU scope); the last adds all parts in order, 16 rows
-    # at a time (the loads of every part in flight, few registers), and resets the counter
+    # region Wt, count in (acq_rel, GPU scope); the last adds all parts in order, RCH rows
+    # at a time (the loads of every part in flight, ~64 registers), resets the counter
     rows = kit.arange(0, MP)
     cols = kit.arange(0, BN)
     kit.store(Wt + sp * MP * BN + rows[:, None] * BN + cols[None, :], out,
               mask=rows[:, None] < M)
     kit.debug_barrier()                    # every thread's part is stored before the count
     if kit.atomic_add(cnt, 1) == SPLIT - 1:
-        for r in range(0, kit.minimum(MP, M), 16):
-            rr = r + kit.arange(0, 16)
+        for r in range(0, kit.minimum(MP, M), RCH):
+            rr = r + kit.arange(0, RCH)
             mask = (rr[:, None] < M) & (n0 + cols[None, :] < N)
-            total = kit.zeros((16, BN), kit.float32)
+            total = kit.zeros((RCH, BN), kit.float32)
             for p in kit.static_range(SPLIT):
                 total += kit.load(Wt + p * MP * BN + rr[:, None] * BN + cols[None, :],
                                   mask=mask, other=0.0)
@@ -99,8 +99,8 @@ def add_parts(C, Wt, cnt, out, sp, n0, M, N, MP: kit.constexpr, BN: kit.constexp
 
 
 def padded_m(M: int) -> int:
-    """x's rows padded to WGMMA's N: 16, 32 or 64."""
-    return 16 if M <= 16 else 32 if M <= 32 else 64
+    """x's rows padded to WGMMA's N: 16, 32, 64 or 128."""
+    return max(16, 1 << (M - 1).bit_length())
 
 
 def skinny_config(M: int, N: int, K: int, sms: int) -> dict:
@@ -110,28 +110,38 @@ def skinny_config(M: int, N: int, K: int, sms: int) -> dict:
     SM streams ceil(programs / sms) of them (co-resident programs share its bandwidth),
     each its n_k k-steps plus ~1 for the ring's first round trip (overlapped by the other
     programs on the SM, but not wholly); splitting adds the combine's serial L2 round trips
-    (~3 k-steps). The cheapest split wins, ties to the smaller. BN 64 (one warpgroup) keeps
-    the column blocks many; the ring is as deep as leaves room for three programs an SM
-    (~50 KB in flight each: Little's law at an SM's share of DRAM, ~33 GB/s x ~1 us)."""
-    MP, BN = padded_m(M), 64
+    (~3 k-steps) and the partials' traffic (written and read once, spread over the SMs;
+    a [128, 128] fp32 partial weighs two k-steps). The cheapest split wins, ties to the
+    smaller. BN 64 (one warpgroup, <= ~120 registers a thread: three programs an SM) keeps
+    the column blocks many; at MP 64, BN 128 (two warpgroups, ~110 registers: two an SM)
+    halves how often x's tiles are re-read from L2 (at MP 128 the split programs' epilogue
+    took 167 registers: one an SM, so BN stays 64 there). The ring is as deep as leaves
+    room for the programs an SM runs at once: >= ~50 KB in flight a program where it fits
+    (Little's law at an SM's share of DRAM, ~33 GB/s x ~1 us)."""
+    MP = padded_m(M)
+    BN = 128 if MP == 64 else 64
     nbk = -(-K // BK)
     gn = -(-N // BN)
+    stage = (MP + BN) * BK * 2
+    part = MP * BN * 4 / stage               # a partial's bytes, in k-steps
 
     def cost(s: int) -> float:
-        return -(-(gn * s) // sms) * (-(-nbk // s) + 1) + (3 if s > 1 else 0)
+        split = 3 + gn * s * 2 * part / sms if s > 1 else 0
+        return -(-(gn * s) // sms) * (-(-nbk // s) + 1) + split
 
     splits = [s for s in range(1, MAX_SPLIT + 1)
               if s == 1 or (-(-nbk // s) >= 2 and (s - 1) * -(-nbk // s) < nbk)]
     split = min(splits, key=lambda s: (cost(s), s))
     n_k = -(-nbk // split)
-    stage = (MP + BN) * BK * 2
-    stages = max(2, min(8, (200 * 1024 // 3) // stage, n_k + 1))
-    return dict(MP=MP, BN=BN, SPLIT=split, STAGES=stages, n_k=n_k)
+    co = min(3 if BN == 64 else 2, -(-(gn * split) // sms))   # programs an SM runs at once
+    stages = max(2, min(10, (208 * 1024 // co) // stage, n_k + 1))
+    return dict(MP=MP, BN=BN, SPLIT=split, STAGES=stages, n_k=n_k,
+                RCH=max(16, min(MP, 1 << (128 // split).bit_length() - 1)))
 
 
 def supported(a: torch.Tensor, b: torch.Tensor, trans_b: bool) -> bool:
     """Whether TMA can read the operands as they are: 2-d, contiguous, 16-byte rows, one
-    16-bit dtype, M <= 64 (else the caller takes the main kernel)."""
+    16-bit dtype, M <= 128 (else the caller takes the main kernel)."""
     M, K = a.shape
     N = b.shape[0] if trans_b else b.shape[1]
     return (a.dtype == b.dtype and a.dtype in (torch.bfloat16, torch.float16)
@@ -141,13 +151,13 @@ def supported(a: torch.Tensor, b: torch.Tensor, trans_b: bool) -> bool:
 
 def matmul_skinny(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False,
                   l2_w: int = 0, **config) -> torch.Tensor:
-    """a @ b (a @ b.T when trans_b: b is [N, K]) for M <= 64 rows of a; `config`
+    """a @ b (a @ b.T when trans_b: b is [N, K]) for M <= 128 rows of a; `config`
     overrides skinny_config's choice (BN, SPLIT, STAGES; num_warps follows BN)."""
     M, K = a.shape
     N = b.shape[0] if trans_b else b.shape[1]
     if not supported(a, b, trans_b):
         raise ValueError(f"matmul_skinny: {M}x{N}x{K} {a.dtype} (trans_b={trans_b}) is not "
-                         "supported yet (M <= 64, contiguous 16-bit operands, 16-byte rows)")
+                         "supported yet (M <= 128, contiguous 16-bit operands, 16-byte rows)")
     cfg = skinny_config(M, N, K, num_sms(a.device))
     cfg.update(config)
     if "SPLIT" in config and "n_k" not in config:
@@ -160,5 +170,5 @@ def matmul_skinny(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False,
     cnt = tile_counters(a.device, gn)
     skinny_kernel[(gn, SPLIT)](a, b, c, ws, cnt, M, N, K, n_k, MP=MP, BN=BN, BK=BK,
                                STAGES=cfg["STAGES"], SPLIT=SPLIT, TRANS_B=trans_b,
-                               L2_W=l2_w, num_warps=4 * BN // 64)
+                               L2_W=l2_w, RCH=cfg.get("RCH", 16), num_warps=4 * BN // 64)
     return c

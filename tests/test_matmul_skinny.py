@@ -7,6 +7,7 @@ split choice; sm_90a SASS (HGMMA with the tokens on N, UTMALDG, no spills); GPU 
 from __future__ import annotations
 
 import importlib
+import itertools
 import re
 
 import pytest
@@ -28,6 +29,8 @@ CPU_CASES = [  # (M, N, K, trans_b, config)
     (40, 80, 192, False, dict(SPLIT=3, STAGES=4)),
     # BN 128: two warpgroups, 8 warps
     (16, 200, 256, True, dict(BN=128, SPLIT=2)),
+    # MP 128 (M = 128's path), the parts added 32 rows at a time
+    (100, 72, 392, True, dict(SPLIT=3, STAGES=3, RCH=32)),
 ]
 
 
@@ -59,7 +62,7 @@ def test_skinny_matmul_default_and_counters(monkeypatch, poison):
 
 def test_skinny_refuses_what_tma_cannot_read():
     with pytest.raises(ValueError, match="not supported yet"):
-        sk.matmul_skinny(torch.ones(65, 64, dtype=torch.bfloat16),
+        sk.matmul_skinny(torch.ones(129, 64, dtype=torch.bfloat16),
                          torch.ones(64, 64, dtype=torch.bfloat16))
     with pytest.raises(ValueError, match="not supported yet"):   # 2-byte rows of K = 1
         sk.matmul_skinny(torch.ones(4, 1, dtype=torch.bfloat16),
@@ -75,24 +78,27 @@ def test_skinny_config_llm_shapes():
     assert (cfg["MP"], cfg["BN"], cfg["SPLIT"], cfg["n_k"]) == (16, 64, 4, 16)
     assert sk.skinny_config(16, 57344, 8192, 132)["SPLIT"] == 1
     assert sk.skinny_config(1, 4096, 4096, 132)["SPLIT"] == 2
-    for M in (1, 16, 33, 64):
-        c = sk.skinny_config(M, 4096, 14336, 132)
-        stage = (c["MP"] + c["BN"]) * sk.BK * 2
-        assert 3 * c["STAGES"] * stage <= 227 * 1024 and (c["STAGES"] - 1) * stage >= 32768
+    for M, (N, K) in itertools.product((1, 16, 33, 64, 128), [(4096, 14336), (6144, 4096)]):
+        c = sk.skinny_config(M, N, K, 132)    # the programs an SM runs at once fit, each
+        stage = (c["MP"] + c["BN"]) * sk.BK * 2   # with >= 24 KB in flight
+        co = min(3 if c["BN"] == 64 else 2, -(-(-(-N // c["BN"]) * c["SPLIT"]) // 132))
+        assert co * (c["STAGES"] * stage + 4096) <= 227 * 1024
+        assert (c["STAGES"] - 1) * stage >= 24576
 
 
 @needs_sass
 @pytest.mark.parametrize("MP,BN,STAGES,SPLIT,trans_b", [
-    (16, 64, 6, 4, True), (64, 64, 4, 2, False), (32, 128, 6, 8, True), (16, 64, 6, 1, True)])
+    (16, 64, 7, 4, True), (64, 128, 4, 5, False), (32, 128, 6, 8, True), (16, 64, 10, 1, True),
+    (128, 64, 2, 4, True)])
 def test_skinny_sass(MP, BN, STAGES, SPLIT, trans_b):
     from kitjit.tools import disassemble, sass_opcodes
 
     ck = sk.skinny_kernel.compile(
         [("*bf16", 16)] * 3 + [("*fp32", 16), ("*i32", 16)] + [("i32", 1)] * 4,
-        (MP, BN, 64, STAGES, SPLIT, trans_b, 0), 4 * BN // 64, "sm_90a")
+        (MP, BN, 64, STAGES, SPLIT, trans_b, 0, 16), 4 * BN // 64, "sm_90a")
     text = disassemble(ck.asm["cubin"])
     ops = sass_opcodes(text)
-    assert ck.metadata["spills"] == 0
+    assert ck.metadata["spills"] == 0 and ck.metadata["registers"] <= 128   # 2-3 an SM
     assert set(re.findall(r"HGMMA\.\S+", text)) == {f"HGMMA.64x{MP}x16.F32.BF16"}
     assert text.count("HGMMA.") == 4                         # one k-step of 64
     assert "UTMALDG.2D" in ops
@@ -107,7 +113,8 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU
 @gpu
 @pytest.mark.parametrize("M,N,K,trans_b", [
     (16, 6144, 4096, True), (1, 4096, 14336, True), (64, 28672, 4096, True),
-    (33, 1000, 2056, True), (7, 1040, 3000, False), (48, 4104, 520, False)])
+    (33, 1000, 2056, True), (7, 1040, 3000, False), (48, 4104, 520, False),
+    (128, 6144, 4096, True), (100, 1000, 2056, False)])
 def test_skinny_gpu(poison, M, N, K, trans_b):
     """The default config, then the same twice more through `matmul`: identical bits (the
     counters reset; the parts are added in a fixed order)."""
