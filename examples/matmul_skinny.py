@@ -111,15 +111,16 @@ def skinny_config(M: int, N: int, K: int, sms: int) -> dict:
     each its n_k k-steps plus ~1 for the ring's first round trip (overlapped by the other
     programs on the SM, but not wholly); splitting adds the combine's serial L2 round trips
     (~3 k-steps) and the partials' traffic (written and read once, spread over the SMs;
-    a [128, 128] fp32 partial weighs two k-steps). The cheapest split wins, ties to the
-    smaller. BN 64 (one warpgroup, <= ~120 registers a thread: three programs an SM) keeps
-    the column blocks many; at MP 64, BN 128 (two warpgroups, ~110 registers: two an SM)
-    halves how often x's tiles are re-read from L2 (at MP 128 the split programs' epilogue
-    took 167 registers: one an SM, so BN stays 64 there). The ring is as deep as leaves
-    room for the programs an SM runs at once: >= ~50 KB in flight a program where it fits
-    (Little's law at an SM's share of DRAM, ~33 GB/s x ~1 us)."""
+    a [128, 64] fp32 partial weighs 1.3 k-steps). The cheapest split wins, ties to the
+    smaller. BN 64 (one warpgroup, <= ~120 registers a thread: three programs an SM)
+    keeps the column blocks many (kit.graph's swapped kernel measured BN 128 split 8 at
+    20.9 us against BN 64's 17.5 at 16x4096x6144; at MP 128 the split programs of BN 128
+    took 167 registers, one an SM). The ring is as deep as leaves room for the programs an
+    SM runs at once: >= ~50 KB in flight a program where it fits (Little's law at an SM's
+    share of DRAM, ~33 GB/s x ~1 us); at MP 128 two 24 KB stages (three programs).
+    `BN=128` (8 warps) can be asked for."""
     MP = padded_m(M)
-    BN = 128 if MP == 64 else 64
+    BN = 64
     nbk = -(-K // BK)
     gn = -(-N // BN)
     stage = (MP + BN) * BK * 2
@@ -133,7 +134,7 @@ def skinny_config(M: int, N: int, K: int, sms: int) -> dict:
               if s == 1 or (-(-nbk // s) >= 2 and (s - 1) * -(-nbk // s) < nbk)]
     split = min(splits, key=lambda s: (cost(s), s))
     n_k = -(-nbk // split)
-    co = min(3 if BN == 64 else 2, -(-(gn * split) // sms))   # programs an SM runs at once
+    co = min(3, -(-(gn * split) // sms))     # programs an SM runs at once
     stages = max(2, min(10, (208 * 1024 // co) // stage, n_k + 1))
     return dict(MP=MP, BN=BN, SPLIT=split, STAGES=stages, n_k=n_k,
                 RCH=max(16, min(MP, 1 << (128 // split).bit_length() - 1)))
