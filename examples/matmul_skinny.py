@@ -103,7 +103,7 @@ def padded_m(M: int) -> int:
     return max(16, 1 << (M - 1).bit_length())
 
 
-def skinny_config(M: int, N: int, K: int, sms: int) -> dict:
+def skinny_config(M: int, N: int, K: int, sms: int, BN: int = 64) -> dict:
     """BN, SPLIT, STAGES and the k-steps a part (n_k) for C [M, N], K deep on `sms` SMs.
 
     The cost of a split, in k-steps of the busiest SM: programs go out round-robin, so an
@@ -118,9 +118,8 @@ def skinny_config(M: int, N: int, K: int, sms: int) -> dict:
     took 167 registers, one an SM). The ring is as deep as leaves room for the programs an
     SM runs at once: >= ~50 KB in flight a program where it fits (Little's law at an SM's
     share of DRAM, ~33 GB/s x ~1 us); at MP 128 two 24 KB stages (three programs).
-    `BN=128` (8 warps) can be asked for."""
+    `BN=128` (8 warps) can be asked for: two programs an SM (one at MP 128)."""
     MP = padded_m(M)
-    BN = 64
     nbk = -(-K // BK)
     gn = -(-N // BN)
     stage = (MP + BN) * BK * 2
@@ -134,7 +133,8 @@ def skinny_config(M: int, N: int, K: int, sms: int) -> dict:
               if s == 1 or (-(-nbk // s) >= 2 and (s - 1) * -(-nbk // s) < nbk)]
     split = min(splits, key=lambda s: (cost(s), s))
     n_k = -(-nbk // split)
-    co = min(3, -(-(gn * split) // sms))     # programs an SM runs at once
+    cap = 3 if BN == 64 else 1 if MP == 128 else 2       # registers
+    co = min(cap, -(-(gn * split) // sms))   # programs an SM runs at once
     stages = max(2, min(10, (208 * 1024 // co) // stage, n_k + 1))
     return dict(MP=MP, BN=BN, SPLIT=split, STAGES=stages, n_k=n_k,
                 RCH=max(16, min(MP, 1 << (128 // split).bit_length() - 1)))
@@ -159,7 +159,7 @@ def matmul_skinny(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False,
     if not supported(a, b, trans_b):
         raise ValueError(f"matmul_skinny: {M}x{N}x{K} {a.dtype} (trans_b={trans_b}) is not "
                          "supported yet (M <= 128, contiguous 16-bit operands, 16-byte rows)")
-    cfg = skinny_config(M, N, K, num_sms(a.device))
+    cfg = skinny_config(M, N, K, num_sms(a.device), config.get("BN", 64))
     cfg.update(config)
     if "SPLIT" in config and "n_k" not in config:
         cfg["n_k"] = kit.cdiv(kit.cdiv(K, BK), cfg["SPLIT"])
