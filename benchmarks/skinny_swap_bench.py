@@ -9,8 +9,9 @@ variant is first checked against a float64 reference with its output NaN-poisone
 
 Columns: us per call and x cuBLAS; "skinny" is skinny_config's choice, "split x2" /
 "split /2" the same kernel at twice / half its split (which way the model errs), "l2 256"
-with the weights' default L2 promotion, "bn128" with 128 weight rows a program (M > 16:
-x's tiles re-read from L2 half as often); "matmul" is what `matmul` runs by default now,
+with the weights' default L2 promotion, "other bn" with 128 weight rows a program where
+the choice is 64 and 64 where it is 128 (M > 16: x's tiles re-read from L2 half or twice
+as often); "matmul" is what `matmul` runs by default now,
 "example" the split-K path it ran before (`skinny=False`)."""
 
 from __future__ import annotations
@@ -74,8 +75,9 @@ def variants(a, w, M, N, K) -> dict:
         runs["split /2"] = lambda: sk.matmul_skinny(
             a, w, trans_b=True, SPLIT=cfg["SPLIT"] // 2)
     runs["l2 256"] = lambda: sk.matmul_skinny(a, w, trans_b=True, l2_w=256)
-    if M > 16:     # x's tiles re-read half as often (8 warps, more registers)
-        runs["bn128"] = lambda: sk.matmul_skinny(a, w, trans_b=True, BN=128)
+    if M > 16:     # BN 64 and 128: x's tiles re-read from L2 twice or once as often
+        other = 64 if cfg["BN"] == 128 else 128
+        runs["other bn"] = lambda: sk.matmul_skinny(a, w, trans_b=True, BN=other)
     return runs
 
 

@@ -14,10 +14,10 @@ H200's ~4.4 TB/s), so the kernel is built to keep every SM's copy engine busy:
   programs x k-steps spread over the SMs in nearly whole waves (skinny_config); each
   program keeps STAGES-1 copies in flight (~30-60 KB an SM), and the weights' copies ask
   L2 for no promotion (l2_promotion=0: each weight byte is read once).
-- the parts are added in the same launch: each program stores its fp32 partial [M, BN]
-  (L2-resident, a few hundred KB in all), counts itself in on the column block's counter,
-  and the last to arrive adds the parts in order (the sum does not depend on who was
-  last), stores C and puts the counter back to 0 for the next launch."""
+- the parts are added in the same launch: each program stores its fp32 partial [BN, MP]
+  (L2-resident, a few hundred KB to a few MB in all), counts itself in on the column
+  block's counter, and the last to arrive adds the parts in order (the sum does not depend
+  on who was last), stores C and puts the counter back to 0 for the next launch."""
 
 from __future__ import annotations
 
@@ -63,38 +63,38 @@ def skinny_kernel(X, W, C, WS, CNT, M, N, K, n_k, MP: kit.constexpr, BN: kit.con
             kit.tma_load(xs[s1], X, (0, k0 + j * BK), ready[s1])
             kit.tma_load(ws[s1], W, (n0, k0 + j * BK) if TRANS_B else (k0 + j * BK, n0),
                          ready[s1], l2_promotion=L2_W)
-    out = kit.trans(acc)                                       # [MP, BN]: C's orientation
-    rm = kit.arange(0, MP)
-    rn = n0 + kit.arange(0, BN)
     if SPLIT == 1:
+        out = kit.trans(acc)                                   # [MP, BN]: C's orientation
+        rm = kit.arange(0, MP)
+        rn = n0 + kit.arange(0, BN)
         kit.store(C + rm[:, None] * N + rn[None, :], out.to(C.dtype.element_ty),
                   mask=(rm[:, None] < M) & (rn[None, :] < N))
     else:
-        add_parts(C, WS + kit.program_id(0) * SPLIT * MP * BN, CNT + kit.program_id(0), out,
+        add_parts(C, WS + kit.program_id(0) * SPLIT * BN * MP, CNT + kit.program_id(0), acc,
                   sp, n0, M, N, MP, BN, SPLIT, RCH)
 
 
 @kit.jit
-def add_parts(C, Wt, cnt, out, sp, n0, M, N, MP: kit.constexpr, BN: kit.constexpr,
+def add_parts(C, Wt, cnt, acc, sp, n0, M, N, MP: kit.constexpr, BN: kit.constexpr,
               SPLIT: kit.constexpr, RCH: kit.constexpr):
-    # the column block's parts, one launch: store this part (rows < M) to the block's
-    # region Wt, count in (acq_rel, GPU scope); the last adds all parts in order, RCH rows
-    # at a time (the loads of every part in flight, ~64 registers), resets the counter
-    rows = kit.arange(0, MP)
-    cols = kit.arange(0, BN)
-    kit.store(Wt + sp * MP * BN + rows[:, None] * BN + cols[None, :], out,
-              mask=rows[:, None] < M)
+    # the column block's parts, one launch: store this part's [BN, MP] accumulators as
+    # they are (each thread's pairs along MP widen to 16-byte stores; the padded tokens are
+    # TMA's zeros) to the block's region Wt, count in (acq_rel, GPU scope); the last adds
+    # all parts in order, RCH tokens at a time (the loads of every part in flight, ~64
+    # registers), turns the sum to C's [RCH, BN] orientation, and resets the counter
+    rows = kit.arange(0, BN)               # weight rows: C's columns
+    toks = kit.arange(0, MP)
+    kit.store(Wt + sp * BN * MP + rows[:, None] * MP + toks[None, :], acc)
     kit.debug_barrier()                    # every thread's part is stored before the count
     if kit.atomic_add(cnt, 1) == SPLIT - 1:
         for r in range(0, kit.minimum(MP, M), RCH):
-            rr = r + kit.arange(0, RCH)
-            mask = (rr[:, None] < M) & (n0 + cols[None, :] < N)
-            total = kit.zeros((RCH, BN), kit.float32)
+            tt = r + kit.arange(0, RCH)
+            total = kit.zeros((BN, RCH), kit.float32)
             for p in kit.static_range(SPLIT):
-                total += kit.load(Wt + p * MP * BN + rr[:, None] * BN + cols[None, :],
-                                  mask=mask, other=0.0)
-            kit.store(C + rr[:, None] * N + n0 + cols[None, :], total.to(C.dtype.element_ty),
-                      mask=mask)
+                total += kit.load(Wt + p * BN * MP + rows[:, None] * MP + tt[None, :])
+            kit.store(C + tt[:, None] * N + n0 + rows[None, :],
+                      kit.trans(total).to(C.dtype.element_ty),
+                      mask=(tt[:, None] < M) & (n0 + rows[None, :] < N))
         kit.store(cnt, 0)
 
 
@@ -103,7 +103,7 @@ def padded_m(M: int) -> int:
     return max(16, 1 << (M - 1).bit_length())
 
 
-def skinny_config(M: int, N: int, K: int, sms: int, BN: int = 64) -> dict:
+def skinny_config(M: int, N: int, K: int, sms: int, BN: int | None = None) -> dict:
     """BN, SPLIT, STAGES and the k-steps a part (n_k) for C [M, N], K deep on `sms` SMs.
 
     The cost of a split, in k-steps of the busiest SM: programs go out round-robin, so an
@@ -114,12 +114,13 @@ def skinny_config(M: int, N: int, K: int, sms: int, BN: int = 64) -> dict:
     a [128, 64] fp32 partial weighs 1.3 k-steps). The cheapest split wins, ties to the
     smaller. BN 64 (one warpgroup, <= ~120 registers a thread: three programs an SM)
     keeps the column blocks many (kit.graph's swapped kernel measured BN 128 split 8 at
-    20.9 us against BN 64's 17.5 at 16x4096x6144; at MP 128 the split programs of BN 128
-    took 167 registers, one an SM). The ring is as deep as leaves room for the programs an
-    SM runs at once: >= ~50 KB in flight a program where it fits (Little's law at an SM's
-    share of DRAM, ~33 GB/s x ~1 us); at MP 128 two 24 KB stages (three programs).
-    `BN=128` (8 warps) can be asked for: two programs an SM (one at MP 128)."""
+    20.9 us against BN 64's 17.5 at 16x4096x6144); at MP 128, BN 128 (two warpgroups, ~90
+    registers: two programs an SM), since every column block re-reads x's tiles from L2
+    (1 MB at K 4096: with BN 64 twice the weights' bytes). The ring is as deep as leaves
+    room for the programs an SM runs at once: >= ~50 KB in flight a program where it fits
+    (Little's law at an SM's share of DRAM, ~33 GB/s x ~1 us)."""
     MP = padded_m(M)
+    BN = BN or (128 if MP == 128 else 64)
     nbk = -(-K // BK)
     gn = -(-N // BN)
     stage = (MP + BN) * BK * 2
@@ -133,8 +134,7 @@ def skinny_config(M: int, N: int, K: int, sms: int, BN: int = 64) -> dict:
               if s == 1 or (-(-nbk // s) >= 2 and (s - 1) * -(-nbk // s) < nbk)]
     split = min(splits, key=lambda s: (cost(s), s))
     n_k = -(-nbk // split)
-    cap = 3 if BN == 64 else 1 if MP == 128 else 2       # registers
-    co = min(cap, -(-(gn * split) // sms))   # programs an SM runs at once
+    co = min(3 if BN == 64 else 2, -(-(gn * split) // sms))   # programs an SM runs at once
     stages = max(2, min(10, (208 * 1024 // co) // stage, n_k + 1))
     return dict(MP=MP, BN=BN, SPLIT=split, STAGES=stages, n_k=n_k,
                 RCH=max(16, min(MP, 1 << (128 // split).bit_length() - 1)))
@@ -159,7 +159,7 @@ def matmul_skinny(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False,
     if not supported(a, b, trans_b):
         raise ValueError(f"matmul_skinny: {M}x{N}x{K} {a.dtype} (trans_b={trans_b}) is not "
                          "supported yet (M <= 128, contiguous 16-bit operands, 16-byte rows)")
-    cfg = skinny_config(M, N, K, num_sms(a.device), config.get("BN", 64))
+    cfg = skinny_config(M, N, K, num_sms(a.device), config.get("BN"))
     cfg.update(config)
     if "SPLIT" in config and "n_k" not in config:
         cfg["n_k"] = kit.cdiv(kit.cdiv(K, BK), cfg["SPLIT"])
