@@ -12,7 +12,7 @@ H200's ~4.4 TB/s), so the kernel is built to keep every SM's copy engine busy:
   which WGMMA takes for 16-bit types).
 - split-K over a 2-d grid (column block, part of K): the parts are chosen so that
   programs x k-steps spread over the SMs in nearly whole waves (skinny_config); each
-  program keeps STAGES-1 copies in flight (~30-60 KB an SM), and the weights' copies ask
+  program keeps STAGES-1 copies in flight (~50-90 KB; less at MP 128), the weights' copies ask
   L2 for no promotion (l2_promotion=0: each weight byte is read once).
 - the parts are added in the same launch: each program stores its fp32 partial [BN, MP]
   (L2-resident, a few hundred KB to a few MB in all), counts itself in on the column
