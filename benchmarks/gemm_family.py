@@ -401,8 +401,7 @@ def bench_llm(deadline: float) -> None:
                     row["cublas_tflops"] = round(flop / ms["cublas"], 2)
                     row["vs_cublas"] = round(ms["cublas"] / ms["kitjit"], 3)
                     split = mm.splitk_for(M, N, K, mm.num_sms(a.device))
-                    row["config"] = "skinny (swapped)" if M <= mm.SKINNY_MAX_M else \
-                        f"split-K x{split}" if split > 1 else \
+                    row["config"] = f"split-K x{split}" if split > 1 else \
                         str(mm.tuned_kernel(N, a.dtype).chosen()[-1]["config"])
                 except Exception as e:
                     row["failed"] = f"{type(e).__name__}: {str(e)[:200]}"

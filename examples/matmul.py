@@ -238,35 +238,20 @@ AMPERE_CTAS_PER_SM = 2
 # neighbouring column blocks sharing A's tiles by TMA multicast (kitjit/nn/matmul_splitk.py)
 SPLIT_MODE: str | None = None
 
-# up to this many rows of A, `matmul` runs the swapped skinny kernel (examples/
-# matmul_skinny.py: the weights on WGMMA's M side, split-K added in the kernel) where TMA can
-# read the operands; 0 turns it off (the split-K paths below again)
-SKINNY_MAX_M = 64
-
 
 def matmul(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False, arch: str | None = None,
-           split_mode: str | None = None, l2_b: int = 256, skinny: bool = True,
-           **config) -> torch.Tensor:
+           split_mode: str | None = None, l2_b: int = 256, **config) -> torch.Tensor:
     """a @ b (a @ b.T when trans_b: b is [N, K]); with no config, the autotuned choice.
     `arch`: compile for this target ("sm_80": the Ampere code path, on any newer GPU too).
     `split_mode`: how the shapes that split K add their parts (see SPLIT_MODE).
     `l2_b`: the L2 promotion of B's TMA copies (0, 64, 128 or 256 bytes; a skinny GEMM
-    streams its weights once from DRAM, where the decode kernel gained with 0).
-    `skinny`: M <= SKINNY_MAX_M takes the swapped skinny kernel (False: the split-K path;
-    the skinny kernel's weights default to l2_b 0)."""
+    streams its weights once from DRAM, where the decode kernel gained with 0)."""
     M, K = a.shape
     N = b.shape[0] if trans_b else b.shape[1]
     split_mode = split_mode or SPLIT_MODE
     if split_mode not in (None, "cluster", "cluster-a"):
         raise ValueError(f"matmul: split_mode {split_mode!r} is not one of None, 'cluster', "
                          "'cluster-a'")
-    if skinny and M <= SKINNY_MAX_M and not config and arch is None and split_mode is None:
-        try:
-            import matmul_skinny as sk
-        except ModuleNotFoundError:   # imported as examples.matmul
-            from examples import matmul_skinny as sk
-        if sk.supported(a, b, trans_b):
-            return sk.matmul_skinny(a, b, trans_b, **({} if l2_b == 256 else {"l2_w": l2_b}))
     sms = num_sms(a.device)
     if split_mode and not config and arch is None and splitk_for(M, N, K, sms) > 1:
         from kitjit.nn.matmul_splitk import matmul_splitk_cluster

@@ -135,12 +135,11 @@ def test_interp_matmul_empty_k(poison):
 
 def test_interp_matmul_splitk_counters_reset(poison):
     """The heuristic's split-K (4 CPU "SMs": 2 tiles, split 2, summed in the kernel): the
-    last split of a tile resets its counter, so a second launch adds up right too (the
-    skinny kernel, matmul's default at M <= 64, off: tests/test_matmul_skinny.py)."""
+    last split of a tile resets its counter, so a second launch adds up right too."""
     assert mm_ex.splitk_for(16, 256, 2048, 4) == 2
     a, b = randn(16, 2048, seed=1), randn(2048, 256, seed=2)
     for _ in range(2):
-        c = mm_ex.matmul(a, b, skinny=False)
+        c = mm_ex.matmul(a, b)
         assert is_poisoned(c, poison)
         assert_rows_close(c, a.double() @ b.double(), 1e-2, "split-K 16x256x1024")
     assert not mm_ex.tile_counters(a.device, 2).any()

@@ -130,7 +130,7 @@ def test_example_l2_b_gpu(poison, M, N, K):
 
     a, w = _randn(M, K).cuda(), _randn(N, K, seed=1).cuda()
     ref = a.double() @ w.double().T
-    for fn in (lambda l2: ex.matmul(a, w, trans_b=True, l2_b=l2, skinny=False),
+    for fn in (lambda l2: ex.matmul(a, w, trans_b=True, l2_b=l2),
                lambda l2: matmul_splitk_cluster(a, w, True, share_a=True, L2_B=l2)):
         outs = [fn(l2) for l2 in (256, 0)]
         assert torch.equal(outs[0], outs[1])
