@@ -137,7 +137,8 @@ def matmul_kernel(A, B, C, W, LOCKS, M, N, K, BM: kit.constexpr, BN: kit.constex
                   BK: kit.constexpr, STAGES: kit.constexpr, GROUP: kit.constexpr,
                   TRANS_B: kit.constexpr = False, SPLIT_K: kit.constexpr = 1,
                   TMA_STORE: kit.constexpr = 0, SLABS: kit.constexpr = False,
-                  L2_B: kit.constexpr = 256):
+                  L2_B: kit.constexpr = 256, OVERLAP: kit.constexpr = False):
+    kit.static_assert(not OVERLAP or SPLIT_K == 1, "OVERLAP is not supported with split-K")
     a = kit.shared((STAGES, BM, BK), A.dtype.element_ty)   # 128-byte swizzle, from the width
     # B is [K, N], or [N, K] when TRANS_B (then b[s].T is a K-major view for WGMMA)
     b = kit.shared((STAGES, BN, BK) if TRANS_B else (STAGES, BK, BN), B.dtype.element_ty)
@@ -154,24 +155,43 @@ def matmul_kernel(A, B, C, W, LOCKS, M, N, K, BM: kit.constexpr, BN: kit.constex
             load_stage(a, b, ready, A, B, m0, n0, k0, s % n_k, s, BK, STAGES, TRANS_B,
                        L2_B=L2_B)
     it = 0                                                   # k-steps done by this program
+    if OVERLAP:   # the last tile's C in 16-bit registers (at 128x256: 64 beside acc's 128)
+        prev, pm, pn = kit.zeros((BM, BN), C.dtype.element_ty), 0, 0
     for tile in range(first, n_tiles, step):
         m0, n0, k0 = tile_origin(tile, M, N, n_k, BM, BN, BK, GROUP, SPLIT_K)
         m1, n1, k1 = tile_origin(tile + step, M, N, n_k, BM, BN, BK, GROUP, SPLIT_K)
         acc = kit.zeros((BM, BN), kit.float32)               # wgmma accumulator layout
-        for kk in range(n_k):
+        # OVERLAP: k-step 0 peeled; its WGMMAs run on the tensor cores (async, pending=1)
+        # while the last tile's C goes out (staging stores, barriers, TMA store), instead of
+        # the tensor cores idling between tiles
+        if OVERLAP:
+            kit.mbarrier_wait(ready[it % STAGES], it // STAGES % 2)
+            bs = b[it % STAGES].T if TRANS_B else b[it % STAGES]
+            acc = kit.mma(a[it % STAGES], bs, acc, pending=1)
+            refill(a, b, ready, A, B, tile, step, n_tiles, 0, it, m0, n0, k0, m1, n1, k1, M,
+                   N, n_k, BM, BN, BK, STAGES, GROUP, TRANS_B, SPLIT_K, L2_B=L2_B)
+            it += 1
+            if tile != first:
+                store_tile(C, prev, pm, pn, M, N, BM, BN, TMA_STORE)
+        for kk in range(1 if OVERLAP else 0, n_k):
             kit.mbarrier_wait(ready[it % STAGES], it // STAGES % 2)
             bs = b[it % STAGES].T if TRANS_B else b[it % STAGES]
             acc = kit.mma(a[it % STAGES], bs, acc, pending=1)
             refill(a, b, ready, A, B, tile, step, n_tiles, kk, it, m0, n0, k0, m1, n1, k1, M,
                    N, n_k, BM, BN, BK, STAGES, GROUP, TRANS_B, SPLIT_K, L2_B=L2_B)
             it += 1
-        if SPLIT_K == 1:
+        if OVERLAP:   # stored under the next tile's k-step 0 (or after the loop)
+            prev, pm, pn = acc.to(C.dtype.element_ty), m0, n0
+        elif SPLIT_K == 1:
             store_tile(C, acc, m0, n0, M, N, BM, BN, TMA_STORE)
         elif SLABS:
             store_slab(W, acc, tile, m0, n0, M, N, BM, BN, SPLIT_K)
         else:
             add_parts(C, W + tile // SPLIT_K * SPLIT_K * BM * BN, LOCKS, acc, tile // SPLIT_K,
                       tile % SPLIT_K, SPLIT_K, m0, n0, M, N, BM, BN, SPLIT_K)
+    if OVERLAP:
+        if first < n_tiles:                                  # this program's last tile
+            store_tile(C, prev, pm, pn, M, N, BM, BN, TMA_STORE)
 
 
 _SMS: dict = {}
@@ -245,7 +265,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False, arch: str | 
     `arch`: compile for this target ("sm_80": the Ampere code path, on any newer GPU too).
     `split_mode`: how the shapes that split K add their parts (see SPLIT_MODE).
     `l2_b`: the L2 promotion of B's TMA copies (0, 64, 128 or 256 bytes; a skinny GEMM
-    streams its weights once from DRAM, where the decode kernel gained with 0)."""
+    streams its weights once from DRAM, where the decode kernel gained with 0).
+    `OVERLAP=True` (with an explicit config) stores each tile's C while the next tile's first
+    k-step runs (not with split-K)."""
     M, K = a.shape
     N = b.shape[0] if trans_b else b.shape[1]
     split_mode = split_mode or SPLIT_MODE
@@ -266,6 +288,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False, arch: str | 
                       **({} if config or ampere else {"num_warps": CONFIGS[1].num_warps}))
         sms *= AMPERE_CTAS_PER_SM if ampere else 1
     split = config.get("SPLIT_K", 1) if config else splitk_for(M, N, K, sms)
+    if config.get("OVERLAP") and (split > 1 or a.dtype.itemsize != 2):
+        raise ValueError("matmul: OVERLAP is not supported yet with split-K or 32-bit C (it "
+                         "keeps a finished tile's 16-bit C in registers until the next tile)")
     if l2_b != 256 and arch is None:     # (the sm_80 path has no TMA copies)
         config = dict(config, L2_B=l2_b)
 

@@ -202,6 +202,33 @@ def test_gpu_matmul_tma_store(cfg, M, N, K, poison):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("cfg", [dict(BM=128, BN=256, STAGES=4, TMA_STORE=2),
+                                 dict(BM=128, BN=256, STAGES=3, TMA_STORE=1),
+                                 dict(BM=128, BN=256, STAGES=4),
+                                 dict(BM=256, BN=128, STAGES=4, TMA_STORE=2)],
+                         ids=["halves", "whole-s3", "direct", "256x128-halves"])
+@pytest.mark.parametrize("M,N,K", [(1000, 1040, 1032), (4096, 4096, 1024), (2000, 4104, 128),
+                                   (520, 136, 264)])
+@DTYPES
+def test_gpu_matmul_overlap(cfg, M, N, K, dtype, poison):
+    """OVERLAP (each tile's C stored under the next tile's k-step 0) on ragged edges, several
+    tiles per program (4096x4096x1024: 256 tiles), K shorter than the ring (128: 2 k-steps)
+    and one tile per program (520x136), B [K, N] and [N, K]: right against float64 and
+    bit-equal to the same config without it (the same sums in the same order)."""
+    cfg = dict(cfg, BK=64, num_warps=8)
+    a = randn(M, K, dtype=dtype, seed=M + K, device="cuda")
+    b = randn(K, N, dtype=dtype, seed=N, device="cuda")
+    ref = a.double() @ b.double()
+    for bb, tb in ((b, False), (b.t().contiguous(), True)):
+        c = mm_ex.matmul(a, bb, trans_b=tb, OVERLAP=True, **cfg)
+        torch.cuda.synchronize()
+        assert is_poisoned(c, poison)
+        assert_rows_close(c, ref, 1e-2, f"overlap {M}x{N}x{K} {cfg} trans_b={tb}")
+        d = mm_ex.matmul(a, bb, trans_b=tb, **cfg)
+        assert torch.equal(c, d), f"OVERLAP not bit-equal to the default ({cfg}, {tb})"
+
+
+@pytest.mark.gpu
 def test_gpu_matmul_4096_sampled(poison):
     n = 4096
     a = randn(n, n, seed=1, device="cuda")

@@ -145,6 +145,38 @@ def test_interp_matmul_splitk_counters_reset(poison):
     assert not mm_ex.tile_counters(a.device, 2).any()
 
 
+MM_OVERLAP_CPU = [  # (M, N, K, dtype, trans_b, config): OVERLAP stores each tile's C under
+    # the next tile's k-step 0 (4 CPU "SMs": the grid is min(tiles, 4) programs)
+    (200, 136, 200, torch.bfloat16, False, dict(BK=32, STAGES=3, TMA_STORE=2)),  # 12 tiles
+    (130, 200, 72, torch.float16, True, dict(BK=32, STAGES=4, TMA_STORE=1)),     # 12, B^T
+    (190, 72, 40, torch.bfloat16, True, dict(BK=64, STAGES=4)),   # K < the ring, direct
+    (70, 64, 136, torch.float16, False, dict(BK=64, STAGES=3, TMA_STORE=2)),     # 2 tiles:
+    # one per program
+]
+
+
+@pytest.mark.parametrize("M,N,K,dtype,trans_b,cfg", MM_OVERLAP_CPU, ids=[
+    f"{m}x{n}x{k}-{str(d)[6:]}" + ("-bt" if t else "") + f"-tma{c.get('TMA_STORE', 0)}"
+    for m, n, k, d, t, c in MM_OVERLAP_CPU])
+def test_interp_matmul_overlap(M, N, K, dtype, trans_b, cfg, poison):
+    """OVERLAP (ragged M/N/K, several tiles per program and one, B [K, N] and [N, K]): right
+    against float64 and bit-equal to the same config without it (same sums, same order)."""
+    a, b = randn(M, K, dtype=dtype, seed=1), randn(K, N, dtype=dtype, seed=2)
+    bb = b.t().contiguous() if trans_b else b
+    cfg = dict(cfg, BM=64, BN=64, num_warps=4)
+    c = mm_ex.matmul(a, bb, trans_b=trans_b, OVERLAP=True, **cfg)
+    assert is_poisoned(c, poison) and c.dtype == dtype
+    assert_rows_close(c, a.double() @ b.double(), 1e-2, f"matmul overlap {M}x{N}x{K}")
+    assert torch.equal(c, mm_ex.matmul(a, bb, trans_b=trans_b, **cfg))
+
+
+def test_interp_matmul_overlap_refused():
+    a, b = randn(64, 256), randn(256, 64)
+    with pytest.raises(ValueError, match="OVERLAP is not supported yet with split-K"):
+        mm_ex.matmul(a, b, BM=64, BN=64, BK=64, STAGES=3, num_warps=4, SPLIT_K=2,
+                     OVERLAP=True)
+
+
 # fewer k-steps than STAGES - 1 and more tiles than programs: the ring runs across several
 # tiles (this once hung: the refill started the next tile at k-step STAGES - 1 - n_k)
 @pytest.mark.parametrize("K,STAGES", [(64, 3), (128, 4)])

@@ -81,6 +81,34 @@ def test_sass_matmul_wgmma_not_serialized(extra):
     c.assert_no_spills()
 
 
+@needs_sass
+@pytest.mark.parametrize("extra", [
+    dict(STAGES=4, TMA_STORE=2), dict(STAGES=3, TMA_STORE=1), dict(STAGES=4),
+    dict(STAGES=4, TMA_STORE=2, TRANS_B=True), dict(BM=256, BN=128, STAGES=4, TMA_STORE=2)],
+    ids=["tma-halves", "tma-whole-s3", "direct", "tma-halves-bt", "256x128-halves"])
+def test_sass_matmul_overlap(extra):
+    """OVERLAP: k-step 0 is peeled (twice the HGMMAs, one ARRIVE per k-step's group, none
+    serialized: C7514 / C7515) and the last tile's 16-bit C (registers beside the
+    accumulator: no spills) goes out between the peeled HGMMAs' issue and their wait, so no
+    `gsb0, 0x0` stands between them and the first store."""
+    cfg = dict(dict(BM=128, BN=256), BK=64, GROUP=8, OVERLAP=True, **extra)
+    c = sass(EXAMPLES / "matmul.py", "matmul_kernel", mm_sig("bf16"), cfg, 8)
+    per_k = cfg["BM"] // 128 * cfg["BK"] // 16         # HGMMAs per k-step per warpgroup
+    assert len(c.hgmma()) == 2 * per_k, c.hgmma()
+    assert len(c.find(r"WARPGROUP\.ARRIVE")) == 2 == c.ptx.count("wgmma.fence"), c.summary()
+    warned = [w for w in c.md.get("ptxas_warnings", []) if "C7514" in w or "C7515" in w]
+    assert not warned, warned
+    c.assert_no_spills()
+    assert "cvt.rn.bf16x2.f32" in c.ptx     # packed: scalar cvts of acc serialize (C7514)
+    assert c.has("UTMASTG") == bool(cfg.get("TMA_STORE")), c.summary()
+    assert c.md["shared"] <= SMEM_MAX
+    lines = c.text.splitlines()
+    first = next(i for i, ln in enumerate(lines) if "HGMMA" in ln and "RZ, !UPT" in ln)
+    store = next(i for i, ln in enumerate(lines) if i > first and re.search(r"\b(STS|STG)", ln))
+    between = "\n".join(lines[first:store])
+    assert "gsb0, 0x0" not in between and between.count("HGMMA") == per_k, between
+
+
 def assert_not_serialized(c: Sass) -> None:
     """ptxas issued each kit.mma's WGMMAs as one group: one WARPGROUP.ARRIVE per
     wgmma.fence kitjit wrote (a serialized group gets one per HGMMA), and no C7515 in the

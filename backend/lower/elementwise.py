@@ -12,6 +12,7 @@ import llvmlite.ir as ir
 from kitjit.ir import libm
 from kitjit.ir import ops as O
 from kitjit.ir.core import Op
+from kitjit.ir.layouts import Mma
 from kitjit.ir.libm_typed import TYPED, signature
 from kitjit.ir.registry import lowering
 from kitjit.ir.types import DType
@@ -22,6 +23,14 @@ from .base import LoweringBase, LoweringError
 from .fp8 import fp8_cast_fn
 
 LOG2E = 1.4426950408889634
+
+
+def _accumulator(v) -> bool:
+    """An MMA-layout tile straight from the MMAs: a dot / wgmma result, or a loop's or if's
+    result (the carried accumulator), not a tile computed from one."""
+    o = v.owner
+    return isinstance(v.type.layout, Mma) and isinstance(o, Op) and \
+        o.name in ("dot", "wgmma", "for", "while", "if")
 
 
 class ElementwiseLowering(LoweringBase):
@@ -182,6 +191,9 @@ class ElementwiseLowering(LoweringBase):
             return
         elif src.is_fp8() or dst.is_fp8():
             f = fp8_cast_fn(self, src, dst)
+        elif src == _F32 and dst.name in ("bf16", "fp16") and _accumulator(op.operands[0]):
+            self.set(op.result, self.rn_pairs(self.get(op.operands[0]), dst))
+            return
         elif src.is_ptr() or dst.is_ptr():
             f = self.pointer_cast_fn(src, dst)
         else:
@@ -223,6 +235,26 @@ class ElementwiseLowering(LoweringBase):
         b, td = self.b, llvm_type(dst)
         cvt = f"cvt.rn.{'bf16' if dst.name == 'bf16' else 'f16'}.f32 $0, $1;"
         return [b.bitcast(asm(b, I16, cvt, "=h,f", [x]), td) for x in xs]
+
+    def rn_pairs(self, xs: list, dst: DType) -> list:
+        """fp32 -> fp16/bf16 of an MMA accumulator as it leaves the MMAs, two neighbouring
+        columns per cvt.rn.x2 (the default cast's rounding, bit for bit). ptxas packs scalar
+        cvts into the same F2FP.PACK_AB, but when the 16-bit C stays live while the next
+        tile's WGMMAs run (examples/matmul.py's OVERLAP), scalar cvts of the accumulator make
+        it serialize every WGMMA of the kernel (C7514); the packed form does not. (LLVM turns
+        llvm.nvvm.ff2bf16x2.rn and vector fptrunc back into scalar cvts: inline PTX. Tiles
+        computed from an accumulator, such as attention's P, keep the scalar cvts: pairs
+        spilled 16 bytes in its warp-specialized loop, as rn_pinned notes.)"""
+        b, td = self.b, llvm_type(dst)
+        cvt = f"cvt.rn.{'bf16x2' if dst.name == 'bf16' else 'f16x2'}.f32 $0, $2, $1;"
+        out = []
+        for i in range(0, len(xs) - 1, 2):   # $0 = {hi: xs[i + 1], lo: xs[i]}
+            r = b.bitcast(asm(b, I32, cvt, "=r,f,f", [xs[i], xs[i + 1]], side_effect=False),
+                          ir.VectorType(td, 2))
+            out += [b.extract_element(r, ir.Constant(I32, k)) for k in (0, 1)]
+        if len(xs) % 2:
+            out.append(b.fptrunc(xs[-1], td))
+        return out
 
     def cast_fn(self, src: DType, dst: DType):
         b = self.b
