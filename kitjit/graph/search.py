@@ -28,7 +28,7 @@ from .host import Host
 from .module import module_source
 from .progress import Progress
 
-GENERATOR_VERSION = "7"
+GENERATOR_VERSION = "8"
 TOL = {torch.float16: 1e-2, torch.bfloat16: 1e-2, torch.float32: 1e-4}
 MAX_CANDIDATES = 24
 L2W_TWINS = 4    # timed candidates whose twin with promoted weight copies is timed too
@@ -206,8 +206,11 @@ def _param_family(p: dict, grp=None) -> str:
         progs = -(-grp.mms[0].shape[-1] // p["BN"]) * p.get("SPLIT", 1)
         norm = f",NORM={p['NORM']}" if "NORM" in p else ""
         return f"FORM=wgmma{norm},BN={p['BN']},per_sm={-(-progs // space.SMS)}"
-    if "PACK" in p and p.get("FORM") == "wgmma":
+    if "PACK" in p and p.get("FORM") == "wgmma":   # (and a deep ring where it may pay)
         keys = ("FORM", "PACK", "BN", "SPLIT")
+        deep = grp is not None and space.deep_ring(grp, p)
+        return ",".join(f"{k}={p[k]}" for k in keys) + (",deep" if deep else "") + (
+            ",fused" if p.get("FUSE") else "")
     else:
         keys = ("FORM", "PACK", "STAGES", "NORM")
     return ",".join(f"{k}={p[k]}" for k in keys if k in p) + (
