@@ -197,8 +197,11 @@ def _param_family(p: dict, grp=None) -> str:
     attention form the key tile BN and the split count instead of the stages: they set how
     many steps a program's loop takes and how many programs share an SM, which the model
     only estimates (BN 32 against 64 was 1.4x on an H200; one program per SM against two
-    1.06x), where a deeper ring past two stages changed little. For the level-2 matmul the
-    tile BN and how many programs its busiest SM runs (column blocks x splits over the SMs):
+    1.06x), and whether the ring is deep (3+ stages) where the grid has one program an SM or
+    fewer (space.deep_ring: ~4% for the hand decode kernel there, a guess for the model;
+    elsewhere a deeper ring changed little, so 2 and 3+ are both timed only there). For the
+    level-2 matmul the tile BN and how many programs its busiest SM runs (column blocks x
+    splits over the SMs):
     whether co-resident programs share an SM's stream or add to it is the model's guess
     (space.L2_SM_BPS), so each count is timed at its best split. (The weights' L2
     promotion is no family: `pick` times the best candidates with both.)"""
