@@ -257,8 +257,11 @@ def test_qk_norm_then_level2_attention(fuse):
     # BN 128, which the search now times: K as columns (a [128, 128] box), ragged keys
     (lambda: seed(64, 128, 4096), _l2(PACK=False, BN=128, SPLIT=2, STAGES=2, FUSE=True)),
     (lambda: gqa(2, 32, 8, 4000, 128), _l2(BN=128, SPLIT=2, STAGES=2, FUSE=True)),
+    # the deep ring (3 stages of 128 keys: 215 KB of shared memory, one program an SM)
+    (lambda: seed(64, 128, 4096), _l2(PACK=False, BN=128, SPLIT=2, STAGES=3, FUSE=True)),
+    (lambda: gqa(2, 32, 8, 4000, 128), _l2(BN=128, SPLIT=2, STAGES=3)),
 ], ids=["gqa-fused", "gqa-ragged-combine", "seed-fused", "gqa-bf16-d64", "seed-bn128",
-        "gqa-bn128-ragged"])
+        "gqa-bn128-ragged", "seed-bn128-deep", "gqa-bn128-deep-ragged"])
 def test_gpu_level2_attention(build, params):
     """The level-2 kernels on the GPU, called again and again (the FUSE counters go back to
     0; the split programs race there, not in the interpreter)."""
