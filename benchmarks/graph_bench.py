@@ -304,6 +304,11 @@ def run_workload(name: str, args, compile_state: dict) -> dict:
     best = sorted(opt.info["search"].get("timings", []), key=lambda x: x[0])[:4]
     print("  search timed (us, model us): " + "; ".join(
         f"{t:.1f} ({m:.1f}) {p}" for t, m, _, p in best), flush=True)
+    if args.all_timings:   # every timed candidate, one short entry each
+        print("  all timed: " + "; ".join(
+            f"{t:.1f} " + "/".join(",".join(f"{k}={v}" for k, v in gp.items()) for gp in p)
+            for t, _, _, p in sorted(opt.info["search"].get("timings", []),
+                                     key=lambda x: x[0])), flush=True)
     per_plan: dict = {}   # the best timed candidate of each fusion plan (form against form)
     for t in sorted(opt.info["search"].get("timings", []), key=lambda x: x[0]):
         per_plan.setdefault(t[2], t)
@@ -403,6 +408,8 @@ def main() -> int:
     ap.add_argument("--deadline", type=float, default=0.0,
                     help="s for the whole run: later workloads are skipped past it (0: none)")
     ap.add_argument("--json", default="")
+    ap.add_argument("--all-timings", action="store_true",
+                    help="print every candidate the search timed, not only the best 4")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("graph_bench needs a CUDA GPU", file=sys.stderr)

@@ -28,7 +28,7 @@ from .host import Host
 from .module import module_source
 from .progress import Progress
 
-GENERATOR_VERSION = "7"
+GENERATOR_VERSION = "8"
 TOL = {torch.float16: 1e-2, torch.bfloat16: 1e-2, torch.float32: 1e-4}
 MAX_CANDIDATES = 24
 L2W_TWINS = 4    # timed candidates whose twin with promoted weight copies is timed too
@@ -197,8 +197,11 @@ def _param_family(p: dict, grp=None) -> str:
     attention form the key tile BN and the split count instead of the stages: they set how
     many steps a program's loop takes and how many programs share an SM, which the model
     only estimates (BN 32 against 64 was 1.4x on an H200; one program per SM against two
-    1.06x), where a deeper ring past two stages changed little. For the level-2 matmul the
-    tile BN and how many programs its busiest SM runs (column blocks x splits over the SMs):
+    1.06x), and whether the ring is deep (3+ stages) where the grid has one program an SM or
+    fewer (space.deep_ring: ~4% for the hand decode kernel there, a guess for the model;
+    elsewhere a deeper ring changed little, so 2 and 3+ are both timed only there). For the
+    level-2 matmul the tile BN and how many programs its busiest SM runs (column blocks x
+    splits over the SMs):
     whether co-resident programs share an SM's stream or add to it is the model's guess
     (space.L2_SM_BPS), so each count is timed at its best split. (The weights' L2
     promotion is no family: `pick` times the best candidates with both.)"""
@@ -206,8 +209,11 @@ def _param_family(p: dict, grp=None) -> str:
         progs = -(-grp.mms[0].shape[-1] // p["BN"]) * p.get("SPLIT", 1)
         norm = f",NORM={p['NORM']}" if "NORM" in p else ""
         return f"FORM=wgmma{norm},BN={p['BN']},per_sm={-(-progs // space.SMS)}"
-    if "PACK" in p and p.get("FORM") == "wgmma":
+    if "PACK" in p and p.get("FORM") == "wgmma":   # (and a deep ring where it may pay)
         keys = ("FORM", "PACK", "BN", "SPLIT")
+        deep = grp is not None and space.deep_ring(grp, p)
+        return ",".join(f"{k}={p[k]}" for k in keys) + (",deep" if deep else "") + (
+            ",fused" if p.get("FUSE") else "")
     else:
         keys = ("FORM", "PACK", "STAGES", "NORM")
     return ",".join(f"{k}={p[k]}" for k in keys if k in p) + (

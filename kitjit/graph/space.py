@@ -88,6 +88,11 @@ L2W_TIE = 0.005
 # the step chain and the memory stream overlap, not perfectly: the smaller of the two
 # counts this much on top of the larger (so fewer, longer steps win a bandwidth-bound tie)
 ATTN_OVERLAP = 0.15
+# A level-2 attention grid of one program an SM or fewer: a third stage of the ring keeps
+# more of the stream in flight (the tile being consumed is not). The hand decode kernel,
+# H200, session 9 (NOTES.md): 2 -> 3 stages, B1 S32K 39.2 -> 37.6 us, B8 S16K 126.2 -> 121.6,
+# B8 S32K 247.0 -> 237.4 (~4%); with two programs an SM it lost (237.7 -> 240.3)
+ATTN_DEEP_RING = 0.04
 
 
 @functools.cache
@@ -202,6 +207,15 @@ def _splits_needed(grp: Group, p: dict) -> bool:
     return p["SPLIT"] == 1 or base * (p["SPLIT"] // 2) < SMS
 
 
+def deep_ring(grp: Group, p: dict) -> bool:
+    """Level-2 attention with a ring of 3+ stages on a grid of one program an SM or fewer:
+    where a deeper ring pays (ATTN_DEEP_RING); search.py times it as a family of its own."""
+    if p.get("FORM") != "wgmma" or grp.kind != "attention" or p.get("STAGES", 1) < 3:
+        return False
+    L = layout(_with(grp, p))
+    return -(-L["R"] // p["BM"]) * L["NB"] * p["SPLIT"] <= SMS
+
+
 def cost(grp: Group, p: dict) -> float:
     """Modelled seconds of `grp` with parameters `p` on an H100."""
     loads = sum(_nbytes(x) for x in grp.loads())
@@ -290,7 +304,10 @@ def cost(grp: Group, p: dict) -> float:
     waves = -(-progs // (SMS * per_sm))
     busy = min(1.0, progs / SMS)
     bw = min(peak, min(progs, SMS) * SM_BPS * scale, resident * step * stages / LATENCY_S)
-    t = max((loads + stores) / bw, flops / rate / busy)
+    t_bytes = (loads + stores) / bw
+    if deep_ring(grp, p):
+        t_bytes *= 1 - ATTN_DEEP_RING
+    t = max(t_bytes, flops / rate / busy)
     if prog_bytes:   # the busiest SM's programs, through their rings (Little's law below
         busiest = -(-progs // SMS)          # L2_SM_BPS: a shallow ring on its own SM)
         co = min(per_sm, busiest)
