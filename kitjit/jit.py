@@ -366,6 +366,27 @@ class JITFunction(TritonJITAttrs, JITCallable, KernelInterface):
                      assembler_fingerprint()))
         return hashlib.sha256(text.encode()).hexdigest()[:48]
 
+    def _all_consts(self, consts: tuple) -> tuple:
+        """`consts` for every constexpr parameter, in order: trailing ones left out take their
+        defaults; too many, or a missing one without a default, is a CompileError naming
+        them (not an internal error deep in the frontend)."""
+        from .frontend.errors import CompileError
+
+        names = list(self.constexprs)
+        if len(consts) > len(names):
+            raise CompileError(f"{self.__name__}.compile: {len(consts)} constexpr values for "
+                               f"{len(names)} constexpr parameters ({', '.join(names)})")
+        if len(consts) == len(names):
+            return consts
+        params = inspect.signature(self.fn).parameters
+        rest = names[len(consts):]
+        lacking = [n for n in rest if params[n].default is inspect.Parameter.empty]
+        if lacking:
+            raise CompileError(f"{self.__name__}.compile: no value for constexpr "
+                               f"{', '.join(lacking)} (the values go in the order "
+                               f"{', '.join(names)})")
+        return consts + tuple(params[n].default for n in rest)
+
     def compile(self, specs: list, consts: tuple, num_warps: int, arch: str,
                 max_shared: int | None = None, *,
                 device_fallback: bool | None = None,
@@ -386,6 +407,7 @@ class JITFunction(TritonJITAttrs, JITCallable, KernelInterface):
         from . import cache as kcache
         from .toolchain import resolve_target
 
+        consts = self._all_consts(tuple(consts))
         if device_fallback is None:
             device_fallback = max_shared is not None
         target = resolve_target(arch, device_fallback=device_fallback)

@@ -691,3 +691,21 @@ def test_compile_error_is_raised_again_not_cached():
             broadcast_kernel[(1,)](x, 3)
         msgs.append(str(ei.value))
     assert msgs[0] == msgs[1]
+
+
+@kit.jit
+def _two_consts(X, N: kit.constexpr, M: kit.constexpr = 3):
+    kit.store(X + kit.arange(0, N), kit.zeros((N,), kit.float32) + M)
+
+
+def test_compile_fills_trailing_constexpr_defaults():
+    """`compile(specs, consts, ...)` with trailing constexprs left out takes their defaults
+    (a kernel that gained a defaulted constexpr keeps its callers); too many values, or a
+    missing one with no default, is a CompileError naming the parameters, not an internal
+    error."""
+    ck = _two_consts.compile([("*fp32", 16)], (16,), 4, "sm_90a")
+    assert ck.metadata["constexprs"] == {"N": 16, "M": 3}
+    with pytest.raises(CompileError, match=r"3 constexpr values for 2 .*\(N, M\)"):
+        _two_consts.compile([("*fp32", 16)], (16, 3, 4), 4, "sm_90a")
+    with pytest.raises(CompileError, match="no value for constexpr N"):
+        _two_consts.compile([("*fp32", 16)], (), 4, "sm_90a")
