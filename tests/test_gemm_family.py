@@ -533,7 +533,7 @@ def test_skinny_and_llm_sections_mocked(monkeypatch):
 
     def matmul(a, w, trans_b=False, **_):
         seen.append(w.data_ptr())
-        return (a.double() @ w.double().T).to(a.dtype)
+        return (a.float() @ w.float().T).to(a.dtype)
 
     monkeypatch.setattr(gf.mm, "matmul", matmul)
     monkeypatch.setattr(gf, "_cluster_splitk", lambda a, w, **cfg: matmul(a, w))
@@ -545,8 +545,9 @@ def test_skinny_and_llm_sections_mocked(monkeypatch):
     def graph_ms(calls, n, check=None):
         if next(graphs) % 3 == 2:                      # each skinny row's third: cluster
             raise RuntimeError("operation not permitted when stream is capturing")
-        outs = [calls[i % len(calls)]() for i in range(n)]
-        check((n - 1) % len(calls), outs[-1])
+        assert n % len(calls) == 0                     # whole rounds over the copies
+        outs = [c() for c in calls]                    # one round (the real one runs n)
+        check(len(calls) - 1, outs[-1])
         return 0.010
 
     monkeypatch.setattr(st, "graph_ms", graph_ms)
@@ -568,3 +569,29 @@ def test_skinny_and_llm_sections_mocked(monkeypatch):
     assert "CUDA graph | back-to-back" in text and "n/a: RuntimeError" in text
     assert "geomean x cuBLAS kitjit           M=1: 1.0 | 1.0  M=16: 1.0 | 1.0" in text
     assert "M=16 1.0 / 1.0" in text
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M", [16, 100, 128])   # split-K in the kernel / in slabs
+def test_gpu_skinny_matmul_graph_capturable(monkeypatch, M, poison):
+    """The example's skinny path captures into a CUDA graph (what the skinny section's
+    graph column needs) and the replayed graph computes a @ w.T on every rotating copy
+    (outputs poisoned inside the graph too)."""
+    monkeypatch.syspath_prepend(str(EXAMPLES.parent / "benchmarks"))
+    import matmul as mm
+    import skinny_timing as st
+
+    N, K = 4096, 4096
+    w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) * K ** -0.5
+    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    assert mm.splitk_for(M, N, K, mm.num_sms(a.device)) > 1
+    ref = a.double() @ w.double().T
+    ws, as_ = st.rotating(w, 3), st.rotating(a, 3)
+    calls = [lambda a=a, w=w: mm.matmul(a, w, trans_b=True) for a, w in zip(as_, ws)]
+
+    def check(i, out):
+        assert_rows_close(out.double(), ref, 1e-2, f"graph replay, copy {i}")
+
+    t = st.time_variant(calls, 0.02, check=check, work_ms=1.0)
+    assert isinstance(t["graph"], float), t["graph"]
+    assert t["graph"] > 0 and t["b2b"] > 0
