@@ -14,15 +14,19 @@
 - `skinny`: the Llama-3 layers at M = 1, 16, 128 (`--skinny-m`): the example's default
   split-K against cuBLAS and the split-K whose parts add in a cluster's distributed shared
   memory (kitjit/nn/matmul_splitk.py: `cluster`, `cluster-a` with A shared by multicast,
-  `cluster-a l2b0`), each row's plan (parts P, A sharers CN) printed.
+  `cluster-a l2b0`; `--skinny-cluster`), each row's plan (parts P, A sharers CN) printed.
 
 Every timed variant is checked against the peer's output first. Timing: each variant runs
 for a moment before it is timed (clocks follow what ran before), medians of CUDA-event
-timings with the L2 flushed, two interleaved rounds, best of the two.
+timings with the L2 flushed, two interleaved rounds, best of the two (one in `skinny`).
+`skinny` and `llm` also time each variant by CUDA-graph replays and back-to-back calls
+over rotating copies of the inputs (benchmarks/skinny_timing.py: per-call events put our
+wrapper's host stalls into 15-50 us kernels) and print geomeans x cuBLAS per M of both.
 
     python benchmarks/gemm_family.py [--only fp8,grouped,epilogue,llm,large,skinny,probe,
         cluster]
-        [--json out.json] [--fp8-configs NAME,...] [--no-fp8-scales]
+        [--json out.json] [--fp8-configs NAME,...] [--no-fp8-scales] [--skinny-m 1,16,128]
+        [--skinny-cluster NAME,...]
         [--grouped-variants legacy,tma,bm64,halves,halves-bal,halves-n128]
 """
 
@@ -41,16 +45,19 @@ import torch.nn.functional as F
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(1, str(ROOT / "benchmarks"))
 
 import grouped_matmul as grp  # noqa: E402
 import matmul as mm  # noqa: E402
 import matmul_epilogue as epi  # noqa: E402
 import matmul_fp8 as f8  # noqa: E402
+import skinny_timing as st  # noqa: E402
 
 from kitjit.testing import bench, rel_error  # noqa: E402
 
 results: dict = {}
 ROUNDS = 2
+DEVICE = "cuda"   # of the skinny and llm sections' tensors (the CPU test mocks a run)
 
 
 def steady(fn, seconds: float = 0.08) -> float:
@@ -71,9 +78,9 @@ def _reps(fn) -> int:
     return max(5, min(50, int(150 / max(s.elapsed_time(e), 1e-3))))
 
 
-def interleaved(runs: dict) -> dict:
+def interleaved(runs: dict, rounds: int | None = None) -> dict:
     ms = {n: steady(f) for n, f in runs.items()}
-    for _ in range(ROUNDS - 1):
+    for _ in range((rounds or ROUNDS) - 1):
         for n, f in runs.items():
             ms[n] = min(ms[n], steady(f))
     return ms
@@ -378,16 +385,25 @@ LLAMA = {  # (N, K) of each linear layer: nn.Linear weights [N, K]
 LLM_M = (1, 16, 128, 4096, 16384)
 
 
+def _graph_check(ref):
+    """check(i, out) for skinny_timing: the output of a graph's last call against `ref`."""
+    return lambda i, out: checked(out.double(), ref.double(), 1e-2, "graph replay")
+
+
 def bench_llm(deadline: float) -> None:
+    """The example against cuBLAS at the Llama-3 layers, M = LLM_M: per-call events after an
+    L2 flush (`vs_cublas`, as before) beside CUDA-graph replays and back-to-back calls over
+    rotating copies of the inputs (`graph_x`, `b2b_x`: benchmarks/skinny_timing.py)."""
     rows = results["llm"] = []
     for model, layers in LLAMA.items():
         for layer, (N, K) in layers.items():
-            w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) * K ** -0.5
+            w = torch.randn(N, K, device=DEVICE, dtype=torch.bfloat16) * K ** -0.5
+            ws = None
             for M in LLM_M:
                 if time.perf_counter() > deadline:
                     print(f"llm: deadline reached, skipping {model} {layer} M={M}", flush=True)
                     continue
-                a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+                a = torch.randn(M, K, device=DEVICE, dtype=torch.bfloat16)
                 flop = 2 * M * N * K / 1e9
                 row = {"model": model, "layer": layer, "shape": f"{M}x{N}x{K}"}
                 try:
@@ -395,11 +411,15 @@ def bench_llm(deadline: float) -> None:
                     with poisoned():
                         got = mm.matmul(a, w, trans_b=True)
                     row["err"] = checked(got.double(), ref.double(), 1e-2, f"{model} {layer} M={M}")
-                    ms = interleaved({"kitjit": lambda: mm.matmul(a, w, trans_b=True),
-                                      "cublas": lambda: F.linear(a, w)})
+                    runs = {"kitjit": lambda a, w: mm.matmul(a, w, trans_b=True),
+                            "cublas": F.linear}
+                    ms = interleaved({n: lambda fn=fn: fn(a, w) for n, fn in runs.items()})
                     row["kitjit_tflops"] = round(flop / ms["kitjit"], 2)
                     row["cublas_tflops"] = round(flop / ms["cublas"], 2)
                     row["vs_cublas"] = round(ms["cublas"] / ms["kitjit"], 3)
+                    n = st.copies_for(w.nbytes + a.nbytes)
+                    ws = ws if ws is not None and len(ws) >= n else st.rotating(w, n)
+                    st.rotated_columns(row, runs, ms, st.rotating(a, n), ws[:n], _graph_check(ref))
                     split = mm.splitk_for(M, N, K, mm.num_sms(a.device))
                     row["config"] = f"split-K x{split}" if split > 1 else \
                         str(mm.tuned_kernel(N, a.dtype).chosen()[-1]["config"])
@@ -407,7 +427,12 @@ def bench_llm(deadline: float) -> None:
                     row["failed"] = f"{type(e).__name__}: {str(e)[:200]}"
                 rows.append(row)
                 print(row, flush=True)
+            del ws
             torch.cuda.empty_cache()
+    for M in LLM_M:
+        mine = [r for r in rows if r["shape"].startswith(f"{M}x") and "graph_x" in r]
+        for col in ("graph", "b2b"):
+            results[f"llm_{col}_geomean_M{M}"] = geomean(r[f"{col}_x"]["kitjit"] for r in mine)
 
 
 # ----------------------------------------------------------------------------- bf16 epilogues
@@ -573,6 +598,7 @@ def _main_example():
 
 
 SKINNY_M = [1, 16, 128]
+SKINNY_ROUNDS = 1   # of the per-call column (the graph and b2b columns are the figures)
 
 
 def _cluster_splitk(a, w, trans_b=True, **cfg):
@@ -604,52 +630,65 @@ def bench_skinny() -> None:
     """The Llama-3 layers at M = 1, 16, 128: the example (in-kernel split-K for M <= 64,
     fp32 slabs and a second launch above) against cuBLAS, the split-K variants that add
     the parts in a cluster's distributed shared memory (SKINNY_CLUSTER, where the example
-    splits) and, when staged, main's example."""
+    splits) and, when staged, main's example. Three columns: per-call events after an L2
+    flush (`us`, one round: kept for comparison), CUDA-graph replays and back-to-back calls
+    over rotating copies of the inputs (`graph_us`, `b2b_us`: benchmarks/skinny_timing.py)."""
     from kitjit.nn.matmul_splitk import splitk_config
 
     rows = results["skinny"] = []
     old = _main_example()
     for model, layers in LLAMA.items():
         for layer, (N, K) in layers.items():
-            w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) * K ** -0.5
+            w = torch.randn(N, K, device=DEVICE, dtype=torch.bfloat16) * K ** -0.5
+            ws = st.rotating(w, st.copies_for(w.nbytes))
             for M in SKINNY_M:
-                a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+                a = torch.randn(M, K, device=DEVICE, dtype=torch.bfloat16)
+                as_ = st.rotating(a, len(ws))
                 ref = F.linear(a, w)
-                row = {"model": model, "layer": layer, "shape": f"{M}x{N}x{K}"}
-                runs = {"cublas": lambda: F.linear(a, w)}
-                variants = [("kitjit", lambda mod=mm: mod.matmul(a, w, trans_b=True))]
+                row = {"model": model, "layer": layer, "shape": f"{M}x{N}x{K}",
+                       "copies": len(ws)}
+                variants = {"cublas": F.linear,
+                            "kitjit": lambda a, w: mm.matmul(a, w, trans_b=True)}
                 if old is not None:
-                    variants.append(("main", lambda: old.matmul(a, w, trans_b=True)))
+                    variants["main"] = lambda a, w: old.matmul(a, w, trans_b=True)
                 split = mm.splitk_for(M, N, K, mm.num_sms(a.device))
                 if split > 1 or mm.kit.cdiv(M, 128) * mm.kit.cdiv(N, 128) <= mm.num_sms(a.device):
                     for name in SKINNY_CLUSTER:
                         cfg = _skinny_cluster_cfg(name, M)
-                        variants.append((name, lambda cfg=cfg: _cluster_splitk(a, w, **cfg)))
+                        variants[name] = lambda a, w, cfg=cfg: _cluster_splitk(a, w, **cfg)
                         try:
                             c = splitk_config(a, w, True, **cfg)
                             row[f"{name}_plan"] = f"P{c['P']} CN{c['CN']} BM{c['BM']}"
                         except Exception as e:
                             row[f"{name}_plan"] = f"failed: {type(e).__name__}: {e}"[:160]
-                for name, fn in variants:
+                runs = {}
+                for name, fn in variants.items():
                     try:
                         with poisoned():
-                            got = fn()
+                            got = fn(a, w)
                         row[f"{name}_err"] = checked(got.double(), ref.double(), 1e-2, name)
                         runs[name] = fn
                     except Exception as e:
                         row[name] = f"failed: {type(e).__name__}: {str(e)[:160]}"
-                ms = interleaved(runs)
+                ms = interleaved({n: lambda fn=fn: fn(a, w) for n, fn in runs.items()},
+                                 rounds=SKINNY_ROUNDS)
                 row["us"] = {n: round(v * 1e3, 2) for n, v in ms.items()}
                 row["x_cublas"] = {n: round(ms["cublas"] / v, 3) for n, v in ms.items()
                                    if n != "cublas"}
+                st.rotated_columns(row, runs, ms, as_, ws, _graph_check(ref))
                 row["plan"] = f"split {split}" if split > 1 else "autotuned"
                 rows.append(row)
                 print(row, flush=True)
+            del ws
             torch.cuda.empty_cache()
     for name in ("kitjit", "main", *SKINNY_CLUSTER):
         for M in SKINNY_M:
+            mine = [r for r in rows if r["shape"].startswith(f"{M}x")]
             results[f"skinny_geomean_{name}_M{M}"] = geomean(
-                r["x_cublas"].get(name) for r in rows if r["shape"].startswith(f"{M}x"))
+                r["x_cublas"].get(name) for r in mine)
+            for col in ("graph", "b2b"):
+                results[f"skinny_{col}_geomean_{name}_M{M}"] = geomean(
+                    r[f"{col}_x"].get(name) for r in mine)
     for M in SKINNY_M:   # the best path of each row: what a heuristic over them would give
         results[f"skinny_geomean_best_M{M}"] = geomean(
             max(v for n, v in r["x_cublas"].items()) for r in rows
@@ -719,13 +758,7 @@ def table() -> str:
         for name in [p + n for p in ("", "bt ") for n in CLUSTER_VARIANTS]:
             out.append(f"  geomean {name}: {results.get(f'cluster_geomean_{name}')}")
     if results.get("skinny"):
-        out.append("skinny LLM shapes (us; x cuBLAS)")
-        for r in results["skinny"]:
-            plans = {k[:-5]: v for k, v in r.items() if k.endswith("_plan")}
-            out.append(f"  {r['model']:4} {r['layer']:8} {r['shape']:18} {r['us']} "
-                       f"{r['x_cublas']} {r['plan']} {plans or ''}")
-        out.append("  geomeans " + str({k: v for k, v in results.items()
-                                        if k.startswith("skinny_geomean")}))
+        out += st.table_lines(results["skinny"], SKINNY_M, results, "skinny")
     if results.get("fp8"):
         out.append("fp8 e4m3, per-tensor scales (TFLOP/s)       best cfg       kit   "
                    "scaled_mm(fast)  scaled_mm  x fast  x default")
@@ -755,11 +788,19 @@ def table() -> str:
     for r in results.get("epilogue", []):
         out.append(f"epilogue {r['case']:28} {r.get('tflops')} x torch {r.get('vs_torch')}")
     if results.get("llm"):
-        out.append("LLM shapes (bf16 example vs cuBLAS)")
+        out.append("LLM shapes (bf16 example vs cuBLAS; per-call TFLOP/s, then x cuBLAS: "
+                   "per-call / graph / b2b)")
         for r in results["llm"]:
             out.append(f"  {r['model']:4} {r['layer']:8} {r['shape']:20} "
                        f"{r.get('kitjit_tflops')} / {r.get('cublas_tflops')} = "
-                       f"{r.get('vs_cublas')}  {r.get('config', r.get('failed', ''))}")
+                       f"{r.get('vs_cublas')} / {r.get('graph_x', {}).get('kitjit')} / "
+                       f"{r.get('b2b_x', {}).get('kitjit')}  "
+                       f"{r.get('config', r.get('failed', ''))}")
+            if isinstance(r.get("graph_us", {}).get("kitjit"), str):
+                out.append(f"    graph: {r['graph_us']['kitjit']}")
+        out.append("  geomean x cuBLAS (graph / b2b): " + ", ".join(
+            f"M={M} {results.get(f'llm_graph_geomean_M{M}')} / "
+            f"{results.get(f'llm_b2b_geomean_M{M}')}" for M in LLM_M))
     for r in results.get("probe", []):
         out.append(f"probe {r['case']:28} {r.get('tflops')}")
     return "\n".join(out)
@@ -772,6 +813,9 @@ def main() -> None:
     ap.add_argument("--fp8-configs", default=None,
                     help="comma-separated names of FP8_CONFIGS to time (default: all)")
     ap.add_argument("--skinny-m", default=None, help="M values of the skinny section")
+    ap.add_argument("--skinny-cluster", default=None,
+                    help="comma-separated names of SKINNY_CLUSTER to time ('' for none; "
+                         "default: all)")
     ap.add_argument("--large-variants", default=None,
                     help="comma-separated names of BF16_EPILOGUES to time (default: all)")
     ap.add_argument("--grouped-variants", default=None,
@@ -785,8 +829,9 @@ def main() -> None:
     start = time.perf_counter()
     for variants, names, prefix in ((FP8_CONFIGS, args.fp8_configs, ""),
                                     (BF16_EPILOGUES, args.large_variants, ""),
-                                    (GROUPED_VARIANTS, args.grouped_variants, "kitjit ")):
-        for name in list(variants) if names else ():  # keep only the variants named
+                                    (GROUPED_VARIANTS, args.grouped_variants, "kitjit "),
+                                    (SKINNY_CLUSTER, args.skinny_cluster, "")):
+        for name in list(variants) if names is not None else ():  # keep the ones named
             if name not in [prefix + n for n in names.split(",")]:
                 del variants[name]
     if args.skinny_m:

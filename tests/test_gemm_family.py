@@ -10,6 +10,7 @@ HGMMA, TMA, no spills) and GPU runs at real sizes (`-m gpu`).
 
 from __future__ import annotations
 
+import importlib
 import pathlib
 import re
 import sys
@@ -509,3 +510,88 @@ def test_gpu_grouped_ragged(cfg, poison):
     assert is_poisoned(out, poison)
     assert_rows_close(out[:1100], grp.reference(x, w, offs)[:1100].cuda(), 1e-2, cfg)
     assert torch.isnan(out[1100:]).all(), "rows past the last group were written"
+
+
+# ============================================================================ benchmark, mocked
+def test_skinny_and_llm_sections_mocked(monkeypatch):
+    """benchmarks/gemm_family.py's skinny and llm sections on the CPU with the GPU parts
+    mocked (matmul by torch, timings by fakes that still run every rotated call): the
+    rotating copies, the graph / back-to-back columns, an uncapturable variant's "n/a: why"
+    and the per-M geomeans reach the table."""
+    bench_dir = EXAMPLES.parent / "benchmarks"
+    monkeypatch.syspath_prepend(str(bench_dir))
+    gf = importlib.import_module("gemm_family")
+    st = gf.st
+    monkeypatch.setattr(gf, "DEVICE", "cpu")
+    monkeypatch.setattr(gf, "LLAMA", {"8B": {"o": (64, 2048)}})
+    monkeypatch.setattr(gf, "SKINNY_M", [1, 16])
+    monkeypatch.setattr(gf, "LLM_M", (16,))
+    monkeypatch.setattr(gf, "SKINNY_CLUSTER", {"cluster": {}})
+    monkeypatch.setattr(gf, "results", {})
+    monkeypatch.setattr(st, "L2_BYTES", 2 ** 20)           # 8 copies of the 256 KB weights
+    seen: list = []
+
+    def matmul(a, w, trans_b=False, **_):
+        seen.append(w.data_ptr())
+        return (a.float() @ w.float().T).to(a.dtype)
+
+    monkeypatch.setattr(gf.mm, "matmul", matmul)
+    monkeypatch.setattr(gf, "_cluster_splitk", lambda a, w, **cfg: matmul(a, w))
+    fake_ms = {"cublas": 0.020, "kitjit": 0.016, "cluster": 0.030}
+    monkeypatch.setattr(gf, "interleaved", lambda runs, rounds=None: {
+        n: (f(), fake_ms[n])[1] for n, f in runs.items()})
+    graphs = iter(range(100))
+
+    def graph_ms(calls, n, check=None):
+        if next(graphs) % 3 == 2:                      # each skinny row's third: cluster
+            raise RuntimeError("operation not permitted when stream is capturing")
+        assert n % len(calls) == 0                     # whole rounds over the copies
+        outs = [c() for c in calls]                    # one round (the real one runs n)
+        check(len(calls) - 1, outs[-1])
+        return 0.010
+
+    monkeypatch.setattr(st, "graph_ms", graph_ms)
+    monkeypatch.setattr(st, "eager_ms", lambda calls, n: [c() for c in calls] and 0.020)
+    gf.bench_skinny()
+    rows = gf.results["skinny"]
+    assert [r["shape"] for r in rows] == ["1x64x2048", "16x64x2048"]
+    assert rows[0]["copies"] == 8 and len(set(seen)) >= 8        # every copy was called
+    assert rows[0]["graph_us"]["kitjit"] == 10.0 and rows[0]["b2b_us"]["kitjit"] == 20.0
+    assert rows[0]["graph_us"]["cluster"].startswith("n/a: RuntimeError: operation not")
+    assert rows[0]["graph_x"] == {"kitjit": 1.0, "cluster": None}
+    assert gf.results["skinny_graph_geomean_kitjit_M16"] == 1.0
+    assert gf.results["skinny_b2b_geomean_kitjit_M1"] == 1.0
+    assert gf.results["skinny_geomean_kitjit_M1"] == 1.25             # per-call column kept
+    graphs = iter(range(100))
+    gf.bench_llm(deadline=float("inf"))
+    assert gf.results["llm"][0]["graph_x"] == {"kitjit": 1.0}
+    text = gf.table()
+    assert "CUDA graph | back-to-back" in text and "n/a: RuntimeError" in text
+    assert "geomean x cuBLAS kitjit           M=1: 1.0 | 1.0  M=16: 1.0 | 1.0" in text
+    assert "M=16 1.0 / 1.0" in text
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M", [16, 100, 128])   # split-K in the kernel / in slabs
+def test_gpu_skinny_matmul_graph_capturable(monkeypatch, M, poison):
+    """The example's skinny path captures into a CUDA graph (what the skinny section's
+    graph column needs) and the replayed graph computes a @ w.T on every rotating copy
+    (outputs poisoned inside the graph too)."""
+    monkeypatch.syspath_prepend(str(EXAMPLES.parent / "benchmarks"))
+    import matmul as mm
+    import skinny_timing as st
+
+    N, K = 4096, 4096
+    w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) * K ** -0.5
+    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    assert mm.splitk_for(M, N, K, mm.num_sms(a.device)) > 1
+    ref = a.double() @ w.double().T
+    ws, as_ = st.rotating(w, 3), st.rotating(a, 3)
+    calls = [lambda a=a, w=w: mm.matmul(a, w, trans_b=True) for a, w in zip(as_, ws)]
+
+    def check(i, out):
+        assert_rows_close(out.double(), ref, 1e-2, f"graph replay, copy {i}")
+
+    t = st.time_variant(calls, 0.02, check=check, work_ms=1.0)
+    assert isinstance(t["graph"], float), t["graph"]
+    assert t["graph"] > 0 and t["b2b"] > 0
