@@ -290,6 +290,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False, arch: str | 
     except TypeError:         # an unhashable config value: plan every call
         return _plan(a, b, M, N, K, trans_b, arch, split_mode, l2_b, config, None)(a, b)
     if plan is None:
+        if len(_PLANS) >= _PLANS_MAX:   # (prefill's ever-new M): start over
+            _PLANS.clear()
         plan = _PLANS[key] = _plan(a, b, M, N, K, trans_b, arch, split_mode, l2_b, config,
                                    stream)
     return plan(a, b)
@@ -299,14 +301,16 @@ def matmul(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False, arch: str | 
 # split-K workspace of each (device, stream): launches on one stream run in order, so one
 # buffer serves them all; two streams never share one (their launches could overlap)
 _PLANS: dict = {}
+_PLANS_MAX = 4096
 _WORKSPACE: dict = {}
 
 
 def _stream_key(dev: torch.device) -> int | None:
-    """The current stream's handle on `dev` (0 off the GPU); None while it captures a graph."""
+    """The current stream's handle on `dev` (0 off the GPU); None while it captures a graph
+    (or when `dev` is not the current device, whose capture state is what torch tells)."""
     if dev.type != "cuda":
         return 0
-    if torch.cuda.is_current_stream_capturing():
+    if dev.index != torch.cuda.current_device() or torch.cuda.is_current_stream_capturing():
         return None
     return torch._C._cuda_getCurrentRawStream(dev.index)
 

@@ -98,6 +98,13 @@ def test_checks_stay(ex):
     assert not ex._WORKSPACE
 
 
+def test_plans_bounded(ex, monkeypatch):
+    monkeypatch.setattr(ex, "_PLANS_MAX", 2)
+    for m in (1, 2, 3):                              # (K == 0: plans that launch nothing)
+        ex.matmul(torch.ones(m, 0), torch.ones(4, 0), trans_b=True)
+        assert 1 <= len(ex._PLANS) <= 2
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_streams_and_graph_capture_gpu(monkeypatch):
