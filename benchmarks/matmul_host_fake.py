@@ -6,7 +6,10 @@ launch) and 4096 (autotuned), (a) the same tensors every call, (b) pointers rota
 copies (as benchmarks/gemm_family.py's skinny timing). The descriptor encodes are faked
 (one trivial call): on a GPU each new pointer adds a real cuTensorMapEncodeTiled.
 
-    python benchmarks/matmul_host_fake.py [--profile M] [--examples DIR]"""
+    python benchmarks/matmul_host_fake.py [--profile M] [--examples DIR] [--ab OLD.py]
+
+`--ab OLD.py` times another copy of matmul.py (main's, say) in the same process, rounds
+interleaved, so that a shared machine's load falls on both alike."""
 import os
 import sys
 import time
@@ -36,7 +39,7 @@ def per_call_us(fn, n=2000, rounds=5):
     return best
 
 
-def calls(M: int):
+def calls(M: int, mm=mm):
     """(same tensors, rotating pointers) as two zero-argument callables."""
     copies = [(torch.empty(M, K, dtype=torch.bfloat16), torch.empty(N, K, dtype=torch.bfloat16))
               for _ in range(3)]
@@ -50,10 +53,31 @@ def calls(M: int):
     return (lambda: mm.matmul(a, w, trans_b=True)), rotate
 
 
+def ab(path: str) -> None:
+    """Old against new, rounds interleaved: us per call, best of 9 rounds each."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_matmul_old", path)
+    old = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(old)
+    old._SMS[torch.device("cpu")] = 132
+    print(f"{'M':>5} {'old same':>9} {'new same':>9} {'old rotate':>11} {'new rotate':>11}")
+    for M in (16, 128, 4096):
+        fns = [*calls(M, old), *calls(M)]           # old same, old rot, new same, new rot
+        best = [1e9] * 4
+        for _ in range(9):
+            for i, fn in enumerate(fns):
+                best[i] = min(best[i], per_call_us(fn, n=1000, rounds=1))
+        print(f"{M:>5} {best[0]:9.2f} {best[2]:9.2f} {best[1]:11.2f} {best[3]:11.2f}",
+              flush=True)
+
+
 def main():
     prof = int(sys.argv[sys.argv.index("--profile") + 1]) if "--profile" in sys.argv else None
     mm._SMS[torch.device("cpu")] = 132           # an H200's SMs: the GPU's split decisions
     with FakeDriver(record=False, allow_cpu=True, ir_compile=True) as fake:
+        if "--ab" in sys.argv:
+            return ab(sys.argv[sys.argv.index("--ab") + 1])
         if prof is not None:
             import cProfile
             import pstats
