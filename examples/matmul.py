@@ -275,6 +275,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False, arch: str | 
     otherwise). Not while a CUDA graph is captured: then every call plans afresh, its
     workspace from the graph's pool, as before plans."""
     M, K = a.shape
+    if b.dim() != 2:
+        raise ValueError(f"matmul: b must be 2-d, got shape {tuple(b.shape)}")
     Kb, N = reversed(b.shape) if trans_b else b.shape
     if Kb != K:
         raise ValueError(f"matmul: a is {tuple(a.shape)} but b is {tuple(b.shape)}"

@@ -91,6 +91,8 @@ def test_workspace_grows_and_replans(ex, poison, monkeypatch):
 def test_checks_stay(ex):
     with pytest.raises(ValueError, match="K differ"):
         ex.matmul(torch.ones(8, 64), torch.ones(32, 63), trans_b=True)
+    with pytest.raises(ValueError, match="2-d"):
+        ex.matmul(torch.ones(8, 64), torch.ones(64))
     with pytest.raises(ValueError, match="split_mode"):
         ex.matmul(torch.ones(8, 8), torch.ones(8, 8), split_mode="slabs")
     z = ex.matmul(torch.ones(8, 0), torch.ones(16, 0), trans_b=True)
