@@ -267,28 +267,93 @@ def matmul(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False, arch: str | 
     `l2_b`: the L2 promotion of B's TMA copies (0, 64, 128 or 256 bytes; a skinny GEMM
     streams its weights once from DRAM, where the decode kernel gained with 0).
     `OVERLAP=True` (with an explicit config) stores each tile's C while the next tile's first
-    k-step runs (not with split-K)."""
+    k-step runs (not with split-K).
+
+    What a call decides (split, config, grid, split-K workspace and counters) is planned once
+    per (device, stream, shapes, dtypes, options) and kept in `_PLANS`: a repeat call, new
+    tensors or not, does one lookup and its launches (the skinny decode GEMMs are host-bound
+    otherwise). Not while a CUDA graph is captured: then every call plans afresh, its
+    workspace from the graph's pool, as before plans."""
     M, K = a.shape
-    N = b.shape[0] if trans_b else b.shape[1]
+    if b.dim() != 2:
+        raise ValueError(f"matmul: b must be 2-d, got shape {tuple(b.shape)}")
+    Kb, N = reversed(b.shape) if trans_b else b.shape
+    if Kb != K:
+        raise ValueError(f"matmul: a is {tuple(a.shape)} but b is {tuple(b.shape)}"
+                         f"{' (trans_b)' if trans_b else ''}: their K differ")
+    dev = a.device
+    stream = _stream_key(dev)
+    if stream is None:        # capturing a CUDA graph: no shared workspace, no cached plan
+        return _plan(a, b, M, N, K, trans_b, arch, split_mode, l2_b, config, None)(a, b)
+    key = (dev, stream, M, N, K, a.dtype, b.dtype, trans_b, arch, split_mode, l2_b,
+           *config.items())
+    try:
+        plan = _PLANS.get(key)
+    except TypeError:         # an unhashable config value: plan every call
+        return _plan(a, b, M, N, K, trans_b, arch, split_mode, l2_b, config, None)(a, b)
+    if plan is None:
+        if len(_PLANS) >= _PLANS_MAX:   # (prefill's ever-new M): start over
+            _PLANS.clear()
+        plan = _PLANS[key] = _plan(a, b, M, N, K, trans_b, arch, split_mode, l2_b, config,
+                                   stream)
+    return plan(a, b)
+
+
+# the decided launches of matmul, by (device, stream, M, N, K, dtypes, options); and the fp32
+# split-K workspace of each (device, stream): launches on one stream run in order, so one
+# buffer serves them all; two streams never share one (their launches could overlap)
+_PLANS: dict = {}
+_PLANS_MAX = 4096
+_WORKSPACE: dict = {}
+
+
+def _stream_key(dev: torch.device) -> int | None:
+    """The current stream's handle on `dev` (0 off the GPU); None while it captures a graph
+    (or when `dev` is not the current device, whose capture state is what torch tells)."""
+    if dev.type != "cuda":
+        return 0
+    if dev.index != torch.cuda.current_device() or torch.cuda.is_current_stream_capturing():
+        return None
+    return torch._C._cuda_getCurrentRawStream(dev.index)
+
+
+def workspace(dev: torch.device, stream: int | None, n: int):
+    """A function returning n fp32 values of split-K workspace for launches on `stream`: a
+    view of that (device, stream)'s buffer (grown when too small, which drops the stream's
+    plans so they take the new one), or with no stream (graph capture) a fresh tensor."""
+    if stream is None:
+        return lambda: torch.empty(n, device=dev, dtype=torch.float32)
+    buf = _WORKSPACE.get((dev, stream))
+    if buf is None or buf.numel() < n:
+        for key in [k for k in list(_PLANS) if k[:2] == (dev, stream)]:
+            _PLANS.pop(key, None)
+        buf = _WORKSPACE[dev, stream] = torch.empty(n, device=dev, dtype=torch.float32)
+    view = buf[:n]
+    return lambda: view
+
+
+def _plan(a, b, M, N, K, trans_b, arch, split_mode, l2_b, config, stream):
+    """Every decision and check of a matmul call of this key, made once: a function of
+    (a, b) that allocates C and launches."""
     split_mode = split_mode or SPLIT_MODE
     if split_mode not in (None, "cluster", "cluster-a"):
         raise ValueError(f"matmul: split_mode {split_mode!r} is not one of None, 'cluster', "
                          "'cluster-a'")
-    sms = num_sms(a.device)
+    dev, dt = a.device, a.dtype
+    sms = num_sms(dev)
     if split_mode and not config and arch is None and splitk_for(M, N, K, sms) > 1:
         from kitjit.nn.matmul_splitk import matmul_splitk_cluster
-        return matmul_splitk_cluster(a, b, trans_b, share_a=split_mode == "cluster-a",
-                                     **({} if l2_b == 256 else {"L2_B": l2_b}))
-    c = torch.empty(M, N, device=a.device, dtype=a.dtype)
+        kw = dict(share_a=split_mode == "cluster-a", **({} if l2_b == 256 else {"L2_B": l2_b}))
+        return lambda a, b: matmul_splitk_cluster(a, b, trans_b, **kw)
     if K == 0:            # the kernel assumes every tile has k-steps (see kit.assume there)
-        return c.zero_()
+        return lambda a, b: torch.zeros(M, N, device=dev, dtype=dt)
     if arch is not None:  # an explicit target: an explicit config (no autotuning)
         ampere = arch < "sm_90"
         config = dict(config or (AMPERE_CONFIG if ampere else CONFIGS[1].kwargs), arch=arch,
                       **({} if config or ampere else {"num_warps": CONFIGS[1].num_warps}))
         sms *= AMPERE_CTAS_PER_SM if ampere else 1
     split = config.get("SPLIT_K", 1) if config else splitk_for(M, N, K, sms)
-    if config.get("OVERLAP") and (split > 1 or a.dtype.itemsize != 2):
+    if config.get("OVERLAP") and (split > 1 or dt.itemsize != 2):
         raise ValueError("matmul: OVERLAP is not supported yet with split-K or 32-bit C (it "
                          "keeps a finished tile's 16-bit C in registers until the next tile)")
     if l2_b != 256 and arch is None:     # (the sm_80 path has no TMA copies)
@@ -301,26 +366,52 @@ def matmul(a: torch.Tensor, b: torch.Tensor, trans_b: bool = False, arch: str | 
         cfg = config if "BM" in config else dict(
             config, BM=64 if M <= 64 else 128, BN=128, BK=64, STAGES=4,
             num_warps=4 if M <= 64 else 8, SLABS=M > 64)
+        kw = dict(GROUP=8, TRANS_B=trans_b, **dict(cfg, SPLIT_K=split))
+        g = grid(cfg)
         if cfg.get("SLABS"):   # in slabs, summed by a second launch
-            w = torch.empty(split, M, N, device=a.device, dtype=torch.float32)
-            matmul_kernel[grid](a, b, c, w, c, M, N, K, GROUP=8, TRANS_B=trans_b,
-                                **dict(cfg, SPLIT_K=split))
-            splitk_sum[(kit.cdiv(M * N, 1024),)](w, c, M * N, SPLIT_K=split, BLOCK=1024)
-            return c
+            ws, g_sum = workspace(dev, stream, split * M * N), (kit.cdiv(M * N, 1024),)
+
+            def slabs(a, b):
+                c, w = torch.empty(M, N, device=dev, dtype=dt), ws()
+                matmul_kernel[g](a, b, c, w, c, M, N, K, **kw)
+                splitk_sum[g_sum](w, c, M * N, SPLIT_K=split, BLOCK=1024)
+                return c
+            return slabs
         tiles = kit.cdiv(M, cfg["BM"]) * kit.cdiv(N, cfg["BN"])   # in the kernel
         if tiles * split * cfg["BM"] * cfg["BN"] >= 2 ** 31:       # (int32 offsets)
             raise ValueError("split-K in the kernel: the workspace would pass 2^31 values; "
                              "use SLABS=True")
-        w = torch.empty(tiles * split * cfg["BM"] * cfg["BN"], device=a.device,
-                        dtype=torch.float32)
-        matmul_kernel[grid](a, b, c, w, tile_counters(a.device, tiles), M, N, K, GROUP=8,
-                            TRANS_B=trans_b, **dict(cfg, SPLIT_K=split))
-    elif "BM" in config:
-        matmul_kernel[grid](a, b, c, c, c, M, N, K, GROUP=8, TRANS_B=trans_b, **config)
-    else:
-        tuned_kernel(N, c.dtype)[grid](a, b, c, c, c, M, N, K, GROUP=8, TRANS_B=trans_b,
-                                       **config)
-    return c
+        ws = workspace(dev, stream, tiles * split * cfg["BM"] * cfg["BN"])
+        if stream is None:
+            def counters():
+                return tile_counters(dev, tiles)
+        else:
+            t = tile_counters(dev, tiles)
+
+            def counters():
+                return t
+
+        def in_kernel(a, b):
+            c = torch.empty(M, N, device=dev, dtype=dt)
+            matmul_kernel[g](a, b, c, ws(), counters(), M, N, K, **kw)
+            return c
+        return in_kernel
+    kw = dict(GROUP=8, TRANS_B=trans_b, **config)
+    if "BM" in config:
+        g = grid(config)
+
+        def explicit(a, b):
+            c = torch.empty(M, N, device=dev, dtype=dt)
+            matmul_kernel[g](a, b, c, c, c, M, N, K, **kw)
+            return c
+        return explicit
+    tuned = tuned_kernel(N, dt)
+
+    def autotuned(a, b):
+        c = torch.empty(M, N, device=dev, dtype=dt)
+        tuned[grid](a, b, c, c, c, M, N, K, **kw)
+        return c
+    return autotuned
 
 
 _COUNTERS: dict = {}
