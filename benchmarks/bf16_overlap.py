@@ -28,6 +28,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import ab_variants as ab  # noqa: E402
 import gemm_family as gf  # noqa: E402
 import matmul as mm  # noqa: E402
 
@@ -49,19 +50,8 @@ def run_shape(M: int, N: int, K: int, trans_b: bool) -> dict:
     flop = 2 * M * N * K / 1e9
     runs = {"cublas": (lambda: a @ bb.t()) if trans_b else (lambda: a @ b)}
     ref = runs["cublas"]().double()
-    notes, outs = {}, {}
-    for name, cfg in VARIANTS.items():
-        try:
-            with gf.poisoned():
-                outs[name] = mm.matmul(a, bb, trans_b=trans_b, **cfg)
-            gf.checked(outs[name].double(), ref, 1e-2, f"{M}x{N}x{K} {name}")
-            runs[name] = lambda cfg=cfg: mm.matmul(a, bb, trans_b=trans_b, **cfg)
-        except Exception as e:  # noqa: BLE001  (a variant that fails is reported, not fatal)
-            notes[name] = f"failed: {type(e).__name__}: {str(e)[:200]}"
-    for name in VARIANTS:
-        if name.startswith("ovl") and name in outs and "default" in outs:
-            notes.setdefault(name, "bit-equal" if torch.equal(outs[name], outs["default"])
-                             else "NOT bit-equal to default (within tolerance)")
+    notes = ab.checked_runs(VARIANTS, lambda **cfg: mm.matmul(a, bb, trans_b=trans_b, **cfg),
+                            ref, f"{M}x{N}x{K}", "default", runs)
     ms = gf.interleaved(runs)
     tf = {n: flop / v for n, v in ms.items()}
     return {"shape": f"{M}x{N}x{K}" + (" bt" if trans_b else ""), "tflops": tf,
@@ -83,20 +73,9 @@ def main() -> None:
             rows.append(run_shape(M, N, K, trans_b))
             print(rows[-1]["shape"], {n: round(v) for n, v in rows[-1]["tflops"].items()},
                   rows[-1]["notes"], flush=True)
-    names = list(rows[0]["tflops"])
-    w = [max(len(n), 9) + 2 for n in names]
-    print("\nTFLOP/s, and x cuBLAS (same B layout) in the same run")
-    print("shape".ljust(20) + "".join(n.rjust(k) for n, k in zip(names, w)))
-    for r in rows:
-        print(r["shape"].ljust(20) + "".join(f"{r['tflops'].get(n, 0):{k}.0f}"
-                                             for n, k in zip(names, w)))
-        print("".ljust(20) + "".join(f"{r['x_cublas'].get(n, 0):{k}.3f}"
-                                     for n, k in zip(names, w)))
-    for label, sel in (("geomean B [K,N]", False), ("geomean B [N,K]", True)):
-        part = [r for r in rows if r["shape"].endswith(" bt") == sel]
-        print(label.ljust(20) + "".join(
-            f"{gf.geomean(r['x_cublas'].get(n) for r in part) or 0:{k}.3f}"
-            for n, k in zip(names, w)))
+    ab.print_table(rows, "x_cublas", "cuBLAS (same B layout)",
+                   {"geomean B [K,N]": lambda r: not r["shape"].endswith(" bt"),
+                    "geomean B [N,K]": lambda r: r["shape"].endswith(" bt")}, label_width=20)
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(rows, indent=1))
 

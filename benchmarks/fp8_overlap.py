@@ -30,6 +30,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import ab_variants as ab  # noqa: E402
 import gemm_family as gf  # noqa: E402
 import matmul_fp8 as f8  # noqa: E402
 
@@ -57,20 +58,8 @@ def run_shape(M: int, N: int, K: int) -> dict:
 
     ref = peer(True)().double()
     runs = {"scaled_mm fast": peer(True), "scaled_mm": peer(False)}
-    notes, outs = {}, {}
-    for name, cfg in VARIANTS.items():
-        try:
-            with gf.poisoned():
-                outs[name] = f8.matmul_fp8(a, b, sa, sb, **cfg)
-            gf.checked(outs[name].double(), ref, 1e-2, f"{M}x{N}x{K} {name}")
-            runs[name] = lambda cfg=cfg: f8.matmul_fp8(a, b, sa, sb, **cfg)
-        except Exception as e:  # noqa: BLE001  (a variant that fails is reported, not fatal)
-            notes[name] = f"failed: {type(e).__name__}: {str(e)[:200]}"
-    for name in VARIANTS:
-        if name.startswith("ovl") and name in outs:
-            notes.setdefault(name, "bit-equal to old default"
-                             if torch.equal(outs[name], outs["old default"]) else
-                             "NOT bit-equal to old default (within tolerance)")
+    notes = ab.checked_runs(VARIANTS, lambda **cfg: f8.matmul_fp8(a, b, sa, sb, **cfg), ref,
+                            f"{M}x{N}x{K}", "old default", runs)
     ms = gf.interleaved(runs)
     tf = {n: flop / v for n, v in ms.items()}
     return {"shape": f"{M}x{N}x{K}", "tflops": tf,
@@ -91,17 +80,8 @@ def main() -> None:
         rows.append(run_shape(M, N, K))
         print(rows[-1]["shape"], {n: round(v) for n, v in rows[-1]["tflops"].items()},
               rows[-1]["notes"], flush=True)
-    names = list(rows[0]["tflops"])
-    w = [max(len(n), 10) + 2 for n in names]
-    print("\nTFLOP/s, and x scaled_mm fast in the same run")
-    print("shape".ljust(16) + "".join(n.rjust(k) for n, k in zip(names, w)))
-    for r in rows:
-        print(r["shape"].ljust(16) + "".join(f"{r['tflops'].get(n, 0):{k}.0f}"
-                                             for n, k in zip(names, w)))
-        print("".ljust(16) + "".join(f"{r['x_fast'].get(n, 0):{k}.3f}"
-                                     for n, k in zip(names, w)))
-    print("geomean x fast".ljust(16) + "".join(
-        f"{gf.geomean(r['x_fast'].get(n) for r in rows) or 0:{k}.3f}" for n, k in zip(names, w)))
+    ab.print_table(rows, "x_fast", "scaled_mm fast", {"geomean x fast": lambda r: True},
+                   width=10)
     for c in f8.matmul_fp8_tuned.chosen():
         print(f"tuner: [{c['key']}] -> {c['config']} ({c['ms']} ms)")
     if args.json:
