@@ -86,6 +86,7 @@ def hmma_chain_distances(sass: str) -> list[int]:
 @needs_sass
 @pytest.mark.parametrize("arch,cfg,nw", [("sm_80", T256, 8), ("sm_89", T128, 4)],
                          ids=["sm_80", "sm_89"])
+@pytest.mark.slow_except("sm_80")
 def test_contiguous_sass(arch, cfg, nw, contiguous):
     ck, sass = _compile(arch, cfg, nw)
     _level2(sass)
@@ -103,6 +104,7 @@ def test_contiguous_changes_the_ptx(monkeypatch):
 
 @needs_sass
 @pytest.mark.parametrize("contig", [False, True], ids=["interleaved", "contiguous"])
+@pytest.mark.slow_except("interleaved")
 def test_sm90_from_compute80_ptx(contig, monkeypatch):
     """What an H100/H200 runs with arch="sm_80" (the driver assembles the compute_80 PTX):
     level-2 SASS without spills, and no accumulator chain of back-to-back HMMAs (the
@@ -119,6 +121,7 @@ def test_sm90_from_compute80_ptx(contig, monkeypatch):
 
 @needs_sass
 @pytest.mark.parametrize("cfg", [T256, dict(T256, BK=32, STAGES=8)], ids=["s4", "s8"])
+@pytest.mark.slow_except("s4")
 def test_sixteen_warps_sass(cfg, monkeypatch):
     """256x128 on 16 warps (4 a scheduler): 128 registers, the whole register file."""
     monkeypatch.setenv("KITJIT_CACHE_DISABLE", "1")
@@ -147,6 +150,7 @@ def in_line(monkeypatch):
 @pytest.mark.parametrize("arch,cfg,nw", [("sm_80", T256, 8), ("sm_80", dict(T256, BK=32,
                                                                             STAGES=8), 8),
                                          ("sm_89", T128, 4)], ids=["sm_80", "sm_80-s8", "sm_89"])
+@pytest.mark.slow_except("sm_80")
 def test_in_line_copies_sass(arch, cfg, nw, in_line):
     ck, sass = _compile(arch, dict(cfg, PEEL=True), nw)
     _level2(sass)

@@ -142,6 +142,7 @@ def test_next_is_refused_on_hopper():
 @pytest.mark.parametrize("arch,cfg,nw", [
     ("sm_80", T256, 8),
     ("sm_89", dict(BM=128, BN=128, BK=32, STAGES=6, GROUP=8), 4)], ids=["sm_80", "sm_89"])
+@pytest.mark.slow_except("sm_80")
 def test_next_sass(arch, cfg, nw):
     c = _example(arch, cfg, nw, True)
     _level2(c)

@@ -86,6 +86,7 @@ def test_sass_matmul_wgmma_not_serialized(extra):
     dict(STAGES=4, TMA_STORE=2), dict(STAGES=3, TMA_STORE=1), dict(STAGES=4),
     dict(STAGES=4, TMA_STORE=2, TRANS_B=True), dict(BM=256, BN=128, STAGES=4, TMA_STORE=2)],
     ids=["tma-halves", "tma-whole-s3", "direct", "tma-halves-bt", "256x128-halves"])
+@pytest.mark.slow_except("tma-halves")
 def test_sass_matmul_overlap(extra):
     """OVERLAP: k-step 0 is peeled (twice the HGMMAs, one ARRIVE per k-step's group, none
     serialized: C7514 / C7515) and the last tile's 16-bit C (registers beside the
