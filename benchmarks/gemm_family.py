@@ -27,7 +27,7 @@ wrapper's host stalls into 15-50 us kernels) and print geomeans x cuBLAS per M o
         cluster]
         [--json out.json] [--fp8-configs NAME,...] [--no-fp8-scales] [--skinny-m 1,16,128]
         [--skinny-cluster NAME,...]
-        [--grouped-variants legacy,tma,bm64,halves,halves-bal,halves-n128]
+        [--grouped-variants legacy,tma,bm64,legacy-bal]
 """
 
 from __future__ import annotations
@@ -250,13 +250,10 @@ GROUPED = [(E, T, N, K) for E in (8, 64) for T in (4096, 16384)
 # kitjit configs timed side by side (`--grouped-variants`; names start with "kitjit"):
 # the kernel before session 11 (register stores; grouped_matmul.default_config's choice,
 # the fastest on the H200), whole tiles through the TMA store, 64-row tiles with the TMA
-# store, the warp-specialized kernel whose expert-last tiles of <= 64 rows cost half a
-# tile, and that one with
-# each expert's row blocks in even groups (BALANCE), and that one on 128x128 tiles
+# store, and each expert's row blocks in even groups (BALANCE)
 GROUPED_VARIANTS = {"kitjit legacy": grp.LEGACY, "kitjit tma": grp.TMA,
-                    "kitjit bm64": grp.BM64, "kitjit halves": grp.HALVES,
-                    "kitjit halves-bal": dict(grp.HALVES, BALANCE=True),
-                    "kitjit halves-n128": grp.HALVES_N128}
+                    "kitjit bm64": grp.BM64,
+                    "kitjit legacy-bal": dict(grp.LEGACY, BALANCE=True)}
 
 
 def bench_grouped() -> None:

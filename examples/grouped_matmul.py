@@ -10,13 +10,11 @@ finds the expert of its next tile by moving a cursor forward over the offsets (i
 in increasing order, so the cursor never goes back). A tile's A rows may run into the next
 expert's tokens: the MMA computes them and the store drops them.
 
-Two kernels walk that list. grouped_matmul_kernel: both warpgroups run WGMMA on 128-row
-tiles and the CTA refills the ring between k-steps (matmul.py's kernel).
-grouped_matmul_ws_kernel (the default, HALVES): a producer warpgroup issues the copies and
-two consumer warpgroups each own 64 rows of the tile, so where an expert's last tile holds
-<= 64 of its rows the second consumer only passes the stages back and the tile costs about
-half (a 520-row expert: 4.5 tiles of work instead of 5). Configs at the bottom
-(benchmarks/NOTES.md, session 11).
+One kernel walks that list (matmul.py's: both warpgroups run WGMMA on 128-row tiles and the
+CTA refills the ring between k-steps). A warp-specialized variant whose consumers own 64 rows
+each (an expert's last tile of <= 64 rows at half cost) measured slower on an H200 (0.892x
+the best torch path against 0.964x; benchmarks/NOTES.md, session 11 call 4) and was
+removed. Configs at the bottom.
 """
 
 import torch
@@ -112,101 +110,6 @@ def grouped_matmul_kernel(A, B, C, OFFS, E, N, K, BM: kit.constexpr, BN: kit.con
             store_tile(C, acc, m0, n0, end, N, BM, BN, 0)
 
 
-@kit.jit
-def produce(a, b, ready, empty, A, B, OFFS, E, N, n_k, n_tiles, first, step,
-            BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr, STAGES: kit.constexpr,
-            GROUP: kit.constexpr, BALANCE: kit.constexpr):
-    """The producer warpgroup (HALVES): every k-step of this program's tiles into the ring,
-    a stage once both consumers released it; A as two 64-row halves, one per consumer."""
-    g = 0
-    e, base = 0, 0
-    for tile in range(first, n_tiles, step):
-        e, base, m0, nb0, _, _ = group_tile(tile, e, base, OFFS, E, N, BM, BN, BK, GROUP, BALANCE)
-        for kk in range(n_k):
-            s = g % STAGES
-            kit.mbarrier_wait(empty[s], g // STAGES % 2 ^ 1)   # a fresh barrier passes 1
-            kit.tma_load(a[2 * s], A, (m0, kk * BK), ready[s], sync=False)
-            kit.tma_load(a[2 * s + 1], A, (m0 + BM // 2, kk * BK), ready[s], sync=False)
-            kit.tma_load(b[s], B, (nb0, kk * BK), ready[s], sync=False)
-            g += 1
-
-
-@kit.jit
-def consume(a, b, ready, empty, C, OFFS, T, E, N, n_k, n_tiles, first, step,
-            HALF: kit.constexpr, BM: kit.constexpr, BN: kit.constexpr, BK: kit.constexpr,
-            STAGES: kit.constexpr, GROUP: kit.constexpr, TMA_STORE: kit.constexpr,
-            BALANCE: kit.constexpr):
-    """Consumer warpgroup HALF (HALVES): rows [HALF * BM/2, (HALF+1) * BM/2) of each tile.
-    Where none of them belong to the tile's expert (the expert's last tile holds <= BM/2
-    rows) it only takes the stages and gives them back: the other consumer's MMAs then have
-    the tensor cores to themselves and the tile costs about half."""
-    it = 0
-    e, base = 0, 0
-    H: kit.constexpr = BM // 2
-    for tile in range(first, n_tiles, step):
-        e, base, m0, _, n0, end = group_tile(tile, e, base, OFFS, E, N, BM, BN, BK, GROUP, BALANCE)
-        m0 += HALF * H
-        if m0 < end:
-            acc = kit.zeros((H, BN), kit.float32)
-            for kk in range(n_k):
-                s = it % STAGES
-                kit.mbarrier_wait(ready[s], it // STAGES % 2)
-                acc = kit.mma(a[2 * s + HALF], b[s].T, acc, pending=1)
-                if kk > 0:     # MMA it-1 retired: its stage is free
-                    kit.mbarrier_arrive(empty[(it - 1) % STAGES])
-                it += 1
-            out = acc.to(C.dtype.element_ty)          # waits for the last MMA
-            kit.mbarrier_arrive(empty[(it - 1) % STAGES])
-            if TMA_STORE:
-                # both stores run on every tile (a branch between them made ptxas serialize
-                # the WGMMAs, C7514): a whole half goes through the TMA, a partial one from
-                # the registers; the other is a no-op (a TMA box from row T, past C's end,
-                # is dropped; the register store's mask is empty)
-                whole = m0 + H <= end
-                store_tile(C, out, kit.where(whole, m0, T), n0, end, N, H, BN, TMA_STORE)
-                store_tile(C, out, m0, n0, kit.where(whole, m0, end), N, H, BN, 0)
-            else:
-                store_tile(C, out, m0, n0, end, N, H, BN, 0)
-        else:
-            for _ in range(n_k):
-                kit.mbarrier_wait(ready[it % STAGES], it // STAGES % 2)
-                kit.mbarrier_arrive(empty[it % STAGES])
-                it += 1
-
-
-@kit.jit
-def grouped_matmul_ws_kernel(A, B, C, OFFS, T, E, N, K, BM: kit.constexpr, BN: kit.constexpr,
-                             BK: kit.constexpr, STAGES: kit.constexpr, GROUP: kit.constexpr,
-                             EP: kit.constexpr, TMA_STORE: kit.constexpr = 0,
-                          BALANCE: kit.constexpr = False):
-    """The HALVES kernel: the same tile list as grouped_matmul_kernel, warp-specialized
-    (a producer warpgroup and two consumers of BM/2 rows each, 12 warps), so that an
-    expert's last tile with <= BM/2 rows runs one consumer's MMAs only."""
-    a = kit.shared((2 * STAGES, BM // 2, BK), A.dtype.element_ty)   # stage s: a[2s], a[2s+1]
-    b = kit.shared((STAGES, BN, BK), B.dtype.element_ty)
-    ready = kit.mbarriers(STAGES)
-    empty = kit.mbarriers(STAGES, arrivals=2)                 # both consumers are done with s
-    n_k = kit.cdiv(K, BK)
-    kit.assume(n_k > 0)        # the k-loop runs: its MMAs stay in flight (ptxas C7514/5)
-    step, first = kit.num_programs(0), kit.program_id(0)
-    wg = kit.warpgroup_id()
-    if wg == 0:                # (the tile count inside each role: 12 warps hold no tile)
-        kit.setmaxnreg(40)
-        n_tiles = count_tiles(OFFS, E, N, BM, BN, EP)
-        produce(a, b, ready, empty, A, B, OFFS, E, N, n_k, n_tiles, first, step, BM, BN, BK,
-                STAGES, GROUP, BALANCE)
-    elif wg == 1:
-        kit.setmaxnreg(232)
-        n_tiles = count_tiles(OFFS, E, N, BM, BN, EP)
-        consume(a, b, ready, empty, C, OFFS, T, E, N, n_k, n_tiles, first, step, 0, BM, BN,
-                BK, STAGES, GROUP, TMA_STORE, BALANCE)
-    else:
-        kit.setmaxnreg(232)
-        n_tiles = count_tiles(OFFS, E, N, BM, BN, EP)
-        consume(a, b, ready, empty, C, OFFS, T, E, N, n_k, n_tiles, first, step, 1, BM, BN,
-                BK, STAGES, GROUP, TMA_STORE, BALANCE)
-
-
 # Tile configs, timed side by side by `benchmarks/gemm_family.py --only grouped` (NOTES,
 # session 11). TMA_STORE=2: every whole tile (or 64-row half) of an expert stores C through
 # the TMA in two column halves, a bulk copy that drains under the next tile's MMAs (as
@@ -217,20 +120,11 @@ TMA = dict(LEGACY, TMA_STORE=2)        # 4 x 48 KB stages + a 32 KB staging tile
 # 64-row tiles (one warpgroup): a 520-row expert costs 9 of them (576 rows) instead of 5
 # 128-row tiles (640), but each k-step moves 40 KB per 64 rows instead of 48 KB per 128
 BM64 = dict(BM=64, BN=256, BK=64, STAGES=5, num_warps=4, TMA_STORE=2)
-# grouped_matmul_ws_kernel (a producer warpgroup + two 64-row consumers, 12 warps): the
-# 128-row tiles of TMA, but an expert's last tile of <= 64 rows costs about half a tile;
-# 4 x 48 KB stages + 2 x 16 KB staging tiles
-HALVES = dict(LEGACY, TMA_STORE=2, HALVES=True, num_warps=12)
-# the same on 128x128 tiles, 6 stages: twice the tiles to even out the last wave (4096 x
-# 14336 at 8 x 512 tokens: 576 128x256 tiles are 4.36 waves of 132 SMs), a third more
-# L2 -> shared traffic per flop
-HALVES_N128 = dict(HALVES, BN=128, STAGES=6)
-
 
 def default_config(T: int, E: int, N: int) -> dict:
     """The config grouped_mm runs with none given: LEGACY, the fastest on the H200 over the
     eight benchmark cases (2026-11-29, x the best torch path: LEGACY 0.964, TMA 0.944, BM64
-    0.903, HALVES 0.892, HALVES_N128 0.736; benchmarks/NOTES.md, session 11 call 4). The host
+    0.903; benchmarks/NOTES.md, session 11 call 4). The host
     knows T and E, not the routing, so the choice cannot depend on the group sizes without a
     sync."""
     return dict(LEGACY)
@@ -240,7 +134,7 @@ def grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, **config) -
     """out[offs[e-1]:offs[e]] = x[offs[e-1]:offs[e]] @ w[e].T for x [T, K] (bf16/fp16, K a
     multiple of 8), w [E, N, K], offs int32 [E] (cumulative ends, offs[-1] <= T; rows past
     it are left unwritten; K == 0: all zeros). No host sync. `config`: BM, BN, BK, STAGES,
-    num_warps, TMA_STORE, HALVES, BALANCE (a config naming BM starts from LEGACY, else from
+    num_warps, TMA_STORE, BALANCE (a config naming BM starts from LEGACY, else from
     default_config)."""
     T, K = x.shape
     E, N, K2 = w.shape
@@ -257,12 +151,7 @@ def grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, **config) -
     most = (kit.cdiv(T, cfg["BM"]) + E) * kit.cdiv(N, cfg["BN"])   # tiles, at most
     grid = (max(1, min(most, num_sms(x.device))),)
     ep = max(16, 1 << (E - 1).bit_length())
-    if cfg.pop("HALVES", False):
-        grouped_matmul_ws_kernel[grid](x, w.reshape(E * N, K), c, offs, T, E, N, K, GROUP=8,
-                                       EP=ep, **cfg)
-    else:
-        grouped_matmul_kernel[grid](x, w.reshape(E * N, K), c, offs, E, N, K, GROUP=8, EP=ep,
-                                    **cfg)
+    grouped_matmul_kernel[grid](x, w.reshape(E * N, K), c, offs, E, N, K, GROUP=8, EP=ep, **cfg)
     return c
 
 
@@ -287,7 +176,7 @@ def routed(T: int, E: int, device, skew: bool = True, seed: int = 0) -> torch.Te
 def main() -> None:
     dev = device()
     T, E, N, K = (1000, 8, 264, 200) if has_gpu() else (150, 5, 72, 96)
-    small = {} if has_gpu() else dict(HALVES, BN=64, BK=32, STAGES=3)   # the default kernel
+    small = {} if has_gpu() else dict(BN=64, BK=32, STAGES=3)   # interpreter-sized tiles
     x = torch.randn(T, K, device=dev, dtype=torch.bfloat16)
     w = torch.randn(E, N, K, device=dev, dtype=torch.bfloat16) / K ** 0.5
     offs = routed(T, E, dev)

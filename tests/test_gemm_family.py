@@ -207,7 +207,6 @@ def test_epilogue_argument_errors():
         epi.linear(x, w, bias=torch.zeros(32, dtype=torch.bfloat16))
 
 
-HALVES = dict(grp.HALVES)
 GROUPED_CPU = [  # (T, E, N, K, offsets or a skew seed, config)
     (150, 5, 72, 96, 0, dict(SMALL, BK=32, STAGES=3)),              # skewed, an empty group
     (200, 3, 136, 64, [0, 0, 200], dict(SMALL, BK=32, STAGES=4)),   # empty first experts,
@@ -221,19 +220,14 @@ GROUPED_CPU = [  # (T, E, N, K, offsets or a skew seed, config)
     (300, 3, 264, 64, [1, 130, 300], dict(grp.TMA)),                  # 128x256 tma-halves
     (120, 2, 200, 64, [1, 120], {}),       # default_config: LEGACY 128x256
     (130, 2, 200, 64, [1, 120], dict(grp.BM64)),   # 64x256, 5 stages
-    # HALVES (producer + two 64-row consumers): last tiles of <= 64 rows run one consumer
-    (220, 7, 136, 64, [0, 1, 1, 65, 129, 193, 200], dict(HALVES, BN=64, BK=32, STAGES=3)),
-    (150, 5, 72, 96, 0, dict(HALVES, BN=64, BK=32, STAGES=2, TMA_STORE=0)),
-    (130, 4, 64, 32, [10, 70, 70, 100], dict(HALVES, BN=64, BK=32, STAGES=3)),   # K < ring
     # BALANCE: 9 row blocks in groups of 5 and 4 (not 8 and 1)
     (620, 2, 136, 32, [545, 600], dict(SMALL, BK=32, STAGES=2, TMA_STORE=2, BALANCE=True)),
-    (620, 3, 136, 32, [0, 550, 600], dict(HALVES, BN=64, BK=32, STAGES=2, BALANCE=True)),
 ]
 
 
 @pytest.mark.parametrize("T,E,N,K,groups,cfg", GROUPED_CPU, ids=[
     f"T{t}-E{e}-{n}x{k}-BM{c.get('BM', 'auto')}" + ("-tma" if c.get("TMA_STORE") else "")
-    + ("-halves" if c.get("HALVES") else "") + ("-balance" if c.get("BALANCE") else "")
+    + ("-balance" if c.get("BALANCE") else "")
     for t, e, n, k, _, c in GROUPED_CPU])
 def test_interp_grouped(T, E, N, K, groups, cfg, poison):
     g = torch.Generator().manual_seed(T + E)
@@ -393,23 +387,20 @@ def test_sass_epilogue(spec):
 
 
 @needs_sass
-@pytest.mark.parametrize("name", ["LEGACY", "TMA", "BM64", "HALVES", "HALVES_N128"])
-@pytest.mark.slow_except("LEGACY", "HALVES")   # the default, and the warp-specialized one
+@pytest.mark.parametrize("name", ["LEGACY", "TMA", "BM64"])
+@pytest.mark.slow_except("LEGACY", "TMA")   # the default, and the TMA-store epilogue
 def test_sass_grouped(name):
     """Each config: HGMMA from shared tiles, TMA loads, no spills, the k-step's HGMMAs in
     flight together (no C7514; a full wait only after each tile's loop); with TMA_STORE the
     whole tiles leave through UTMASTG (two column halves) and the last tiles through 16-byte
-    register stores, and the ring plus the staging tile fit the 227 KB. HALVES: a producer
-    and two consumers, each with its own copy of the loop (4 HGMMAs each)."""
+    register stores, and the ring plus the staging tile fit the 227 KB."""
     cfg = dict(getattr(grp, name))
     nw = cfg.pop("num_warps")
-    kernel = "grouped_matmul_ws_kernel" if cfg.pop("HALVES", False) else \
-        "grouped_matmul_kernel"
-    sig = ["*bf16:16"] * 3 + ["*i32:16"] + ["i32"] * (2 if nw == 12 else 1) + ["i32:16"] * 2
+    kernel = "grouped_matmul_kernel"
+    sig = ["*bf16:16"] * 3 + ["*i32:16"] + ["i32"] + ["i32:16"] * 2
     c = sass(EXAMPLES / "grouped_matmul.py", kernel, sig, dict(cfg, GROUP=8, EP=64), nw)
     mma = c.find(rf"HGMMA\.64x{cfg['BN']}x16\.F32\.BF16 R\d+, gdesc\[")
-    roles = 2 if nw == 12 else 1
-    assert len(mma) >= 4 * roles and len(mma) == len(c.hgmma()), c.hgmma()
+    assert len(mma) >= 4 and len(mma) == len(c.hgmma()), c.hgmma()
     assert not c.md.get("ptxas_warnings"), c.md["ptxas_warnings"]
     assert len(c.find(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x0")) <= 2, c.summary()
     assert c.has("UTMALDG"), c.summary()
@@ -499,7 +490,7 @@ def test_gpu_grouped(T, E, N, K, cfg, poison):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("cfg", ["LEGACY", "TMA", "BM64", "HALVES"])
+@pytest.mark.parametrize("cfg", ["LEGACY", "TMA", "BM64"])
 def test_gpu_grouped_ragged(cfg, poison):
     """Experts of 0 and 1 rows, whole tiles that start on odd rows, rows past the last
     group left unwritten (NaN)."""
